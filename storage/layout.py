@@ -1,0 +1,41 @@
+"""Where every artifact lives. Deterministic paths: downstream stages find upstream ones here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class ArtifactLayout:
+    root: Path
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "root", Path(self.root).expanduser().resolve())
+
+    # shared
+    def corpus(self) -> Path:
+        return self.root / "corpus"
+
+    def model_cache(self) -> Path:
+        return self.root / "cache" / "models"
+
+    # per backbone
+    def stage(self, stage: str, backbone: str) -> Path:
+        return self.root / backbone / stage
+
+    def sequences(self, backbone: str) -> Path:
+        return self.stage("sequences", backbone)
+
+    def hidden_states(self, backbone: str) -> Path:
+        return self.stage("hidden_states", backbone)
+
+    def hidden_states_partial(self, backbone: str) -> Path:
+        """The in-progress dump; it becomes ``hidden_states`` when every batch is written."""
+        return self.stage("hidden_states.partial", backbone)
+
+    def geometry(self, backbone: str) -> Path:
+        return self.stage("geometry", backbone)
+
+    def layer_score(self, backbone: str) -> Path:
+        return self.stage("layer_score", backbone)

@@ -1,0 +1,40 @@
+"""The conditional diffusion bridge c = hs[0] -> h_l (METHOD.md sections 2 and 3).
+
+Separate small pieces: the process (`BrownianBridge`), the network (`CausalDenoiser`), the loss,
+the samplers (full and incremental), the training loop and the evaluation measures.
+"""
+
+from dihal.bridge.checkpoint import latest_checkpoint, load_denoiser, load_into
+from dihal.bridge.data import BridgeData, Standardizer
+from dihal.bridge.denoiser import CausalDenoiser, DenoiserConfig, KVCache, build_denoiser
+from dihal.bridge.evaluate import DEFAULT_T_GRID, reconstruction_error, validation_loss
+from dihal.bridge.loss import bridge_loss, bridge_loss_terms
+from dihal.bridge.process import BrownianBridge
+from dihal.bridge.sampler import BridgeDecodeState, IncrementalSampler, sample, time_grid
+from dihal.bridge.train import BridgeTrainingError, TrainConfig, TrainResult, train_bridge
+
+__all__ = [
+    "DEFAULT_T_GRID",
+    "BridgeData",
+    "BridgeDecodeState",
+    "BridgeTrainingError",
+    "BrownianBridge",
+    "CausalDenoiser",
+    "DenoiserConfig",
+    "IncrementalSampler",
+    "KVCache",
+    "Standardizer",
+    "TrainConfig",
+    "TrainResult",
+    "bridge_loss",
+    "bridge_loss_terms",
+    "build_denoiser",
+    "latest_checkpoint",
+    "load_denoiser",
+    "load_into",
+    "reconstruction_error",
+    "sample",
+    "time_grid",
+    "train_bridge",
+    "validation_loss",
+]

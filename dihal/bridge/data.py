@@ -1,0 +1,100 @@
+"""Bridge training data: standardised (condition, target) sequence pairs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+
+@dataclass(frozen=True, eq=False)
+class BridgeData:
+    """Pairs (c, h_l) of whole sequences, both standardised per dimension.
+
+    cond, target: (n_seq, T, d) float32. mask: optional (n_seq, T) bool, True on real tokens.
+    Padding must be on the right: the denoiser is causal, so padded positions after the real
+    ones never influence them, and the mask only has to keep them out of the loss.
+    """
+
+    cond: Tensor
+    target: Tensor
+    mask: Tensor | None = None
+
+    def __post_init__(self) -> None:
+        if self.cond.ndim != 3 or self.cond.shape != self.target.shape:
+            raise ValueError(
+                f"cond {tuple(self.cond.shape)} and target {tuple(self.target.shape)} "
+                "must both be (n_seq, T, d)"
+            )
+        if self.cond.dtype != torch.float32 or self.target.dtype != torch.float32:
+            raise ValueError(
+                f"cond/target must be float32, got {self.cond.dtype}/{self.target.dtype}"
+            )
+        if self.mask is not None:
+            if self.mask.shape != self.cond.shape[:2] or self.mask.dtype != torch.bool:
+                raise ValueError(
+                    f"mask must be bool {tuple(self.cond.shape[:2])}, "
+                    f"got {self.mask.dtype} {tuple(self.mask.shape)}"
+                )
+        if self.cond.shape[0] < 1:
+            raise ValueError("BridgeData needs at least one sequence")
+
+    def __len__(self) -> int:
+        return self.cond.shape[0]
+
+    @property
+    def seq_len(self) -> int:
+        return self.cond.shape[1]
+
+    @property
+    def dim(self) -> int:
+        return self.cond.shape[2]
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self) * self.seq_len if self.mask is None else int(self.mask.sum())
+
+    def batch(
+        self, index: Tensor | slice, device: torch.device | str | None = None
+    ) -> tuple[Tensor, Tensor, Tensor | None]:
+        """(cond, target, mask) of the sequences `index`, moved to `device`."""
+        mask = None if self.mask is None else self.mask[index].to(device)
+        return self.cond[index].to(device), self.target[index].to(device), mask
+
+
+@dataclass(frozen=True, eq=False)
+class Standardizer:
+    """Per-dimension standardisation x -> (x - mean) / std, and back."""
+
+    mean: Tensor
+    std: Tensor
+
+    @classmethod
+    def fit(
+        cls, x: Tensor, mask: Tensor | None = None, eps: float = 1e-6, chunk: int = 256
+    ) -> Standardizer:
+        """Statistics over the (real) tokens of x (n, T, d), accumulated in float64 by chunks."""
+        d = x.shape[-1]
+        total = torch.zeros(d, dtype=torch.float64)
+        total_sq = torch.zeros(d, dtype=torch.float64)
+        count = 0
+        for i in range(0, x.shape[0], chunk):
+            xs = x[i : i + chunk].reshape(-1, d).to(torch.float64)
+            if mask is not None:
+                xs = xs[mask[i : i + chunk].reshape(-1)]
+            total += xs.sum(0)
+            total_sq += (xs * xs).sum(0)
+            count += xs.shape[0]
+        if count < 2:
+            raise ValueError("need at least two tokens to standardise")
+        mean = total / count
+        var = (total_sq / count - mean * mean).clamp_min(0.0) * count / (count - 1)
+        std = var.sqrt().clamp_min(eps)
+        return cls(mean.to(torch.float32), std.to(torch.float32))
+
+    def apply(self, x: Tensor) -> Tensor:
+        return ((x - self.mean.to(x)) / self.std.to(x)).to(x.dtype)
+
+    def invert(self, z: Tensor) -> Tensor:
+        return (z * self.std.to(z) + self.mean.to(z)).to(z.dtype)

@@ -1,7 +1,9 @@
 """Per-layer hidden states in Zarr, written batch by batch and resumable.
 
-Layout of ``states.zarr`` (Zarr v3): one array per split, shape (n_layers, n_seq, seq_len, d),
-chunked (1, batch, seq_len, d) so that one batch of one layer is one chunk file. Progress lives
+Layout of ``states.zarr`` (Zarr v3): ``states/<split>`` of shape (n_layers, n_seq, seq_len, d),
+chunked (1, batch, seq_len, d) so that one batch of one layer is one chunk file;
+``input_ids/<split>`` (n_seq, seq_len) int32, the tokens the states belong to; group attributes
+record the backbone (id, revision, shapes). Progress lives
 in ``progress.json`` beside it (written atomically after each batch's chunks are on disk); a
 resumed dump skips the batches it lists and rewrites any batch that was cut off half way.
 """
@@ -38,7 +40,11 @@ class StateSpec:
 class StateWriter:
     """Writes a dump into a work directory; ``finalize`` moves it into place."""
 
-    def __init__(self, workdir: Path, spec: StateSpec, fingerprint: str):
+    def __init__(
+        self, workdir: Path, spec: StateSpec, fingerprint: str, *,
+        tokens: dict[str, Any], attrs: dict[str, Any],
+    ):
+        import numpy as np
         import zarr
 
         self.workdir = Path(workdir)
@@ -55,13 +61,19 @@ class StateWriter:
             for split, n in spec.n_seq.items():
                 zarr.create_array(
                     store=str(self.workdir / STATES),
-                    name=split,
+                    name=f"input_ids/{split}",
+                    data=np.asarray(tokens[split], dtype=np.int32),
+                )
+                zarr.create_array(
+                    store=str(self.workdir / STATES),
+                    name=f"states/{split}",
                     shape=(spec.n_layers, n, spec.seq_len, spec.hidden),
                     chunks=(1, spec.batch_size, spec.seq_len, spec.hidden),
                     dtype=spec.dtype,
                     compressors=None,
                     fill_value=0,
                 )
+            zarr.open_group(str(self.workdir / STATES), mode="r+").attrs.update(attrs)
             progress = {"fingerprint": fingerprint, "done": {s: [] for s in spec.n_seq}}
             atomic_write_json(self.workdir / PROGRESS, progress)
         self._done = {s: set(v) for s, v in progress["done"].items()}
@@ -85,7 +97,7 @@ class StateWriter:
     def write_batch(self, split: str, batch: int, states) -> None:
         """Write states (n_layers, b, seq_len, hidden) of one batch, then record it as done."""
         start = batch * self.spec.batch_size
-        self._group[split][:, start : start + states.shape[1]] = states
+        self._group["states"][split][:, start : start + states.shape[1]] = states
         self._done[split].add(batch)
         atomic_write_json(
             self.workdir / PROGRESS,
@@ -125,10 +137,17 @@ class StateReader:
 
     @property
     def splits(self) -> list[str]:
-        return sorted(self._group.array_keys())
+        return sorted(self._group["states"].array_keys())
+
+    @property
+    def attrs(self) -> dict[str, Any]:
+        return dict(self._group.attrs)
 
     def shape(self, split: str) -> tuple[int, ...]:
-        return tuple(self._group[split].shape)
+        return tuple(self.array(split).shape)
+
+    def input_ids(self, split: str):
+        return self._group["input_ids"][split][:]
 
     def n_layers(self) -> int:
         return self.shape(self.splits[0])[0]
@@ -138,7 +157,9 @@ class StateReader:
         n = self.n_layers()
         if not 0 <= layer < n:
             raise IndexError(f"layer {layer} out of range: this dump has layers 0..{n - 1}")
-        return self._group[split][layer]
+        return self.array(split)[layer]
 
     def array(self, split: str):
-        return self._group[split]
+        if split not in self.splits:
+            raise KeyError(f"no split {split!r} in {self.directory}: it has {self.splits}")
+        return self._group["states"][split]

@@ -1,0 +1,70 @@
+"""Dagster run config for each stage. Each class mirrors one frozen dataclass of `dihal`
+(the one config system); `to_dihal()` builds it, which validates every field.
+tests/test_configs.py checks that fields and defaults match the dataclasses."""
+
+from __future__ import annotations
+
+import dagster as dg
+
+
+class CorpusRunConfig(dg.Config):
+    """Shards to read: local files/globs, or a URL list (Dolma's urls/v1_7.txt); none = the
+    embedded sample."""
+
+    paths: list[str] = []
+    url_list: str | None = None
+    max_shards: int | None = None
+    max_docs: int | None = None
+    on_malformed: str = "skip"
+    min_chars: int = 1
+
+    def to_dihal(self):
+        from dihal.corpus import CorpusConfig
+
+        return CorpusConfig(**{**self.model_dump(), "paths": tuple(self.paths)})
+
+
+class SequencesRunConfig(dg.Config):
+    seq_len: int = 128
+    n_train: int = 256
+    n_val: int = 64
+    val_fraction: float = 0.1
+    seed: int = 0
+
+    def to_dihal(self):
+        from dihal.corpus import SequenceConfig
+
+        return SequenceConfig(**self.model_dump())
+
+
+class ExtractRunConfig(dg.Config):
+    batch_size: int = 16
+    dtype: str = "float16"
+
+    def to_dihal(self):
+        from dihal.extract import ExtractConfig
+
+        return ExtractConfig(**self.model_dump())
+
+
+class GeometryRunConfig(dg.Config):
+    n_tokens: int = 4096
+    n_anchors: int = 2048
+    k_neighbors: int = 32
+    n_pairs: int = 4096
+    gamma_rel: float = 1e-3
+    mono_stat: str = "median"
+    normalizations: list[str] = ["none", "rms", "standardize"]
+    seed: int = 0
+
+    def to_dihal(self):
+        from dihal.geometry import GeometryConfig
+
+        return GeometryConfig(
+            **{**self.model_dump(), "normalizations": tuple(self.normalizations)}
+        )
+
+
+class LayerScoreRunConfig(dg.Config):
+    # The normalisation whose argmax is l* (METHOD.md: the paper does not say; plain reading).
+    primary_norm: str = "none"

@@ -1,0 +1,122 @@
+"""Dump hidden states hs[0..N-1] of tokenised sequences, batch by batch, resumably.
+
+The forward pass of batch i+1 overlaps with the write of batch i (a one-slot writer thread),
+so the dump runs at close to the speed of the bare forward pass. Every batch is checked before
+it is written: non-finite states, or values beyond the storage dtype's range, stop the run with
+an error naming the layer and sequence; batches already written stay on disk.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from dihal.errors import StateValueError
+
+DTYPE_MAX = {"float16": 65504.0, "float32": float(np.finfo(np.float32).max)}
+
+
+@dataclass(frozen=True)
+class ExtractConfig:
+    batch_size: int = 16
+    dtype: str = "float16"  # storage dtype: float16 (checked for overflow) or float32
+
+    def __post_init__(self) -> None:
+        if self.dtype not in DTYPE_MAX:
+            raise ValueError(f"dtype must be one of {sorted(DTYPE_MAX)}, got {self.dtype!r}")
+        if self.batch_size < 1:
+            raise ValueError("batch_size must be >= 1")
+
+
+def check_states(states: torch.Tensor, dtype: str, *, split: str, first_seq: int) -> float:
+    """Raise StateValueError for NaN/inf or values the storage dtype cannot hold.
+
+    Returns the largest absolute value (for the overflow headroom record)."""
+    finite = torch.isfinite(states)
+    if not bool(finite.all()):
+        layer, b, pos = (int(v) for v in (~finite).nonzero()[0][:3])
+        raise StateValueError(
+            f"non-finite hidden state at layer {layer}, {split} sequence {first_seq + b}, "
+            f"position {pos}. The backbone produced NaN/inf: check its dtype (float32 on CPU, "
+            "bfloat16 rather than float16 on GPU) and the weights. Batches before this one "
+            "are kept."
+        )
+    amax = float(states.abs().amax())
+    limit = DTYPE_MAX[dtype]
+    if amax > limit:
+        per_layer = states.abs().flatten(1).amax(1)
+        layer = int(torch.nonzero(per_layer > limit)[0])
+        raise StateValueError(
+            f"hidden state magnitude {amax:.1f} at layer {layer} ({split} batch from sequence "
+            f"{first_seq}) overflows {dtype} (max {limit:.0f}). Store float32 instead "
+            "(extract config dtype='float32'). Batches before this one are kept."
+        )
+    return amax
+
+
+@dataclass
+class ExtractReport:
+    tokens: int = 0
+    batches_written: int = 0
+    batches_skipped: int = 0
+    forward_s: float = 0.0
+    wall_s: float = 0.0
+    max_abs: float = 0.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.wall_s if self.wall_s else float("nan")
+
+
+def extract_hidden_states(
+    backbone,
+    sequences: dict[str, np.ndarray],
+    writer,
+    cfg: ExtractConfig,
+    progress: Callable[[str], None] | None = None,
+) -> ExtractReport:
+    """Run the backbone over ``sequences[split]`` (n_seq, seq_len) and write every batch.
+
+    ``writer`` is a storage.states.StateWriter (or anything with is_done / write_batch);
+    batches it already holds are skipped, so a second call after an interruption resumes.
+    """
+    report = ExtractReport()
+    t_start = time.perf_counter()
+    pending: Future | None = None
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="zarr-writer") as pool:
+        try:
+            for split, ids in sequences.items():
+                n_batches = -(-len(ids) // cfg.batch_size)
+                for b in range(n_batches):
+                    if writer.is_done(split, b):
+                        report.batches_skipped += 1
+                        continue
+                    lo = b * cfg.batch_size
+                    batch = torch.as_tensor(ids[lo : lo + cfg.batch_size], dtype=torch.long)
+                    t0 = time.perf_counter()
+                    hs = backbone.hidden_states(batch).float()
+                    report.forward_s += time.perf_counter() - t0
+                    amax = check_states(hs, cfg.dtype, split=split, first_seq=lo)
+                    report.max_abs = max(report.max_abs, amax)
+                    arr = hs.to(getattr(torch, cfg.dtype)).cpu().numpy()
+                    if pending is not None:
+                        pending.result()  # one write in flight at most: memory bounded
+                    pending = pool.submit(writer.write_batch, split, b, arr)
+                    report.tokens += batch.numel()
+                    report.batches_written += 1
+                    if progress:
+                        rate = report.tokens / (time.perf_counter() - t_start)
+                        progress(
+                            f"{split} batch {b + 1}/{n_batches} ({rate:.0f} tokens/s, "
+                            f"max |h| {report.max_abs:.0f})"
+                        )
+        finally:
+            if pending is not None:
+                pending.result()
+    report.wall_s = time.perf_counter() - t_start
+    return report

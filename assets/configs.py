@@ -30,6 +30,7 @@ class SequencesRunConfig(dg.Config):
     n_val: int = 64
     val_fraction: float = 0.1
     seed: int = 0
+    max_tokens_per_doc: int | None = 256
 
     def to_dihal(self):
         from dihal.corpus import SequenceConfig

@@ -161,8 +161,13 @@ class SequenceConfig:
     n_val: int = 64
     val_fraction: float = 0.1
     seed: int = 0
+    # Each document contributes at most this many tokens (None: all), so that a small budget
+    # still covers many documents and genres rather than a few long ones [ours].
+    max_tokens_per_doc: int | None = 256
 
     def __post_init__(self) -> None:
+        if self.max_tokens_per_doc is not None and self.max_tokens_per_doc < 1:
+            raise ValueError("max_tokens_per_doc must be >= 1 or None")
         if self.seq_len < 4:
             raise ValueError(f"seq_len must be >= 4, got {self.seq_len}")
         if self.n_train < 1 or self.n_val < 1:
@@ -190,6 +195,7 @@ def pack_sequences(
 ) -> dict[str, PackedSplit]:
     """Pack documents into sequences [bos] + (seq_len - 1) tokens, documents separated by EOS.
 
+    Each document is truncated to ``max_tokens_per_doc`` tokens before packing.
     Each split packs its own documents; packing stops once both splits are full. No padding:
     every position is a real token, and position 0 is always the BOS (attention-sink) token.
     """
@@ -203,7 +209,8 @@ def pack_sequences(
             if all(len(out[s].input_ids) >= want[s] for s in want):
                 break
             continue
-        ids = tokenizer(doc.text, add_special_tokens=False)["input_ids"] + [eos_id]
+        ids = tokenizer(doc.text, add_special_tokens=False)["input_ids"]
+        ids = ids[: cfg.max_tokens_per_doc] + [eos_id]
         buf[split].extend((t, doc.id, doc.source) for t in ids)
         while len(buf[split]) >= body and len(out[split].input_ids) < want[split]:
             chunk, buf[split] = buf[split][:body], buf[split][body:]

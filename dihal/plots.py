@@ -54,3 +54,27 @@ def plot_scores(score_rows: list[dict], selected: dict[str, int], path: Path, ti
     fig.savefig(path, dpi=90)
     plt.close(fig)
     return path
+
+
+def plot_bridgeability(layer_rows: list[dict], score_rows: list[dict], path: Path, title: str) -> Path:
+    """Per normalisation: S_l against validation loss of each swept layer (labelled by l),
+    beside the depth control (l against validation loss)."""
+    plt = _pyplot()
+    norms = sorted({r["norm"] for r in score_rows})
+    score = {(r["norm"], r["layer"]): r["S"] for r in score_rows}
+    rows = sorted(layer_rows, key=lambda r: r["layer"])
+    fig, axes = plt.subplots(1, len(norms) + 1, figsize=(4 * (len(norms) + 1), 3.6), sharey=True)
+    for ax, norm in zip(axes, [*norms, "depth"], strict=True):
+        xs = [(-r["layer"] if norm == "depth" else score[(norm, r["layer"])]) for r in rows]
+        ys = [r["val_loss"] for r in rows]
+        ax.scatter(xs, ys, s=18)
+        for x, y, r in zip(xs, ys, rows, strict=True):
+            ax.annotate(str(r["layer"]), (x, y), fontsize=7, xytext=(2, 2), textcoords="offset points")
+        ax.set_xlabel("-l (depth control)" if norm == "depth" else f"S_l ({norm})")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("bridge validation loss")
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path

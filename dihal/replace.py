@@ -1,0 +1,227 @@
+"""Replace: train a bridge c = hs[0] -> h_l for one candidate layer under the fixed protocol,
+and measure its bridgeability (METHOD.md section 2).
+
+Position 0 [ours]: every sequence starts with BOS, so h_l at position 0 is one constant vector
+of the backbone (the attention-sink state, with massive activations). It is excluded from the
+standardisation statistics and the loss (its standardised target is set to 0, so the huge
+value never enters the denoiser), and the hybrid pins it to the backbone's own value.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from dihal.bridge import (
+    BridgeData,
+    BrownianBridge,
+    DenoiserConfig,
+    Standardizer,
+    TrainConfig,
+    build_denoiser,
+    reconstruction_error,
+    train_bridge,
+    validation_loss,
+)
+from dihal.seeds import derive_seed
+
+
+@dataclass(frozen=True)
+class BridgeProtocol:
+    """One protocol for every candidate layer: same denoiser, data, order, seed, optimiser and
+    token budget. `epochs` = 1 is the paper's single pass; full training raises it."""
+
+    d_model: int = 256
+    n_layers: int = 4
+    n_heads: int = 4
+    mlp_ratio: float = 4.0
+    lr: float = 1e-3
+    weight_decay: float = 0.01
+    warmup_frac: float = 0.05
+    batch_size: int = 4
+    epochs: float = 1.0
+    grad_clip: float = 1.0
+    seed: int = 0
+    mixed_precision: str = "auto"  # "auto": bf16 on GPU, fp32 on CPU
+    sigma: float = 1.0
+    steps: int = 16
+    eval_sequences: int = 64
+    pin_first: bool = True
+    checkpoint_every: int = 200
+
+    def __post_init__(self) -> None:
+        if self.mixed_precision not in ("auto", "no", "bf16"):
+            raise ValueError(f"mixed_precision must be auto|no|bf16, got {self.mixed_precision!r}")
+        if self.steps < 1 or self.eval_sequences < 1:
+            raise ValueError("steps and eval_sequences must be >= 1")
+
+    def denoiser_config(self, d_in: int, max_len: int) -> DenoiserConfig:
+        return DenoiserConfig(d_in=d_in, d_model=self.d_model, n_layers=self.n_layers,
+                              n_heads=self.n_heads, mlp_ratio=self.mlp_ratio, max_len=max_len)
+
+    def train_config(self, device: str) -> TrainConfig:
+        mp = self.mixed_precision
+        if mp == "auto":
+            mp = "bf16" if device.startswith("cuda") else "no"
+        return TrainConfig(lr=self.lr, weight_decay=self.weight_decay,
+                           warmup_frac=self.warmup_frac, batch_size=self.batch_size,
+                           epochs=self.epochs, grad_clip=self.grad_clip, seed=self.seed,
+                           mixed_precision=mp, checkpoint_every=self.checkpoint_every,
+                           log_every=5)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def default_sweep_layers(n_layers: int, count: int = 10) -> list[int]:
+    """Candidate layers for a budget-limited sweep: 1, 2, 3, then evenly spaced to N-1."""
+    candidates = list(range(1, n_layers))
+    if count >= len(candidates):
+        return candidates
+    head = candidates[:3]
+    rest = np.linspace(4, n_layers - 1, count - len(head)).round().astype(int).tolist()
+    return sorted(set(head + rest))
+
+
+@dataclass
+class LayerData:
+    layer: int
+    train: BridgeData
+    val: BridgeData
+    cond_std: Standardizer
+    target_std: Standardizer
+    val_ids: torch.Tensor  # (n_val, T) the held-out tokens
+    first_state: torch.Tensor | None  # raw h_l at position 0 (BOS), pinned in the hybrid
+
+
+def _pairs(reader, split: str, layer: int, n: int | None = None):
+    c = torch.from_numpy(np.asarray(reader.layer(split, 0)[:n], dtype=np.float32))
+    h = torch.from_numpy(np.asarray(reader.layer(split, layer)[:n], dtype=np.float32))
+    return c, h
+
+
+def load_layer_data(reader, layer: int, protocol: BridgeProtocol) -> LayerData:
+    """Standardised (c, h_l) pairs of the dump: train split, and held-out sequences."""
+    n_layers = reader.n_layers()
+    if not 1 <= layer <= n_layers - 1:
+        raise IndexError(f"layer {layer} is not a candidate: this dump has layers 1..{n_layers - 1}")
+    c_tr, h_tr = _pairs(reader, "train", layer)
+    c_va, h_va = _pairs(reader, "val", layer, protocol.eval_sequences)
+    first_state = None
+
+    def mask_for(x):
+        m = torch.ones(x.shape[:2], dtype=torch.bool)
+        if protocol.pin_first:
+            m[:, 0] = False
+        return m
+
+    m_tr, m_va = mask_for(c_tr), mask_for(c_va)
+    cond_std = Standardizer.fit(c_tr, m_tr)
+    target_std = Standardizer.fit(h_tr, m_tr)
+
+    def standardised(c, h):
+        zc, zh = cond_std.apply(c), target_std.apply(h)
+        if protocol.pin_first:
+            zc[:, 0] = 0.0
+            zh[:, 0] = 0.0
+        return zc, zh
+
+    if protocol.pin_first:
+        first_state = h_tr[0, 0].clone()
+        spread = (h_tr[:, 0] - first_state).abs().max().item()
+        scale = first_state.abs().max().item()
+        if spread > 1e-2 * max(scale, 1.0):
+            raise ValueError(
+                f"h_{layer} at position 0 differs between sequences (max diff {spread:.3g}): "
+                "sequences do not all start with the same BOS token; set pin_first=False."
+            )
+    zc_tr, zh_tr = standardised(c_tr, h_tr)
+    zc_va, zh_va = standardised(c_va, h_va)
+    return LayerData(
+        layer=layer,
+        train=BridgeData(zc_tr, zh_tr, m_tr),
+        val=BridgeData(zc_va, zh_va, m_va),
+        cond_std=cond_std,
+        target_std=target_std,
+        val_ids=torch.from_numpy(np.asarray(reader.input_ids("val")[: protocol.eval_sequences],
+                                            dtype=np.int64)),
+        first_state=first_state,
+    )
+
+
+def train_layer_bridge(
+    data: LayerData,
+    protocol: BridgeProtocol,
+    ckpt_dir: Path,
+    *,
+    device: str = "cpu",
+    progress: Callable[[dict], None] | None = None,
+):
+    """Build the protocol's denoiser (seeded the same for every layer) and train it; resumes
+    from ckpt_dir. Returns (denoiser, TrainResult)."""
+    cfg = protocol.denoiser_config(data.train.dim, data.train.seq_len)
+    denoiser = build_denoiser(cfg, seed=derive_seed(protocol.seed, "denoiser-init"))
+    process = BrownianBridge(sigma=protocol.sigma)
+    result = train_bridge(denoiser, data.train, data.val, process,
+                          protocol.train_config(device), Path(ckpt_dir), progress=progress)
+    return denoiser, result
+
+
+@torch.no_grad()
+def evaluate_bridge(backbone, denoiser, data: LayerData, protocol: BridgeProtocol,
+                    batch_size: int = 8) -> dict:
+    """Bridgeability of one layer: validation loss (fixed t grid and noise, standardised
+    units), full-sampler relative reconstruction error, and the hybrid's next-token NLL and
+    top-1 agreement with the backbone on held-out text."""
+    from dihal.hybrid import Hybrid, next_token_nll, top1_agreement
+
+    process = BrownianBridge(sigma=protocol.sigma)
+    denoiser.eval()
+    out = {
+        "val_loss": validation_loss(denoiser, data.val, process, seed=protocol.seed),
+        "recon_error": reconstruction_error(denoiser, data.val, process, steps=protocol.steps,
+                                            seed=protocol.seed),
+    }
+    hybrid = Hybrid(backbone, denoiser, process, data.cond_std, data.target_std, data.layer,
+                    steps=protocol.steps, first_state=data.first_state)
+    nll_h = nll_b = agree = 0.0
+    n = 0
+    for lo in range(0, len(data.val_ids), batch_size):
+        ids = data.val_ids[lo : lo + batch_size].to(backbone.device)
+        lh = hybrid.logits(ids).float()
+        lb = backbone.model(ids).logits.float()
+        w = ids.shape[0]
+        nll_h += next_token_nll(lambda _, x=lh: x, ids) * w
+        nll_b += next_token_nll(lambda _, x=lb: x, ids) * w
+        agree += top1_agreement(lh, lb) * w
+        n += w
+    out.update({"hybrid_nll": nll_h / n, "backbone_nll": nll_b / n, "top1_agreement": agree / n,
+                "hybrid_ppl": math.exp(nll_h / n), "backbone_ppl": math.exp(nll_b / n)})
+    return out
+
+
+def bridgeability_table(layer_rows: list[dict], score_rows: list[dict]) -> dict:
+    """Spearman of S_l (each normalisation) and of the depth control -l against -val_loss,
+    -recon_error and -hybrid_nll over the swept layers."""
+    from dihal.score import depth_control, spearman
+
+    layers = sorted(r["layer"] for r in layer_rows)
+    by_layer = {r["layer"]: r for r in layer_rows}
+    targets = {m: [-by_layer[ll][m] for ll in layers]
+               for m in ("val_loss", "recon_error", "hybrid_nll")}
+    norms = sorted({r["norm"] for r in score_rows})
+    score = {(r["norm"], r["layer"]): r["S"] for r in score_rows}
+    rows = []
+    for predictor in [*norms, "depth"]:
+        pred = (list(depth_control(layers)) if predictor == "depth"
+                else [score[(predictor, ll)] for ll in layers])
+        rows.append({"predictor": "S_l (" + predictor + ")" if predictor != "depth" else "depth (-l)",
+                     **{f"spearman_vs_-{m}": spearman(pred, t) for m, t in targets.items()}})
+    oracle = min(layers, key=lambda ll: by_layer[ll]["val_loss"])
+    worst = max(layers, key=lambda ll: by_layer[ll]["val_loss"])
+    return {"rows": rows, "layers": layers, "oracle": oracle, "worst": worst}

@@ -1,0 +1,96 @@
+"""The main job on one backbone, end to end, through Dagster (runs show in the web UI):
+
+    python -m pipeline.main                       # smollm2, the CPU default sweep
+    python -m pipeline.main --backbone llama --all-layers
+
+Locate (corpus -> layer score), the bridge sweep over candidate layers (one partition each),
+bridgeability, the bridge at l* and its evaluation. Every step reuses what is up to date.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import dagster as dg
+
+
+def _materialize(defs: dg.Definitions, selection: str, instance, partition: str | None = None):
+    sel = dg.AssetSelection.from_string(selection)
+    assets = list(defs.assets or [])
+    t0 = time.monotonic()
+    res = dg.materialize(
+        assets + list(defs.asset_checks or []), selection=sel, partition_key=partition,
+        instance=instance, resources=defs.resources, raise_on_error=False,
+    )
+    took = time.monotonic() - t0
+    label = selection + (f" [partition {partition}]" if partition else "")
+    if not res.success:
+        errs = [e.step_failure_data.error.message.strip() for e in res.all_events
+                if e.event_type_value == "STEP_FAILURE"]
+        print(f"FAILED {label} after {took:.0f} s:\n" + "\n".join(errs), file=sys.stderr)
+        raise SystemExit(1)
+    cached = [e.asset_key.to_user_string() for e in res.get_asset_materialization_events()
+              if e.step_materialization_data.materialization.metadata.get("cached")
+              and e.step_materialization_data.materialization.metadata["cached"].value]
+    print(f"done {label} in {took:.0f} s" + (f" (reused: {', '.join(cached)})" if cached else ""),
+          flush=True)
+    return res
+
+
+def main(argv: list[str] | None = None) -> None:
+    from dihal.registry import get_spec
+    from pipeline.definitions import defs
+    from storage import read_manifest
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--backbone", default="smollm2")
+    ap.add_argument("--layers", help="comma-separated candidate layers to sweep")
+    ap.add_argument("--sweep-count", type=int, default=10,
+                    help="layers in the default sweep (1, 2, 3, then evenly spaced)")
+    ap.add_argument("--all-layers", action="store_true", help="sweep every candidate layer")
+    ap.add_argument("--stop-after", choices=["locate", "sweep", "bridge", "eval"], default="eval")
+    args = ap.parse_args(argv)
+    b = args.backbone
+    n_layers = get_spec(b).n_layers
+    from dihal.replace import default_sweep_layers
+
+    if args.all_layers:
+        layers = list(range(1, n_layers))
+    elif args.layers:
+        layers = [int(x) for x in args.layers.split(",")]
+    else:
+        layers = default_sweep_layers(n_layers, args.sweep_count)
+    instance = dg.DagsterInstance.get()
+    t0 = time.monotonic()
+    print(f"[dihal] backbone {b}: Locate", flush=True)
+    _materialize(defs, f"+key:layer_score_{b}", instance)
+    from resources import StorageResource
+
+    layout = StorageResource().layout()
+    score = read_manifest(layout.layer_score(b))
+    print(f"[dihal] l* = {score.info['l_star']} (by normalisation: {score.info['selected']})")
+    if args.stop_after != "locate":
+        print(f"[dihal] bridge sweep over layers {layers}", flush=True)
+        for ll in layers:
+            _materialize(defs, f"key:bridge_sweep_{b}", instance, partition=str(ll))
+        _materialize(defs, f"key:bridgeability_{b}", instance)
+        bness = read_manifest(layout.bridgeability(b))
+        print(f"[dihal] oracle layer {bness.info['oracle']}, worst {bness.info['worst']}")
+        print(json.dumps(bness.info["spearman"], indent=1))
+    if args.stop_after in ("bridge", "eval"):
+        print(f"[dihal] bridge at l* = {score.info['l_star']} (full budget)", flush=True)
+        _materialize(defs, f"key:bridge_{b}", instance)
+    if args.stop_after == "eval":
+        _materialize(defs, f"key:eval_{b}", instance)
+        ev = read_manifest(layout.evaluation(b))
+        for row in ev.info["rows"]:
+            print("[dihal] " + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                                         for k, v in row.items()))
+    print(f"[dihal] finished in {time.monotonic() - t0:.0f} s; artifacts under {layout.root}")
+
+
+if __name__ == "__main__":
+    main()

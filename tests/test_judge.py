@@ -1,0 +1,97 @@
+"""The judge: chunked LM head == full logits, BOS handling, loading errors; the real Gemma judge
+prefers natural English to the same words shuffled."""
+
+import math
+import random
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from dihal.judge import Judge, JudgeNotFoundError, load_judge
+from dihal.metrics import gen_ppl
+
+TEXTS = [
+    "the man said that he was in the state",
+    "",
+    "people made good time",
+    "it was",
+    "the world is very little and the people are good because they make it so",
+]
+
+
+@pytest.fixture(scope="module")
+def tiny_judge(tiny_llama_dir, tmp_path_factory):
+    return load_judge(str(tiny_llama_dir), cache_dir=tmp_path_factory.mktemp("judge-cache"))
+
+
+def reference_nll(judge, texts):
+    """Unbatched, unchunked: full logits of each text on its own."""
+    total, count = 0.0, 0
+    for text in texts:
+        ids = torch.tensor([judge.encode(text)])
+        if ids.shape[1] < 2:
+            continue
+        with torch.no_grad():
+            logits = judge.model(ids).logits[0, :-1]
+        total += float(F.cross_entropy(logits, ids[0, 1:], reduction="sum"))
+        count += ids.shape[1] - 1
+    return total, count
+
+
+def test_chunked_batched_nll_equals_full_logits(tiny_judge):
+    expected, count = reference_nll(tiny_judge, TEXTS)
+    assert count == 9 + 0 + 4 + 2 + 15  # words (BOS not scored)
+    for chunk, batch in [(3, 2), (512, 8), (1, 1)]:
+        judge = Judge(tiny_judge.model, tiny_judge.tokenizer, chunk_size=chunk, batch_size=batch)
+        total, n = judge.nll(TEXTS)
+        assert n == count
+        assert total == pytest.approx(expected, rel=1e-5)
+
+
+def test_bos_is_added_once_and_not_scored(tiny_judge):
+    tok = tiny_judge.tokenizer
+    ids = tiny_judge.encode("the world")
+    assert ids[0] == tok.bos_token_id and ids[1] != tok.bos_token_id and len(ids) == 3
+    assert tiny_judge.encode("") == [tok.bos_token_id]
+    assert tiny_judge.nll([""]) == (0.0, 0)
+
+
+def test_gen_ppl_skips_and_counts_empty_texts(tiny_judge):
+    res = gen_ppl(tiny_judge, TEXTS + ["   "])
+    total, n = tiny_judge.nll(TEXTS)
+    assert (res.n_texts, res.n_empty, res.n_tokens) == (4, 2, n)
+    assert res.ppl == pytest.approx(math.exp(total / n))
+    assert math.isnan(gen_ppl(tiny_judge, ["", " "]).ppl)
+
+
+def test_judge_records_what_was_loaded(tiny_judge, tiny_llama_dir):
+    info = tiny_judge.info()
+    assert info["revision"] == f"local:{Path(tiny_llama_dir).resolve()}"
+    assert info["architecture"] == "LlamaForCausalLM"
+
+
+def test_missing_judge_names_the_id_and_the_fix(tmp_path):
+    with pytest.raises(JudgeNotFoundError, match=r"'nobody/no-such-judge'.*hf download"):
+        load_judge("nobody/no-such-judge", cache_dir=tmp_path)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(JudgeNotFoundError, match="no config.json"):
+        load_judge(str(tmp_path / "empty"), cache_dir=tmp_path)
+
+
+@pytest.mark.slow
+def test_embedded_gemma_judge_prefers_natural_text():
+    judge = load_judge(cache_dir=Path(".dihal/artifacts/cache/models"))  # shared: dequantise once
+    assert judge.model.config.vocab_size == 262_144
+    assert "sha256=a5fd3b62" in judge.revision
+    text = ("The old bridge across the river was built of stone, and every morning the "
+            "farmers crossed it on their way to the market in town.")
+    words = text.split()
+    random.Random(0).shuffle(words)
+    natural = gen_ppl(judge, [text]).ppl
+    shuffled = gen_ppl(judge, [" ".join(words)]).ppl
+    assert natural < 60 and shuffled > 5 * natural
+    # chunked LM head on a short text equals the model's own logits
+    total, _ = Judge(judge.model, judge.tokenizer, chunk_size=7).nll([text])
+    assert total == pytest.approx(reference_nll(judge, [text])[0], rel=1e-4)

@@ -1,0 +1,66 @@
+"""Text metrics on hand-written strings with answers computed by hand."""
+
+import math
+
+import pytest
+
+from dihal.metrics import diversity, gen_ppl, mean_length, ngrams, repetition, words
+
+
+def test_words_split_runs_of_word_characters_and_single_punctuation():
+    assert words("Hello, world!! It's 3.5") == ["Hello", ",", "world", "!", "!", "It", "'", "s",
+                                               "3", ".", "5"]
+    assert words("  \n") == []
+    assert ngrams(["a", "b", "c"], 2) == [("a", "b"), ("b", "c")]
+    assert ngrams(["a"], 2) == []
+
+
+def test_diversity_by_hand():
+    # "a b c d" and "a b c e": bigrams ab bc cd / ab bc ce -> 4 distinct of 6;
+    # trigrams abc bcd / abc bce -> 3 of 4; 4-grams abcd / abce -> 2 of 2.
+    assert diversity(["a b c d", "a b c e"]) == pytest.approx(4 / 6 * 3 / 4 * 2 / 2)
+    assert diversity(["one two three four five"]) == 1.0
+    # "x x x x x": 4 bigrams (1 distinct), 3 trigrams (1), 2 4-grams (1)
+    assert diversity(["x x x x x"]) == pytest.approx(1 / 4 * 1 / 3 * 1 / 2)
+    # punctuation counts as words: "a , b" has bigrams (a ,) (, b)
+    assert diversity(["a, b", "a, b"], ns=(2,)) == pytest.approx(2 / 4)
+    assert math.isnan(diversity(["a b c", "d"]))  # no 4-gram anywhere
+    with pytest.raises(ValueError):
+        diversity([])
+    with pytest.raises(TypeError):
+        diversity("a b c d")
+
+
+def test_repetition_counts_repeats_within_a_text_only():
+    # "a b a b a b", n = 2: ab ba ab ba ab -> 5 bigrams, 2 distinct, 3 repeats
+    assert repetition(["a b a b a b"], n=2) == pytest.approx(3 / 5)
+    # the same text twice: still 6 repeats of 10 (sharing across texts is not repetition)
+    assert repetition(["a b a b a b"] * 2, n=2) == pytest.approx(6 / 10)
+    assert repetition(["a b c d e f g"], n=4) == 0.0
+    assert repetition(["x x x x x x", "p q r s t"], n=4) == pytest.approx(2 / 5)
+    assert math.isnan(repetition(["a b"], n=4))
+
+
+def test_mean_length_in_words():
+    assert mean_length(["a b c", "", "Hi!"]) == pytest.approx((3 + 0 + 2) / 3)
+
+
+class FixedJudge:
+    """Every judge token costs 2 nats; a text has one judge token per word."""
+
+    def __init__(self):
+        self.seen = []
+
+    def nll(self, texts):
+        self.seen.extend(texts)
+        n = sum(len(words(t)) for t in texts)
+        return 2.0 * n, n
+
+
+def test_gen_ppl_pools_tokens_and_skips_empty_texts():
+    judge = FixedJudge()
+    res = gen_ppl(judge, ["a b c", "", "d", "\n "])
+    assert judge.seen == ["a b c", "d"]
+    assert (res.n_texts, res.n_empty, res.n_tokens, res.nll) == (2, 2, 4, 8.0)
+    assert res.ppl == pytest.approx(math.exp(2.0))
+    assert math.isnan(gen_ppl(FixedJudge(), [""]).ppl)

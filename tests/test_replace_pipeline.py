@@ -1,0 +1,124 @@
+"""Replace on a tiny model through Dagster: sweep partitions, bridgeability, bridge, eval,
+and the re-evaluation schedule's staleness test."""
+
+import dagster as dg
+import pytest
+
+from pipeline.definitions import build_definitions
+from resources import BackboneResource, ComputeResource, JudgeResource, StorageResource
+from storage import read_manifest
+from tests.test_pipeline import TINY_RUN
+from tests.tiny import make_docs, write_shard
+
+PROTOCOL = {"d_model": 32, "n_layers": 1, "n_heads": 2, "batch_size": 2, "eval_sequences": 4,
+            "steps": 4, "checkpoint_every": 3}
+
+
+@pytest.fixture()
+def tiny(tmp_path, tiny_llama_dir):
+    (tmp_path / "corpus").mkdir()
+    shard = write_shard(tmp_path / "corpus" / "s0.json.gz", make_docs(120))
+    defs = build_definitions(("llama",), n_layers={"llama": 4}, resources={
+        "storage": StorageResource(root=str(tmp_path / "artifacts")),
+        "backbones": BackboneResource(paths={"llama": str(tiny_llama_dir)}),
+        "compute": ComputeResource(device="cpu", threads=1),
+        "judge": JudgeResource(name=str(tiny_llama_dir)),
+    })
+    return defs, shard, tmp_path / "artifacts"
+
+
+def _mat(defs, instance, keys, run_ops, partition=None):
+    run_ops = {k: v for k, v in run_ops.items() if k in keys}
+    res = dg.materialize(
+        list(defs.assets) + list(defs.asset_checks), selection=keys, partition_key=partition,
+        instance=instance, resources=defs.resources, run_config={"ops": run_ops},
+        raise_on_error=False,
+    )
+    errors = [e.step_failure_data.error.to_string() for e in res.all_events
+              if e.event_type_value == "STEP_FAILURE"]
+    return res, errors
+
+
+def test_sweep_bridgeability_bridge_eval_and_schedule(tiny):
+    from assets.staleness import stale_assets
+    from storage.layout import ArtifactLayout
+
+    defs, shard, root = tiny
+    inst = dg.DagsterInstance.ephemeral()
+    ops = {**TINY_RUN, "corpus": {"config": {"paths": [str(shard)]}}}
+    locate = ["corpus", "sequences_llama", "hidden_states_llama", "geometry_llama",
+              "layer_score_llama"]
+    res, err = _mat(defs, inst, locate, ops)
+    assert res.success, err
+
+    # the bridgeability asset says what to run when the sweep is missing
+    res, err = _mat(defs, inst, ["bridgeability_llama"], {})
+    assert not res.success and "--select bridge_sweep_llama --partition" in err[0]
+
+    sweep_ops = {"bridge_sweep_llama": {"config": PROTOCOL}}
+    for layer in ("1", "2", "3"):
+        res, err = _mat(defs, inst, ["bridge_sweep_llama"], sweep_ops, partition=layer)
+        assert res.success, err
+        m = read_manifest(root / "llama" / "bridge_sweep" / f"layer_{int(layer):03d}")
+        metrics = m.info["metrics"]
+        for k in ("val_loss", "recon_error", "hybrid_nll", "top1_agreement"):
+            assert metrics[k] == metrics[k]  # not NaN
+        assert 0.0 <= metrics["top1_agreement"] <= 1.0
+        assert (m.info["metrics"]["steps"]) > 0
+        d = root / "llama" / "bridge_sweep" / f"layer_{int(layer):03d}"
+        assert (d / "bridge.safetensors").exists() and (d / "hparams.json").exists()
+
+    # a layer outside the model fails with the valid range
+    res, err = _mat(defs, inst, ["bridge_sweep_llama"], sweep_ops, partition="3")
+    assert res.success  # cached
+    layout = ArtifactLayout(root)
+    assert stale_assets(layout, "llama") == ["bridgeability_llama"]
+
+    res, err = _mat(defs, inst, ["bridgeability_llama"], {})
+    assert res.success, err
+    b = read_manifest(root / "llama" / "bridgeability")
+    assert b.info["oracle"] in (1, 2, 3) and b.info["worst"] in (1, 2, 3)
+    preds = [r["predictor"] for r in b.info["spearman"]]
+    assert "depth (-l)" in preds and "S_l (none)" in preds
+    assert stale_assets(layout, "llama") == []
+
+    full = {**PROTOCOL, "epochs": 2.0}
+    res, err = _mat(defs, inst, ["bridge_llama"], {"bridge_llama": {"config": full}})
+    assert res.success, err
+    l_star = read_manifest(root / "llama" / "layer_score").info["l_star"]
+    assert read_manifest(root / "llama" / "bridge").info["metrics"]["layer"] == l_star
+    assert stale_assets(layout, "llama") == ["eval_llama"]
+
+    eval_ops = {"eval_llama": {"config": {"n_samples": 4, "length": 6, "batch_size": 2}}}
+    res, err = _mat(defs, inst, ["eval_llama"], eval_ops)
+    assert res.success, err
+    ev = read_manifest(root / "llama" / "eval")
+    models = [r["model"] for r in ev.info["rows"]]
+    assert models == [f"DiHAL (l={l_star})", "backbone (AR reference)"]
+    for row in ev.info["rows"]:
+        assert row["gen_ppl"] > 1.0 or row["empty_samples"] == 4
+        assert 0.0 <= row["diversity"] <= 1.0 and row["ms_per_token"] > 0
+    lines = (root / "llama" / "eval" / "samples.jsonl").read_text().splitlines()
+    assert len(lines) == 8
+    assert stale_assets(layout, "llama") == []
+
+    # the schedule skips when nothing is stale, and asks for a run after the bridge changes
+    schedule = defs.resolve_schedule_def("reevaluate_llama_nightly")
+    ctx = dg.build_schedule_context(instance=inst, resources=defs.resources)
+    assert isinstance(schedule.evaluate_tick(ctx).skip_message, str)
+    res, err = _mat(defs, inst, ["bridge_llama"], {"bridge_llama": {"config": {**full, "seed": 1}}})
+    assert res.success, err
+    requests = schedule.evaluate_tick(ctx).run_requests
+    assert [k.to_user_string() for k in requests[0].asset_selection] == ["eval_llama"]
+
+
+def test_layer_outside_the_model_fails_clearly(tiny):
+    defs, shard, root = tiny
+    inst = dg.DagsterInstance.ephemeral()
+    ops = {**TINY_RUN, "corpus": {"config": {"paths": [str(shard)]}}}
+    res, err = _mat(defs, inst, ["corpus", "sequences_llama", "hidden_states_llama"], ops)
+    assert res.success, err
+    big = build_definitions(("llama",), n_layers={"llama": 8}, resources=defs.resources)
+    res, err = _mat(big, inst, ["bridge_sweep_llama"], {"bridge_sweep_llama": {"config": PROTOCOL}},
+                    partition="6")
+    assert not res.success and "layer 6 is not a candidate: this dump has layers 1..3" in err[0]

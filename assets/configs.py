@@ -26,7 +26,7 @@ class CorpusRunConfig(dg.Config):
 
 class SequencesRunConfig(dg.Config):
     seq_len: int = 128
-    n_train: int = 256
+    n_train: int = 512
     n_val: int = 64
     val_fraction: float = 0.1
     seed: int = 0

@@ -157,7 +157,7 @@ def iter_documents(
 @dataclass(frozen=True)
 class SequenceConfig:
     seq_len: int = 128
-    n_train: int = 256
+    n_train: int = 512
     n_val: int = 64
     val_fraction: float = 0.1
     seed: int = 0

@@ -111,3 +111,22 @@ def test_config_is_validated():
     with pytest.raises(ValueError, match="d_in"):
         DenoiserConfig(d_in=0)
     assert DenoiserConfig.from_dict(CFG.to_dict()) == CFG
+
+
+def test_bidirectional_denoiser_sees_later_positions():
+    import dataclasses
+
+    cfg = DenoiserConfig(d_in=8, d_model=16, n_layers=1, n_heads=2, max_len=16, causal=False)
+    model = build_denoiser(cfg, seed=0)
+    torch.nn.init.normal_(model.out_proj.weight)
+    g = torch.Generator().manual_seed(0)
+    x, c = torch.randn(1, 6, 8, generator=g), torch.randn(1, 6, 8, generator=g)
+    y = model(x, 0.5, c)
+    x2 = x.clone()
+    x2[:, 5] += 1.0
+    assert not torch.allclose(model(x2, 0.5, c)[:, 0], y[:, 0])  # position 0 sees position 5
+    causal = build_denoiser(dataclasses.replace(cfg, causal=True), seed=0)
+    causal.load_state_dict(model.state_dict())
+    torch.testing.assert_close(causal(x2, 0.5, c)[:, 0], causal(x, 0.5, c)[:, 0])
+    with pytest.raises(ValueError, match="bidirectional"):
+        model(x, 0.5, c, cache=model.new_cache())

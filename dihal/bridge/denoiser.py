@@ -32,6 +32,8 @@ class DenoiserConfig:
     time_embed_dim: int = 128
     rope_base: float = 10000.0
     norm_eps: float = 1e-6
+    # False: bidirectional attention, for whole-sequence diffusion baselines (no KV cache).
+    causal: bool = True
 
     def __post_init__(self) -> None:
         for name in ("d_in", "d_model", "n_layers", "n_heads", "max_len", "time_embed_dim"):
@@ -129,6 +131,7 @@ class CausalSelfAttention(nn.Module):
     def __init__(self, cfg: DenoiserConfig) -> None:
         super().__init__()
         self.n_heads = cfg.n_heads
+        self.causal = cfg.causal
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
         self.proj = nn.Linear(cfg.d_model, cfg.d_model)
 
@@ -148,7 +151,7 @@ class CausalSelfAttention(nn.Module):
             k, v = cache.update(layer, k, v, start_pos)
         S = k.shape[2]
         if S == T:
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
         elif T == 1:  # one new position sees every cached one
             y = F.scaled_dot_product_attention(q, k, v)
         else:  # a chunk after a cached prefix: query a (absolute S - T + a) sees keys <= it
@@ -245,6 +248,8 @@ class CausalDenoiser(nn.Module):
                 f"x_t {tuple(x_t.shape)} and c {tuple(c.shape)} must both be (B, T, {self.cfg.d_in})"
             )
         B, T, _ = x_t.shape
+        if cache is not None and not self.cfg.causal:
+            raise ValueError("a bidirectional denoiser (causal=False) cannot decode with a cache")
         if cache is not None and cache.length != start_pos:
             raise ValueError(f"start_pos={start_pos} but the cache holds {cache.length} positions")
         if start_pos < 0 or start_pos + T > self.cfg.max_len:

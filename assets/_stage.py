@@ -20,9 +20,28 @@ CODE_VERSIONS = {
     "layer_score": "1",
     "bridge_sweep": "1",
     "bridgeability": "1",
-    "bridge": "1",
+    "bridge": "2",  # 2: train_tokens counts sequences consumed x length
     "eval": "1",
+    "baseline": "1",
+    "comparison": "1",
+    "full_training": "1",
+    "report": "1",
 }
+
+
+def throttled(log, every: float = 5.0):
+    """log.info, at most once every `every` seconds (progress of long loops)."""
+    import time
+
+    last = [0.0]
+
+    def emit(msg: str) -> None:
+        now = time.monotonic()
+        if now - last[0] >= every:
+            last[0] = now
+            log.info(msg)
+
+    return emit
 
 
 def require_upstream(directory: Path, asset: str) -> Manifest:

@@ -88,7 +88,7 @@ class BridgeProtocolRunConfig(dg.Config):
     mixed_precision: str = "auto"
     sigma: float = 1.0
     steps: int = 16
-    eval_sequences: int = 64
+    eval_sequences: int = 32
     pin_first: bool = True
     checkpoint_every: int = 200
 
@@ -114,3 +114,17 @@ class EvalRunConfig(dg.Config):
     batch_size: int = 32
     eta: float = 0.0
     judge: str = "gemma3-270m"
+
+
+class BaselineRunConfig(dg.Config):
+    """A baseline's own choices; its budget (size, tokens, steps, length) is DiHAL's."""
+
+    lr: float = 1e-3
+    seed: int = 0
+    n_samples: int = 64
+    length: int = 64
+
+    def to_dihal(self):
+        from dihal.compare import BaselineRunConfig as Cfg
+
+        return Cfg(**self.model_dump())

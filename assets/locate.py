@@ -18,20 +18,6 @@ from resources import BackboneResource, ComputeResource, StorageResource
 from storage import Manifest, atomic_dir, write_manifest
 
 
-def _throttled(log, every: float = 5.0):
-    import time
-
-    last = [0.0]
-
-    def emit(msg: str) -> None:
-        now = time.monotonic()
-        if now - last[0] >= every:
-            last[0] = now
-            log.info(msg)
-
-    return emit
-
-
 @dg.asset(group_name="corpus", code_version=st.CODE_VERSIONS["corpus"], kinds={"json"})
 def corpus(
     context: dg.AssetExecutionContext, config: CorpusRunConfig, storage: StorageResource
@@ -158,7 +144,7 @@ def locate_assets(backbone: str) -> list:
                              attrs={**info, "fingerprint": fp})
         if writer.n_done():
             context.log.info(f"resuming: {writer.n_done()} batches already on disk")
-        report = extract_hidden_states(bb, seqs, writer, cfg, progress=_throttled(context.log))
+        report = extract_hidden_states(bb, seqs, writer, cfg, progress=st.throttled(context.log))
         m = Manifest(
             stage="hidden_states", backbone=backbone, fingerprint=fp, config=cfg.__dict__,
             upstream={seq_name: up.fingerprint},
@@ -228,7 +214,7 @@ def locate_assets(backbone: str) -> list:
         if (m := st.reuse(out, fp)) is not None:
             return st.result(m, out, cached=True, plot=st.png_markdown(out / "proxies.png", "proxies"))
         res = compute_geometry(StateReader(layout.hidden_states(backbone)), cfg,
-                               backbone=backbone, progress=_throttled(context.log, 2.0))
+                               backbone=backbone, progress=st.throttled(context.log, 2.0))
         m = Manifest(
             stage="geometry", backbone=backbone, fingerprint=fp,
             config={**cfg.__dict__, "normalizations": list(cfg.normalizations)},

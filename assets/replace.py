@@ -13,7 +13,7 @@ from resources import BackboneResource, ComputeResource, JudgeResource, StorageR
 from storage import Manifest, write_manifest
 
 
-def _train_and_save(context, backbone, layer, protocol, layout, workdir, backbones, compute, fp,
+def train_and_save_bridge(context, backbone, layer, protocol, layout, workdir, backbones, compute, fp,
                     upstream, stage):
     """Train a bridge at `layer` into workdir (resumable), evaluate it, save it; the manifest."""
     import time
@@ -38,13 +38,18 @@ def _train_and_save(context, backbone, layer, protocol, layout, workdir, backbon
                                           device=device, progress=progress)
     bb = backbones.load(backbone, layout, compute)
     metrics = evaluate_bridge(bb, denoiser.to(bb.device), data, protocol)
+    from dihal.bridge.train import sample_budget
+
+    tcfg = protocol.train_config(device)
     metrics.update({"layer": layer, "train_loss": result.train_loss, "steps": result.step,
-                    "train_tokens": data.train.n_tokens, "seconds": round(time.monotonic() - t0, 1),
+                    # sequences consumed x sequence length: the budget baselines are matched to
+                    "train_tokens": sample_budget(len(data.train), tcfg) * data.train.seq_len,
+                    "seconds": round(time.monotonic() - t0, 1),
                     "resumed_from_step": result.resumed_from,
                     "denoiser_parameters": denoiser.param_count()})
     hparams = {"backbone": backbone, "layer": layer, "protocol": protocol.to_dict(),
                "denoiser_config": denoiser.cfg.to_dict(),
-               "train_config": protocol.train_config(device).to_dict(),
+               "train_config": tcfg.to_dict(),
                "revision": bb.weights.revision, "fingerprint": fp}
     save_bridge(workdir, denoiser, data.cond_std, data.target_std, data.first_state, hparams)
     write_table(workdir / "curve.parquet", result.curve or [{"step": 0, "loss": float("nan")}])
@@ -83,7 +88,7 @@ def replace_assets(backbone: str, n_layers: int) -> list:
         work = out.with_name(out.name + ".partial")
         if (work / "checkpoints").exists():
             context.log.info(f"resuming layer {layer} from {work / 'checkpoints'}")
-        m = _train_and_save(context, backbone, layer, protocol, layout, work, backbones, compute,
+        m = train_and_save_bridge(context, backbone, layer, protocol, layout, work, backbones, compute,
                             fp, {hs_name: up.fingerprint}, "bridge_sweep")
         replace_dir(work, out)
         return st.result(m, out, cached=False)
@@ -162,7 +167,7 @@ def replace_assets(backbone: str, n_layers: int) -> list:
         if (m := st.reuse(out, fp)) is not None:
             return st.result(m, out, cached=True)
         work = out.with_name(out.name + ".partial")
-        m = _train_and_save(context, backbone, layer, protocol, layout, work, backbones, compute,
+        m = train_and_save_bridge(context, backbone, layer, protocol, layout, work, backbones, compute,
                             fp, upstream, "bridge")
         replace_dir(work, out)
         return st.result(m, out, cached=False)

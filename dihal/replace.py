@@ -50,7 +50,7 @@ class BridgeProtocol:
     mixed_precision: str = "auto"  # "auto": bf16 on GPU, fp32 on CPU
     sigma: float = 1.0
     steps: int = 16
-    eval_sequences: int = 64
+    eval_sequences: int = 32
     pin_first: bool = True
     checkpoint_every: int = 200
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dagster as dg
 
+from assets.compare import compare_assets
 from assets.locate import corpus, locate_assets
 from assets.replace import replace_assets
 from resources import BackboneResource, ComputeResource, JudgeResource, StorageResource
@@ -28,7 +29,8 @@ def build_definitions(
     jobs: list = []
     schedules: list = []
     for name in backbones:
-        defs = locate_assets(name) + replace_assets(name, (n_layers or {}).get(name) or _n_layers(name))
+        layers = (n_layers or {}).get(name) or _n_layers(name)
+        defs = locate_assets(name) + replace_assets(name, layers) + compare_assets(name)
         for d in defs:
             if isinstance(d, dg.AssetChecksDefinition):
                 checks.append(d)

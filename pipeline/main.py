@@ -51,7 +51,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--sweep-count", type=int, default=10,
                     help="layers in the default sweep (1, 2, 3, then evenly spaced)")
     ap.add_argument("--all-layers", action="store_true", help="sweep every candidate layer")
-    ap.add_argument("--stop-after", choices=["locate", "sweep", "bridge", "eval"], default="eval")
+    ap.add_argument("--stop-after", choices=["locate", "sweep", "bridge", "eval", "report"],
+                    default="report")
+    ap.add_argument("--baselines", default="diffusion-lm,sed,ld4lg,codar",
+                    help="comma-separated baselines for the comparison")
     args = ap.parse_args(argv)
     b = args.backbone
     n_layers = get_spec(b).n_layers
@@ -83,12 +86,24 @@ def main(argv: list[str] | None = None) -> None:
     if args.stop_after in ("bridge", "eval"):
         print(f"[dihal] bridge at l* = {score.info['l_star']} (full budget)", flush=True)
         _materialize(defs, f"key:bridge_{b}", instance)
-    if args.stop_after == "eval":
+    if args.stop_after in ("eval", "report"):
         _materialize(defs, f"key:eval_{b}", instance)
         ev = read_manifest(layout.evaluation(b))
         for row in ev.info["rows"]:
             print("[dihal] " + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                                          for k, v in row.items()))
+    if args.stop_after == "report":
+        for name in [x for x in args.baselines.split(",") if x]:
+            print(f"[dihal] baseline {name} at DiHAL's budget", flush=True)
+            _materialize(defs, f"key:baseline_{b}", instance, partition=name)
+        _materialize(defs, f"key:comparison_{b}", instance)
+        for row in read_manifest(layout.comparison(b)).info["rows"]:
+            print(f"[dihal] {row['model']}: Gen.PPL {row['gen_ppl']:.2f}, diversity "
+                  f"{row['diversity']:.4f}")
+        print("[dihal] full training at l*, the oracle and the worst layer", flush=True)
+        _materialize(defs, f"key:full_training_{b}", instance)
+        _materialize(defs, f"key:report_{b}", instance)
+        print(f"[dihal] report: {layout.report(b) / 'report.html'}")
     print(f"[dihal] finished in {time.monotonic() - t0:.0f} s; artifacts under {layout.root}")
 
 

@@ -54,3 +54,18 @@ class ArtifactLayout:
 
     def judge_cache(self) -> Path:
         return self.root / "cache" / "judges"
+
+    def baseline(self, backbone: str, name: str) -> Path:
+        return self.stage("baseline", backbone) / name
+
+    def comparison(self, backbone: str) -> Path:
+        return self.stage("comparison", backbone)
+
+    def full_training(self, backbone: str) -> Path:
+        return self.stage("full_training", backbone)
+
+    def report(self, backbone: str) -> Path:
+        return self.stage("report", backbone)
+
+    def full_training_bridge(self, backbone: str, layer: int) -> Path:
+        return self.stage("full_training_bridges", backbone) / f"layer_{layer:03d}"

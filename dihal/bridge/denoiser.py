@@ -82,6 +82,9 @@ class KVCache:
         self.length = 0
         self._k: list[Tensor | None] = [None] * n_layers
         self._v: list[Tensor | None] = [None] * n_layers
+        # (t, modulations): the time conditioning depends on t alone, so a cache that is always
+        # used at one t (one denoising step of the incremental sampler) computes it once.
+        self.time_memo: tuple[Tensor, list[Tensor]] | None = None
 
     def update(self, layer: int, k: Tensor, v: Tensor, start: int) -> tuple[Tensor, Tensor]:
         """Store k, v (B, H, T, Dh) at positions [start, start + T); return all keys/values so far."""
@@ -181,8 +184,9 @@ class Block(nn.Module):
         self.mlp = MLP(cfg)
         self.modulation = nn.Sequential(nn.SiLU(), nn.Linear(cfg.d_model, 4 * cfg.d_model))
 
-    def forward(self, x, temb, cos, sin, cache, layer, start_pos) -> Tensor:
-        shift1, scale1, shift2, scale2 = self.modulation(temb)[:, None, :].chunk(4, dim=-1)
+    def forward(self, x, mod, cos, sin, cache, layer, start_pos) -> Tensor:
+        """mod: this block's time modulation, self.modulation(temb) of shape (B, 4 d_model)."""
+        shift1, scale1, shift2, scale2 = mod[:, None, :].chunk(4, dim=-1)
         x = x + self.attn(
             modulate(self.norm1(x), shift1, scale1), cos, sin, cache, layer, start_pos
         )
@@ -224,6 +228,17 @@ class CausalDenoiser(nn.Module):
         nn.init.zeros_(self.out_proj.weight)
         nn.init.zeros_(self.out_proj.bias)
 
+    def _time_conditioning(self, t: Tensor, dtype: torch.dtype, cache: KVCache | None) -> list[Tensor]:
+        """Per-block (and final) modulations for times t (B,); memoised in a decoding cache."""
+        if cache is None or torch.is_grad_enabled():
+            return _modulations(self, t, dtype)
+        memo = cache.time_memo
+        if memo is not None and memo[0].shape == t.shape and torch.equal(memo[0], t):
+            return memo[1]
+        mods = _modulations(self, t, dtype)
+        cache.time_memo = (t.clone(), mods)
+        return mods
+
     def new_cache(self) -> KVCache:
         return KVCache(self.cfg.n_layers, self.cfg.max_len)
 
@@ -262,16 +277,21 @@ class CausalDenoiser(nn.Module):
         if t.shape != (B,):
             raise ValueError(f"t must be a float or shape ({B},), got {tuple(t.shape)}")
 
-        temb = self.time_mlp(timestep_embedding(t, self.cfg.time_embed_dim).to(x_t.dtype))
+        mods = self._time_conditioning(t, x_t.dtype, cache)
         cos = self.rope_cos[start_pos : start_pos + T]
         sin = self.rope_sin[start_pos : start_pos + T]
         x = self.in_proj(torch.cat([x_t, c], dim=-1))
         for i, block in enumerate(self.blocks):
-            x = block(x, temb, cos, sin, cache, i, start_pos)
+            x = block(x, mods[i], cos, sin, cache, i, start_pos)
         if cache is not None:
             cache.length = start_pos + T
-        shift, scale = self.final_modulation(temb)[:, None, :].chunk(2, dim=-1)
+        shift, scale = mods[-1][:, None, :].chunk(2, dim=-1)
         return self.out_proj(modulate(self.final_norm(x), shift, scale))
+
+
+def _modulations(model: CausalDenoiser, t: Tensor, dtype: torch.dtype) -> list[Tensor]:
+    temb = model.time_mlp(timestep_embedding(t, model.cfg.time_embed_dim).to(dtype))
+    return [block.modulation(temb) for block in model.blocks] + [model.final_modulation(temb)]
 
 
 def build_denoiser(cfg: DenoiserConfig, seed: int) -> CausalDenoiser:

@@ -8,6 +8,7 @@ import dagster as dg
 
 from assets import _stage as st
 from assets.configs import BaselineRunConfig, EvalRunConfig
+from assets.replace import claim_workdir
 from resources import BackboneResource, ComputeResource, JudgeResource, StorageResource
 from storage import Manifest, atomic_dir, read_manifest, write_manifest
 
@@ -47,7 +48,8 @@ def compare_assets(backbone: str) -> list:
         cfg = config.to_dihal()
         out = layout.baseline(backbone, name)
         fp = st.stage_fingerprint("baseline", {"name": name, **cfg.__dict__},
-                                  {seq_name: seqs.fingerprint, bridge_name: br.fingerprint})
+                                  {seq_name: seqs.fingerprint, bridge_name: br.fingerprint},
+                                  judge=judge.name)
         if (m := st.reuse(out, fp)) is not None:
             return st.result(m, out, cached=True)
         table = read_table(layout.sequences(backbone) / "sequences.parquet").to_pydict()
@@ -56,6 +58,7 @@ def compare_assets(backbone: str) -> list:
             dtype=np.int64))
         bb = backbones.load(backbone, layout, compute)
         work = out.with_name(out.name + ".partial")
+        claim_workdir(work, fp, context.log)
         res = run_baseline(name, bb, train_ids, ref, br.config, cfg, work, judge.load(layout, compute),
                            progress=st.throttled(context.log), device=str(bb.device))
         model, texts = res.pop("module"), res.pop("texts")
@@ -130,7 +133,7 @@ def compare_assets(backbone: str) -> list:
         """Bridges at l* (geometry), the oracle and the worst sweep layer under the full budget
         of bridge_<b>, evaluated the same way (bridgeability + generation)."""
         from assets.replace import train_and_save_bridge
-        from dihal.evaluation import EvalConfig, evaluate_generation
+        from dihal.evaluation import evaluate_generation
         from dihal.replace import BridgeProtocol
         from storage.atomic import replace_dir
         from storage.bridges import load_bridge
@@ -144,11 +147,11 @@ def compare_assets(backbone: str) -> list:
                  "worst": bness.info["worst"]}
         upstream = {bness_name: bness.fingerprint, bridge_name: br.fingerprint}
         out = layout.full_training(backbone)
-        fp = st.stage_fingerprint("full_training", config.model_dump(), upstream)
+        fp = st.stage_fingerprint("full_training", config.model_dump(), upstream, judge=judge.name)
         if (m := st.reuse(out, fp)) is not None:
             return st.result(m, out, cached=True)
         protocol = BridgeProtocol(**br.config)
-        ecfg = EvalConfig(**config.model_dump(exclude={"judge"}))
+        ecfg = config.to_dihal()
         bb = backbones.load(backbone, layout, compute)
         scorer = judge.load(layout, compute)
         rows = []

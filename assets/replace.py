@@ -13,6 +13,21 @@ from resources import BackboneResource, ComputeResource, JudgeResource, StorageR
 from storage import Manifest, write_manifest
 
 
+def claim_workdir(workdir, fp: str, log) -> None:
+    """Use `workdir` for the run with fingerprint `fp`: keep it (to resume) if it was started by
+    the same fingerprint, else clear what another config left there."""
+    import shutil
+
+    stamp = workdir / "FINGERPRINT"
+    if workdir.exists() and (not stamp.exists() or stamp.read_text().strip() != fp):
+        log.info(f"discarding {workdir}: it was started under another config")
+        shutil.rmtree(workdir)
+    if stamp.exists():
+        log.info(f"resuming from {workdir}")
+    workdir.mkdir(parents=True, exist_ok=True)
+    stamp.write_text(fp)
+
+
 def train_and_save_bridge(context, backbone, layer, protocol, layout, workdir, backbones, compute, fp,
                     upstream, stage):
     """Train a bridge at `layer` into workdir (resumable), evaluate it, save it; the manifest."""
@@ -23,6 +38,7 @@ def train_and_save_bridge(context, backbone, layer, protocol, layout, workdir, b
     from storage.states import StateReader
     from storage.tables import write_table
 
+    claim_workdir(workdir, fp, context.log)
     reader = StateReader(layout.hidden_states(backbone))
     data = load_layer_data(reader, layer, protocol)
     device = compute.resolved_device()
@@ -86,8 +102,6 @@ def replace_assets(backbone: str, n_layers: int) -> list:
         if (m := st.reuse(out, fp)) is not None:
             return st.result(m, out, cached=True)
         work = out.with_name(out.name + ".partial")
-        if (work / "checkpoints").exists():
-            context.log.info(f"resuming layer {layer} from {work / 'checkpoints'}")
         m = train_and_save_bridge(context, backbone, layer, protocol, layout, work, backbones, compute,
                             fp, {hs_name: up.fingerprint}, "bridge_sweep")
         replace_dir(work, out)
@@ -179,7 +193,7 @@ def replace_assets(backbone: str, n_layers: int) -> list:
                    compute: ComputeResource, judge: JudgeResource) -> dg.MaterializeResult:
         """Unconditional samples of the hybrid at l* and of the backbone (same count, length,
         temperature, seeds): Gen.PPL under the judge, diversity, repetition, latency."""
-        from dihal.evaluation import EvalConfig, evaluate_generation
+        from dihal.evaluation import evaluate_generation
         from storage import atomic_dir
         from storage.atomic import atomic_write_text
         from storage.bridges import load_bridge
@@ -187,9 +201,10 @@ def replace_assets(backbone: str, n_layers: int) -> list:
 
         layout = storage.layout()
         br = st.require_upstream(layout.bridge(backbone), bridge_name)
-        cfg = EvalConfig(**config.model_dump(exclude={"judge"}))
+        cfg = config.to_dihal()
         out = layout.evaluation(backbone)
-        fp = st.stage_fingerprint("eval", {**config.model_dump()}, {bridge_name: br.fingerprint})
+        fp = st.stage_fingerprint("eval", config.model_dump(), {bridge_name: br.fingerprint},
+                                  judge=judge.name)
         if (m := st.reuse(out, fp)) is not None:
             return st.result(m, out, cached=True)
         bb = backbones.load(backbone, layout, compute)

@@ -3,23 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from dihal.baselines.base import BaselineTrainConfig, Budget, check_budget, train_baseline
+from dihal.config import BaselineRunConfig  # noqa: F401 (re-exported)
 from dihal.seeds import derive_seed
-
-
-@dataclass(frozen=True)
-class BaselineRunConfig:
-    """What a baseline run may choose; everything in the Budget is taken from DiHAL's bridge."""
-
-    lr: float = 1e-3
-    seed: int = 0
-    n_samples: int = 64
-    length: int = 64
 
 
 def reference_budget(bridge_metrics: dict, bridge_hparams_protocol: dict, seq_len: int) -> Budget:

@@ -17,28 +17,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dihal.config import CorpusConfig, SequenceConfig  # noqa: F401 (re-exported)
 from dihal.errors import CorpusError, MalformedLineError
 
 EMBEDDED_SAMPLE = Path(__file__).resolve().parents[1] / "data" / "dolma_sample"
-
-
-@dataclass(frozen=True)
-class CorpusConfig:
-    """Which shards to read. ``paths`` are files or globs; ``url_list`` a file (or URL) with one
-    shard URL per line. Neither given: the embedded sample under data/dolma_sample."""
-
-    paths: tuple[str, ...] = ()
-    url_list: str | None = None
-    max_shards: int | None = None
-    max_docs: int | None = None
-    on_malformed: str = "skip"  # "skip" (count and go on) | "error"
-    min_chars: int = 1  # shorter (or empty) documents are skipped and counted
-
-    def __post_init__(self) -> None:
-        if self.on_malformed not in ("skip", "error"):
-            raise ValueError(f"on_malformed must be 'skip' or 'error', got {self.on_malformed!r}")
-        if self.paths and self.url_list:
-            raise ValueError("give corpus paths or a url_list, not both")
 
 
 @dataclass(frozen=True)
@@ -152,28 +134,6 @@ def iter_documents(
 
 # ---------------------------------------------------------------------------------------------
 # Tokenisation into fixed-length sequences
-
-
-@dataclass(frozen=True)
-class SequenceConfig:
-    seq_len: int = 128
-    n_train: int = 512
-    n_val: int = 64
-    val_fraction: float = 0.1
-    seed: int = 0
-    # Each document contributes at most this many tokens (None: all), so that a small budget
-    # still covers many documents and genres rather than a few long ones [ours].
-    max_tokens_per_doc: int | None = 256
-
-    def __post_init__(self) -> None:
-        if self.max_tokens_per_doc is not None and self.max_tokens_per_doc < 1:
-            raise ValueError("max_tokens_per_doc must be >= 1 or None")
-        if self.seq_len < 4:
-            raise ValueError(f"seq_len must be >= 4, got {self.seq_len}")
-        if self.n_train < 1 or self.n_val < 1:
-            raise ValueError("n_train and n_val must be >= 1")
-        if not 0.0 < self.val_fraction < 1.0:
-            raise ValueError(f"val_fraction must be in (0, 1), got {self.val_fraction}")
 
 
 def split_of(doc_id: str, val_fraction: float, seed: int) -> str:

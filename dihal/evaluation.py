@@ -5,25 +5,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 
-
-@dataclass(frozen=True)
-class EvalConfig:
-    n_samples: int = 64
-    length: int = 64
-    temperature: float = 1.0
-    seed: int = 0
-    batch_size: int = 32
-    eta: float = 0.0
-
-    def __post_init__(self) -> None:
-        if self.n_samples < 1 or self.length < 1 or self.batch_size < 1:
-            raise ValueError("n_samples, length and batch_size must be >= 1")
-        if self.temperature <= 0:
-            raise ValueError(f"temperature must be > 0, got {self.temperature}")
+from dihal.config import EvalConfig  # noqa: F401 (re-exported)
 
 
 def texts_until_eos(tokenizer, tokens: torch.Tensor, eos_id: int, prompt_len: int = 1) -> list[str]:

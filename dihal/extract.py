@@ -16,21 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from dihal.config import DTYPE_MAX, ExtractConfig  # noqa: F401 (re-exported)
 from dihal.errors import StateValueError
-
-DTYPE_MAX = {"float16": 65504.0, "float32": float(np.finfo(np.float32).max)}
-
-
-@dataclass(frozen=True)
-class ExtractConfig:
-    batch_size: int = 16
-    dtype: str = "float16"  # storage dtype: float16 (checked for overflow) or float32
-
-    def __post_init__(self) -> None:
-        if self.dtype not in DTYPE_MAX:
-            raise ValueError(f"dtype must be one of {sorted(DTYPE_MAX)}, got {self.dtype!r}")
-        if self.batch_size < 1:
-            raise ValueError("batch_size must be >= 1")
 
 
 def check_states(states: torch.Tensor, dtype: str, *, split: str, first_seq: int) -> float:

@@ -17,13 +17,16 @@ Pure functions: tensors and a config in, numbers out. No Dagster here.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
 
-NORMALIZATIONS = ("none", "rms", "standardize")
-MONO_STATS = ("median", "q05", "min_eig")
+from dihal.config import (  # noqa: F401 (re-exported)
+    MONO_STATS,
+    NORMALIZATIONS,
+    GeometryConfig,
+    _positive,
+)
 
 # Elements (float64) per working block of the kNN search: bounds memory to ~32 MB a block.
 _BLOCK_ELEMENTS = 2**22
@@ -32,66 +35,6 @@ _BLOCK_ELEMENTS = 2**22
 # ---------------------------------------------------------------------------------------------
 # Config and sampling plan
 # ---------------------------------------------------------------------------------------------
-
-
-def _positive(value: float) -> bool:
-    return math.isfinite(value) and value > 0
-
-
-def _require_int(name: str, value: object, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"GeometryConfig.{name} must be an int >= {minimum}, got {value!r}")
-
-
-@dataclass(frozen=True)
-class GeometryConfig:
-    """What the Locate stage computes per layer. Every field is recorded in artifact metadata."""
-
-    n_tokens: int = 4096  # states sampled per layer (same positions for every layer)
-    n_anchors: int = 2048
-    k_neighbors: int = 32
-    n_pairs: int = 4096
-    gamma_rel: float = 1e-3  # gamma = gamma_rel * tr(Sigma) / d
-    mono_stat: str = "median"  # "median" | "q05" | "min_eig"
-    normalizations: tuple[str, ...] = NORMALIZATIONS
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        _require_int("n_tokens", self.n_tokens, 2)
-        _require_int("n_anchors", self.n_anchors, 1)
-        _require_int("k_neighbors", self.k_neighbors, 2)
-        _require_int("n_pairs", self.n_pairs, 1)
-        _require_int("seed", self.seed, 0)
-        if self.n_anchors > self.n_tokens:
-            raise ValueError(
-                f"GeometryConfig.n_anchors ({self.n_anchors}) must be <= n_tokens ({self.n_tokens})"
-            )
-        if self.k_neighbors >= self.n_tokens:
-            raise ValueError(
-                f"GeometryConfig.k_neighbors ({self.k_neighbors}) must be < n_tokens "
-                f"({self.n_tokens}): the anchor itself is excluded from its neighbours"
-            )
-        gamma = self.gamma_rel
-        if isinstance(gamma, bool) or not isinstance(gamma, int | float) or not _positive(gamma):
-            raise ValueError(f"GeometryConfig.gamma_rel must be a finite float > 0, got {gamma!r}")
-        if self.mono_stat not in MONO_STATS:
-            raise ValueError(
-                f"GeometryConfig.mono_stat must be one of {MONO_STATS}, got {self.mono_stat!r}"
-            )
-        norms = self.normalizations
-        if isinstance(norms, str) or not isinstance(norms, tuple | list):
-            raise ValueError(
-                f"GeometryConfig.normalizations must be a tuple drawn from {NORMALIZATIONS}, "
-                f"got {norms!r}"
-            )
-        norms = tuple(norms)
-        bad = [k for k in norms if k not in NORMALIZATIONS]
-        if not norms or bad or len(set(norms)) != len(norms):
-            raise ValueError(
-                f"GeometryConfig.normalizations must be a non-empty tuple of distinct values from "
-                f"{NORMALIZATIONS}, got {norms!r}"
-            )
-        object.__setattr__(self, "normalizations", norms)  # a list from a run config -> tuple
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -20,62 +20,14 @@ import torch
 from dihal.bridge import (
     BridgeData,
     BrownianBridge,
-    DenoiserConfig,
     Standardizer,
-    TrainConfig,
     build_denoiser,
     reconstruction_error,
     train_bridge,
     validation_loss,
 )
+from dihal.config import BridgeProtocol  # noqa: F401 (re-exported)
 from dihal.seeds import derive_seed
-
-
-@dataclass(frozen=True)
-class BridgeProtocol:
-    """One protocol for every candidate layer: same denoiser, data, order, seed, optimiser and
-    token budget. `epochs` = 1 is the paper's single pass; full training raises it."""
-
-    d_model: int = 256
-    n_layers: int = 4
-    n_heads: int = 4
-    mlp_ratio: float = 4.0
-    lr: float = 1e-3
-    weight_decay: float = 0.01
-    warmup_frac: float = 0.05
-    batch_size: int = 4
-    epochs: float = 1.0
-    grad_clip: float = 1.0
-    seed: int = 0
-    mixed_precision: str = "auto"  # "auto": bf16 on GPU, fp32 on CPU
-    sigma: float = 1.0
-    steps: int = 16
-    eval_sequences: int = 32
-    pin_first: bool = True
-    checkpoint_every: int = 200
-
-    def __post_init__(self) -> None:
-        if self.mixed_precision not in ("auto", "no", "bf16"):
-            raise ValueError(f"mixed_precision must be auto|no|bf16, got {self.mixed_precision!r}")
-        if self.steps < 1 or self.eval_sequences < 1:
-            raise ValueError("steps and eval_sequences must be >= 1")
-
-    def denoiser_config(self, d_in: int, max_len: int) -> DenoiserConfig:
-        return DenoiserConfig(d_in=d_in, d_model=self.d_model, n_layers=self.n_layers,
-                              n_heads=self.n_heads, mlp_ratio=self.mlp_ratio, max_len=max_len)
-
-    def train_config(self, device: str) -> TrainConfig:
-        mp = self.mixed_precision
-        if mp == "auto":
-            mp = "bf16" if device.startswith("cuda") else "no"
-        return TrainConfig(lr=self.lr, weight_decay=self.weight_decay,
-                           warmup_frac=self.warmup_frac, batch_size=self.batch_size,
-                           epochs=self.epochs, grad_clip=self.grad_clip, seed=self.seed,
-                           mixed_precision=mp, checkpoint_every=self.checkpoint_every,
-                           log_every=5)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def default_sweep_layers(n_layers: int, count: int = 10) -> list[int]:

@@ -105,19 +105,17 @@ def test_definitions_load_fast_without_heavy_imports():
 def test_run_configs_mirror_the_dihal_dataclasses():
     import dataclasses
 
-    from assets.configs import (
-        CorpusRunConfig,
-        ExtractRunConfig,
-        GeometryRunConfig,
-        SequencesRunConfig,
-    )
-    from dihal.corpus import CorpusConfig, SequenceConfig
-    from dihal.extract import ExtractConfig
-    from dihal.geometry import GeometryConfig
+    from assets import configs
+    from dihal import config as dc
 
-    for run_cls, dc in ((CorpusRunConfig, CorpusConfig), (SequencesRunConfig, SequenceConfig),
-                        (ExtractRunConfig, ExtractConfig), (GeometryRunConfig, GeometryConfig)):
-        defaults = {f.name: f.default for f in dataclasses.fields(dc)}
-        assert set(run_cls.model_fields) == set(defaults), run_cls
-        built = run_cls().to_dihal()
-        assert built == dc(), run_cls
+    pairs = [(configs.CorpusRunConfig, dc.CorpusConfig), (configs.SequencesRunConfig, dc.SequenceConfig),
+             (configs.ExtractRunConfig, dc.ExtractConfig), (configs.GeometryRunConfig, dc.GeometryConfig),
+             (configs.BridgeProtocolRunConfig, dc.BridgeProtocol), (configs.EvalRunConfig, dc.EvalConfig),
+             (configs.BaselineRunConfig, dc.BaselineRunConfig)]
+    for run_cls, cls in pairs:
+        assert set(run_cls.model_fields) == {f.name for f in dataclasses.fields(cls)}, run_cls
+        assert run_cls().to_dihal() == cls(), run_cls
+    full = configs.FullBridgeRunConfig().to_dihal()
+    assert full == dataclasses.replace(dc.BridgeProtocol(), epochs=4.0)
+    with pytest.raises(ValueError, match="on_malformed"):
+        configs.CorpusRunConfig(on_malformed="ignore").to_dihal()

@@ -122,3 +122,17 @@ def test_layer_outside_the_model_fails_clearly(tiny):
     res, err = _mat(big, inst, ["bridge_sweep_llama"], {"bridge_sweep_llama": {"config": PROTOCOL}},
                     partition="6")
     assert not res.success and "layer 6 is not a candidate: this dump has layers 1..3" in err[0]
+
+
+def test_workdir_is_resumed_only_by_its_own_fingerprint(tmp_path):
+    import logging
+
+    from assets.replace import claim_workdir
+
+    work = tmp_path / "layer_002.partial"
+    claim_workdir(work, "fp-a", logging.getLogger("t"))
+    (work / "checkpoints").mkdir()
+    claim_workdir(work, "fp-a", logging.getLogger("t"))
+    assert (work / "checkpoints").exists()  # same config: kept for resuming
+    claim_workdir(work, "fp-b", logging.getLogger("t"))
+    assert not (work / "checkpoints").exists() and (work / "FINGERPRINT").read_text() == "fp-b"

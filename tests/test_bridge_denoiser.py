@@ -4,27 +4,13 @@ import pytest
 import torch
 
 from dihal.bridge.denoiser import CausalDenoiser, DenoiserConfig, build_denoiser
+from tests.tiny import randomised_denoiser
 
 CFG = DenoiserConfig(d_in=6, d_model=32, n_layers=2, n_heads=4, max_len=16, time_embed_dim=16)
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny tensors gain nothing from threads, and a shared 2-core machine makes them slow."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def randomised(seed: int = 0) -> CausalDenoiser:
-    """A denoiser with every weight random (the zero-initialised output would hide bugs)."""
-    model = build_denoiser(CFG, seed)
-    g = torch.Generator().manual_seed(seed + 1)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.copy_(0.3 * torch.randn(p.shape, generator=g))
-    return model.eval()
+    return randomised_denoiser(CFG, seed)
 
 
 def inputs(B=2, T=10, seed=0):

@@ -26,15 +26,6 @@ CFG = DenoiserConfig(d_in=D, d_model=32, n_layers=2, n_heads=2, max_len=T, time_
 PROCESS = BrownianBridge()
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny tensors gain nothing from threads, and a shared 2-core machine makes them slow."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def toy_data(n_seq: int, seed: int, mask: bool = False) -> BridgeData:
     """z0 = c A with a fixed orthogonal A: a bridge the denoiser can learn quickly."""
     a = torch.linalg.qr(torch.randn(D, D, generator=torch.Generator().manual_seed(123)))[0]

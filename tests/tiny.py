@@ -77,3 +77,15 @@ def make_docs(n: int, seed: int = 0, words: int = 60) -> list[dict]:
          "text": " ".join(rng.choice(WORDS) for _ in range(words)) + "."}
         for i in range(n)
     ]
+
+
+def randomised_denoiser(cfg, seed: int = 0):
+    """A bridge denoiser with every weight random (the zero-initialised output would hide bugs)."""
+    from dihal.bridge.denoiser import build_denoiser
+
+    model = build_denoiser(cfg, seed)
+    g = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(0.3 * torch.randn(p.shape, generator=g))
+    return model.eval()

@@ -50,7 +50,7 @@ GeometryRunConfig = run_config(dc.GeometryConfig, "GeometryRunConfig")
 BridgeProtocolRunConfig = run_config(dc.BridgeProtocol, "BridgeProtocolRunConfig")
 FullBridgeRunConfig = run_config(
     dc.BridgeProtocol, "FullBridgeRunConfig",
-    "The bridge at l* with the full budget: the sweep protocol with more passes.", epochs=4.0)
+    "The bridge at l* with the full budget: the sweep protocol with more passes.", epochs=2.0)
 EvalRunConfig = run_config(dc.EvalConfig, "EvalRunConfig")
 BaselineRunConfig = run_config(dc.BaselineRunConfig, "BaselineRunConfig")
 

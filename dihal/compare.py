@@ -37,10 +37,18 @@ def run_baseline(
 
     n_seq, seq_len = train_ids.shape
     emb = backbone.decoder.embed_tokens.weight.detach().float().cpu()
+    vocab = None
+    if cfg.restrict_vocab:
+        vocab = torch.unique(torch.cat([train_ids.flatten(),
+                                        torch.tensor([backbone.bos_id, backbone.eos_id])]))
+        lookup = torch.full((emb.shape[0],), -1, dtype=torch.long)
+        lookup[vocab] = torch.arange(len(vocab))
+        train_ids, emb = lookup[train_ids], emb[vocab]
+    bos, eos = ((int(lookup[backbone.bos_id]), int(lookup[backbone.eos_id])) if vocab is not None
+                else (backbone.bos_id, backbone.eos_id))
     model = build_baseline(name, embeddings=emb, seq_len=seq_len,
                            target_params=reference.denoiser_parameters,
-                           seed=derive_seed(cfg.seed, "baseline", name),
-                           bos_id=backbone.bos_id, eos_id=backbone.eos_id)
+                           seed=derive_seed(cfg.seed, "baseline", name), bos_id=bos, eos_id=eos)
     tcfg = BaselineTrainConfig(lr=cfg.lr, batch_size=int(bridge_protocol["batch_size"]),
                                epochs=float(bridge_protocol["epochs"]), seed=cfg.seed,
                                warmup_frac=float(bridge_protocol["warmup_frac"]),
@@ -60,10 +68,14 @@ def run_baseline(
     gen = torch.Generator(device=device).manual_seed(derive_seed(cfg.seed, "sample", name))
     with torch.no_grad():
         tokens = model.sample(cfg.n_samples, cfg.length, reference.sampler_steps, gen).cpu()
-    texts = texts_until_eos(backbone.tokenizer, tokens, backbone.eos_id, prompt_len=0)
+    if vocab is not None:
+        tokens = vocab[tokens]  # back to backbone ids
+    texts = texts_until_eos(backbone.tokenizer, tokens, backbone.eos_id, prompt_len=0,
+                            bos_id=backbone.bos_id)
     metrics = text_metrics(texts, judge)
     total = getattr(model, "total_parameters", lambda: sum(p.numel() for p in model.parameters()))()
     return {"model": name, **metrics, "budget": budget.to_dict(), "total_parameters": int(total),
             "train_steps": trained["steps"], "train_seconds": trained["seconds"],
             "final_loss": trained["curve"][-1]["loss"] if trained["curve"] else float("nan"),
+            "vocab_size": int(emb.shape[0]),
             "texts": texts, "module": model}

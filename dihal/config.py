@@ -201,5 +201,9 @@ class BaselineRunConfig:
     seed: int = 0
     n_samples: int = 64
     length: int = 64
+    # Token tables (embeddings, read-out, rounding) over the tokens of the training data only
+    # (plus BOS/EOS), mapped back to backbone ids when sampling [ours]: a baseline trained
+    # from scratch never learns the others, and the full 49k read-out dominates CPU time.
+    restrict_vocab: bool = True
 
 

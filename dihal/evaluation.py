@@ -11,10 +11,15 @@ import torch
 from dihal.config import EvalConfig  # noqa: F401 (re-exported)
 
 
-def texts_until_eos(tokenizer, tokens: torch.Tensor, eos_id: int, prompt_len: int = 1) -> list[str]:
-    """Each sample's text up to (not including) its first EOS, special tokens dropped."""
+def texts_until_eos(tokenizer, tokens: torch.Tensor, eos_id: int, prompt_len: int = 1,
+                    bos_id: int | None = None) -> list[str]:
+    """Each sample's text up to (not including) its first EOS, special tokens dropped.
+    With `bos_id`, a leading BOS is dropped first (whole-sequence samplers reproduce the BOS
+    that starts every training sequence; where BOS = EOS it must not end the text)."""
     out = []
     for row in tokens[:, prompt_len:].tolist():
+        if bos_id is not None and row and row[0] == bos_id:
+            row = row[1:]
         if eos_id in row:
             row = row[: row.index(eos_id)]
         out.append(tokenizer.decode(row, skip_special_tokens=True))

@@ -116,6 +116,6 @@ def test_run_configs_mirror_the_dihal_dataclasses():
         assert set(run_cls.model_fields) == {f.name for f in dataclasses.fields(cls)}, run_cls
         assert run_cls().to_dihal() == cls(), run_cls
     full = configs.FullBridgeRunConfig().to_dihal()
-    assert full == dataclasses.replace(dc.BridgeProtocol(), epochs=4.0)
+    assert full == dataclasses.replace(dc.BridgeProtocol(), epochs=2.0)
     with pytest.raises(ValueError, match="on_malformed"):
         configs.CorpusRunConfig(on_malformed="ignore").to_dihal()

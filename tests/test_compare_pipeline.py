@@ -1,0 +1,61 @@
+"""Issue 4 on a tiny model through Dagster: four baselines at DiHAL's budget, the comparison,
+full training (l*, oracle, worst) and the report."""
+
+import json
+
+import dagster as dg
+
+from storage import read_manifest
+from tests.test_pipeline import TINY_RUN
+from tests.test_replace_pipeline import _mat, tiny  # noqa: F401 (fixture)
+
+PROTOCOL = {"d_model": 64, "n_layers": 1, "n_heads": 2, "batch_size": 2, "eval_sequences": 4,
+            "steps": 4, "checkpoint_every": 50}
+EVAL = {"n_samples": 4, "length": 6, "batch_size": 2}
+
+
+def test_baselines_comparison_full_training_report(tiny):  # noqa: F811
+    defs, shard, root = tiny
+    inst = dg.DagsterInstance.ephemeral()
+    ops = {**TINY_RUN, "corpus": {"config": {"paths": [str(shard)]}},
+           "bridge_sweep_llama": {"config": PROTOCOL},
+           "bridge_llama": {"config": {**PROTOCOL, "epochs": 2.0}},
+           "eval_llama": {"config": EVAL}, "full_training_llama": {"config": EVAL},
+           "baseline_llama": {"config": {"n_samples": 4, "length": 8}}}
+    res, err = _mat(defs, inst, ["corpus", "sequences_llama", "hidden_states_llama",
+                                 "geometry_llama", "layer_score_llama"], ops)
+    assert res.success, err
+    for layer in ("1", "2", "3"):
+        res, err = _mat(defs, inst, ["bridge_sweep_llama"], ops, partition=layer)
+        assert res.success, err
+    res, err = _mat(defs, inst, ["bridgeability_llama", "bridge_llama", "eval_llama"], ops)
+    assert res.success, err
+
+    bridge = read_manifest(root / "llama" / "bridge").info["metrics"]
+    for name in ("diffusion-lm", "sed", "ld4lg", "codar"):
+        res, err = _mat(defs, inst, ["baseline_llama"], ops, partition=name)
+        assert res.success, (name, err)
+        m = read_manifest(root / "llama" / "baseline" / name)
+        budget = m.info["row"]["budget"]
+        assert abs(budget["denoiser_parameters"] / bridge["denoiser_parameters"] - 1) <= 0.10
+        assert budget["train_tokens"] == bridge["train_tokens"]
+        assert budget["sampler_steps"] == PROTOCOL["steps"]
+        samples = (root / "llama" / "baseline" / name / "samples.jsonl").read_text().splitlines()
+        assert len(samples) == 4 and all("text" in json.loads(s) for s in samples)
+
+    res, err = _mat(defs, inst, ["comparison_llama", "full_training_llama", "report_llama"], ops)
+    assert res.success, err
+    rows = read_manifest(root / "llama" / "comparison").info["rows"]
+    assert [r["model"] for r in rows][2:] == ["diffusion-lm", "sed", "ld4lg", "codar"]
+    assert rows[0]["model"].startswith("DiHAL") and rows[1]["model"].startswith("backbone")
+    full = read_manifest(root / "llama" / "full_training").info["rows"]
+    b = read_manifest(root / "llama" / "bridgeability").info
+    assert {r["role"]: r["layer"] for r in full} == {"geometry l*": b["l_star"],
+                                                     "oracle": b["oracle"], "worst": b["worst"]}
+    assert len({r["train_tokens"] for r in full}) == 1  # one full budget for all three
+    html = (root / "llama" / "report" / "report.html").read_text()
+    md = (root / "llama" / "report" / "report.md").read_text()
+    for text in (html, md):
+        for needle in ("Locate", "bridgeability", "Full training", "diffusion-lm", "codar",
+                       "depth (-l)", "data:image/png;base64,"):
+            assert needle in text, needle

@@ -40,6 +40,9 @@ def _materialize(defs: dg.Definitions, selection: str, instance, partition: str 
     return res
 
 
+STAGES = ["locate", "sweep", "bridge", "eval", "report"]
+
+
 def main(argv: list[str] | None = None) -> None:
     from dihal.registry import get_spec
     from pipeline.definitions import defs
@@ -51,8 +54,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--sweep-count", type=int, default=10,
                     help="layers in the default sweep (1, 2, 3, then evenly spaced)")
     ap.add_argument("--all-layers", action="store_true", help="sweep every candidate layer")
-    ap.add_argument("--stop-after", choices=["locate", "sweep", "bridge", "eval", "report"],
-                    default="report")
+    ap.add_argument("--stop-after", choices=STAGES, default="report")
     ap.add_argument("--baselines", default="diffusion-lm,sed,ld4lg,codar",
                     help="comma-separated baselines for the comparison")
     args = ap.parse_args(argv)
@@ -75,7 +77,12 @@ def main(argv: list[str] | None = None) -> None:
     layout = StorageResource().layout()
     score = read_manifest(layout.layer_score(b))
     print(f"[dihal] l* = {score.info['l_star']} (by normalisation: {score.info['selected']})")
-    if args.stop_after != "locate":
+    last = STAGES.index(args.stop_after)
+
+    def runs(stage: str) -> bool:
+        return STAGES.index(stage) <= last
+
+    if runs("sweep"):
         print(f"[dihal] bridge sweep over layers {layers}", flush=True)
         for ll in layers:
             _materialize(defs, f"key:bridge_sweep_{b}", instance, partition=str(ll))
@@ -83,16 +90,16 @@ def main(argv: list[str] | None = None) -> None:
         bness = read_manifest(layout.bridgeability(b))
         print(f"[dihal] oracle layer {bness.info['oracle']}, worst {bness.info['worst']}")
         print(json.dumps(bness.info["spearman"], indent=1))
-    if args.stop_after in ("bridge", "eval"):
+    if runs("bridge"):
         print(f"[dihal] bridge at l* = {score.info['l_star']} (full budget)", flush=True)
         _materialize(defs, f"key:bridge_{b}", instance)
-    if args.stop_after in ("eval", "report"):
+    if runs("eval"):
         _materialize(defs, f"key:eval_{b}", instance)
         ev = read_manifest(layout.evaluation(b))
         for row in ev.info["rows"]:
             print("[dihal] " + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                                          for k, v in row.items()))
-    if args.stop_after == "report":
+    if runs("report"):
         for name in [x for x in args.baselines.split(",") if x]:
             print(f"[dihal] baseline {name} at DiHAL's budget", flush=True)
             _materialize(defs, f"key:baseline_{b}", instance, partition=name)

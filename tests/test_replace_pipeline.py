@@ -136,3 +136,27 @@ def test_workdir_is_resumed_only_by_its_own_fingerprint(tmp_path):
     assert (work / "checkpoints").exists()  # same config: kept for resuming
     claim_workdir(work, "fp-b", logging.getLogger("t"))
     assert not (work / "checkpoints").exists() and (work / "FINGERPRINT").read_text() == "fp-b"
+
+
+def test_driver_runs_every_stage_up_to_the_chosen_one(monkeypatch):
+    from types import SimpleNamespace
+
+    import pipeline.main as driver
+
+    calls = []
+    fake = SimpleNamespace(info={"l_star": 1, "selected": {}, "oracle": 1, "worst": 2,
+                                 "spearman": [], "rows": [{"model": "m", "gen_ppl": 1.0,
+                                                           "diversity": 0.5}]})
+    monkeypatch.setattr(driver, "_materialize",
+                        lambda defs, sel, inst, partition=None: calls.append((sel, partition)))
+    monkeypatch.setattr(driver.dg.DagsterInstance, "get", staticmethod(lambda: None))
+    monkeypatch.setattr("storage.read_manifest", lambda d: fake)
+    driver.main(["--stop-after", "report", "--layers", "1,2", "--baselines", "sed"])
+    assert calls == [("+key:layer_score_smollm2", None), ("key:bridge_sweep_smollm2", "1"),
+                     ("key:bridge_sweep_smollm2", "2"), ("key:bridgeability_smollm2", None),
+                     ("key:bridge_smollm2", None), ("key:eval_smollm2", None),
+                     ("key:baseline_smollm2", "sed"), ("key:comparison_smollm2", None),
+                     ("key:full_training_smollm2", None), ("key:report_smollm2", None)]
+    calls.clear()
+    driver.main(["--stop-after", "bridge", "--layers", "3"])
+    assert [c[0] for c in calls][-1] == "key:bridge_smollm2"

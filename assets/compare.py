@@ -47,9 +47,11 @@ def compare_assets(backbone: str) -> list:
         ref = reference_budget(br.info["metrics"], br.config, seqs.config["seq_len"])
         cfg = config.to_dihal()
         out = layout.baseline(backbone, name)
+        from dihal.baselines import VERSIONS
+
         fp = st.stage_fingerprint("baseline", {"name": name, **cfg.__dict__},
                                   {seq_name: seqs.fingerprint, bridge_name: br.fingerprint},
-                                  judge=judge.name)
+                                  judge=judge.name, recipe_version=VERSIONS[name])
         if (m := st.reuse(out, fp)) is not None:
             return st.result(m, out, cached=True)
         table = read_table(layout.sequences(backbone) / "sequences.parquet").to_pydict()

@@ -13,7 +13,8 @@ Recipe, in the backbone's token space:
   batch, as LD4LG's train_prob_self_cond): loss ||v_hat - v||^2.
 - Sampling: `steps` denoiser calls on time_grid(steps) from noise to a latent, DDPM posterior
   steps (eta = 1, LD4LG's default sampler), then the decoder reads `length` tokens from BOS:
-  greedy by default (`temperature` > 0 samples). Samples follow the training sequences' format
+  sampled at temperature 1 by default, as every model of the comparison (`temperature` <= 0:
+  greedy). Samples follow the training sequences' format
   (a corpus whose sequences start with BOS gives samples that start with BOS).
 
 Departures from the paper (to fit one training budget on small hardware):
@@ -242,7 +243,7 @@ class LD4LGConfig:
     decoder: DecoderConfig = field(default_factory=DecoderConfig)
     self_cond_prob: float = 0.5
     eta: float = 1.0
-    temperature: float = 0.0
+    temperature: float = 1.0  # METHOD.md s.4: samples at temperature 1 (greedy collapses)
     autoencoder_steps: int | None = None
     schedule: CosineSchedule = field(default_factory=CosineSchedule)
 

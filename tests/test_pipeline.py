@@ -61,7 +61,7 @@ def test_locate_graph_runs_caches_and_recomputes_on_change(tiny_defs):
     meta = _mat_meta(first)
     assert all(meta[k]["cached"].value is False for k in CHAIN)
     l_star = meta["layer_score_llama"]["l_star"].value
-    assert 1 <= l_star <= 3
+    assert l_star in (1, 2, 3)  # a candidate layer of the 4-layer model
     checks = {e.asset_check_evaluation_data.check_name: e.asset_check_evaluation_data.passed
               for e in first.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"}
     assert checks == {"finite_states": True, "expected_shapes": True}

@@ -25,7 +25,7 @@ CODE_VERSIONS = {
     "baseline": "1",
     "comparison": "1",
     "full_training": "1",
-    "report": "1",
+    "report": "2",  # 2: k_eff per normalisation
 }
 
 

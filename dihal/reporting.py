@@ -34,15 +34,13 @@ def build_report(layout, backbone: str) -> Report:
         for n in norms:
             g = next(x for x in rows if x["layer"] == layer and x["norm"] == n)
             row.update({f"m_curv[{n}]": g["m_curv"], f"m_mono[{n}]": g["m_mono"],
-                        f"S[{n}]": srows[(n, layer)]["S"]})
-        row["k_eff"] = next(x for x in rows if x["layer"] == layer and x["norm"] == "none")["k_eff"] \
-            if "none" in norms else float("nan")
+                        f"k_eff[{n}]": g["k_eff"], f"S[{n}]": srows[(n, layer)]["S"]})
         table.append(row)
-    cols = ["layer", "k_eff"] + [f"{k}[{n}]" for n in norms for k in ("m_curv", "m_mono", "S")]
+    cols = ["layer"] + [f"{k}[{n}]" for n in norms for k in ("m_curv", "m_mono", "k_eff", "S")]
     r.p(f"{geo.config['n_tokens']} held-out tokens per layer (position 0 dropped), "
         f"{geo.config['n_anchors']} anchors, k = {geo.config['k_neighbors']}, "
-        f"{geo.config['n_pairs']} pairs. k_eff is scale-free, so it is the same under every "
-        "normalisation (shown once, under none).")
+        f"{geo.config['n_pairs']} pairs. k_eff is unchanged by a global rescaling, so it is the "
+        "same under none and rms; standardize rescales each dimension and changes it.")
     r.table(table, cols, ".3g")
     r.image((geo_dir / "proxies.png").read_bytes(), "Proxies against layer, per normalisation")
     r.image((score_dir / "score.png").read_bytes(), "Layer score S_l and l* per normalisation")

@@ -32,13 +32,12 @@ def compare_assets(backbone: str) -> list:
                  judge: JudgeResource) -> dg.MaterializeResult:
         """A continuous-diffusion baseline at DiHAL's budget: same denoiser size (+-10%),
         training tokens, sampler steps, sequence length, judge and metric code."""
-        import numpy as np
         import torch
         from safetensors.torch import save_model
 
         from dihal.compare import reference_budget, run_baseline
         from storage.atomic import atomic_write_json, atomic_write_text, replace_dir
-        from storage.tables import read_table
+        from storage.tables import read_sequences
 
         name = context.partition_key
         layout = storage.layout()
@@ -54,10 +53,8 @@ def compare_assets(backbone: str) -> list:
                                   judge=judge.name, recipe_version=VERSIONS[name])
         if (m := st.reuse(out, fp)) is not None:
             return st.result(m, out, cached=True)
-        table = read_table(layout.sequences(backbone) / "sequences.parquet").to_pydict()
-        train_ids = torch.as_tensor(np.array(
-            [ids for s, ids in zip(table["split"], table["input_ids"], strict=True) if s == "train"],
-            dtype=np.int64))
+        train_ids = torch.as_tensor(
+            read_sequences(layout.sequences(backbone) / "sequences.parquet")["train"])
         bb = backbones.load(backbone, layout, compute)
         work = out.with_name(out.name + ".partial")
         claim_workdir(work, fp, context.log)

@@ -115,11 +115,10 @@ def locate_assets(backbone: str) -> list:
         backbones: BackboneResource, compute: ComputeResource,
     ) -> dg.MaterializeResult:
         """hs[0..N-1] of every sequence in Zarr (fp16, overflow-checked); resumable."""
-        import numpy as np
 
         from dihal.extract import extract_hidden_states
         from storage.states import StateSpec, StateWriter
-        from storage.tables import read_table
+        from storage.tables import read_sequences
 
         layout = storage.layout()
         up = st.require_upstream(layout.sequences(backbone), seq_name)
@@ -129,9 +128,7 @@ def locate_assets(backbone: str) -> list:
                                   dtype=str(compute.torch_dtype()))
         if (m := st.reuse(out, fp)) is not None:
             return st.result(m, out, cached=True)
-        table = read_table(layout.sequences(backbone) / "sequences.parquet").to_pydict()
-        seqs = {s: np.array([ids for sp, ids in zip(table["split"], table["input_ids"], strict=True)
-                             if sp == s], dtype=np.int64) for s in ("train", "val")}
+        seqs = read_sequences(layout.sequences(backbone) / "sequences.parquet")
         bb = backbones.load(backbone, layout, compute)
         info = bb.info()
         if info["revision"] != up.info["revision"]:

@@ -42,3 +42,13 @@ def read_table(path: Path | str):
 
 def read_rows(path: Path | str) -> list[dict]:
     return read_table(path).to_pylist()
+
+
+def read_sequences(path: Path | str) -> dict:
+    """The token ids of a sequences table, per split: {"train": (n, T) int64, "val": ...}."""
+    import numpy as np
+
+    table = read_table(path).to_pydict()
+    splits = dict.fromkeys(table["split"])
+    return {s: np.array([ids for sp, ids in zip(table["split"], table["input_ids"], strict=True)
+                         if sp == s], dtype=np.int64) for s in splits}

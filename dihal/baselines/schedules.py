@@ -23,17 +23,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from dihal.bridge.process import _as_time
+
 TimeLike = float | Tensor
-
-
-def _as_time(t: TimeLike, like: Tensor) -> Tensor:
-    """A float or (B,) tensor -> a tensor broadcastable to `like` (B, ...), in like's dtype."""
-    t = torch.as_tensor(t, dtype=like.dtype, device=like.device)
-    if t.ndim == 1 and like.ndim > 1:
-        if t.shape[0] != like.shape[0]:
-            raise ValueError(f"t has {t.shape[0]} entries for a batch of {like.shape[0]}")
-        t = t.view(-1, *([1] * (like.ndim - 1)))
-    return t
 
 
 @dataclass(frozen=True)

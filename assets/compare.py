@@ -36,7 +36,7 @@ def compare_assets(backbone: str) -> list:
         from safetensors.torch import save_model
 
         from dihal.compare import reference_budget, run_baseline
-        from storage.atomic import atomic_write_json, atomic_write_text, replace_dir
+        from dihal.atomic import atomic_write_json, atomic_write_text, replace_dir
         from storage.tables import read_sequences
 
         name = context.partition_key
@@ -134,7 +134,7 @@ def compare_assets(backbone: str) -> list:
         from assets.replace import train_and_save_bridge
         from dihal.evaluation import evaluate_generation
         from dihal.replace import BridgeProtocol
-        from storage.atomic import replace_dir
+        from dihal.atomic import replace_dir
         from storage.bridges import load_bridge
         from storage.tables import write_table
 
@@ -190,7 +190,7 @@ def compare_assets(backbone: str) -> list:
     def report(context: dg.AssetExecutionContext, storage: StorageResource) -> dg.MaterializeResult:
         """One self-contained report (HTML with embedded plots, and Markdown)."""
         from dihal.reporting import build_report
-        from storage.atomic import atomic_write_text
+        from dihal.atomic import atomic_write_text
 
         layout = storage.layout()
         parts = {n: st.require_upstream(d, n) for n, d in (

@@ -90,7 +90,7 @@ def replace_assets(backbone: str, n_layers: int) -> list:
                      compute: ComputeResource) -> dg.MaterializeResult:
         """A bridge per candidate layer under one fixed protocol, with its bridgeability:
         validation loss, reconstruction error, hybrid NLL, top-1 agreement."""
-        from storage.atomic import replace_dir
+        from dihal.atomic import replace_dir
 
         layer = int(context.partition_key)
         layout = storage.layout()
@@ -168,7 +168,7 @@ def replace_assets(backbone: str, n_layers: int) -> list:
                storage: StorageResource, backbones: BackboneResource,
                compute: ComputeResource) -> dg.MaterializeResult:
         """The bridge at the geometry-selected layer l*, trained with the full budget."""
-        from storage.atomic import replace_dir
+        from dihal.atomic import replace_dir
 
         layout = storage.layout()
         hs = st.require_upstream(layout.hidden_states(backbone), hs_name)
@@ -195,7 +195,7 @@ def replace_assets(backbone: str, n_layers: int) -> list:
         temperature, seeds): Gen.PPL under the judge, diversity, repetition, latency."""
         from dihal.evaluation import evaluate_generation
         from storage import atomic_dir
-        from storage.atomic import atomic_write_text
+        from dihal.atomic import atomic_write_text
         from storage.bridges import load_bridge
         from storage.tables import write_table
 

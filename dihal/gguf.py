@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import tempfile
 from pathlib import Path
 
 import torch
+
+from dihal.atomic import replace_dir
 
 
 def dequantise_gguf_to_cache(gguf: Path, target: Path, revision: str) -> Path:
@@ -30,9 +31,7 @@ def dequantise_gguf_to_cache(gguf: Path, target: Path, revision: str) -> Path:
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
         (tmp / "dihal_cache.json").write_text(json.dumps({"revision": revision, "gguf": gguf.name}))
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(tmp, target)
+        replace_dir(tmp, target)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -4,7 +4,7 @@ Imports only the standard library at module level; numpy, pyarrow and zarr are i
 inside the functions that need them, so the Dagster layer can import this package cheaply.
 """
 
-from storage.atomic import atomic_dir, atomic_write_bytes, atomic_write_json, atomic_write_text
+from dihal.atomic import atomic_dir, atomic_write_bytes, atomic_write_json, atomic_write_text
 from storage.layout import ArtifactLayout
 from storage.manifest import Manifest, fingerprint, read_manifest, write_manifest
 

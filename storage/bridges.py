@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from storage.atomic import atomic_write_bytes, atomic_write_json
+from dihal.atomic import atomic_write_bytes, atomic_write_json
 from storage.manifest import CorruptArtifactError
 
 WEIGHTS = "bridge.safetensors"

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
 from typing import Any
 
-from storage.atomic import atomic_write_json
+from dihal.atomic import atomic_write_json
 
 MANIFEST = "manifest.json"
 

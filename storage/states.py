@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from storage.atomic import atomic_write_json, replace_dir
+from dihal.atomic import atomic_write_json, replace_dir
 from storage.manifest import CorruptArtifactError
 
 STATES = "states.zarr"

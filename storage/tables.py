@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from storage.atomic import atomic_write_bytes
+from dihal.atomic import atomic_write_bytes
 from storage.manifest import CorruptArtifactError
 
 

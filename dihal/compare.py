@@ -7,9 +7,10 @@ from pathlib import Path
 
 import torch
 
-from dihal.baselines.base import BaselineTrainConfig, Budget, check_budget, train_baseline
+from dihal.baselines.base import Budget, baseline_loss, check_budget
 from dihal.config import BaselineRunConfig  # noqa: F401 (re-exported)
 from dihal.seeds import derive_seed
+from dihal.training import TrainConfig, sample_budget, train_model
 
 
 def reference_budget(bridge_metrics: dict, bridge_hparams_protocol: dict, seq_len: int) -> Budget:
@@ -49,13 +50,13 @@ def run_baseline(
     model = build_baseline(name, embeddings=emb, seq_len=seq_len,
                            target_params=reference.denoiser_parameters,
                            seed=derive_seed(cfg.seed, "baseline", name), bos_id=bos, eos_id=eos)
-    tcfg = BaselineTrainConfig(lr=cfg.lr, batch_size=int(bridge_protocol["batch_size"]),
-                               epochs=float(bridge_protocol["epochs"]), seed=cfg.seed,
-                               warmup_frac=float(bridge_protocol["warmup_frac"]),
-                               weight_decay=float(bridge_protocol["weight_decay"]),
-                               grad_clip=float(bridge_protocol["grad_clip"]))
+    tcfg = TrainConfig(lr=cfg.lr, batch_size=int(bridge_protocol["batch_size"]),
+                       epochs=float(bridge_protocol["epochs"]), seed=cfg.seed,
+                       warmup_frac=float(bridge_protocol["warmup_frac"]),
+                       weight_decay=float(bridge_protocol["weight_decay"]),
+                       grad_clip=float(bridge_protocol["grad_clip"]), checkpoint_every=200)
     budget = Budget(denoiser_parameters=model.denoiser_parameters(),
-                    train_tokens=max(1, round(tcfg.epochs * n_seq)) * seq_len,
+                    train_tokens=sample_budget(n_seq, tcfg) * seq_len,
                     sampler_steps=reference.sampler_steps, seq_len=seq_len)
     check_budget(reference, budget, name)  # before spending any compute
 
@@ -64,7 +65,9 @@ def run_baseline(
             progress(f"{name}: step {entry['step']}/{entry['total_steps']} loss {entry['loss']:.4f} "
                      f"({entry['elapsed_s']:.0f} s)")
 
-    trained = train_baseline(model, train_ids, tcfg, Path(workdir) / "checkpoints", log, device)
+    trained = train_model(model, baseline_loss(train_ids), n_seq, tcfg,
+                          Path(workdir) / "checkpoints", log, protocol={"baseline": name},
+                          device=device)
     gen = torch.Generator(device=device).manual_seed(derive_seed(cfg.seed, "sample", name))
     with torch.no_grad():
         tokens = model.sample(cfg.n_samples, cfg.length, reference.sampler_steps, gen).cpu()
@@ -75,7 +78,7 @@ def run_baseline(
     metrics = text_metrics(texts, judge)
     total = getattr(model, "total_parameters", lambda: sum(p.numel() for p in model.parameters()))()
     return {"model": name, **metrics, "budget": budget.to_dict(), "total_parameters": int(total),
-            "train_steps": trained["steps"], "train_seconds": trained["seconds"],
-            "final_loss": trained["curve"][-1]["loss"] if trained["curve"] else float("nan"),
+            "train_steps": trained.step, "train_seconds": trained.wall_s,
+            "final_loss": trained.train_loss if trained.train_loss is not None else float("nan"),
             "vocab_size": int(emb.shape[0]),
             "texts": texts, "module": model}

@@ -162,7 +162,7 @@ class BridgeProtocol:
                               n_heads=self.n_heads, mlp_ratio=self.mlp_ratio, max_len=max_len)
 
     def train_config(self, device: str):
-        from dihal.bridge.train import TrainConfig
+        from dihal.training import TrainConfig
 
         mp = self.mixed_precision
         if mp == "auto":
@@ -171,7 +171,7 @@ class BridgeProtocol:
                            warmup_frac=self.warmup_frac, batch_size=self.batch_size,
                            epochs=self.epochs, grad_clip=self.grad_clip, seed=self.seed,
                            mixed_precision=mp, checkpoint_every=self.checkpoint_every,
-                           log_every=5)
+                           log_every=5, val_seed=self.seed)  # the seed evaluate_bridge uses
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -197,7 +197,7 @@ class EvalConfig:
 class BaselineRunConfig:
     """What a baseline run may choose; everything in the Budget is taken from DiHAL's bridge."""
 
-    lr: float = 1e-3
+    lr: float = 1e-3  # the same default as BridgeProtocol.lr and TrainConfig.lr
     seed: int = 0
     n_samples: int = 64
     length: int = 64

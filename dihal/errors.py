@@ -28,3 +28,18 @@ class MalformedLineError(CorpusError):
 
 class StateValueError(DihalError):
     """Hidden states that cannot be stored faithfully (NaN/inf, fp16 overflow)."""
+
+
+class TrainingError(DihalError):
+    """Training stopped (non-finite loss or gradient); `step` is the update that failed."""
+
+    def __init__(self, message: str, step: int) -> None:
+        super().__init__(message)
+        self.step = step
+
+    def __reduce__(self):  # pickles with its step (default pickling would drop it)
+        return type(self), (self.args[0], self.step)
+
+
+class CheckpointMismatchError(DihalError, ValueError):
+    """A checkpoint to resume from was written under another training protocol."""

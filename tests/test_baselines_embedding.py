@@ -8,13 +8,7 @@ import torch
 
 from dihal.baselines import build_baseline, sed
 from dihal.baselines import diffusion_lm as dlm
-from dihal.baselines.base import (
-    BaselineTrainConfig,
-    Budget,
-    BudgetMismatchError,
-    check_budget,
-    train_baseline,
-)
+from dihal.baselines.base import Budget, BudgetMismatchError, baseline_loss, check_budget
 from dihal.baselines.schedules import (
     CosineSchedule,
     SqrtSchedule,
@@ -24,7 +18,10 @@ from dihal.baselines.schedules import (
     v_target,
     x0_from_v,
 )
+from dihal.bridge.checkpoint import latest_checkpoint, list_checkpoints, load_into
 from dihal.bridge.denoiser import DenoiserConfig, build_denoiser
+from dihal.errors import CheckpointMismatchError, TrainingError
+from dihal.training import TrainConfig, sample_budget, train_model
 
 V, D, T = 50, 16, 8
 SCHEDULES = [SqrtSchedule(), CosineSchedule()]
@@ -176,15 +173,15 @@ def test_loss_falls_on_repeated_patterns_and_training_resumes(name, tmp_path):
             return sum(float(m.loss(ids, torch.Generator().manual_seed(100 + i))) for i in range(4)) / 4
 
     before = fixed_noise_loss(model)
-    cfg = BaselineTrainConfig(batch_size=8, epochs=50, lr=3e-3, checkpoint_every=1000)
-    out = train_baseline(model, ids, cfg, tmp_path)
-    assert out["steps"] == 100 and out["train_tokens"] == 50 * ids.numel()
+    cfg = TrainConfig(batch_size=8, epochs=50, lr=3e-3, checkpoint_every=1000)
+    out = train_model(model, baseline_loss(ids), len(ids), cfg, tmp_path)
+    assert out.step == 100 and sample_budget(len(ids), cfg) * T == 50 * ids.numel()
     after = fixed_noise_loss(model)
     assert after < before / 2, (before, after)
     # a fresh model resumes from the finished checkpoint (SED's frozen table is not in it)
     fresh = _tiny(name, seed=1)
-    again = train_baseline(fresh, ids, cfg, tmp_path)
-    assert again["resumed_from"] == 100
+    again = train_model(fresh, baseline_loss(ids), len(ids), cfg, tmp_path)
+    assert again.resumed_from == 100
     assert fixed_noise_loss(fresh) == pytest.approx(after)
 
 
@@ -226,3 +223,66 @@ def test_diffusion_lm_rounds_to_its_own_learned_embeddings():
     ids = PATTERNS[:2]
     model.loss(ids, torch.Generator().manual_seed(0)).backward()
     assert table.grad is not None and table.grad[ids.flatten()].abs().sum() > 0
+
+
+# --- the shared training loop on the baselines' path ------------------------------------------
+
+
+def test_non_finite_gradient_stops_with_the_step_and_keeps_the_last_good_checkpoint(tmp_path):
+    ids = PATTERNS.repeat(2, 1)
+    model = _tiny("sed")
+    weight = model.denoiser.out_proj.weight
+    backwards = []
+
+    def poison_third(grad):  # the loss stays finite; only the gradient of step 3 is not
+        backwards.append(1)
+        return grad * float("nan") if len(backwards) == 3 else grad
+
+    weight.register_hook(poison_third)
+    cfg = TrainConfig(lr=3e-3, batch_size=2, checkpoint_every=2, log_every=1)
+    with pytest.raises(TrainingError, match="gradient norm .* at step 3") as info:
+        train_model(model, baseline_loss(ids), len(ids), cfg, tmp_path)
+    assert info.value.step == 3
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["step-00000002"]
+    # the update that met the NaN was not applied
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+    reloaded = _tiny("sed", seed=1)
+    load_into(latest_checkpoint(tmp_path), reloaded)
+    assert all(torch.isfinite(p).all() for p in reloaded.parameters())
+
+
+def test_resume_under_another_learning_rate_is_refused(tmp_path):
+    ids = PATTERNS.repeat(2, 1)
+    cfg = TrainConfig(lr=3e-3, batch_size=2, log_every=1)
+    train_model(_tiny("diffusion-lm"), baseline_loss(ids), len(ids), cfg, tmp_path,
+                protocol={"baseline": "diffusion-lm"}, stop_after=2)
+    with pytest.raises(CheckpointMismatchError, match=r"different protocol: lr: 0.003 -> 0.001"):
+        train_model(_tiny("diffusion-lm"), baseline_loss(ids), len(ids),
+                    TrainConfig(lr=1e-3, batch_size=2, log_every=1), tmp_path,
+                    protocol={"baseline": "diffusion-lm"})
+    with pytest.raises(CheckpointMismatchError, match="baseline"):  # another model's checkpoint
+        train_model(_tiny("sed"), baseline_loss(ids), len(ids), cfg, tmp_path,
+                    protocol={"baseline": "sed"})
+    # only what is written how often may change
+    again = train_model(_tiny("diffusion-lm"), baseline_loss(ids), len(ids),
+                        TrainConfig(lr=3e-3, batch_size=2, log_every=1, checkpoint_every=3),
+                        tmp_path, protocol={"baseline": "diffusion-lm"})
+    assert again.resumed_from == 2 and again.completed
+
+
+def test_bf16_autocast_runs_on_cpu(tmp_path):
+    ids = PATTERNS.repeat(2, 1)
+    model = _tiny("diffusion-lm")
+    autocast_seen = []
+    loss = model.loss
+
+    def recording_loss(batch, generator):
+        autocast_seen.append(torch.is_autocast_enabled("cpu"))
+        return loss(batch, generator)
+
+    model.loss = recording_loss
+    cfg = TrainConfig(lr=3e-3, batch_size=4, mixed_precision="bf16", log_every=1)
+    result = train_model(model, baseline_loss(ids), len(ids), cfg, tmp_path)
+    assert result.completed and autocast_seen == [True, True]
+    assert all(math.isfinite(e["loss"]) and math.isfinite(e["grad_norm"]) for e in result.curve)
+    assert all(p.dtype == torch.float32 for p in model.parameters())

@@ -11,10 +11,11 @@ import pytest
 import torch
 
 from dihal.baselines import build_baseline, codar, ld4lg
-from dihal.baselines.base import BaselineTrainConfig, train_baseline
+from dihal.baselines.base import baseline_loss
 from dihal.baselines.codar import CoDARConfig
 from dihal.baselines.ld4lg import DecoderConfig, LD4LGConfig
 from dihal.bridge.denoiser import DenoiserConfig, build_denoiser
+from dihal.training import TrainConfig, sample_budget, train_model
 
 V, D, T, BOS, EOS = 50, 16, 8, 0, 1
 SMALL_DECODER = DecoderConfig(d_model=32, n_layers=1, n_heads=2)
@@ -59,25 +60,27 @@ def mean_terms(model, ids: torch.Tensor) -> dict[str, float]:
 
 @pytest.fixture(scope="module", params=["ld4lg", "codar"])
 def trained(request, tmp_path_factory):
-    """(model, train result, loss terms before and after on a fixed batch), trained once."""
+    """(model, train result, tokens consumed, loss terms before and after on a fixed batch),
+    trained once."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         model = tiny(request.param)
         ids, _ = toy_corpus()
         before = mean_terms(model, ids[:32])
-        cfg = BaselineTrainConfig(lr=1e-2, batch_size=8, epochs=12.5, log_every=10)  # 100 steps
-        result = train_baseline(model, ids, cfg, tmp_path_factory.mktemp(request.param))
+        cfg = TrainConfig(lr=1e-2, batch_size=8, epochs=12.5, log_every=10)  # 100 steps
+        result = train_model(model, baseline_loss(ids), len(ids), cfg,
+                             tmp_path_factory.mktemp(request.param))
         after = mean_terms(model, ids[:32])
     finally:
         torch.set_num_threads(threads)
-    return model, result, before, after
+    return model, result, sample_budget(len(ids), cfg) * T, before, after
 
 
 def test_loss_falls_on_a_toy_corpus(trained):
-    model, result, before, after = trained
-    assert result["steps"] == 100 and result["train_tokens"] == 64 * 12.5 * T
-    curve = [c["loss"] for c in result["curve"]]
+    model, result, train_tokens, before, after = trained
+    assert result.step == 100 and train_tokens == 64 * 12.5 * T
+    curve = [c["loss"] for c in result.curve]
     assert all(math.isfinite(c) for c in curve)
     assert curve[-1] < curve[0] / 3, curve
     read_out = "reconstruction" if model.name == "ld4lg" else "decoder"
@@ -138,12 +141,13 @@ def test_sample_is_shaped_in_range_deterministic_and_makes_steps_calls(name):
 def test_ld4lg_two_phases_freeze_the_autoencoder(tmp_path):
     model = tiny("ld4lg", config=replace(SMALL["ld4lg"], autoencoder_steps=3))
     ids, _ = toy_corpus(16)
-    cfg = BaselineTrainConfig(lr=1e-2, batch_size=4, epochs=1.0, checkpoint_every=3)  # 4 steps
-    train_baseline(model, ids, replace(cfg, epochs=0.75), tmp_path)  # 3 steps, checkpointed
+    cfg = TrainConfig(lr=1e-2, batch_size=4, epochs=1.0, checkpoint_every=3)  # 4 steps
+    train_model(model, baseline_loss(ids), len(ids), cfg, tmp_path, stop_after=3)  # checkpointed
     mid = {k: v.clone() for k, v in model.state_dict().items()}
     assert int(mid["train_calls"]) == 3 and model.autoencoder_frozen()
     assert set(model.loss_terms(ids[:4], torch.Generator().manual_seed(0))) == {"diffusion"}
-    train_baseline(model, ids, cfg, tmp_path)  # resumes at step 3, in phase 2
+    resumed = train_model(model, baseline_loss(ids), len(ids), cfg, tmp_path)
+    assert resumed.resumed_from == 3  # in phase 2
     end = model.state_dict()
     assert int(end["train_calls"]) == 4
     changed = {k for k in end if not torch.equal(end[k], mid[k])}

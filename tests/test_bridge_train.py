@@ -6,9 +6,9 @@ import math
 import pytest
 import torch
 
-from dihal.bridge.checkpoint import latest_checkpoint, list_checkpoints, load_denoiser, read_state
+from dihal.bridge.checkpoint import latest_checkpoint, list_checkpoints, load_into, read_state
 from dihal.bridge.data import BridgeData, Standardizer
-from dihal.bridge.denoiser import DenoiserConfig, build_denoiser
+from dihal.bridge.denoiser import CausalDenoiser, DenoiserConfig, build_denoiser
 from dihal.bridge.evaluate import reconstruction_error, validation_loss
 from dihal.bridge.loss import squared_error
 from dihal.bridge.process import BrownianBridge
@@ -44,6 +44,13 @@ def params(model) -> dict:
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
+def reload(path) -> CausalDenoiser:
+    """The denoiser of checkpoint `path`, rebuilt from the config it records."""
+    model = CausalDenoiser(DenoiserConfig.from_dict(read_state(path)["denoiser_config"]))
+    load_into(path, model)
+    return model
+
+
 def test_loss_falls_on_a_toy_problem(tmp_path):
     train, val = toy_data(512, 1, mask=True), toy_data(64, 2, mask=True)
     model = build_denoiser(CFG, 0)
@@ -60,7 +67,7 @@ def test_loss_falls_on_a_toy_problem(tmp_path):
     assert reconstruction_error(model, val, PROCESS, steps=4) < 0.5
     # the checkpoint is the trained model
     assert result.checkpoint == latest_checkpoint(tmp_path)
-    reloaded = load_denoiser(result.checkpoint)
+    reloaded = reload(result.checkpoint)
     for k, v in model.state_dict().items():
         assert torch.equal(reloaded.state_dict()[k], v)
     assert read_state(result.checkpoint)["done"] is True
@@ -147,7 +154,7 @@ def test_nan_loss_stops_with_the_step_and_keeps_the_last_good_checkpoint(tmp_pat
     assert ckpt.name == "step-00000002"
     state = json.loads((ckpt / "state.json").read_text())
     assert state["step"] == 2 and len(state["curve"]) == 2
-    reloaded = load_denoiser(ckpt)
+    reloaded = reload(ckpt)
     assert all(torch.isfinite(p).all() for p in reloaded.parameters())
     # the update that met the NaN was not applied
     assert all(torch.isfinite(p).all() for p in model.parameters())
@@ -176,7 +183,7 @@ def test_validation_loss_is_deterministic():
 
 def test_bf16_autocast_runs(tmp_path):
     train, val = toy_data(16, 6), toy_data(4, 7)
-    cfg = TrainConfig(batch_size=4, mixed_precision="bf16", log_every=1)
+    cfg = TrainConfig(lr=3e-4, batch_size=4, mixed_precision="bf16", log_every=1)
     model = build_denoiser(CFG, 0)
     result = train_bridge(model, train, val, PROCESS, cfg, tmp_path)
     assert result.completed and all(math.isfinite(e["loss"]) for e in result.curve)

@@ -1,11 +1,13 @@
-"""Training checkpoints of a bridge: one directory per saved step, written atomically.
+"""Training checkpoints (of the bridge and of the baselines): one directory per saved step,
+written atomically.
 
-    ckpt_dir/step-00000120/model.safetensors   denoiser weights
+    ckpt_dir/step-00000120/model.safetensors   model weights
                           /optimizer.pt        optimizer state dict (torch.save)
                           /state.json          step, curves, configs
 
-A checkpoint directory is filled under a temporary name and renamed into place, so a
-`step-*` directory is always complete; the newest one is the one to resume from.
+A checkpoint directory is filled under a temporary name (.tmp-step-*-<host>-<pid>) and swapped
+into place, so a `step-*` directory is always complete; the newest one is the one to resume
+from. A writer removes only temporaries of its own host whose process is gone.
 """
 
 from __future__ import annotations
@@ -13,13 +15,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from dihal.bridge.denoiser import CausalDenoiser, DenoiserConfig
+from dihal.atomic import replace_dir
 
 FORMAT = "dihal-bridge-checkpoint/1"
 MODEL_FILE = "model.safetensors"
@@ -50,6 +53,37 @@ def latest_checkpoint(ckpt_dir: Path) -> Path | None:
     return found[-1] if found else None
 
 
+def _owner() -> str:
+    """This process, as named in its temporaries: host and pid."""
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def _stale_temporaries(ckpt_dir: Path) -> list[Path]:
+    """Temporaries in `ckpt_dir` that no running writer owns: this process's own, and those of
+    processes of this host that have ended. Other hosts' temporaries are left alone."""
+    host, me = socket.gethostname(), os.getpid()
+    stale = []
+    for p in ckpt_dir.glob(f".tmp-{_PREFIX}*"):
+        # .tmp-step-00000012-<host>-<pid> (a host name may contain '-'); before hosts were
+        # named, .tmp-step-00000012-<pid>: taken as this host's
+        rest = p.name[len(f".tmp-{checkpoint_name(0)}-") :]
+        owner_host, _, pid = rest.rpartition("-")
+        mine = owner_host in (host, "")
+        if mine and pid.isdigit() and (int(pid) == me or not _alive(int(pid))):
+            stale.append(p)
+    return stale
+
+
 def save_checkpoint(
     ckpt_dir: Path,
     step: int,
@@ -62,9 +96,9 @@ def save_checkpoint(
     ckpt_dir = Path(ckpt_dir)
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     final = ckpt_dir / checkpoint_name(step)
-    for stale in ckpt_dir.glob(f".tmp-{_PREFIX}*"):  # left by a run killed while saving
+    for stale in _stale_temporaries(ckpt_dir):  # left by a run killed while saving
         shutil.rmtree(stale, ignore_errors=True)
-    tmp = ckpt_dir / f".tmp-{checkpoint_name(step)}-{os.getpid()}"
+    tmp = ckpt_dir / f".tmp-{checkpoint_name(step)}-{_owner()}"
     tmp.mkdir()
     weights = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
     save_file(weights, str(tmp / MODEL_FILE), metadata={"format": FORMAT, "step": str(step)})
@@ -74,9 +108,7 @@ def save_checkpoint(
     for f in tmp.iterdir():
         with open(f, "rb") as fh:
             os.fsync(fh.fileno())
-    if final.exists():  # a stale copy of this step (never the newest complete one we resume from)
-        shutil.rmtree(final)
-    os.replace(tmp, final)
+    replace_dir(tmp, final)  # a stale copy of this step, if any, is swapped out, never lost first
     for old in list_checkpoints(ckpt_dir)[: -keep if keep > 0 else None]:
         if old != final:
             shutil.rmtree(old, ignore_errors=True)
@@ -98,12 +130,3 @@ def load_into(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer | N
     if optimizer is not None:
         optimizer.load_state_dict(torch.load(path / OPTIMIZER_FILE, weights_only=True))
     return state
-
-
-def load_denoiser(path: Path, device: torch.device | str = "cpu") -> CausalDenoiser:
-    """A denoiser rebuilt from the config stored in checkpoint `path`, with its weights."""
-    path = Path(path)
-    cfg = DenoiserConfig.from_dict(read_state(path)["denoiser_config"])
-    model = CausalDenoiser(cfg)
-    model.load_state_dict(load_file(str(path / MODEL_FILE)))
-    return model.to(device)

@@ -1,0 +1,367 @@
+"""One training loop for every model that trains: the bridge and the baselines (METHOD.md s.2, s.5).
+
+A model supplies a module and its loss; the loop owns everything a fair comparison must hold
+fixed, pinned by `TrainConfig`: the order of the sequences (a permutation from the seed), the
+noise of every step (a generator seeded from (seed, step, rank)), the optimiser and its schedule
+(a pure function of the step), the budget (`epochs` passes over the training set -> sequences
+-> steps), bf16 autocast, and the checks (non-finite loss or gradient; resuming only under the
+protocol that wrote the checkpoint). Because no random state lives outside the step number, a
+run resumed from a checkpoint ends with exactly the weights of an uninterrupted run.
+
+The loss is `loss_terms(model, indices, generator, device) -> (total, count)`: the summed loss
+over this process's share of the batch (`indices` into the training set) and the number of
+terms it sums; the loop divides by the count pooled over processes. A loss that is already a
+mean returns `(mean, 1.0)`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+import torch
+from torch import Tensor, nn
+
+from dihal.bridge.checkpoint import latest_checkpoint, load_into, read_state, save_checkpoint
+from dihal.bridge.evaluate import DEFAULT_T_GRID
+from dihal.errors import CheckpointMismatchError, TrainingError
+from dihal.seeds import derive_seed
+
+if TYPE_CHECKING:
+    from accelerate import Accelerator
+
+LossTerms = Callable[[nn.Module, Tensor, torch.Generator, torch.device], tuple[Tensor, Tensor | float]]
+
+# Fields that only change how often things are written, not what is computed:
+# they may differ between the run that wrote a checkpoint and the run resuming it.
+_RESUMABLE_FIELDS = ("checkpoint_every", "keep_checkpoints")
+# Keys of a checkpoint's state that the loop writes itself; a `protocol` may not use them.
+_LOOP_KEYS = ("format", "step", "total_steps", "done", "train_config", "curve", "val_curve",
+              "window")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """The training protocol. `step` counts optimiser updates, from 1.
+
+    The val_* fields configure the validation hook of the bridge (`validation_loss`)."""
+
+    lr: float = 1e-3
+    weight_decay: float = 0.01
+    betas: tuple[float, float] = (0.9, 0.95)
+    adam_eps: float = 1e-8
+    warmup_frac: float = 0.05
+    min_lr_frac: float = 0.1
+    batch_size: int = 32
+    epochs: float = 1.0
+    grad_clip: float = 1.0
+    seed: int = 0
+    mixed_precision: Literal["no", "bf16"] = "no"
+    checkpoint_every: int = 500
+    keep_checkpoints: int = 1
+    log_every: int = 10
+    eval_every: int = 0
+    val_t_grid: tuple[float, ...] = DEFAULT_T_GRID
+    val_seed: int = 0
+    val_batch_size: int = 32
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "betas", tuple(self.betas))
+        object.__setattr__(self, "val_t_grid", tuple(self.val_t_grid))
+        checks = {
+            "lr": self.lr > 0,
+            "weight_decay": self.weight_decay >= 0,
+            "betas": len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas),
+            "adam_eps": self.adam_eps > 0,
+            "warmup_frac": 0 <= self.warmup_frac < 1,
+            "min_lr_frac": 0 <= self.min_lr_frac <= 1,
+            "batch_size": self.batch_size >= 1,
+            "epochs": self.epochs > 0,
+            "grad_clip": self.grad_clip >= 0,
+            "mixed_precision": self.mixed_precision in ("no", "bf16"),
+            "checkpoint_every": self.checkpoint_every >= 1,
+            "keep_checkpoints": self.keep_checkpoints >= 1,
+            "log_every": self.log_every >= 1,
+            "eval_every": self.eval_every >= 0,
+            "val_t_grid": len(self.val_t_grid) > 0 and all(0 < t < 1 for t in self.val_t_grid),
+            "val_batch_size": self.val_batch_size >= 1,
+        }
+        bad = [name for name, ok in checks.items() if not ok]
+        if bad:
+            raise ValueError(
+                f"invalid TrainConfig fields: {', '.join(f'{b}={getattr(self, b)!r}' for b in bad)}"
+            )
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> TrainConfig:
+        return cls(**d)
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    step: int
+    total_steps: int
+    completed: bool
+    train_loss: float | None  # mean training loss of the last logged window
+    val_loss: float | None  # the validation hook at the end, if completed (None without one)
+    curve: list[dict] = field(repr=False)  # {"step", "loss", "lr", "grad_norm"} every log_every
+    val_curve: list[dict] = field(repr=False)  # {"step", "val_loss"} every eval_every
+    checkpoint: Path | None
+    resumed_from: int  # step of the checkpoint this call started from (0: fresh)
+    wall_s: float
+
+
+def sample_budget(n_seq: int, cfg: TrainConfig) -> int:
+    """Number of sequences the run consumes: round(epochs * n_seq), at least one."""
+    return max(1, round(cfg.epochs * n_seq))
+
+
+def total_steps(n_seq: int, cfg: TrainConfig) -> int:
+    return math.ceil(sample_budget(n_seq, cfg) / cfg.batch_size)
+
+
+def sample_order(n_seq: int, cfg: TrainConfig) -> Tensor:
+    """Sequence indices in training order: a fresh seeded permutation per epoch, truncated."""
+    budget = sample_budget(n_seq, cfg)
+    perms = []
+    for epoch in range(math.ceil(budget / n_seq)):
+        gen = torch.Generator().manual_seed(derive_seed(cfg.seed, "order", epoch))
+        perms.append(torch.randperm(n_seq, generator=gen))
+    return torch.cat(perms)[:budget]
+
+
+def lr_at(step: int, n_steps: int, cfg: TrainConfig) -> float:
+    """Learning rate of update `step` (0-based): linear warm-up, then cosine to min_lr_frac * lr."""
+    warmup = math.ceil(cfg.warmup_frac * n_steps)
+    if step < warmup:
+        return cfg.lr * (step + 1) / warmup
+    progress = (step - warmup) / max(1, n_steps - warmup)
+    cosine = 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+    return cfg.lr * (cfg.min_lr_frac + (1.0 - cfg.min_lr_frac) * cosine)
+
+
+def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
+    """AdamW with weight decay on matrices only (not on biases), as in nanoGPT."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [
+        {"params": [p for p in params if p.ndim >= 2], "weight_decay": cfg.weight_decay},
+        {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, eps=cfg.adam_eps)
+
+
+def check_resumable(saved: dict, cfg: TrainConfig, protocol: dict, n_steps: int) -> None:
+    """Raise CheckpointMismatchError unless checkpoint state `saved` was written under `cfg`,
+    `protocol` and the same number of steps (the same training-set size)."""
+    where = f"the checkpoint at step {saved.get('step')}"
+    if "train_config" not in saved:
+        raise CheckpointMismatchError(
+            f"{where} does not record its training protocol (an older format); delete its "
+            "checkpoint directory to train from scratch"
+        )
+    now = {k: v for k, v in cfg.to_dict().items() if k not in _RESUMABLE_FIELDS}
+    then = {
+        k: v
+        for k, v in TrainConfig.from_dict(saved["train_config"]).to_dict().items()
+        if k not in _RESUMABLE_FIELDS
+    }
+    diffs = [f"{k}: {then[k]!r} -> {now[k]!r}" for k in now if now[k] != then.get(k)]
+    diffs += [key for key, value in protocol.items() if saved.get(key) != value]
+    if saved.get("total_steps") != n_steps:
+        diffs.append(f"total_steps (training-set size): {saved.get('total_steps')} -> {n_steps}")
+    if diffs:
+        raise CheckpointMismatchError(
+            f"{where} was written with a different protocol: {'; '.join(diffs)}. Resume with "
+            "the protocol that wrote it, or delete the checkpoint directory to start again"
+        )
+
+
+def _accelerator(device: str | torch.device | None) -> Accelerator:
+    from accelerate import Accelerator
+
+    if device is None:
+        return Accelerator(mixed_precision="no")
+    want = torch.device(device)
+    acc = Accelerator(mixed_precision="no", cpu=want.type == "cpu")
+    if acc.device.type != want.type or (want.index is not None and acc.device != want):
+        raise ValueError(f"asked to train on {want} but accelerate chose {acc.device}; pass an "
+                         "Accelerator instead of a device")
+    return acc
+
+
+def train_model(
+    model: nn.Module,
+    loss_terms: LossTerms,
+    n_train: int,
+    cfg: TrainConfig,
+    ckpt_dir: Path,
+    progress: Callable[[dict], None] | None = None,
+    *,
+    protocol: dict | None = None,
+    validate: Callable[[], float] | None = None,
+    stop_after: int | None = None,
+    accelerator: Accelerator | None = None,
+    device: str | torch.device | None = None,
+) -> TrainResult:
+    """Train `model` in place on a training set of `n_train` sequences; resume from the newest
+    checkpoint in `ckpt_dir` if there is one. The model is left in eval mode.
+
+    loss_terms: see the module docstring; called under bf16 autocast when cfg asks for it.
+    protocol: JSON-able facts besides `cfg` that a resumed run must share (model config, noise
+        process, ...); stored in every checkpoint and checked on resume.
+    validate: returns the validation loss of `model`; called every `eval_every` steps and at
+        the end of a completed run (TrainResult.val_loss), always in float32.
+    progress: called on the main process every `log_every` steps (and after each validation)
+        with {"step", "total_steps", "loss", "lr", "grad_norm", "elapsed_s"} (+ "val_loss").
+        An exception it raises interrupts the run; the newest checkpoint stays valid.
+    stop_after: stop (with a checkpoint) once this many updates are done; for tests and for
+        splitting a run across jobs.
+    accelerator: an `Accelerator(mixed_precision="no")` to use (several GPUs: the launcher's);
+        bf16 is applied by this loop as autocast from cfg.mixed_precision. Without one, a
+        single-process Accelerator on `device` (None: accelerate's default device).
+    Raises TrainingError on a non-finite loss or gradient norm, before the update, and
+    CheckpointMismatchError when the checkpoint was written under another protocol.
+    """
+    t_start = time.perf_counter()
+    ckpt_dir = Path(ckpt_dir)
+    protocol = json.loads(json.dumps(protocol or {}))  # compared with what a checkpoint read back
+    clash = sorted(set(protocol) & set(_LOOP_KEYS))
+    if clash:
+        raise ValueError(f"protocol keys {clash} are reserved for the training loop's own state")
+    if accelerator is not None and device is not None:
+        raise ValueError("pass an accelerator or a device, not both")
+    acc = accelerator if accelerator is not None else _accelerator(device)
+    if acc.mixed_precision != "no":
+        raise ValueError(
+            "pass an Accelerator with mixed_precision='no'; set TrainConfig.mixed_precision"
+        )
+    device = acc.device
+    rank, world = acc.process_index, acc.num_processes
+    autocast = torch.autocast(
+        device_type=device.type, dtype=torch.bfloat16, enabled=cfg.mixed_precision == "bf16"
+    )
+
+    n_steps = total_steps(n_train, cfg)
+    order = sample_order(n_train, cfg)
+    model.to(device).train()
+    optimizer = make_optimizer(model, cfg)
+
+    step, curve, val_curve, window = 0, [], [], []
+    last_ckpt = latest_checkpoint(ckpt_dir)
+    if last_ckpt is not None:
+        check_resumable(read_state(last_ckpt), cfg, protocol, n_steps)
+        saved = load_into(last_ckpt, model, optimizer)
+        step, curve, val_curve, window = (
+            saved["step"],
+            saved["curve"],
+            saved["val_curve"],
+            saved["window"],
+        )
+    resumed_from = step
+
+    def save() -> Path | None:
+        path = None
+        if acc.is_main_process:
+            state = {
+                "total_steps": n_steps,
+                "done": step >= n_steps,
+                "train_config": cfg.to_dict(),
+                **protocol,
+                "curve": curve,
+                "val_curve": val_curve,
+                "window": window,
+            }
+            path = save_checkpoint(
+                ckpt_dir, step, model, optimizer, state, keep=cfg.keep_checkpoints
+            )
+        acc.wait_for_everyone()
+        return path
+
+    def report(entry: dict) -> None:
+        if progress is not None and acc.is_main_process:
+            progress({**entry, "total_steps": n_steps, "elapsed_s": time.perf_counter() - t_start})
+
+    def failed(what: str, value: float) -> TrainingError:
+        return TrainingError(
+            f"non-finite {what} ({value}) at step {step + 1}; the newest checkpoint in "
+            f"{ckpt_dir} (if any) is from before it",
+            step + 1,
+        )
+
+    prepared, opt = acc.prepare(model, optimizer)
+    end = n_steps if stop_after is None else min(n_steps, stop_after)
+    while step < end:
+        batch_idx = order[step * cfg.batch_size : (step + 1) * cfg.batch_size]
+        gen = torch.Generator(device=device).manual_seed(derive_seed(cfg.seed, "noise", step, rank))
+        lr = lr_at(step, n_steps, cfg)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+
+        with autocast:
+            total, count = loss_terms(prepared, batch_idx[rank::world], gen, device)
+        if not isinstance(count, Tensor):
+            count = torch.tensor(float(count), device=device)
+        # Each process holds part of the batch: normalise by the global count so that the
+        # gradient (averaged over processes) is the gradient of the global-batch mean.
+        global_count = acc.reduce(count.detach(), "sum").clamp_min(1.0)
+        acc.backward(total / global_count * world)
+        loss = float(acc.reduce(total.detach(), "sum") / global_count)
+        if not math.isfinite(loss):
+            raise failed("training loss", loss)
+        grad_norm = float(acc.clip_grad_norm_(prepared.parameters(), cfg.grad_clip or math.inf))
+        if not math.isfinite(grad_norm):
+            raise failed("gradient norm", grad_norm)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        step += 1
+
+        window.append(loss)
+        if step % cfg.log_every == 0 or step == n_steps:
+            entry = {
+                "step": step,
+                "loss": sum(window) / len(window),
+                "lr": lr,
+                "grad_norm": grad_norm,
+            }
+            curve.append(entry)
+            window = []
+            report(entry)
+        if validate is not None and cfg.eval_every and step % cfg.eval_every == 0 and step < n_steps:
+            v = validate()
+            val_curve.append({"step": step, "val_loss": v})
+            report({"step": step, "val_loss": v})
+        if step % cfg.checkpoint_every == 0 and step < end:
+            last_ckpt = save() or last_ckpt
+
+    if accelerator is None:
+        acc.free_memory()
+    model.eval()
+    completed = step >= n_steps
+    val_loss = None
+    if completed and validate is not None:
+        val_loss = validate()
+        if not val_curve or val_curve[-1]["step"] != step:
+            val_curve.append({"step": step, "val_loss": val_loss})
+            report({"step": step, "val_loss": val_loss})
+    if step > resumed_from:  # the last checkpoint, with the final validation loss when completed
+        last_ckpt = save() or last_ckpt
+    return TrainResult(
+        step=step,
+        total_steps=n_steps,
+        completed=completed,
+        train_loss=curve[-1]["loss"] if curve else None,
+        val_loss=val_loss,
+        curve=curve,
+        val_curve=val_curve,
+        checkpoint=latest_checkpoint(ckpt_dir) if acc.is_main_process else last_ckpt,
+        resumed_from=resumed_from,
+        wall_s=time.perf_counter() - t_start,
+    )

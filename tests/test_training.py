@@ -1,0 +1,110 @@
+"""The shared training loop: the bridge's wrapper adds nothing to it, the protocol's validation
+seed is the evaluation's, checkpoints are swapped in safely, and the errors share one root."""
+
+import os
+import pickle
+import socket
+import subprocess
+import sys
+from dataclasses import asdict
+
+import pytest
+import torch
+
+from dihal.bridge.checkpoint import latest_checkpoint, list_checkpoints, save_checkpoint
+from dihal.bridge.denoiser import DenoiserConfig, build_denoiser
+from dihal.bridge.evaluate import validation_loss
+from dihal.bridge.train import BridgeTrainingError, bridge_training_loss, train_bridge
+from dihal.config import BridgeProtocol
+from dihal.errors import CheckpointMismatchError, DihalError, TrainingError
+from dihal.training import TrainConfig, train_model
+from tests.test_bridge_train import CFG, PROCESS, toy_data
+
+
+def test_train_bridge_is_the_shared_loop_with_the_bridge_loss(tmp_path):
+    train, val = toy_data(24, 3, mask=True), toy_data(8, 4, mask=True)
+    cfg = TrainConfig(lr=5e-3, batch_size=4, epochs=1.5, log_every=2, eval_every=4)
+    wrapped = build_denoiser(CFG, 0)
+    a = train_bridge(wrapped, train, val, PROCESS, cfg, tmp_path / "a")
+
+    direct = build_denoiser(CFG, 0)
+    b = train_model(
+        direct,
+        bridge_training_loss(train, PROCESS),
+        len(train),
+        cfg,
+        tmp_path / "b",
+        protocol={"denoiser_config": direct.cfg.to_dict(), "process": asdict(PROCESS)},
+        validate=lambda: validation_loss(direct, val, PROCESS, cfg.val_t_grid, cfg.val_seed),
+    )
+    for k, v in wrapped.state_dict().items():
+        assert torch.equal(direct.state_dict()[k], v), k
+    assert a.step == b.step == 9 and a.curve == b.curve
+    assert a.val_loss == b.val_loss and a.val_curve == b.val_curve
+
+
+def test_the_protocols_final_validation_loss_is_the_evaluations(tmp_path):
+    """evaluate_bridge reports validation_loss(denoiser, val, process, seed=protocol.seed)."""
+    protocol = BridgeProtocol(d_model=32, n_layers=1, n_heads=2, batch_size=4, seed=3)
+    train, val = toy_data(16, 5, mask=True), toy_data(8, 6, mask=True)
+    cfg = protocol.train_config("cpu")
+    assert cfg.val_seed == protocol.seed and cfg.mixed_precision == "no"
+    model = build_denoiser(protocol.denoiser_config(train.dim, train.seq_len), 0)
+    result = train_bridge(model, train, val, PROCESS, cfg, tmp_path)
+    assert result.val_loss == validation_loss(model, val, PROCESS, seed=protocol.seed)
+    assert result.val_loss != validation_loss(model, val, PROCESS, seed=0)  # the seed matters
+
+
+def test_learning_rate_defaults_agree():
+    from dihal.config import BaselineRunConfig
+
+    assert TrainConfig().lr == BridgeProtocol().lr == BaselineRunConfig().lr
+
+
+def test_resume_with_another_model_config_names_it(tmp_path):
+    train, val = toy_data(16, 3), toy_data(4, 4)
+    cfg = TrainConfig(lr=5e-3, batch_size=4)
+    train_bridge(build_denoiser(CFG, 0), train, val, PROCESS, cfg, tmp_path, stop_after=2)
+    wider = DenoiserConfig(**{**CFG.to_dict(), "d_model": 64})
+    with pytest.raises(CheckpointMismatchError, match="denoiser_config"):  # not a shape error
+        train_bridge(build_denoiser(wider, 0), train, val, PROCESS, cfg, tmp_path)
+    with pytest.raises(CheckpointMismatchError, match="total_steps"):  # another training set
+        train_bridge(build_denoiser(CFG, 0), toy_data(32, 3), val, PROCESS, cfg, tmp_path)
+
+
+def test_errors_share_one_root_and_keep_their_step():
+    assert BridgeTrainingError is TrainingError and issubclass(TrainingError, DihalError)
+    assert issubclass(CheckpointMismatchError, DihalError)
+    assert issubclass(CheckpointMismatchError, ValueError)
+    err = pickle.loads(pickle.dumps(TrainingError("non-finite loss at step 3", 3)))
+    assert err.step == 3 and str(err) == "non-finite loss at step 3"
+
+
+def test_the_training_module_imports_first():
+    """dihal.training imports the bridge package, which re-exports dihal.bridge.train."""
+    code = "import dihal.training; from dihal.bridge import train_bridge; print('ok')"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+def test_save_swaps_in_a_checkpoint_and_removes_only_dead_writers_temporaries(tmp_path):
+    model = torch.nn.Linear(2, 2)
+    host = socket.gethostname()
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()
+    temporaries = {
+        "mine": f".tmp-step-00000009-{host}-{os.getpid()}",
+        "ended": f".tmp-step-00000009-{host}-{ended.pid}",
+        "running": f".tmp-step-00000009-{host}-{os.getppid()}",
+        "other host": f".tmp-step-00000009-{host}x-{ended.pid}",
+    }
+    for name in temporaries.values():
+        (tmp_path / name).mkdir()
+    first = save_checkpoint(tmp_path, 1, model, None, {"n": 1})
+    again = save_checkpoint(tmp_path, 1, model, None, {"n": 2})  # a stale copy of step 1
+    assert first == again == latest_checkpoint(tmp_path)
+    assert '"n": 2' in (again / "state.json").read_text()
+    left = {p.name for p in tmp_path.iterdir()}
+    assert left == {"step-00000001", temporaries["running"], temporaries["other host"]}
+    save_checkpoint(tmp_path, 2, model, None, {}, keep=1)
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["step-00000002"]

@@ -1,14 +1,30 @@
-"""What every stage asset shares: upstream lookup, fingerprint-based reuse, result metadata."""
+"""The one way an asset is made: require upstream -> fingerprint -> reuse or call the stage ->
+write through the artifact class -> MaterializeResult with metadata. Asset bodies hold wiring
+only; the method is in `dihal`, the files in `storage`.
+"""
 
 from __future__ import annotations
 
 import base64
-from pathlib import Path
+import time
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import dagster as dg
 
-from storage import Manifest, fingerprint, read_manifest
+from dihal.errors import DihalError
+from storage import (
+    Artifact,
+    Corpus,
+    FileLink,
+    Manifest,
+    Markdown,
+    Plot,
+    Table,
+    WorkArtifact,
+    fingerprint,
+)
+from storage.manifest import canonical
 
 # Bumped when a stage's code changes its output; part of every fingerprint and the Dagster
 # code_version, so the UI marks downstream assets stale.
@@ -21,73 +37,126 @@ CODE_VERSIONS = {
     "bridge_sweep": "1",
     "bridgeability": "1",
     "bridge": "2",  # 2: train_tokens counts sequences consumed x length
-    "eval": "1",
-    "baseline": "1",
-    "comparison": "1",
+    "eval": "2",  # 2: rows carry their role; the judge's name recorded in the metadata
+    "baseline": "2",  # 2: trained by the bridge's loop (one trainer)
+    "comparison": "2",  # 2: rows carry their role
     "full_training": "1",
-    "report": "2",  # 2: k_eff per normalisation
+    "report": "3",  # 3: built from typed inputs
 }
+RESOURCES = {"storage", "backbones", "compute", "judge"}
 
 
-def throttled(log, every: float = 5.0):
-    """log.info, at most once every `every` seconds (progress of long loops)."""
-    import time
-
-    last = [0.0]
-
-    def emit(msg: str) -> None:
-        now = time.monotonic()
-        if now - last[0] >= every:
-            last[0] = now
-            log.info(msg)
-
-    return emit
+def stage_asset(backbone: str | None, stage: str, deps: Iterable = (), *, name: str | None = None,
+                partitions: dg.PartitionsDefinition | None = None, kinds: Iterable[str] = ()):
+    """dg.asset for one stage of one backbone's family, with the shared settings."""
+    return dg.asset(name=name or (f"{stage}_{backbone}" if backbone else stage), deps=list(deps),
+                    group_name=backbone or stage, partitions_def=partitions, kinds=set(kinds),
+                    code_version=CODE_VERSIONS[stage], required_resource_keys=RESOURCES)
 
 
-def require_upstream(directory: Path, asset: str) -> Manifest:
-    """The manifest of an upstream artifact, or a failure naming the command that makes it."""
-    m = read_manifest(directory)
-    if m is None:
-        raise dg.Failure(
-            description=(
-                f"upstream asset {asset} has not been materialised (nothing at {directory}). "
-                f"Run: dagster asset materialize --select '*{asset}'"
-            )
-        )
-    return m
+class StageRun:
+    """What an asset body works with: the artifacts of its backbone, the loaded models (once
+    per run), and `produce`/`obtain`, the reuse-or-compute protocol."""
+
+    def __init__(self, context: dg.AssetExecutionContext, backbone: str | None):
+        self.context, self.backbone = context, backbone
+        self.resources = context.resources
+        self.layout = self.resources.storage.layout()
+        self._models: dict[str, Any] = {}
+
+    def log(self, msg: str) -> None:
+        self.context.log.info(msg)
+
+    def throttled(self, every: float = 5.0) -> Callable[[str], None]:
+        """log, at most once every `every` seconds (progress of long loops)."""
+        last = [0.0]
+
+        def emit(msg: str) -> None:
+            if time.monotonic() - last[0] >= every:
+                last[0] = time.monotonic()
+                self.log(msg)
+
+        return emit
+
+    @property
+    def partition(self) -> str:
+        return self.context.partition_key
+
+    # artifacts and models -----------------------------------------------------------------
+    def art(self, kind: type[Artifact], key: str | int | None = None) -> Artifact:
+        return kind(self.layout, None if kind is Corpus else self.backbone, key)
+
+    def require(self, *artifacts: Artifact) -> list[Manifest]:
+        """The manifests of finished upstream artifacts, or a Failure naming the command."""
+        try:
+            return [a.require() for a in artifacts]
+        except DihalError as exc:
+            raise dg.Failure(description=str(exc)) from exc
+
+    def device(self) -> str:
+        return self.resources.compute.resolved_device()
+
+    def model(self):
+        """The backbone, loaded once per run."""
+        if "backbone" not in self._models:
+            self._models["backbone"] = self.resources.backbones.load(
+                self.backbone, self.layout, self.resources.compute)
+        return self._models["backbone"]
+
+    def judge(self):
+        if "judge" not in self._models:
+            self._models["judge"] = self.resources.judge.load(self.layout, self.resources.compute)
+        return self._models["judge"]
+
+    # the protocol ---------------------------------------------------------------------------
+    def obtain(self, artifact: Artifact, config: Any, upstream: Iterable[Artifact],
+               compute: Callable[[], Any], **extra: Any) -> tuple[Manifest, bool]:
+        """Reuse `artifact` if it was made from this fingerprint (config, code version, upstream
+        fingerprints, extra), else compute the result and write it. Returns (manifest, cached)."""
+        ups = {a.name: m.fingerprint for a, m in zip(upstream, self.require(*upstream), strict=True)}
+        fp = fingerprint(artifact.stage, CODE_VERSIONS[artifact.stage], config, ups, extra)
+        if (m := artifact.reuse(fp)) is not None:
+            return m, True
+        if isinstance(artifact, WorkArtifact):
+            artifact.claim(fp, self.log)
+        try:
+            result = compute()
+        except DihalError as exc:
+            raise dg.Failure(description=f"{artifact.name}: {exc}") from exc
+        m = Manifest(stage=artifact.stage, backbone=self.backbone, fingerprint=fp,
+                     config=canonical(config), upstream=ups,
+                     info={**result.info(), "metadata": result.metadata()})
+        return artifact.write(m, result), False
+
+    def produce(self, artifact: Artifact, config: Any, upstream: Iterable[Artifact],
+                compute: Callable[[], Any], **extra: Any) -> dg.MaterializeResult:
+        """`obtain`, reported to Dagster with the artifact's metadata."""
+        m, cached = self.obtain(artifact, config, list(upstream), compute, **extra)
+        return materialize_result(artifact, m, cached)
 
 
-def stage_fingerprint(stage: str, config: Any, upstream: dict[str, str], **extra: Any) -> str:
-    return fingerprint(stage, CODE_VERSIONS[stage], config, upstream, extra)
-
-
-def reuse(directory: Path, fp: str) -> Manifest | None:
-    """The existing artifact if it was made from exactly this fingerprint."""
-    m = read_manifest(directory)
-    return m if m is not None and m.fingerprint == fp else None
-
-
-def result(manifest: Manifest, directory: Path, *, cached: bool, **metadata: Any) -> dg.MaterializeResult:
-    meta: dict[str, Any] = {
-        "path": dg.MetadataValue.path(str(directory)),
-        "fingerprint": manifest.fingerprint[:16],
-        "cached": cached,
-    }
-    for k, v in {**manifest.info.get("metadata", {}), **metadata}.items():
-        meta[k] = dg.MetadataValue.json(v) if isinstance(v, dict | list) else v
+def materialize_result(artifact: Artifact, manifest: Manifest, cached: bool) -> dg.MaterializeResult:
+    meta: dict[str, Any] = {"path": dg.MetadataValue.path(str(artifact.directory)),
+                            "fingerprint": manifest.fingerprint[:16], "cached": cached}
+    for k, v in artifact.metadata(manifest).items():
+        meta[k] = _metadata_value(v)
     return dg.MaterializeResult(metadata=meta, data_version=dg.DataVersion(manifest.fingerprint))
 
 
-def png_markdown(png: Path, title: str) -> dg.MetadataValue:
-    """A PNG embedded in Markdown metadata, so the plot shows in the web UI."""
-    b64 = base64.b64encode(png.read_bytes()).decode("ascii")
-    return dg.MetadataValue.md(f"**{title}**\n\n![{title}](data:image/png;base64,{b64})")
-
-
-def table_markdown(rows: list[dict], columns: list[str], floatfmt: str = ".4g") -> dg.MetadataValue:
-    head = "| " + " | ".join(columns) + " |\n|" + "---|" * len(columns) + "\n"
-    body = ""
-    for r in rows:
-        cells = [format(r[c], floatfmt) if isinstance(r[c], float) else str(r[c]) for c in columns]
-        body += "| " + " | ".join(cells) + " |\n"
-    return dg.MetadataValue.md(head + body)
+def _metadata_value(v: Any) -> Any:
+    if isinstance(v, Plot):  # a PNG in Markdown, so that it shows in the web UI
+        b64 = base64.b64encode(v.path.read_bytes()).decode("ascii")
+        return dg.MetadataValue.md(f"**{v.title}**\n\n![{v.title}](data:image/png;base64,{b64})")
+    if isinstance(v, Table):
+        head = "| " + " | ".join(v.columns) + " |\n|" + "---|" * len(v.columns) + "\n"
+        body = "".join("| " + " | ".join(format(r.get(c), v.fmt) if isinstance(r.get(c), float)
+                                          else str(r.get(c)) for c in v.columns) + " |\n"
+                       for r in v.rows)
+        return dg.MetadataValue.md(head + body)
+    if isinstance(v, FileLink):
+        return dg.MetadataValue.path(str(v.path))
+    if isinstance(v, dict | list):
+        return dg.MetadataValue.json(v)
+    if isinstance(v, Markdown):
+        return dg.MetadataValue.md(v.text)
+    return v

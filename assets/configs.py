@@ -53,8 +53,4 @@ FullBridgeRunConfig = run_config(
     "The bridge at l* with the full budget: the sweep protocol with more passes.", epochs=2.0)
 EvalRunConfig = run_config(dc.EvalConfig, "EvalRunConfig")
 BaselineRunConfig = run_config(dc.BaselineRunConfig, "BaselineRunConfig")
-
-
-class LayerScoreRunConfig(dg.Config):
-    # The normalisation whose argmax is l* (METHOD.md: the paper does not say; plain reading).
-    primary_norm: str = "none"
+LayerScoreRunConfig = run_config(dc.LayerScoreConfig, "LayerScoreRunConfig")

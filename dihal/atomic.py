@@ -1,8 +1,10 @@
-"""Atomic writes: a reader sees the old file or the new one, never a half-written one."""
+"""Files: atomic writes (a reader sees the old file or the new one, never a half-written one),
+atomic directory swaps, and content digests. Standard library only: `dihal` and `storage` share it."""
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -67,3 +69,11 @@ def replace_dir(src: Path, final: Path) -> None:
     os.replace(src, final)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
+
+
+def file_sha256(path: Path | str, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            h.update(block)
+    return h.hexdigest()

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from dihal.atomic import file_sha256
 from dihal.errors import BackboneNotFoundError, LayerIndexError
 from dihal.registry import BACKBONES, BackboneSpec, get_spec  # noqa: F401 (re-exported)
 
@@ -49,8 +50,6 @@ def _gguf_location(spec: BackboneSpec) -> Path:
 
 def _cache_gguf(spec: BackboneSpec, cache_dir: Path) -> ResolvedWeights:
     """Dequantise the GGUF once into a safetensors folder; later loads take under a second."""
-    from storage.manifest import file_sha256
-
     gguf = _gguf_location(spec)
     stat = gguf.stat()
     key = f"{spec.name}-{stat.st_size}"
@@ -108,6 +107,14 @@ def resolve_weights(
     return ResolvedWeights(Path(folder), f"{spec.hf_id}@{Path(folder).name}", "hub-cache")
 
 
+def bos_id_of(tokenizer) -> int:
+    """The id every sequence starts from: BOS, or EOS where the tokenizer has no BOS."""
+    tid = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
+    if tid is None:
+        raise ValueError(f"tokenizer {type(tokenizer).__name__} has neither BOS nor EOS")
+    return int(tid)
+
+
 class Backbone:
     """A loaded causal LM with the access DiHAL needs. Layers are 0-based (METHOD.md s.0)."""
 
@@ -139,11 +146,7 @@ class Backbone:
     @property
     def bos_id(self) -> int:
         """The id unconditional sequences start from: BOS, or EOS where there is none."""
-        tok = self.tokenizer
-        tid = tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
-        if tid is None:
-            raise ValueError(f"tokenizer of {self.spec.name} has neither BOS nor EOS")
-        return int(tid)
+        return bos_id_of(self.tokenizer)
 
     @property
     def eos_id(self) -> int:

@@ -3,24 +3,32 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 
 from dihal.baselines.base import Budget, baseline_loss, check_budget
-from dihal.config import BaselineRunConfig  # noqa: F401 (re-exported)
+from dihal.config import BaselineRunConfig, BridgeProtocol
+from dihal.results import (
+    BaselineResult,
+    BridgeMetrics,
+    ComparisonResult,
+    FullTrainingResult,
+    TrainedBridge,
+)
 from dihal.seeds import derive_seed
-from dihal.training import TrainConfig, sample_budget, train_model
+from dihal.training import sample_budget, train_model
 
 
-def reference_budget(bridge_metrics: dict, bridge_hparams_protocol: dict, seq_len: int) -> Budget:
+def reference_budget(bridge: BridgeMetrics, sampler_steps: int, seq_len: int) -> Budget:
     """The budget of DiHAL's bridge at l*: its denoiser size, tokens consumed, sampler steps."""
-    return Budget(denoiser_parameters=int(bridge_metrics["denoiser_parameters"]),
-                  train_tokens=int(bridge_metrics["train_tokens"]),
-                  sampler_steps=int(bridge_hparams_protocol["steps"]), seq_len=seq_len)
+    return Budget(denoiser_parameters=int(bridge.denoiser_parameters),
+                  train_tokens=int(bridge.train_tokens), sampler_steps=int(sampler_steps),
+                  seq_len=seq_len)
 
 
-def run_baseline(
+def baseline(
     name: str,
     backbone,
     train_ids: torch.Tensor,
@@ -31,8 +39,10 @@ def run_baseline(
     judge,
     progress: Callable[[str], None] | None = None,
     device: str = "cpu",
-) -> dict:
-    """Build `name` at the reference size, check the budget, train (resumable), sample, score."""
+) -> BaselineResult:
+    """The baseline stage: build `name` at DiHAL's size, check the budget, train it with the
+    bridge's protocol (its loop, schedule and budget; lr and seed from `cfg`; resumable in
+    workdir), sample and score. Its row carries the budget it ran under."""
     from dihal.baselines import build_baseline
     from dihal.evaluation import text_metrics, texts_until_eos
 
@@ -50,11 +60,7 @@ def run_baseline(
     model = build_baseline(name, embeddings=emb, seq_len=seq_len,
                            target_params=reference.denoiser_parameters,
                            seed=derive_seed(cfg.seed, "baseline", name), bos_id=bos, eos_id=eos)
-    tcfg = TrainConfig(lr=cfg.lr, batch_size=int(bridge_protocol["batch_size"]),
-                       epochs=float(bridge_protocol["epochs"]), seed=cfg.seed,
-                       warmup_frac=float(bridge_protocol["warmup_frac"]),
-                       weight_decay=float(bridge_protocol["weight_decay"]),
-                       grad_clip=float(bridge_protocol["grad_clip"]), checkpoint_every=200)
+    tcfg = replace(BridgeProtocol(**bridge_protocol).train_config(device), lr=cfg.lr, seed=cfg.seed)
     budget = Budget(denoiser_parameters=model.denoiser_parameters(),
                     train_tokens=sample_budget(n_seq, tcfg) * seq_len,
                     sampler_steps=reference.sampler_steps, seq_len=seq_len)
@@ -77,8 +83,64 @@ def run_baseline(
                             bos_id=backbone.bos_id)
     metrics = text_metrics(texts, judge)
     total = getattr(model, "total_parameters", lambda: sum(p.numel() for p in model.parameters()))()
-    return {"model": name, **metrics, "budget": budget.to_dict(), "total_parameters": int(total),
-            "train_steps": trained.step, "train_seconds": trained.wall_s,
-            "final_loss": trained.train_loss if trained.train_loss is not None else float("nan"),
-            "vocab_size": int(emb.shape[0]),
-            "texts": texts, "module": model}
+    row = {"model": name, "role": "baseline", **metrics, "budget": budget.to_dict(),
+           "total_parameters": int(total), "train_steps": trained.step,
+           "train_seconds": trained.wall_s,
+           "final_loss": trained.train_loss if trained.train_loss is not None else float("nan"),
+           "vocab_size": int(emb.shape[0])}
+    hparams = {"baseline": name, "config": cfg.__dict__, "budget": budget.to_dict(),
+               "reference": reference.to_dict(), "train_config": tcfg.to_dict()}
+    return BaselineResult(name=name, row=row, texts=texts, tensors=model.state_dict(),
+                          hparams=hparams)
+
+
+# ---------------------------------------------------------------------------------------------
+# The stages
+
+
+def comparison(eval_rows: list[dict], bridge: BridgeMetrics, sampler_steps: int,
+               baselines: dict[str, dict], missing: list[str]) -> ComparisonResult:
+    """The comparison stage: one table of DiHAL, the backbone and the baselines (`baselines`:
+    name -> baseline row), with the budget each ran under (the backbone has none)."""
+    dihal_budget = {"denoiser_parameters": bridge.denoiser_parameters,
+                    "train_tokens": bridge.train_tokens, "sampler_steps": sampler_steps,
+                    "seq_len": None}
+    keys = ("gen_ppl", "diversity", "repetition", "mean_length")
+    rows = [{"model": r["model"], "role": r["role"], **{k: r[k] for k in keys},
+             **(dihal_budget if r["role"] == "dihal" else dict.fromkeys(dihal_budget))}
+            for r in eval_rows]
+    rows += [{"model": n, "role": "baseline", **{k: r[k] for k in keys}, **r["budget"]}
+             for n, r in baselines.items()]
+    seq_len = next((r["seq_len"] for r in rows if r.get("seq_len")), None)
+    for r in rows:
+        if r["role"] == "dihal":
+            r["seq_len"] = seq_len
+    return ComparisonResult(rows=rows, missing=missing)
+
+
+FULL_TRAINING_ROLES = ("geometry l*", "oracle", "worst")
+
+
+def full_training(roles: dict[str, int], bridge_at: Callable[[int], TrainedBridge], backbone,
+                  judge, cfg, progress: Callable[[str], None] | None = None) -> FullTrainingResult:
+    """The full_training stage: the full-budget bridge of each role's layer (`bridge_at` reuses
+    or trains it), evaluated like the bridge at l* (bridgeability and generation)."""
+    from dihal.evaluation import evaluate_generation
+
+    rows = []
+    for role, layer in roles.items():
+        trained = bridge_at(layer)
+        hybrid = evaluate_generation(backbone, trained, judge, cfg, progress=progress).rows[0]
+        m = trained.metrics
+        rows.append({"role": role, "layer": layer, "val_loss": m.val_loss,
+                     "recon_error": m.recon_error, "hybrid_nll": m.hybrid_nll,
+                     "top1_agreement": m.top1_agreement, "gen_ppl": hybrid["gen_ppl"],
+                     "diversity": hybrid["diversity"], "repetition": hybrid["repetition"],
+                     "train_tokens": m.train_tokens})
+    return FullTrainingResult(rows)
+
+
+def full_training_roles(bridgeability: dict) -> dict[str, int]:
+    """role -> layer, from a BridgeabilityResult.info()."""
+    return dict(zip(FULL_TRAINING_ROLES, (bridgeability["l_star"], bridgeability["oracle"],
+                                          bridgeability["worst"]), strict=True))

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass
 NORMALIZATIONS = ("none", "rms", "standardize")
 MONO_STATS = ("median", "q05", "min_eig")
 DTYPE_MAX = {"float16": 65504.0, "float32": 3.4028234663852886e38}
+MIN_SWEPT_LAYERS = 3  # bridgeability needs at least this many swept layers
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,7 @@ class CorpusConfig:
             raise ValueError(f"on_malformed must be 'skip' or 'error', got {self.on_malformed!r}")
         if self.paths and self.url_list:
             raise ValueError("give corpus paths or a url_list, not both")
+        object.__setattr__(self, "paths", tuple(self.paths))  # a list from JSON -> tuple
 
 
 @dataclass(frozen=True)
@@ -207,3 +209,13 @@ class BaselineRunConfig:
     restrict_vocab: bool = True
 
 
+
+
+@dataclass(frozen=True)
+class LayerScoreConfig:
+    # The normalisation whose argmax is l* (METHOD.md: the paper does not say; plain reading).
+    primary_norm: str = "none"
+
+    def __post_init__(self) -> None:
+        if self.primary_norm not in NORMALIZATIONS:
+            raise ValueError(f"primary_norm must be one of {NORMALIZATIONS}, got {self.primary_norm!r}")

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from dihal.config import CorpusConfig, SequenceConfig  # noqa: F401 (re-exported)
 from dihal.errors import CorpusError, MalformedLineError
+from dihal.results import CorpusResult, SequencesResult
 
 EMBEDDED_SAMPLE = Path(__file__).resolve().parents[1] / "data" / "dolma_sample"
 
@@ -185,3 +186,45 @@ def pack_sequences(
             "n_train/n_val or seq_len, or add shards (corpus paths / max_docs)."
         )
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# The stages
+
+
+def shard_identities(cfg: CorpusConfig) -> list[str]:
+    """The resolved shards with their identity: "path#sha256" for a local file (its content),
+    the URL for a remote one."""
+    from dihal.atomic import file_sha256
+
+    return [s if "://" in s else f"{s}#{file_sha256(s)}" for s in resolve_shards(cfg)]
+
+
+def shard_location(identity: str) -> str:
+    """Where a shard of `shard_identities` is read from."""
+    return identity if "://" in identity else identity.rsplit("#", 1)[0]
+
+
+def scan_corpus(cfg: CorpusConfig, identity: list[str]) -> CorpusResult:
+    """The corpus stage: read every document of the shards once, to validate and count. A
+    corpus without a usable document is an error."""
+    shards = [shard_location(s) for s in identity]
+    stats = CorpusStats()
+    for _ in iter_documents(shards, cfg, stats):
+        pass
+    if stats.documents == 0:
+        raise CorpusError(f"the corpus ({len(shards)} shards) holds no usable document: "
+                          f"{stats.to_dict()}. Check corpus paths, min_chars and on_malformed.")
+    return CorpusResult(identity, stats.to_dict())
+
+
+def make_sequences(shards: list[str], corpus_cfg: CorpusConfig, tokenizer, cfg: SequenceConfig,
+                   *, bos_id: int, eos_id: int, revision: str) -> SequencesResult:
+    """The sequences stage: pack the corpus's documents into train/val token sequences."""
+    packed = pack_sequences(iter_documents(shards, corpus_cfg), tokenizer, cfg,
+                            bos_id=bos_id, eos_id=eos_id)
+    return SequencesResult(
+        input_ids={s: p.input_ids for s, p in packed.items()},
+        doc_ids={s: p.doc_ids for s, p in packed.items()},
+        sources={s: p.sources for s, p in packed.items()},
+        bos_id=bos_id, eos_id=eos_id, revision=revision)

@@ -30,6 +30,14 @@ class StateValueError(DihalError):
     """Hidden states that cannot be stored faithfully (NaN/inf, fp16 overflow)."""
 
 
+class CorruptArtifactError(DihalError):
+    """An artifact on disk cannot be read; the message names the path and the fix."""
+
+
+class MissingArtifactError(DihalError):
+    """An upstream artifact has not been made yet; the message names the command that makes it."""
+
+
 class TrainingError(DihalError):
     """Training stopped (non-finite loss or gradient); `step` is the update that failed."""
 

@@ -3,12 +3,12 @@ sampled the same way, scored by the same judge and metric code."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 
 import torch
 
 from dihal.config import EvalConfig  # noqa: F401 (re-exported)
+from dihal.results import EvalResult, TrainedBridge
 
 
 def texts_until_eos(tokenizer, tokens: torch.Tensor, eos_id: int, prompt_len: int = 1,
@@ -35,15 +35,15 @@ def text_metrics(texts: list[str], judge) -> dict:
             "mean_length": mean_length(texts)}
 
 
-def evaluate_generation(backbone, bridge: dict, judge, cfg: EvalConfig,
-                        progress: Callable[[str], None] | None = None) -> dict:
-    """Sample from the hybrid (bridge at its layer) and from the backbone; score both.
-
-    bridge: what storage.bridges.load_bridge returns. Returns rows (one per model), the
-    samples as JSON lines, and a Markdown preview."""
+def evaluate_generation(backbone, trained: TrainedBridge, judge, cfg: EvalConfig,
+                        progress: Callable[[str], None] | None = None) -> EvalResult:
+    """The eval stage: sample from the hybrid (the bridge at its layer) and from the backbone,
+    the same way; score both with the same judge and metric code."""
     from dihal.bridge import BrownianBridge
     from dihal.hybrid import Hybrid, decode_backbone
+    from dihal.replace import restore_bridge
 
+    bridge = restore_bridge(trained, device=str(backbone.device))
     hp = bridge["hparams"]
     layer = int(hp["layer"])
     proto = hp["protocol"]
@@ -52,9 +52,10 @@ def evaluate_generation(backbone, bridge: dict, judge, cfg: EvalConfig,
                     eta=cfg.eta, first_state=bridge["first_state"])
     kw = dict(temperature=cfg.temperature, seed=cfg.seed, batch_size=cfg.batch_size, cached=True)
     rows, samples = [], []
-    for name, decode in (
-        (f"DiHAL (l={layer})", lambda: hybrid.decode(cfg.n_samples, cfg.length, **kw)),
-        ("backbone (AR reference)", lambda: decode_backbone(backbone, cfg.n_samples, cfg.length, **kw)),
+    for name, role, decode in (
+        (f"DiHAL (l={layer})", "dihal", lambda: hybrid.decode(cfg.n_samples, cfg.length, **kw)),
+        ("backbone (AR reference)", "backbone",
+         lambda: decode_backbone(backbone, cfg.n_samples, cfg.length, **kw)),
     ):
         if progress:
             progress(f"sampling {cfg.n_samples} x {cfg.length} tokens from {name}")
@@ -63,7 +64,7 @@ def evaluate_generation(backbone, bridge: dict, judge, cfg: EvalConfig,
         if progress:
             progress(f"scoring {name} with the judge")
         timing = gen.timing()
-        rows.append({"model": name, **text_metrics(texts, judge),
+        rows.append({"model": name, "role": role, **text_metrics(texts, judge),
                      "ms_per_token": timing["ms_per_token"], "ms_per_step": timing["ms_per_step"],
                      "n_samples": cfg.n_samples, "length": cfg.length})
         samples += [{"model": name, "index": i, "seed": cfg.seed, "text": t}
@@ -71,9 +72,4 @@ def evaluate_generation(backbone, bridge: dict, judge, cfg: EvalConfig,
     hyb, ref = rows
     hyb["latency_vs_backbone"] = hyb["ms_per_step"] / ref["ms_per_step"]
     ref["latency_vs_backbone"] = 1.0
-    preview = "\n\n".join(
-        f"**{name}**\n\n" + "\n".join(f"{i + 1}. {json.dumps(s['text'][:300])}"
-                                      for i, s in enumerate([x for x in samples if x["model"] == name][:5]))
-        for name in (hyb["model"], ref["model"]))
-    return {"rows": rows, "samples_jsonl": "".join(json.dumps(s) + "\n" for s in samples),
-            "preview_md": preview}
+    return EvalResult(rows=rows, samples=samples, judge=judge.info(), layer=layer)

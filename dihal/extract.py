@@ -18,6 +18,7 @@ import torch
 
 from dihal.config import DTYPE_MAX, ExtractConfig  # noqa: F401 (re-exported)
 from dihal.errors import StateValueError
+from dihal.results import HiddenStatesResult, StateSpec
 
 
 def check_states(states: torch.Tensor, dtype: str, *, split: str, first_seq: int) -> float:
@@ -107,3 +108,42 @@ def extract_hidden_states(
                 pending.result()
     report.wall_s = time.perf_counter() - t_start
     return report
+
+
+def dump_hidden_states(backbone, sequences: dict[str, np.ndarray], writer, cfg: ExtractConfig,
+                       progress: Callable[[str], None] | None = None) -> HiddenStatesResult:
+    """The hidden_states stage: extract (resuming what `writer` holds) and summarise."""
+    report = extract_hidden_states(backbone, sequences, writer, cfg, progress)
+    return HiddenStatesResult(
+        backbone=backbone.info(), spec=dict(writer.spec.__dict__), dtype=cfg.dtype,
+        tokens_per_s=report.tokens_per_s, batches_resumed=report.batches_skipped,
+        max_abs=report.max_abs, fp16_headroom=DTYPE_MAX["float16"] / max(report.max_abs, 1e-9))
+
+
+def state_spec(backbone, revision: str, sequences: dict[str, np.ndarray], cfg: ExtractConfig) -> StateSpec:
+    """The shapes of the dump of `sequences`; the sequences must have been tokenised for the
+    loaded weights."""
+    from dihal.errors import DihalError
+
+    if backbone.weights.revision != revision:
+        raise DihalError(f"the sequences were tokenised for {revision} but the loaded weights are "
+                         f"{backbone.weights.revision}: re-materialise the sequences asset.")
+    return StateSpec(n_layers=backbone.n_layers, seq_len=sequences["train"].shape[1],
+                     hidden=backbone.hidden_size, n_seq={s: len(v) for s, v in sequences.items()},
+                     batch_size=cfg.batch_size, dtype=cfg.dtype)
+
+
+def non_finite_layers(reader) -> list[str]:
+    """"split/layer l" for every layer of a dump holding NaN or inf."""
+    return [f"{split}/layer {layer}" for split in reader.splits for layer in range(reader.n_layers())
+            if not np.isfinite(reader.layer(split, layer)).all()]
+
+
+def shape_problems(reader, sequences_config: dict) -> tuple[dict, dict, bool]:
+    """(expected, found, ok): the dump's shapes against the backbone it records (layers, hidden
+    size) and the sequences config (count, length), token ids included."""
+    bb, n = reader.attrs, sequences_config
+    want = {s: (bb["n_layers"], n[f"n_{s}"], n["seq_len"], bb["hidden_size"]) for s in ("train", "val")}
+    got = {s: reader.shape(s) for s in reader.splits}
+    ids_ok = all(reader.input_ids(s).shape == want[s][1:3] for s in want if s in got)
+    return want, got, got == want and ids_ok

@@ -265,16 +265,6 @@ class Hybrid:
         cfg = getattr(self.denoiser, "cfg", None)
         return None if cfg is None else cfg.max_len
 
-    def info(self) -> dict:
-        return {
-            "layer": self.layer,
-            "steps": self.steps,
-            "eta": self.eta,
-            "sigma": self.process.sigma,
-            "pinned_first": self.first_state is not None,
-            "denoiser_parameters": sum(p.numel() for p in self.denoiser.parameters()),
-        }
-
     def condition(self, input_ids: Tensor, start_pos: int = 0) -> Tensor:
         """c = standardised hs[0] of positions [start_pos, ...), on the denoiser's device and
         dtype (0 at position 0 when it is pinned)."""

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from dihal.geometry import GeometryConfig, GeometryPlan, layer_proxies, make_plan
+from dihal.config import LayerScoreConfig
+from dihal.geometry import GeometryConfig, layer_proxies, make_plan
+from dihal.results import GeometryResult, LayerScoreResult
 from dihal.seeds import derive_seed
 
 
@@ -33,14 +34,6 @@ def sample_positions(
         )
     flat = torch.randperm(available, generator=generator)[:n_tokens].sort().values.numpy()
     return np.stack([flat // (seq_len - 1), flat % (seq_len - 1) + 1], axis=1)
-
-
-@dataclass
-class GeometryResult:
-    rows: list[dict]
-    positions: np.ndarray
-    plan: GeometryPlan
-    seconds: float
 
 
 def compute_geometry(
@@ -70,7 +63,11 @@ def compute_geometry(
             rows.append({"layer": layer, **row})
         if progress:
             progress(f"geometry layer {layer + 1}/{n_layers} ({time.perf_counter() - t0:.1f} s)")
-    return GeometryResult(rows, positions, plan, time.perf_counter() - t0)
+    from dihal.plots import plot_proxies
+
+    return GeometryResult(rows, positions, plan.anchors.numpy(), plan.pairs.numpy(),
+                          time.perf_counter() - t0,
+                          plot_png=plot_proxies(rows, f"{backbone}: geometry proxies per layer"))
 
 
 def score_summary(rows: list[dict], *, primary_norm: str = "none") -> dict:
@@ -91,3 +88,15 @@ def score_summary(rows: list[dict], *, primary_norm: str = "none") -> dict:
         vs_depth[n] = spearman([p[1] for p in pts], depth_control([p[0] for p in pts]))
     return {"rows": scored, "selected": selected, "l_star": selected[primary_norm],
             "spearman_vs_depth": vs_depth, "candidates": candidates}
+
+
+def score_layers(rows: list[dict], cfg: LayerScoreConfig, *, backbone: str) -> LayerScoreResult:
+    """The layer_score stage: S_l per normalisation over the candidate layers, l*, and how much
+    of the score is depth."""
+    from dihal.plots import plot_scores
+
+    s = score_summary(rows, primary_norm=cfg.primary_norm)
+    title = f"{backbone}: layer score, l* = {s['l_star']} ({cfg.primary_norm})"
+    return LayerScoreResult(rows=s["rows"], selected=s["selected"], l_star=s["l_star"],
+                            primary_norm=cfg.primary_norm, spearman_vs_depth=s["spearman_vs_depth"],
+                            plot_png=plot_scores(s["rows"], s["selected"], title))

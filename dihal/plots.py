@@ -1,8 +1,8 @@
-"""Plots of the Locate stage as PNG files (matplotlib, Agg backend)."""
+"""Plots of the stages as PNG bytes (matplotlib, Agg backend); storage writes them."""
 
 from __future__ import annotations
 
-from pathlib import Path
+import io
 
 
 def _pyplot():
@@ -14,7 +14,14 @@ def _pyplot():
     return plt
 
 
-def plot_proxies(rows: list[dict], path: Path, title: str) -> Path:
+def _png(plt, fig) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90)
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def plot_proxies(rows: list[dict], title: str) -> bytes:
     """m_curv, m_mono, k_eff against layer, one line per normalisation (log scale)."""
     plt = _pyplot()
     norms = sorted({r["norm"] for r in rows})
@@ -30,12 +37,10 @@ def plot_proxies(rows: list[dict], path: Path, title: str) -> Path:
     axes[0].legend(title="normalisation")
     fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
+    return _png(plt, fig)
 
 
-def plot_scores(score_rows: list[dict], selected: dict[str, int], path: Path, title: str) -> Path:
+def plot_scores(score_rows: list[dict], selected: dict[str, int], title: str) -> bytes:
     """S_l against layer per normalisation, l* marked."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 3.6))
@@ -51,12 +56,10 @@ def plot_scores(score_rows: list[dict], selected: dict[str, int], path: Path, ti
     ax.grid(alpha=0.3)
     ax.set_title(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
+    return _png(plt, fig)
 
 
-def plot_bridgeability(layer_rows: list[dict], score_rows: list[dict], path: Path, title: str) -> Path:
+def plot_bridgeability(layer_rows: list[dict], score_rows: list[dict], title: str) -> bytes:
     """Per normalisation: S_l against validation loss of each swept layer (labelled by l),
     beside the depth control (l against validation loss)."""
     plt = _pyplot()
@@ -75,6 +78,4 @@ def plot_bridgeability(layer_rows: list[dict], score_rows: list[dict], path: Pat
     axes[0].set_ylabel("bridge validation loss")
     fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
+    return _png(plt, fig)

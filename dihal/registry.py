@@ -1,4 +1,5 @@
-"""The known backbones (no heavy imports: the Dagster layer reads this at load time)."""
+"""The known backbones and baselines: the one list of each (no heavy imports: the Dagster
+layer reads this at load time)."""
 
 from __future__ import annotations
 
@@ -48,5 +49,21 @@ def get_spec(name: str) -> BackboneSpec:
     except KeyError:
         raise UnknownBackboneError(
             f"unknown backbone {name!r}: known backbones are {sorted(BACKBONES)}. "
-            "Add a BackboneSpec to dihal.backbones.BACKBONES to use another model."
+            "Add a BackboneSpec to dihal.registry.BACKBONES to use another model."
         ) from None
+
+
+@dataclass(frozen=True)
+class BaselineSpec:
+    name: str
+    module: str  # dihal.baselines.<module> exposes build(...)
+    version: str  # bumped when the recipe changes its results: part of the artifact's fingerprint
+
+
+BASELINE_SPECS: dict[str, BaselineSpec] = {s.name: s for s in (
+    BaselineSpec("diffusion-lm", "diffusion_lm", "1"),
+    BaselineSpec("sed", "sed", "1"),
+    BaselineSpec("ld4lg", "ld4lg", "2"),
+    BaselineSpec("codar", "codar", "1"),
+)}
+BASELINES: tuple[str, ...] = tuple(BASELINE_SPECS)  # the comparison's order

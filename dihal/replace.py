@@ -26,7 +26,8 @@ from dihal.bridge import (
     train_bridge,
     validation_loss,
 )
-from dihal.config import BridgeProtocol  # noqa: F401 (re-exported)
+from dihal.config import MIN_SWEPT_LAYERS, BridgeProtocol  # noqa: F401 (re-exported)
+from dihal.results import BridgeabilityResult, BridgeMetrics, TrainedBridge
 from dihal.seeds import derive_seed
 
 
@@ -61,7 +62,9 @@ def load_layer_data(reader, layer: int, protocol: BridgeProtocol) -> LayerData:
     """Standardised (c, h_l) pairs of the dump: train split, and held-out sequences."""
     n_layers = reader.n_layers()
     if not 1 <= layer <= n_layers - 1:
-        raise IndexError(f"layer {layer} is not a candidate: this dump has layers 1..{n_layers - 1}")
+        from dihal.errors import LayerIndexError
+
+        raise LayerIndexError(f"layer {layer} is not a candidate: this dump has layers 1..{n_layers - 1}")
     c_tr, h_tr = _pairs(reader, "train", layer)
     c_va, h_va = _pairs(reader, "val", layer, protocol.eval_sequences)
     first_state = None
@@ -126,16 +129,19 @@ def train_layer_bridge(
 
 @torch.no_grad()
 def evaluate_bridge(backbone, denoiser, data: LayerData, protocol: BridgeProtocol,
-                    batch_size: int = 8) -> dict:
+                    batch_size: int = 8, val_loss: float | None = None) -> dict:
     """Bridgeability of one layer: validation loss (fixed t grid and noise, standardised
-    units), full-sampler relative reconstruction error, and the hybrid's next-token NLL and
-    top-1 agreement with the backbone on held-out text."""
+    units; `val_loss` when the trainer already measured it), full-sampler relative
+    reconstruction error, and the hybrid's next-token NLL and top-1 agreement with the
+    backbone on held-out text."""
     from dihal.hybrid import Hybrid, next_token_nll, top1_agreement
 
     process = BrownianBridge(sigma=protocol.sigma)
     denoiser.eval()
+    if val_loss is None:
+        val_loss = validation_loss(denoiser, data.val, process, seed=protocol.seed)
     out = {
-        "val_loss": validation_loss(denoiser, data.val, process, seed=protocol.seed),
+        "val_loss": val_loss,
         "recon_error": reconstruction_error(denoiser, data.val, process, steps=protocol.steps,
                                             seed=protocol.seed),
     }
@@ -177,3 +183,67 @@ def bridgeability_table(layer_rows: list[dict], score_rows: list[dict]) -> dict:
     oracle = min(layers, key=lambda ll: by_layer[ll]["val_loss"])
     worst = max(layers, key=lambda ll: by_layer[ll]["val_loss"])
     return {"rows": rows, "layers": layers, "oracle": oracle, "worst": worst}
+
+
+
+def bridgeability(swept: list[BridgeMetrics], score_rows: list[dict], l_star: int, *,
+                  backbone: str) -> BridgeabilityResult:
+    """The bridgeability stage: does the layer score predict how well a bridge learns?"""
+    from dihal.errors import DihalError
+    from dihal.plots import plot_bridgeability
+
+    if len(swept) < MIN_SWEPT_LAYERS:
+        raise DihalError(f"bridgeability needs >= {MIN_SWEPT_LAYERS} swept layers, got {len(swept)}")
+    layer_rows = sorted((m.to_dict() for m in swept), key=lambda r: r["layer"])
+    candidates = [r for r in score_rows if r["candidate"]]
+    table = bridgeability_table(layer_rows, candidates)
+    return BridgeabilityResult(
+        layer_rows=layer_rows, spearman=table["rows"], layers=table["layers"],
+        oracle=table["oracle"], worst=table["worst"], l_star=l_star,
+        plot_png=plot_bridgeability(layer_rows, candidates,
+                                    f"{backbone}: score vs bridgeability (l* = {l_star})"))
+
+
+def train_layer(backbone, reader, layer: int, protocol: BridgeProtocol, ckpt_dir: Path, *,
+                device: str = "cpu", progress: Callable[[dict], None] | None = None) -> TrainedBridge:
+    """The bridge stage (sweep partitions, the bridge at l*, full training): train a bridge
+    hs[0] -> h_layer under `protocol` (resuming from `ckpt_dir`), measure its bridgeability and
+    package it for saving."""
+    import time
+
+    from dihal.bridge.train import sample_budget
+
+    t0 = time.monotonic()
+    data = load_layer_data(reader, layer, protocol)
+    denoiser, result = train_layer_bridge(data, protocol, ckpt_dir, device=device, progress=progress)
+    measured = evaluate_bridge(backbone, denoiser.to(backbone.device), data, protocol,
+                               val_loss=result.val_loss)
+    tcfg = protocol.train_config(device)
+    metrics = BridgeMetrics(
+        layer=layer, **measured, train_loss=result.train_loss, steps=result.step,
+        train_tokens=sample_budget(len(data.train), tcfg) * data.train.seq_len,
+        seconds=round(time.monotonic() - t0, 1), resumed_from_step=result.resumed_from,
+        denoiser_parameters=denoiser.param_count())
+    tensors = {f"denoiser.{k}": v.detach().contiguous().cpu() for k, v in denoiser.state_dict().items()}
+    tensors.update({"cond_std.mean": data.cond_std.mean, "cond_std.std": data.cond_std.std,
+                    "target_std.mean": data.target_std.mean, "target_std.std": data.target_std.std})
+    if data.first_state is not None:
+        tensors["first_state"] = data.first_state.detach().float().contiguous().cpu()
+    hparams = {"backbone": backbone.spec.name, "layer": layer, "protocol": protocol.to_dict(),
+               "denoiser_config": denoiser.cfg.to_dict(), "train_config": tcfg.to_dict(),
+               "revision": backbone.weights.revision}
+    return TrainedBridge(tensors, hparams, metrics, result.curve)
+
+
+def restore_bridge(trained: TrainedBridge, device: str = "cpu") -> dict:
+    """The modules of a saved bridge: {"denoiser", "cond_std", "target_std", "first_state",
+    "hparams"}."""
+    from dihal.bridge import CausalDenoiser, DenoiserConfig
+
+    t = trained.tensors
+    model = CausalDenoiser(DenoiserConfig.from_dict(trained.hparams["denoiser_config"]))
+    model.load_state_dict({k[len("denoiser."):]: v for k, v in t.items() if k.startswith("denoiser.")})
+    return {"denoiser": model.to(device).eval(),
+            "cond_std": Standardizer(t["cond_std.mean"], t["cond_std.std"]),
+            "target_std": Standardizer(t["target_std.mean"], t["target_std.std"]),
+            "first_state": t.get("first_state"), "hparams": trained.hparams}

@@ -1,99 +1,71 @@
-"""A self-contained report from a list of blocks, rendered to Markdown and to HTML with the
-plots embedded (base64), so one file carries everything a reader needs."""
+"""The report stage: lay out the finished results of one backbone (rendered by dihal.document).
+Its inputs are gathered by the caller (the Dagster layer reads them through storage)."""
 
 from __future__ import annotations
 
-import base64
-import html
-import math
-from dataclasses import dataclass, field
+import json
+
+from dihal.document import Document
+from dihal.results import ReportInputs, ReportResult
 
 
-@dataclass
-class Report:
-    title: str
-    blocks: list[tuple] = field(default_factory=list)
+def build_report(x: ReportInputs) -> ReportResult:
+    bb, score, bness = x.backbone_info, x.score, x.bridgeability
+    geo_cfg, ev_cfg = x.configs["geometry"], x.configs["eval"]
+    r = Document(f"DiHAL on {bb['hf_id']} ({x.backbone})")
+    r.p(f"Backbone {bb['hf_id']} ({bb['architecture']}, {bb['n_layers']} layers, hidden "
+        f"{bb['hidden_size']}), weights {bb['revision']}. Every number below was measured by the "
+        "pipeline from the artifacts listed at the end; nothing is copied from the paper.")
 
-    def h2(self, text: str) -> Report:
-        self.blocks.append(("h2", text))
-        return self
+    r.h2("1. Locate: geometry per layer")
+    srows = {(s["norm"], s["layer"]): s for s in x.score_rows}
+    norms = sorted({g["norm"] for g in x.geometry_rows})
+    geo = {(g["norm"], g["layer"]): g for g in x.geometry_rows}
+    table = [{"layer": layer, **{f"{k}[{n}]": (geo[(n, layer)][k] if k != "S" else srows[(n, layer)]["S"])
+                                 for n in norms for k in ("m_curv", "m_mono", "k_eff", "S")}}
+             for layer in sorted({g["layer"] for g in x.geometry_rows})]
+    cols = ["layer"] + [f"{k}[{n}]" for n in norms for k in ("m_curv", "m_mono", "k_eff", "S")]
+    r.p(f"{geo_cfg['n_tokens']} held-out tokens per layer (position 0 dropped), "
+        f"{geo_cfg['n_anchors']} anchors, k = {geo_cfg['k_neighbors']}, "
+        f"{geo_cfg['n_pairs']} pairs. k_eff is unchanged by a global rescaling, so it is the "
+        "same under none and rms; standardize rescales each dimension and changes it.")
+    r.table(table, cols, ".3g")
+    r.image(x.plots["proxies"], "Proxies against layer, per normalisation")
+    r.image(x.plots["score"], "Layer score S_l and l* per normalisation")
+    r.p(f"l* = {score['l_star']} under the primary normalisation "
+        f"({x.configs['layer_score']['primary_norm']}); by normalisation: "
+        f"{json.dumps(score['selected'])}. Spearman(S_l, -l), how much the score is just depth: "
+        f"{json.dumps({k: round(v, 3) for k, v in score['spearman_vs_depth'].items()})}.")
 
-    def p(self, text: str) -> Report:
-        self.blocks.append(("p", text))
-        return self
+    r.h2("2. Does the score predict bridgeability?")
+    r.p(f"One bridge per swept layer ({bness['swept_layers']}) under one protocol: "
+        f"{json.dumps(x.sweep_protocol)}. Oracle layer (lowest validation loss): "
+        f"{bness['oracle']}; worst: {bness['worst']}; geometry l*: {bness['l_star']}.")
+    r.table(x.sweep_layers, ["layer", "val_loss", "recon_error", "hybrid_nll", "backbone_nll",
+                             "top1_agreement", "steps", "seconds"], ".4g")
+    r.table(bness["spearman"], list(bness["spearman"][0]), ".3f")
+    r.image(x.plots["scatter"], "S_l vs bridge validation loss per normalisation, and the depth control")
 
-    def table(self, rows: list[dict], columns: list[str] | None = None, fmt: str = ".4g") -> Report:
-        columns = columns or (list(rows[0]) if rows else [])
-        self.blocks.append(("table", rows, columns, fmt))
-        return self
+    r.h2("3. Generation: DiHAL, the backbone and the baselines at a matched budget")
+    cmp_ = x.comparison
+    r.table(cmp_["rows"], ["model", "gen_ppl", "diversity", "repetition", "mean_length",
+                           "denoiser_parameters", "train_tokens", "sampler_steps", "seq_len"], ".4g")
+    if cmp_.get("missing"):
+        r.p(f"Not run: {', '.join(cmp_['missing'])}.")
+    r.p(f"Judge: {json.dumps(x.evaluation['judge'])}. Samples: {ev_cfg['n_samples']} x "
+        f"{ev_cfg['length']} tokens, temperature {ev_cfg['temperature']}, seed "
+        f"{ev_cfg['seed']}. Latency per generated token (cached decoding): "
+        + "; ".join(f"{e['model']}: {e['ms_per_token']:.1f} ms ({e['latency_vs_backbone']:.2f}x)"
+                    for e in x.evaluation["rows"]) + ".")
 
-    def image(self, png: bytes, caption: str) -> Report:
-        self.blocks.append(("img", png, caption))
-        return self
+    r.h2("4. Full training: geometry-selected vs oracle vs worst layer")
+    r.table(x.full_training, ["role", "layer", "val_loss", "recon_error", "hybrid_nll",
+                              "top1_agreement", "gen_ppl", "diversity", "train_tokens"], ".4g")
 
-    def pre(self, text: str) -> Report:
-        self.blocks.append(("pre", text))
-        return self
+    r.h2("5. Sample texts")
+    r.pre("".join(f"== {model}\n" + "".join(f"- {t[:240]!r}\n" for t in texts[:4])
+                  for model, texts in x.samples.items()))
 
-    # ------------------------------------------------------------------ rendering
-
-    @staticmethod
-    def _cell(v, fmt: str) -> str:
-        if isinstance(v, float):
-            return "n/a" if math.isnan(v) else format(v, fmt)
-        if isinstance(v, bool) or v is None:
-            return str(v)
-        return str(v)
-
-    def markdown(self) -> str:
-        out = [f"# {self.title}", ""]
-        for b in self.blocks:
-            kind = b[0]
-            if kind == "h2":
-                out += [f"## {b[1]}", ""]
-            elif kind == "p":
-                out += [b[1], ""]
-            elif kind == "table":
-                _, rows, cols, fmt = b
-                out.append("| " + " | ".join(cols) + " |")
-                out.append("|" + "---|" * len(cols))
-                for r in rows:
-                    out.append("| " + " | ".join(self._cell(r.get(c), fmt).replace("|", "/")
-                                                 for c in cols) + " |")
-                out.append("")
-            elif kind == "img":
-                data = base64.b64encode(b[1]).decode("ascii")
-                out += [f"![{b[2]}](data:image/png;base64,{data})", "", f"*{b[2]}*", ""]
-            elif kind == "pre":
-                out += ["```", b[1], "```", ""]
-        return "\n".join(out)
-
-    def html(self) -> str:
-        e = html.escape
-        out = ["<!doctype html><html><head><meta charset='utf-8'>", f"<title>{e(self.title)}</title>",
-               "<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em}"
-               "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;"
-               "padding:3px 8px;text-align:right}th{background:#f3f3f3}td:first-child{text-align:left}"
-               "pre{background:#f6f6f6;padding:1em;overflow:auto;white-space:pre-wrap}"
-               "img{max-width:100%}</style></head><body>", f"<h1>{e(self.title)}</h1>"]
-        for b in self.blocks:
-            kind = b[0]
-            if kind == "h2":
-                out.append(f"<h2>{e(b[1])}</h2>")
-            elif kind == "p":
-                out.append(f"<p>{e(b[1])}</p>")
-            elif kind == "table":
-                _, rows, cols, fmt = b
-                out.append("<table><tr>" + "".join(f"<th>{e(c)}</th>" for c in cols) + "</tr>")
-                for r in rows:
-                    out.append("<tr>" + "".join(f"<td>{e(self._cell(r.get(c), fmt))}</td>"
-                                                for c in cols) + "</tr>")
-                out.append("</table>")
-            elif kind == "img":
-                data = base64.b64encode(b[1]).decode("ascii")
-                out.append(f"<figure><img src='data:image/png;base64,{data}' alt='{e(b[2])}'>"
-                           f"<figcaption>{e(b[2])}</figcaption></figure>")
-            elif kind == "pre":
-                out.append(f"<pre>{e(b[1])}</pre>")
-        out.append("</body></html>")
-        return "\n".join(out)
+    r.h2("6. Configuration and budgets")
+    r.pre(json.dumps({**x.configs, "artifacts": x.artifacts}, indent=1))
+    return ReportResult(html=r.html(), markdown=r.markdown())

@@ -7,31 +7,23 @@ import dagster as dg
 from assets.compare import compare_assets
 from assets.locate import corpus, locate_assets
 from assets.replace import replace_assets
+from dihal.registry import BACKBONES, get_spec
 from resources import BackboneResource, ComputeResource, JudgeResource, StorageResource
-
-BACKBONES = ("smollm2", "llama", "qwen")
-
-
-def _n_layers(name: str) -> int:
-    from dihal.registry import get_spec
-
-    return get_spec(name).n_layers
 
 
 def build_definitions(
-    backbones: tuple[str, ...] = BACKBONES, resources: dict | None = None,
+    backbones: tuple[str, ...] = tuple(BACKBONES), resources: dict | None = None,
     n_layers: dict[str, int] | None = None,
 ) -> dg.Definitions:
     """All asset families. ``n_layers`` overrides the layer count per backbone (tests use
-    tiny models); by default it comes from dihal.backbones.BACKBONES."""
+    tiny models); by default it comes from dihal.registry.BACKBONES."""
     assets: list = [corpus]
     checks: list = []
     jobs: list = []
     schedules: list = []
     for name in backbones:
-        layers = (n_layers or {}).get(name) or _n_layers(name)
-        defs = locate_assets(name) + replace_assets(name, layers) + compare_assets(name)
-        for d in defs:
+        layers = (n_layers or {}).get(name) or get_spec(name).n_layers
+        for d in locate_assets(name) + replace_assets(name, layers) + compare_assets(name):
             if isinstance(d, dg.AssetChecksDefinition):
                 checks.append(d)
             elif isinstance(d, dg.ScheduleDefinition):

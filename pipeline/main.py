@@ -44,9 +44,9 @@ STAGES = ["locate", "sweep", "bridge", "eval", "report"]
 
 
 def main(argv: list[str] | None = None) -> None:
-    from dihal.registry import get_spec
+    from dihal.registry import BASELINES, get_spec
     from pipeline.definitions import defs
-    from storage import read_manifest
+    from storage import Bridgeability, Comparison, Evaluation, LayerScore, Report
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--backbone", default="smollm2")
@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> None:
                     help="layers in the default sweep (1, 2, 3, then evenly spaced)")
     ap.add_argument("--all-layers", action="store_true", help="sweep every candidate layer")
     ap.add_argument("--stop-after", choices=STAGES, default="report")
-    ap.add_argument("--baselines", default="diffusion-lm,sed,ld4lg,codar",
+    ap.add_argument("--baselines", default=",".join(BASELINES),
                     help="comma-separated baselines for the comparison")
     args = ap.parse_args(argv)
     b = args.backbone
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> None:
     from resources import StorageResource
 
     layout = StorageResource().layout()
-    score = read_manifest(layout.layer_score(b))
+    score = LayerScore(layout, b).require()
     print(f"[dihal] l* = {score.info['l_star']} (by normalisation: {score.info['selected']})")
     last = STAGES.index(args.stop_after)
 
@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> None:
         for ll in layers:
             _materialize(defs, f"key:bridge_sweep_{b}", instance, partition=str(ll))
         _materialize(defs, f"key:bridgeability_{b}", instance)
-        bness = read_manifest(layout.bridgeability(b))
+        bness = Bridgeability(layout, b).require()
         print(f"[dihal] oracle layer {bness.info['oracle']}, worst {bness.info['worst']}")
         print(json.dumps(bness.info["spearman"], indent=1))
     if runs("bridge"):
@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> None:
         _materialize(defs, f"key:bridge_{b}", instance)
     if runs("eval"):
         _materialize(defs, f"key:eval_{b}", instance)
-        ev = read_manifest(layout.evaluation(b))
+        ev = Evaluation(layout, b).require()
         for row in ev.info["rows"]:
             print("[dihal] " + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                                          for k, v in row.items()))
@@ -104,13 +104,13 @@ def main(argv: list[str] | None = None) -> None:
             print(f"[dihal] baseline {name} at DiHAL's budget", flush=True)
             _materialize(defs, f"key:baseline_{b}", instance, partition=name)
         _materialize(defs, f"key:comparison_{b}", instance)
-        for row in read_manifest(layout.comparison(b)).info["rows"]:
+        for row in Comparison(layout, b).require().info["rows"]:
             print(f"[dihal] {row['model']}: Gen.PPL {row['gen_ppl']:.2f}, diversity "
                   f"{row['diversity']:.4f}")
         print("[dihal] full training at l*, the oracle and the worst layer", flush=True)
         _materialize(defs, f"key:full_training_{b}", instance)
         _materialize(defs, f"key:report_{b}", instance)
-        print(f"[dihal] report: {layout.report(b) / 'report.html'}")
+        print(f"[dihal] report: {Report(layout, b).html}")
     print(f"[dihal] finished in {time.monotonic() - t0:.0f} s; artifacts under {layout.root}")
 
 

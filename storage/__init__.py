@@ -1,21 +1,43 @@
-"""Artifact layout and IO: atomic files, manifests, Parquet tables, Zarr hidden states.
+"""Artifact layout and IO: one class per artifact kind (storage.artifacts), manifests,
+Parquet tables, Zarr hidden states.
 
-Imports only the standard library at module level; numpy, pyarrow and zarr are imported
-inside the functions that need them, so the Dagster layer can import this package cheaply.
+Imports only the standard library and dihal's stdlib-only leaves (atomic, errors, results) at
+module level; numpy, pyarrow, zarr and safetensors are imported inside the functions that need
+them, so the Dagster layer can import this package cheaply.
 """
 
-from dihal.atomic import atomic_dir, atomic_write_bytes, atomic_write_json, atomic_write_text
+from storage.artifacts import (
+    Artifact,
+    BaselineRun,
+    Bridge,
+    Bridgeability,
+    BridgeRun,
+    Comparison,
+    Corpus,
+    Evaluation,
+    FileLink,
+    FullTraining,
+    FullTrainingBridge,
+    Geometry,
+    HiddenStates,
+    LayerScore,
+    Markdown,
+    Plot,
+    Report,
+    Sequences,
+    SweepBridge,
+    Table,
+    WorkArtifact,
+    current_baselines,
+    report_inputs,
+    swept_bridges,
+)
 from storage.layout import ArtifactLayout
-from storage.manifest import Manifest, fingerprint, read_manifest, write_manifest
+from storage.manifest import Manifest, fingerprint, read_manifest
 
 __all__ = [
-    "ArtifactLayout",
-    "Manifest",
-    "atomic_dir",
-    "atomic_write_bytes",
-    "atomic_write_json",
-    "atomic_write_text",
-    "fingerprint",
-    "read_manifest",
-    "write_manifest",
+    "Artifact", "ArtifactLayout", "BaselineRun", "Bridge", "BridgeRun", "Bridgeability",
+    "Comparison", "Corpus", "Evaluation", "FileLink", "FullTraining", "FullTrainingBridge",
+    "Geometry", "HiddenStates", "LayerScore", "Manifest", "Markdown", "Plot", "Report", "Sequences",
+    "SweepBridge", "Table", "WorkArtifact", "current_baselines", "fingerprint", "read_manifest", "report_inputs", "swept_bridges",
 ]

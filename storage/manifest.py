@@ -15,17 +15,19 @@ from pathlib import Path
 from typing import Any
 
 from dihal.atomic import atomic_write_json
+from dihal.errors import CorruptArtifactError
 
 MANIFEST = "manifest.json"
 
 
-def _canonical(obj: Any) -> Any:
+def canonical(obj: Any) -> Any:
+    """JSON-able form of dataclasses, dicts (sorted), tuples (as lists) and paths."""
     if is_dataclass(obj) and not isinstance(obj, type):
-        return _canonical(asdict(obj))
+        return canonical(asdict(obj))
     if isinstance(obj, dict):
-        return {str(k): _canonical(v) for k, v in sorted(obj.items(), key=lambda kv: str(kv[0]))}
+        return {str(k): canonical(v) for k, v in sorted(obj.items(), key=lambda kv: str(kv[0]))}
     if isinstance(obj, list | tuple):
-        return [_canonical(v) for v in obj]
+        return [canonical(v) for v in obj]
     if isinstance(obj, Path):
         return str(obj)
     return obj
@@ -33,16 +35,8 @@ def _canonical(obj: Any) -> Any:
 
 def fingerprint(*parts: Any) -> str:
     """A stable sha256 hex digest of JSON-able parts (dataclasses, dicts, lists, scalars)."""
-    blob = json.dumps(_canonical(list(parts)), sort_keys=True, separators=(",", ":"), default=str)
+    blob = json.dumps(canonical(list(parts)), sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
-
-
-def file_sha256(path: Path | str, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(chunk):
-            h.update(block)
-    return h.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -55,15 +49,11 @@ class Manifest:
     info: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return _canonical(asdict(self))
+        return canonical(asdict(self))
 
 
 def write_manifest(directory: Path | str, manifest: Manifest) -> Path:
     return atomic_write_json(Path(directory) / MANIFEST, manifest.to_json())
-
-
-class CorruptArtifactError(RuntimeError):
-    """An artifact on disk cannot be read; the message names the path and the fix."""
 
 
 def read_manifest(directory: Path | str) -> Manifest | None:
@@ -79,9 +69,3 @@ def read_manifest(directory: Path | str) -> Manifest | None:
             f"{path} is not a valid manifest ({exc}). Delete {Path(directory)} and materialise "
             "the asset again."
         ) from exc
-
-
-def is_current(directory: Path | str, fp: str) -> bool:
-    """True when the artifact at ``directory`` was made with fingerprint ``fp``."""
-    m = read_manifest(directory)
-    return m is not None and m.fingerprint == fp

@@ -11,30 +11,15 @@ resumed dump skips the batches it lists and rewrites any batch that was cut off 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from dihal.atomic import atomic_write_json, replace_dir
-from storage.manifest import CorruptArtifactError
+from dihal.errors import CorruptArtifactError
+from dihal.results import StateSpec  # noqa: F401 (re-exported)
 
 STATES = "states.zarr"
 PROGRESS = "progress.json"
-
-
-@dataclass(frozen=True)
-class StateSpec:
-    """Shapes of a dump: every split has n_layers x n_seq[split] x seq_len x hidden."""
-
-    n_layers: int
-    seq_len: int
-    hidden: int
-    n_seq: dict[str, int]
-    batch_size: int
-    dtype: str = "float16"
-
-    def n_batches(self, split: str) -> int:
-        return -(-self.n_seq[split] // self.batch_size)
 
 
 class StateWriter:

@@ -6,7 +6,7 @@ import io
 from pathlib import Path
 
 from dihal.atomic import atomic_write_bytes
-from storage.manifest import CorruptArtifactError
+from dihal.errors import CorruptArtifactError
 
 
 def write_table(path: Path | str, columns_or_rows) -> Path:
@@ -42,13 +42,3 @@ def read_table(path: Path | str):
 
 def read_rows(path: Path | str) -> list[dict]:
     return read_table(path).to_pylist()
-
-
-def read_sequences(path: Path | str) -> dict:
-    """The token ids of a sequences table, per split: {"train": (n, T) int64, "val": ...}."""
-    import numpy as np
-
-    table = read_table(path).to_pydict()
-    splits = dict.fromkeys(table["split"])
-    return {s: np.array([ids for sp, ids in zip(table["split"], table["input_ids"], strict=True)
-                         if sp == s], dtype=np.int64) for s in splits}

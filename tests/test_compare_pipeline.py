@@ -47,7 +47,8 @@ def test_baselines_comparison_full_training_report(tiny):  # noqa: F811
     assert res.success, err
     rows = read_manifest(root / "llama" / "comparison").info["rows"]
     assert [r["model"] for r in rows][2:] == ["diffusion-lm", "sed", "ld4lg", "codar"]
-    assert rows[0]["model"].startswith("DiHAL") and rows[1]["model"].startswith("backbone")
+    assert [r["role"] for r in rows] == ["dihal", "backbone"] + ["baseline"] * 4
+    assert rows[0]["train_tokens"] == bridge["train_tokens"] and rows[1]["train_tokens"] is None
     full = read_manifest(root / "llama" / "full_training").info["rows"]
     b = read_manifest(root / "llama" / "bridgeability").info
     assert {r["role"]: r["layer"] for r in full} == {"geometry l*": b["l_star"],

@@ -1,20 +1,21 @@
 """Continuous-diffusion language-model baselines at DiHAL's budget (METHOD.md s.5).
 
 Each module exposes `build(embeddings, seq_len, target_params, seed, bos_id, eos_id)` returning
-a model that follows `dihal.baselines.base.Baseline`.
+a model that follows `dihal.baselines.base.Baseline`. The list of baselines, their modules and
+recipe versions is dihal.registry.BASELINE_SPECS.
 """
 
 from __future__ import annotations
 
 import importlib
 
-BASELINES = ("diffusion-lm", "sed", "ld4lg", "codar")
-_MODULES = {"diffusion-lm": "diffusion_lm", "sed": "sed", "ld4lg": "ld4lg", "codar": "codar"}
+from dihal.registry import BASELINE_SPECS, BASELINES
+
 # Bumped when a baseline's recipe changes its results: part of its artifact's fingerprint.
-VERSIONS = {"diffusion-lm": "1", "sed": "1", "ld4lg": "2", "codar": "1"}
+VERSIONS = {name: spec.version for name, spec in BASELINE_SPECS.items()}
 
 
 def build_baseline(name: str, **kwargs):
-    if name not in _MODULES:
+    if name not in BASELINE_SPECS:
         raise KeyError(f"unknown baseline {name!r}: known are {list(BASELINES)}")
-    return importlib.import_module(f"dihal.baselines.{_MODULES[name]}").build(**kwargs)
+    return importlib.import_module(f"dihal.baselines.{BASELINE_SPECS[name].module}").build(**kwargs)

@@ -1,14 +1,14 @@
 import base64
 import math
 
-from dihal.report import Report
+from dihal.document import Document
 
 PNG = base64.b64decode(
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==")
 
 
 def test_report_renders_tables_images_and_escapes():
-    r = Report("DiHAL <test>")
+    r = Document("DiHAL <test>")
     r.h2("Geometry").p("a & b").table(
         [{"layer": 1, "S": 1.23456, "note": "x|y"}, {"layer": 2, "S": math.nan, "note": None}],
         ["layer", "S", "note"], ".3f").image(PNG, "a plot").pre("raw <text>")

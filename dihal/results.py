@@ -1,0 +1,286 @@
+"""The typed result of every stage: what a `dihal` stage function returns and what a `storage`
+artifact class writes and reads back. Plain dataclasses, standard library only at import time,
+so the storage and Dagster layers import them cheaply (arrays and tensors are typed loosely).
+
+`info()` is the JSON summary a result leaves in its artifact's manifest (what downstream stages
+and the report read without opening the data files); `metadata()` the key numbers shown with the
+materialisation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def _round(v: Any) -> Any:
+    return round(v, 5) if isinstance(v, float) else v
+
+
+@dataclass(frozen=True)
+class CorpusResult:
+    shards: list[str]  # the shard identities: "path#sha256" (local) or the URL
+    stats: dict[str, Any]  # CorpusStats.to_dict()
+
+    def info(self) -> dict:
+        return {"shards": self.shards, "stats": self.stats}
+
+    def metadata(self) -> dict:
+        s = self.stats
+        return {"shards": len(self.shards), "documents": s["documents"],
+                "malformed_lines": s["malformed"], "empty_documents": s["skipped_empty"],
+                "by_source": s["by_source"]}
+
+
+@dataclass(frozen=True)
+class SequencesResult:
+    """Token sequences per split: input_ids (n, T), and which documents/sources each holds."""
+
+    input_ids: dict[str, list[list[int]]]
+    doc_ids: dict[str, list[list[str]]]
+    sources: dict[str, list[list[str]]]
+    bos_id: int
+    eos_id: int
+    revision: str
+
+    def n(self, split: str) -> int:
+        return len(self.input_ids[split])
+
+    @property
+    def seq_len(self) -> int:
+        return len(self.input_ids["train"][0])
+
+    def info(self) -> dict:
+        return {"revision": self.revision, "bos_id": self.bos_id, "eos_id": self.eos_id}
+
+    def metadata(self) -> dict:
+        docs = {s: len({d for ds in self.doc_ids[s] for d in ds}) for s in self.doc_ids}
+        return {"train_sequences": self.n("train"), "val_sequences": self.n("val"),
+                "seq_len": self.seq_len, "train_documents": docs["train"],
+                "val_documents": docs["val"],
+                "tokens": (self.n("train") + self.n("val")) * self.seq_len}
+
+
+@dataclass(frozen=True)
+class StateSpec:
+    """Shapes of a hidden-state dump: every split has n_layers x n_seq[split] x seq_len x hidden."""
+
+    n_layers: int
+    seq_len: int
+    hidden: int
+    n_seq: dict[str, int]
+    batch_size: int
+    dtype: str = "float16"
+
+    def n_batches(self, split: str) -> int:
+        return -(-self.n_seq[split] // self.batch_size)
+
+
+@dataclass(frozen=True)
+class HiddenStatesResult:
+    """What the dump holds (the states themselves are written batch by batch to Zarr)."""
+
+    backbone: dict[str, Any]  # Backbone.info()
+    spec: dict[str, Any]  # StateSpec fields
+    dtype: str
+    tokens_per_s: float
+    batches_resumed: int
+    max_abs: float
+    fp16_headroom: float
+
+    def info(self) -> dict:
+        return {"backbone": self.backbone, "spec": self.spec}
+
+    def metadata(self) -> dict:
+        s = self.spec
+        return {"backbone_id": self.backbone["hf_id"], "revision": self.backbone["revision"],
+                **{f"shape_{split}": str((s["n_layers"], n, s["seq_len"], s["hidden"]))
+                   for split, n in s["n_seq"].items()},
+                "dtype": self.dtype, "tokens_per_s": round(self.tokens_per_s, 1),
+                "batches_resumed": self.batches_resumed, "max_abs_state": round(self.max_abs, 1),
+                "fp16_headroom": round(self.fp16_headroom, 2)}
+
+
+@dataclass(frozen=True)
+class GeometryResult:
+    rows: list[dict]  # {"layer", "norm", "m_curv", "m_mono", "k_eff", ...}
+    positions: Any  # (n_tokens, 2) int array of (sequence, position) in the val split
+    anchors: Any  # (n_anchors,) int array: indices into the sample
+    pairs: Any  # (n_pairs, 2) int array
+    seconds: float
+    plot_png: bytes = field(repr=False, default=b"")
+
+    def info(self) -> dict:
+        return {"seconds": round(self.seconds, 2)}
+
+    def metadata(self) -> dict:
+        return {"layers": len({r["layer"] for r in self.rows}), "tokens": len(self.positions),
+                "seconds": round(self.seconds, 2)}
+
+
+@dataclass(frozen=True)
+class LayerScoreResult:
+    rows: list[dict]  # {"layer", "norm", "S", "candidate", z-scores...}
+    selected: dict[str, int]  # l* per normalisation
+    l_star: int  # under the primary normalisation
+    primary_norm: str
+    spearman_vs_depth: dict[str, float]
+    plot_png: bytes = field(repr=False, default=b"")
+
+    def info(self) -> dict:
+        return {"l_star": self.l_star, "selected": self.selected,
+                "spearman_vs_depth": self.spearman_vs_depth}
+
+    def metadata(self) -> dict:
+        return {"l_star": self.l_star, "primary_norm": self.primary_norm,
+                "l_star_by_norm": self.selected, "spearman_S_vs_depth": self.spearman_vs_depth}
+
+
+@dataclass(frozen=True)
+class BridgeMetrics:
+    """Bridgeability of one trained bridge and what its training consumed."""
+
+    layer: int
+    val_loss: float
+    recon_error: float
+    hybrid_nll: float
+    backbone_nll: float
+    top1_agreement: float
+    hybrid_ppl: float
+    backbone_ppl: float
+    train_loss: float | None
+    steps: int
+    train_tokens: int  # sequences consumed x sequence length: what baselines are matched to
+    seconds: float
+    resumed_from_step: int
+    denoiser_parameters: int
+
+    def to_dict(self) -> dict:
+        from dataclasses import asdict
+
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class TrainedBridge:
+    """A bridge as saved: weights (denoiser state dict, standardisers, pinned BOS state),
+    hyper-parameters, bridgeability metrics and the training curve."""
+
+    tensors: dict[str, Any] = field(repr=False)  # name -> CPU tensor
+    hparams: dict[str, Any]
+    metrics: BridgeMetrics | None = None
+    curve: list[dict] = field(default_factory=list, repr=False)
+
+    @property
+    def layer(self) -> int:
+        return int(self.hparams["layer"])
+
+    def info(self) -> dict:
+        return {"metrics": self.metrics.to_dict()}
+
+    def metadata(self) -> dict:
+        return {k: _round(v) for k, v in self.metrics.to_dict().items()}
+
+
+@dataclass(frozen=True)
+class BridgeabilityResult:
+    layer_rows: list[dict]  # BridgeMetrics.to_dict() of each swept layer, by layer
+    spearman: list[dict]  # {"predictor", "spearman_vs_-val_loss", ...}
+    layers: list[int]
+    oracle: int
+    worst: int
+    l_star: int
+    plot_png: bytes = field(repr=False, default=b"")
+
+    def info(self) -> dict:
+        return {"l_star": self.l_star, "oracle": self.oracle, "worst": self.worst,
+                "swept_layers": self.layers, "spearman": self.spearman}
+
+    def metadata(self) -> dict:
+        return {"l_star": self.l_star, "oracle": self.oracle, "worst": self.worst,
+                "swept_layers": self.layers}
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    # one row per model ("model", "role": dihal | backbone, gen_ppl, diversity, repetition,
+    # mean_length, latency): the hybrid first, then the backbone
+    rows: list[dict]
+    samples: list[dict]  # {"model", "index", "seed", "text"}
+    judge: dict[str, Any]  # Judge.info()
+    layer: int
+
+    def info(self) -> dict:
+        return {"rows": self.rows, "judge": self.judge}
+
+    def metadata(self) -> dict:
+        return {"layer": self.layer, "judge": self.judge["judge"]}
+
+
+@dataclass(frozen=True)
+class BaselineResult:
+    name: str
+    row: dict  # like an EvalResult row (role "baseline"), with its "budget" and training figures
+    texts: list[str]
+    tensors: dict[str, Any] = field(repr=False)  # the trained model's state dict
+    hparams: dict[str, Any] = field(default_factory=dict)
+
+    def info(self) -> dict:
+        return {"row": self.row, "samples": self.texts[:5]}
+
+    def metadata(self) -> dict:
+        return {k: self.row[k] for k in ("gen_ppl", "diversity", "repetition", "train_steps")}
+
+
+@dataclass(frozen=True)
+class ComparisonResult:
+    rows: list[dict]  # model, role, metrics, and the budget figures
+    missing: list[str]
+
+    def info(self) -> dict:
+        return {"rows": self.rows, "missing": self.missing}
+
+    def metadata(self) -> dict:
+        return {"models": len(self.rows), "missing": self.missing}
+
+
+@dataclass(frozen=True)
+class FullTrainingResult:
+    rows: list[dict]  # role, layer, bridgeability and generation metrics
+
+    def info(self) -> dict:
+        return {"rows": self.rows}
+
+    def metadata(self) -> dict:
+        return {"roles": {r["role"]: r["layer"] for r in self.rows}}
+
+
+@dataclass(frozen=True)
+class ReportInputs:
+    backbone: str
+    backbone_info: dict[str, Any]  # Backbone.info(), as the dump recorded it
+    configs: dict[str, dict]  # stage -> the config it ran with
+    geometry_rows: list[dict]
+    score_rows: list[dict]
+    score: dict[str, Any]  # LayerScoreResult.info()
+    bridgeability: dict[str, Any]  # BridgeabilityResult.info()
+    sweep_layers: list[dict]  # BridgeMetrics of every swept layer
+    sweep_protocol: dict[str, Any]
+    comparison: dict[str, Any]  # ComparisonResult.info()
+    evaluation: dict[str, Any]  # EvalResult.info()
+    full_training: list[dict]
+    samples: dict[str, list[str]]  # model -> sample texts
+    plots: dict[str, bytes] = field(repr=False, default_factory=dict)  # proxies, score, scatter
+    artifacts: str = ""
+
+
+@dataclass(frozen=True)
+class ReportResult:
+    html: str = field(repr=False)
+    markdown: str = field(repr=False)
+
+    def info(self) -> dict:
+        return {}
+
+    def metadata(self) -> dict:
+        return {}

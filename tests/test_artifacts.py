@@ -1,0 +1,128 @@
+"""Storage round trips: each artifact class writes a stage result and reads typed values back;
+reuse needs the fingerprint and every owned file; damage and absence are named errors."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from dihal.errors import CorruptArtifactError, MissingArtifactError
+from dihal.results import (
+    BridgeMetrics,
+    EvalResult,
+    GeometryResult,
+    SequencesResult,
+    TrainedBridge,
+)
+from storage import (
+    Bridge,
+    Evaluation,
+    Geometry,
+    Manifest,
+    Plot,
+    Sequences,
+    SweepBridge,
+    Table,
+    fingerprint,
+)
+
+PNG = b"\x89PNG\r\n\x1a\n not really a picture"
+
+
+def _manifest(art, result, fp="f" * 64) -> Manifest:
+    return Manifest(stage=art.stage, backbone=art.backbone, fingerprint=fp, config={},
+                    info={**result.info(), "metadata": result.metadata()})
+
+
+def test_sequences_round_trip_and_reuse_needs_every_file(tmp_path):
+    res = SequencesResult(input_ids={"train": [[1, 5, 6], [1, 7, 8]], "val": [[1, 9, 2]]},
+                          doc_ids={"train": [["a"], ["a", "b"]], "val": [["c"]]},
+                          sources={"train": [["wiki"], ["wiki"]], "val": [["code"]]},
+                          bos_id=1, eos_id=2, revision="r1")
+    art = Sequences(tmp_path, "llama")
+    art.write(_manifest(art, res), res)
+    ids = art.token_ids()
+    assert ids["train"].dtype == np.int64 and ids["train"].tolist() == [[1, 5, 6], [1, 7, 8]]
+    assert ids["val"].tolist() == [[1, 9, 2]]
+    assert art.manifest().info["metadata"]["train_documents"] == 2
+    assert art.reuse("f" * 64) is not None and art.reuse("0" * 64) is None
+    art.path("sequences.parquet").unlink()
+    assert art.reuse("f" * 64) is None  # a missing file is never reported as cached
+
+
+def test_geometry_writes_tables_plot_and_display_metadata(tmp_path):
+    rows = [{"layer": ll, "norm": n, "m_curv": 1.0 + ll, "m_mono": 0.5, "k_eff": 3.0}
+            for ll in range(3) for n in ("none", "rms")]
+    res = GeometryResult(rows, np.array([[0, 1], [1, 3]]), np.array([0]), np.array([[0, 1]]), 1.5,
+                         plot_png=PNG)
+    art = Geometry(tmp_path, "llama")
+    m = Manifest(stage="geometry", backbone="llama", fingerprint="g" * 64,
+                 config={"normalizations": ["none", "rms"]},
+                 info={**res.info(), "metadata": res.metadata()})
+    art.write(m, res)
+    assert art.rows() == rows and art.plot() == PNG
+    meta = art.metadata(art.manifest())
+    assert isinstance(meta["plot"], Plot) and meta["plot"].path.read_bytes() == PNG
+    assert isinstance(meta["table"], Table) and [r["norm"] for r in meta["table"].rows] == ["none"] * 3
+    assert meta["layers"] == 3 and meta["tokens"] == 2
+    assert not list(tmp_path.rglob("*.tmp"))  # the atomic swap left nothing behind
+
+
+def _trained(layer=3):
+    metrics = BridgeMetrics(layer=layer, val_loss=0.5, recon_error=0.4, hybrid_nll=3.0,
+                            backbone_nll=2.5, top1_agreement=0.6, hybrid_ppl=20.0, backbone_ppl=12.2,
+                            train_loss=0.6, steps=10, train_tokens=640, seconds=1.0,
+                            resumed_from_step=0, denoiser_parameters=1234)
+    tensors = {"denoiser.w": torch.arange(6.0).reshape(2, 3), "cond_std.mean": torch.zeros(3)}
+    return TrainedBridge(tensors, {"layer": layer, "protocol": {"steps": 4}}, metrics,
+                         [{"step": 5, "loss": 1.0}, {"step": 10, "loss": 0.6}])
+
+
+def test_bridge_run_is_made_in_its_work_folder_and_reads_back_typed(tmp_path):
+    art = SweepBridge(tmp_path, "llama", 3)
+    work = art.claim("b" * 64)
+    (art.checkpoints / "step-00000005").mkdir(parents=True)
+    res = _trained()
+    art.write(_manifest(art, res, "b" * 64), res)
+    assert not work.exists() and art.directory.name == "layer_003"
+    back = art.read()
+    assert back.layer == 3 and back.metrics == res.metrics
+    assert torch.equal(back.tensors["denoiser.w"], res.tensors["denoiser.w"])
+    assert art.name == "bridge_sweep_llama[3]" and art.reuse("b" * 64) is not None
+
+
+def test_missing_and_damaged_bridges_are_named_errors(tmp_path):
+    art = Bridge(tmp_path, "llama")
+    with pytest.raises(MissingArtifactError, match=r"dagster asset materialize --select '\*bridge_llama'"):
+        art.read()
+    res = _trained()
+    art.write(_manifest(art, res), res)
+    weights = art.path("bridge.safetensors")
+    weights.write_bytes(weights.read_bytes()[:40])  # truncated
+    with pytest.raises(CorruptArtifactError, match=str(art.directory)):
+        art.read()
+
+
+def test_evaluation_samples_round_trip(tmp_path):
+    rows = [{"model": "DiHAL (l=2)", "role": "dihal", "gen_ppl": 10.0},
+            {"model": "backbone (AR reference)", "role": "backbone", "gen_ppl": 5.0}]
+    samples = [{"model": r["model"], "index": 0, "seed": 0, "text": f"text of {r['role']}"} for r in rows]
+    res = EvalResult(rows, samples, {"judge": "tiny-judge", "revision": "x"}, 2)
+    art = Evaluation(tmp_path, "llama")
+    art.write(_manifest(art, res), res)
+    assert art.samples() == samples
+    meta = art.metadata(art.manifest())
+    assert meta["judge"] == "tiny-judge" and meta["layer"] == 2
+    assert "text of dihal" in meta["samples"].text
+    assert json.loads(art.path("samples.jsonl").read_text().splitlines()[1])["text"] == "text of backbone"
+
+
+def test_fingerprint_is_stable_over_dataclasses_dicts_and_tuples():
+    from dihal.config import GeometryConfig
+
+    a = fingerprint("geometry", "1", GeometryConfig(), {"up": "x"}, {})
+    b = fingerprint("geometry", "1", {**GeometryConfig().__dict__,
+                                      "normalizations": list(GeometryConfig().normalizations)},
+                    {"up": "x"}, {})
+    assert a == b and a != fingerprint("geometry", "2", GeometryConfig(), {"up": "x"}, {})

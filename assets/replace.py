@@ -76,7 +76,7 @@ def replace_assets(backbone: str, n_layers: int) -> list:
     def evaluation(context: dg.AssetExecutionContext, config: EvalRunConfig) -> dg.MaterializeResult:
         """Unconditional samples of the hybrid at l* and of the backbone (same count, length,
         temperature, seeds): Gen.PPL under the judge, diversity, repetition, latency."""
-        from dihal.evaluation import evaluate_generation
+        from dihal.generation import evaluate_generation
 
         run, cfg = StageRun(context, backbone), config.to_dihal()
         br = run.art(Bridge)

@@ -44,7 +44,7 @@ def baseline(
     bridge's protocol (its loop, schedule and budget; lr and seed from `cfg`; resumable in
     workdir), sample and score. Its row carries the budget it ran under."""
     from dihal.baselines import build_baseline
-    from dihal.evaluation import text_metrics, texts_until_eos
+    from dihal.generation import text_metrics, texts_until_eos
 
     n_seq, seq_len = train_ids.shape
     emb = backbone.decoder.embed_tokens.weight.detach().float().cpu()
@@ -125,7 +125,7 @@ def full_training(roles: dict[str, int], bridge_at: Callable[[int], TrainedBridg
                   judge, cfg, progress: Callable[[str], None] | None = None) -> FullTrainingResult:
     """The full_training stage: the full-budget bridge of each role's layer (`bridge_at` reuses
     or trains it), evaluated like the bridge at l* (bridgeability and generation)."""
-    from dihal.evaluation import evaluate_generation
+    from dihal.generation import evaluate_generation
 
     rows = []
     for role, layer in roles.items():

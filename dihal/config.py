@@ -173,7 +173,7 @@ class BridgeProtocol:
                            warmup_frac=self.warmup_frac, batch_size=self.batch_size,
                            epochs=self.epochs, grad_clip=self.grad_clip, seed=self.seed,
                            mixed_precision=mp, checkpoint_every=self.checkpoint_every,
-                           log_every=5, val_seed=self.seed)  # the seed evaluate_bridge uses
+                           log_every=5, val_seed=self.seed)  # the seed measure_bridge uses
 
     def to_dict(self) -> dict:
         return asdict(self)

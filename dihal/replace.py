@@ -128,7 +128,7 @@ def train_layer_bridge(
 
 
 @torch.no_grad()
-def evaluate_bridge(backbone, denoiser, data: LayerData, protocol: BridgeProtocol,
+def measure_bridge(backbone, denoiser, data: LayerData, protocol: BridgeProtocol,
                     batch_size: int = 8, val_loss: float | None = None) -> dict:
     """Bridgeability of one layer: validation loss (fixed t grid and noise, standardised
     units; `val_loss` when the trainer already measured it), full-sampler relative
@@ -216,7 +216,7 @@ def train_layer(backbone, reader, layer: int, protocol: BridgeProtocol, ckpt_dir
     t0 = time.monotonic()
     data = load_layer_data(reader, layer, protocol)
     denoiser, result = train_layer_bridge(data, protocol, ckpt_dir, device=device, progress=progress)
-    measured = evaluate_bridge(backbone, denoiser.to(backbone.device), data, protocol,
+    measured = measure_bridge(backbone, denoiser.to(backbone.device), data, protocol,
                                val_loss=result.val_loss)
     tcfg = protocol.train_config(device)
     metrics = BridgeMetrics(

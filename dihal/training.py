@@ -28,7 +28,7 @@ import torch
 from torch import Tensor, nn
 
 from dihal.bridge.checkpoint import latest_checkpoint, load_into, read_state, save_checkpoint
-from dihal.bridge.evaluate import DEFAULT_T_GRID
+from dihal.bridge.measures import DEFAULT_T_GRID
 from dihal.errors import CheckpointMismatchError, TrainingError
 from dihal.seeds import derive_seed
 

@@ -9,8 +9,8 @@ import torch
 from dihal.bridge.checkpoint import latest_checkpoint, list_checkpoints, load_into, read_state
 from dihal.bridge.data import BridgeData, Standardizer
 from dihal.bridge.denoiser import CausalDenoiser, DenoiserConfig, build_denoiser
-from dihal.bridge.evaluate import reconstruction_error, validation_loss
 from dihal.bridge.loss import squared_error
+from dihal.bridge.measures import reconstruction_error, validation_loss
 from dihal.bridge.process import BrownianBridge
 from dihal.bridge.train import (
     BridgeTrainingError,

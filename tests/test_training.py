@@ -13,7 +13,7 @@ import torch
 
 from dihal.bridge.checkpoint import latest_checkpoint, list_checkpoints, save_checkpoint
 from dihal.bridge.denoiser import DenoiserConfig, build_denoiser
-from dihal.bridge.evaluate import validation_loss
+from dihal.bridge.measures import validation_loss
 from dihal.bridge.train import BridgeTrainingError, bridge_training_loss, train_bridge
 from dihal.config import BridgeProtocol
 from dihal.errors import CheckpointMismatchError, DihalError, TrainingError
@@ -44,7 +44,7 @@ def test_train_bridge_is_the_shared_loop_with_the_bridge_loss(tmp_path):
 
 
 def test_the_protocols_final_validation_loss_is_the_evaluations(tmp_path):
-    """evaluate_bridge reports validation_loss(denoiser, val, process, seed=protocol.seed)."""
+    """measure_bridge reports validation_loss(denoiser, val, process, seed=protocol.seed)."""
     protocol = BridgeProtocol(d_model=32, n_layers=1, n_heads=2, batch_size=4, seed=3)
     train, val = toy_data(16, 5, mask=True), toy_data(8, 6, mask=True)
     cfg = protocol.train_config("cpu")

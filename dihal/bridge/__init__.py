@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 from dihal.bridge.checkpoint import latest_checkpoint, load_into
 from dihal.bridge.data import BridgeData, Standardizer
 from dihal.bridge.denoiser import CausalDenoiser, DenoiserConfig, KVCache, build_denoiser
-from dihal.bridge.evaluate import DEFAULT_T_GRID, reconstruction_error, validation_loss
 from dihal.bridge.loss import bridge_loss, bridge_loss_terms
+from dihal.bridge.measures import DEFAULT_T_GRID, reconstruction_error, validation_loss
 from dihal.bridge.process import BrownianBridge
 from dihal.bridge.sampler import BridgeDecodeState, IncrementalSampler, sample, time_grid
 

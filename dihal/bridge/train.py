@@ -19,8 +19,8 @@ from torch import Tensor, nn
 
 from dihal.bridge.data import BridgeData
 from dihal.bridge.denoiser import CausalDenoiser
-from dihal.bridge.evaluate import validation_loss
 from dihal.bridge.loss import bridge_loss_terms
+from dihal.bridge.measures import validation_loss
 from dihal.bridge.process import BrownianBridge
 from dihal.errors import TrainingError
 from dihal.training import (

@@ -19,12 +19,14 @@ from storage import Corpus, Geometry, HiddenStates, LayerScore, Sequences
 @stage_asset(None, "corpus", kinds={"json"})
 def corpus(context: dg.AssetExecutionContext, config: CorpusRunConfig) -> dg.MaterializeResult:
     """Dolma-format shards: resolved, hashed and validated (documents, empty and malformed
-    lines counted). Default: the embedded sample in data/dolma_sample."""
-    from dihal.corpus import scan_corpus, shard_identities
+    lines counted). Default: the embedded sample in data/dolma_sample. The fingerprint holds
+    the shards' content (sha256, or the URL), not where they lie."""
+    from dihal.corpus import content_identity, scan_corpus, shard_records
 
     run, cfg = StageRun(context, None), config.to_dihal()
-    shards = shard_identities(cfg)
-    return run.produce(run.art(Corpus), cfg, [], lambda: scan_corpus(cfg, shards), shards=shards)
+    shards = shard_records(cfg)
+    return run.produce(run.art(Corpus), cfg, [], lambda: scan_corpus(cfg, shards),
+                       shards=content_identity(shards))
 
 
 def locate_assets(backbone: str) -> list:
@@ -32,10 +34,11 @@ def locate_assets(backbone: str) -> list:
 
     @stage_asset(backbone, "sequences", [corpus], kinds={"parquet"})
     def sequences(context: dg.AssetExecutionContext, config: SequencesRunConfig) -> dg.MaterializeResult:
-        """Fixed-length train/val token sequences, document-level split, packed with EOS."""
+        """Fixed-length train/val token sequences, document-level split, packed with EOS, from
+        the corpus's shards (refused where one changed since the corpus asset ran)."""
         from dihal.backbones import bos_id_of
         from dihal.config import CorpusConfig
-        from dihal.corpus import make_sequences, shard_location
+        from dihal.corpus import make_sequences
 
         run, cfg = StageRun(context, backbone), config.to_dihal()
         src = run.art(Corpus)
@@ -44,7 +47,7 @@ def locate_assets(backbone: str) -> list:
 
         def compute():
             tok = run.resources.backbones.load_tokenizer(backbone, run.layout)
-            return make_sequences([shard_location(s) for s in up.info["shards"]], CorpusConfig(**up.config), tok, cfg,
+            return make_sequences(up.info["shards"], CorpusConfig(**up.config), tok, cfg,
                                   bos_id=bos_id_of(tok), eos_id=tok.eos_token_id,
                                   revision=weights.revision)
 

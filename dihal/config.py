@@ -14,6 +14,62 @@ DTYPE_MAX = {"float16": 65504.0, "float32": 3.4028234663852886e38}
 MIN_SWEPT_LAYERS = 3  # bridgeability needs at least this many swept layers
 
 
+# ---------------------------------------------------------------------------------------------
+# Validation helpers: each names the class, the field, what is allowed and the value given.
+
+
+def _invalid(obj: object, name: str, allowed: str) -> ValueError:
+    value = getattr(obj, name)
+    return ValueError(f"{type(obj).__name__}.{name} must be {allowed}, got {value!r}")
+
+
+def _ints(obj: object, minimum: int, *names: str, optional: bool = False) -> None:
+    """Each field is an int >= minimum (or None where optional); a bool is not an int."""
+    for name in names:
+        v = getattr(obj, name)
+        if optional and v is None:
+            continue
+        if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+            raise _invalid(obj, name, f"an int >= {minimum}" + (" or None" if optional else ""))
+
+
+def _reals(obj: object, *names: str, low: float, high: float = math.inf,
+           low_open: bool = False, high_open: bool = True) -> None:
+    """Each field is a finite number in the interval low..high (ends open or closed)."""
+    if math.isinf(high):
+        allowed = f"a finite number {'>' if low_open else '>='} {low:g}"
+    else:
+        allowed = (f"a number in {'(' if low_open else '['}{low:g}, {high:g}"
+                   f"{')' if high_open else ']'}")
+    for name in names:
+        v = getattr(obj, name)
+        ok = (not isinstance(v, bool) and isinstance(v, int | float) and math.isfinite(v)
+              and (v > low if low_open else v >= low) and (v < high if high_open else v <= high))
+        if not ok:
+            raise _invalid(obj, name, allowed)
+
+
+def _positive(value: float) -> bool:  # also used by dihal.geometry
+    return math.isfinite(value) and value > 0
+
+
+def _bools(obj: object, *names: str) -> None:
+    for name in names:
+        if not isinstance(getattr(obj, name), bool):
+            raise _invalid(obj, name, "True or False")
+
+
+def _choice(obj: object, name: str, choices: tuple[str, ...] | list[str]) -> None:
+    if getattr(obj, name) not in choices:
+        raise _invalid(obj, name, f"one of {tuple(choices)}")
+
+
+def _text(obj: object, name: str, *, optional: bool = False) -> None:
+    v = getattr(obj, name)
+    if not (optional and v is None) and (not isinstance(v, str) or not v.strip()):
+        raise _invalid(obj, name, "a non-empty string" + (" or None" if optional else ""))
+
+
 @dataclass(frozen=True)
 class CorpusConfig:
     """Which shards to read. ``paths`` are files or globs; ``url_list`` a file (or URL) with one
@@ -27,11 +83,17 @@ class CorpusConfig:
     min_chars: int = 1  # shorter (or empty) documents are skipped and counted
 
     def __post_init__(self) -> None:
-        if self.on_malformed not in ("skip", "error"):
-            raise ValueError(f"on_malformed must be 'skip' or 'error', got {self.on_malformed!r}")
+        paths = self.paths
+        if isinstance(paths, str) or not isinstance(paths, tuple | list) or not all(
+                isinstance(p, str) and p.strip() for p in paths):
+            raise _invalid(self, "paths", "a tuple of non-empty path or glob strings")
+        object.__setattr__(self, "paths", tuple(paths))  # a list from JSON -> tuple
+        _text(self, "url_list", optional=True)
+        _ints(self, 1, "max_shards", "max_docs", optional=True)
+        _choice(self, "on_malformed", ("skip", "error"))
+        _ints(self, 0, "min_chars")
         if self.paths and self.url_list:
-            raise ValueError("give corpus paths or a url_list, not both")
-        object.__setattr__(self, "paths", tuple(self.paths))  # a list from JSON -> tuple
+            raise ValueError("CorpusConfig: give paths or a url_list, not both")
 
 
 @dataclass(frozen=True)
@@ -46,14 +108,11 @@ class SequenceConfig:
     max_tokens_per_doc: int | None = 256
 
     def __post_init__(self) -> None:
-        if self.max_tokens_per_doc is not None and self.max_tokens_per_doc < 1:
-            raise ValueError("max_tokens_per_doc must be >= 1 or None")
-        if self.seq_len < 4:
-            raise ValueError(f"seq_len must be >= 4, got {self.seq_len}")
-        if self.n_train < 1 or self.n_val < 1:
-            raise ValueError("n_train and n_val must be >= 1")
-        if not 0.0 < self.val_fraction < 1.0:
-            raise ValueError(f"val_fraction must be in (0, 1), got {self.val_fraction}")
+        _ints(self, 4, "seq_len")  # BOS + at least a few tokens
+        _ints(self, 1, "n_train", "n_val")
+        _reals(self, "val_fraction", low=0.0, high=1.0, low_open=True)
+        _ints(self, 0, "seed")
+        _ints(self, 1, "max_tokens_per_doc", optional=True)
 
 
 @dataclass(frozen=True)
@@ -62,19 +121,8 @@ class ExtractConfig:
     dtype: str = "float16"  # storage dtype: float16 (checked for overflow) or float32
 
     def __post_init__(self) -> None:
-        if self.dtype not in DTYPE_MAX:
-            raise ValueError(f"dtype must be one of {sorted(DTYPE_MAX)}, got {self.dtype!r}")
-        if self.batch_size < 1:
-            raise ValueError("batch_size must be >= 1")
-
-
-def _positive(value: float) -> bool:
-    return math.isfinite(value) and value > 0
-
-
-def _require_int(name: str, value: object, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"GeometryConfig.{name} must be an int >= {minimum}, got {value!r}")
+        _ints(self, 1, "batch_size")
+        _choice(self, "dtype", sorted(DTYPE_MAX))
 
 
 @dataclass(frozen=True)
@@ -91,11 +139,9 @@ class GeometryConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        _require_int("n_tokens", self.n_tokens, 2)
-        _require_int("n_anchors", self.n_anchors, 1)
-        _require_int("k_neighbors", self.k_neighbors, 2)
-        _require_int("n_pairs", self.n_pairs, 1)
-        _require_int("seed", self.seed, 0)
+        _ints(self, 2, "n_tokens", "k_neighbors")
+        _ints(self, 1, "n_anchors", "n_pairs")
+        _ints(self, 0, "seed")
         if self.n_anchors > self.n_tokens:
             raise ValueError(
                 f"GeometryConfig.n_anchors ({self.n_anchors}) must be <= n_tokens ({self.n_tokens})"
@@ -105,13 +151,8 @@ class GeometryConfig:
                 f"GeometryConfig.k_neighbors ({self.k_neighbors}) must be < n_tokens "
                 f"({self.n_tokens}): the anchor itself is excluded from its neighbours"
             )
-        gamma = self.gamma_rel
-        if isinstance(gamma, bool) or not isinstance(gamma, int | float) or not _positive(gamma):
-            raise ValueError(f"GeometryConfig.gamma_rel must be a finite float > 0, got {gamma!r}")
-        if self.mono_stat not in MONO_STATS:
-            raise ValueError(
-                f"GeometryConfig.mono_stat must be one of {MONO_STATS}, got {self.mono_stat!r}"
-            )
+        _reals(self, "gamma_rel", low=0.0, low_open=True)
+        _choice(self, "mono_stat", MONO_STATS)
         norms = self.normalizations
         if isinstance(norms, str) or not isinstance(norms, tuple | list):
             raise ValueError(
@@ -152,10 +193,18 @@ class BridgeProtocol:
     checkpoint_every: int = 200
 
     def __post_init__(self) -> None:
-        if self.mixed_precision not in ("auto", "no", "bf16"):
-            raise ValueError(f"mixed_precision must be auto|no|bf16, got {self.mixed_precision!r}")
-        if self.steps < 1 or self.eval_sequences < 1:
-            raise ValueError("steps and eval_sequences must be >= 1")
+        _ints(self, 1, "d_model", "n_layers", "n_heads", "batch_size", "steps", "eval_sequences",
+              "checkpoint_every")
+        if self.d_model % self.n_heads or (self.d_model // self.n_heads) % 2:
+            raise ValueError(
+                f"BridgeProtocol.d_model ({self.d_model}) must be a multiple of n_heads "
+                f"({self.n_heads}) with an even quotient (the head size, for rotary positions)")
+        _reals(self, "mlp_ratio", "lr", "epochs", "sigma", low=0.0, low_open=True)
+        _reals(self, "weight_decay", "grad_clip", low=0.0)  # grad_clip 0: no clipping
+        _reals(self, "warmup_frac", low=0.0, high=1.0)
+        _ints(self, 0, "seed")
+        _choice(self, "mixed_precision", ("auto", "no", "bf16"))
+        _bools(self, "pin_first")
 
     def denoiser_config(self, d_in: int, max_len: int):
         from dihal.bridge.denoiser import DenoiserConfig
@@ -173,7 +222,8 @@ class BridgeProtocol:
                            warmup_frac=self.warmup_frac, batch_size=self.batch_size,
                            epochs=self.epochs, grad_clip=self.grad_clip, seed=self.seed,
                            mixed_precision=mp, checkpoint_every=self.checkpoint_every,
-                           log_every=5, val_seed=self.seed)  # the seed measure_bridge uses
+                           log_every=5, val_seed=self.seed,  # the seed measure_bridge uses
+                           keep_checkpoints=2)  # a damaged newest one falls back to the previous
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -189,10 +239,10 @@ class EvalConfig:
     eta: float = 0.0
 
     def __post_init__(self) -> None:
-        if self.n_samples < 1 or self.length < 1 or self.batch_size < 1:
-            raise ValueError("n_samples, length and batch_size must be >= 1")
-        if self.temperature <= 0:
-            raise ValueError(f"temperature must be > 0, got {self.temperature}")
+        _ints(self, 1, "n_samples", "length", "batch_size")
+        _reals(self, "temperature", low=0.0, low_open=True)
+        _ints(self, 0, "seed")
+        _reals(self, "eta", low=0.0)  # 0: deterministic sampler; 1: the exact bridge posterior
 
 
 @dataclass(frozen=True)
@@ -208,7 +258,11 @@ class BaselineRunConfig:
     # from scratch never learns the others, and the full 49k read-out dominates CPU time.
     restrict_vocab: bool = True
 
-
+    def __post_init__(self) -> None:
+        _reals(self, "lr", low=0.0, low_open=True)
+        _ints(self, 0, "seed")
+        _ints(self, 1, "n_samples", "length")
+        _bools(self, "restrict_vocab")
 
 
 @dataclass(frozen=True)
@@ -217,5 +271,4 @@ class LayerScoreConfig:
     primary_norm: str = "none"
 
     def __post_init__(self) -> None:
-        if self.primary_norm not in NORMALIZATIONS:
-            raise ValueError(f"primary_norm must be one of {NORMALIZATIONS}, got {self.primary_norm!r}")
+        _choice(self, "primary_norm", NORMALIZATIONS)

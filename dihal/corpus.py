@@ -12,10 +12,12 @@ import glob
 import gzip
 import hashlib
 import json
+import os
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from dihal.config import CorpusConfig, SequenceConfig  # noqa: F401 (re-exported)
 from dihal.errors import CorpusError, MalformedLineError
@@ -54,13 +56,23 @@ class CorpusStats:
 def resolve_shards(cfg: CorpusConfig) -> list[str]:
     """The shard list: sorted local files, or the URLs of a list, capped by max_shards."""
     if cfg.url_list:
-        text = _open_binary(cfg.url_list).read().decode("utf-8")
-        shards = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
+        try:
+            with _open_binary(cfg.url_list) as fh:
+                text = fh.read().decode("utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise CorpusError(
+                f"the URL list {cfg.url_list!r} cannot be read ({exc}): check the path (a text "
+                "file with one shard URL per line), or give the shards as corpus paths."
+            ) from exc
+        lines = (ln.strip() for ln in text.splitlines())
+        shards = [ln for ln in lines if ln and not ln.startswith("#")]
+        if not shards:
+            raise CorpusError(f"the URL list {cfg.url_list!r} holds no URL: one shard URL a line.")
     else:
         patterns = cfg.paths or (str(EMBEDDED_SAMPLE / "*.json.gz"),)
         shards = []
         for pat in patterns:
-            hits = sorted(glob.glob(str(Path(pat).expanduser())))
+            hits = _matches(pat)
             if not hits:
                 hint = (
                     "the embedded sample is missing: rebuild it with "
@@ -72,9 +84,26 @@ def resolve_shards(cfg: CorpusConfig) -> list[str]:
             shards.extend(hits)
     if cfg.max_shards is not None:
         shards = shards[: cfg.max_shards]
-    if not shards:
-        raise CorpusError("the corpus config selects no shards")
     return shards
+
+
+def _matches(pattern: str) -> list[str]:
+    """The files a corpus path names: the path itself where it exists (any character in it is
+    literal), else the glob's sorted matches, the glob's folder taken literally where it
+    exists. A folder is refused with the glob that selects its shards."""
+    path = Path(pattern).expanduser()
+    if path.exists():
+        hits = [str(path)]
+    elif path.parent.is_dir():
+        hits = sorted(glob.glob(str(Path(glob.escape(str(path.parent))) / path.name)))
+    else:
+        hits = sorted(glob.glob(str(path)))
+    hits = [os.path.abspath(h) for h in hits]  # a relative path is recorded where it led
+    for hit in hits:
+        if Path(hit).is_dir():
+            raise CorpusError(f"corpus path {hit} is a folder, not a shard: give its shards, "
+                              f"e.g. {Path(hit) / '*.json.gz'}")
+    return hits
 
 
 def _open_binary(location: str):
@@ -86,7 +115,14 @@ def _open_binary(location: str):
 
 
 def _lines(location: str) -> Iterator[bytes]:
-    with _open_binary(location) as raw:
+    try:
+        raw = _open_binary(location)
+    except OSError as exc:
+        raise CorpusError(
+            f"shard {location} cannot be opened ({exc}): check that it exists and is readable, "
+            "then re-materialise the corpus asset."
+        ) from exc
+    with raw:
         stream = gzip.GzipFile(fileobj=raw) if location.endswith(".gz") else raw
         try:
             yield from stream
@@ -192,35 +228,66 @@ def pack_sequences(
 # The stages
 
 
-def shard_identities(cfg: CorpusConfig) -> list[str]:
-    """The resolved shards with their identity: "path#sha256" for a local file (its content),
-    the URL for a remote one."""
+def shard_records(cfg: CorpusConfig) -> list[dict[str, Any]]:
+    """The resolved shards and what they hold: {"path", "sha256", "bytes"} for a local file,
+    {"url"} for a remote one (read as a stream, never downloaded whole)."""
     from dihal.atomic import file_sha256
 
-    return [s if "://" in s else f"{s}#{file_sha256(s)}" for s in resolve_shards(cfg)]
+    return [{"url": s} if "://" in s else
+            {"path": s, "sha256": file_sha256(s), "bytes": os.path.getsize(s)}
+            for s in resolve_shards(cfg)]
 
 
-def shard_location(identity: str) -> str:
-    """Where a shard of `shard_identities` is read from."""
-    return identity if "://" in identity else identity.rsplit("#", 1)[0]
+def content_identity(records: list[dict[str, Any]]) -> list[str]:
+    """What the corpus fingerprint hashes: each shard's sha256 (local) or URL (remote), in
+    order. Not its path: a copied or moved checkout keeps its artifacts."""
+    return [r["url"] if "url" in r else r["sha256"] for r in records]
 
 
-def scan_corpus(cfg: CorpusConfig, identity: list[str]) -> CorpusResult:
-    """The corpus stage: read every document of the shards once, to validate and count. A
-    corpus without a usable document is an error."""
-    shards = [shard_location(s) for s in identity]
+def verified_shards(cfg: CorpusConfig, recorded: list[dict[str, Any]]) -> list[str]:
+    """The shards `cfg` selects now, each checked (size, then sha256) against what the corpus
+    stage recorded: a shard edited, added or removed since is refused, not read under the old
+    fingerprint. Remote shards are taken as recorded (their URL is their identity)."""
+    from dihal.atomic import file_sha256
+
+    fix = "re-materialise the corpus asset (`dagster asset materialize --select corpus`)"
+    if any(not isinstance(r, dict) for r in recorded):
+        raise CorpusError(f"the corpus manifest predates content-checked shards: {fix}.")
+    current = resolve_shards(cfg)
+    if len(current) != len(recorded):
+        raise CorpusError(f"the corpus config now selects {len(current)} shards where the corpus "
+                          f"asset recorded {len(recorded)}: {fix}.")
+    for now, rec in zip(current, recorded, strict=True):
+        if "url" in rec:
+            if now != rec["url"]:
+                raise CorpusError(f"shard {now} is not the recorded {rec['url']}: {fix}.")
+            continue
+        size = os.path.getsize(now)
+        if size != rec["bytes"] or file_sha256(now) != rec["sha256"]:
+            raise CorpusError(
+                f"shard {now} changed since the corpus asset recorded it ({rec['bytes']} bytes, "
+                f"sha256 {rec['sha256'][:12]}; now {size} bytes): {fix}, then this asset.")
+    return current
+
+
+def scan_corpus(cfg: CorpusConfig, shards: list[dict[str, Any]]) -> CorpusResult:
+    """The corpus stage: read every document of the shards (`shard_records`) once, to validate
+    and count. A corpus without a usable document is an error."""
     stats = CorpusStats()
-    for _ in iter_documents(shards, cfg, stats):
+    for _ in iter_documents([r.get("path") or r["url"] for r in shards], cfg, stats):
         pass
     if stats.documents == 0:
         raise CorpusError(f"the corpus ({len(shards)} shards) holds no usable document: "
                           f"{stats.to_dict()}. Check corpus paths, min_chars and on_malformed.")
-    return CorpusResult(identity, stats.to_dict())
+    return CorpusResult(shards, stats.to_dict())
 
 
-def make_sequences(shards: list[str], corpus_cfg: CorpusConfig, tokenizer, cfg: SequenceConfig,
-                   *, bos_id: int, eos_id: int, revision: str) -> SequencesResult:
-    """The sequences stage: pack the corpus's documents into train/val token sequences."""
+def make_sequences(recorded: list[dict[str, Any]], corpus_cfg: CorpusConfig, tokenizer,
+                   cfg: SequenceConfig, *, bos_id: int, eos_id: int,
+                   revision: str) -> SequencesResult:
+    """The sequences stage: pack the corpus's documents into train/val token sequences, from
+    the shards the corpus stage recorded (checked against their content first)."""
+    shards = verified_shards(corpus_cfg, recorded)
     packed = pack_sequences(iter_documents(shards, corpus_cfg), tokenizer, cfg,
                             bos_id=bos_id, eos_id=eos_id)
     return SequencesResult(

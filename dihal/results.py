@@ -19,7 +19,8 @@ def _round(v: Any) -> Any:
 
 @dataclass(frozen=True)
 class CorpusResult:
-    shards: list[str]  # the shard identities: "path#sha256" (local) or the URL
+    # each shard: {"path", "sha256", "bytes"} (a local file) or {"url"} (a remote one)
+    shards: list[dict[str, Any]]
     stats: dict[str, Any]  # CorpusStats.to_dict()
 
     def info(self) -> dict:

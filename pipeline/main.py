@@ -13,6 +13,7 @@ import argparse
 import json
 import sys
 import time
+from typing import NoReturn
 
 import dagster as dg
 
@@ -21,17 +22,17 @@ def _materialize(defs: dg.Definitions, selection: str, instance, partition: str 
     sel = dg.AssetSelection.from_string(selection)
     assets = list(defs.assets or [])
     t0 = time.monotonic()
-    res = dg.materialize(
-        assets + list(defs.asset_checks or []), selection=sel, partition_key=partition,
-        instance=instance, resources=defs.resources, raise_on_error=False,
-    )
-    took = time.monotonic() - t0
     label = selection + (f" [partition {partition}]" if partition else "")
+    try:
+        res = dg.materialize(
+            assets + list(defs.asset_checks or []), selection=sel, partition_key=partition,
+            instance=instance, resources=defs.resources, raise_on_error=False,
+        )
+    except dg.DagsterError as exc:  # refused before any step ran (partition key, run config)
+        _fail(label, time.monotonic() - t0, [str(exc).strip()])
+    took = time.monotonic() - t0
     if not res.success:
-        errs = [e.step_failure_data.error.message.strip() for e in res.all_events
-                if e.event_type_value == "STEP_FAILURE"]
-        print(f"FAILED {label} after {took:.0f} s:\n" + "\n".join(errs), file=sys.stderr)
-        raise SystemExit(1)
+        _fail(label, took, failure_causes(res.all_events))
     cached = [e.asset_key.to_user_string() for e in res.get_asset_materialization_events()
               if e.step_materialization_data.materialization.metadata.get("cached")
               and e.step_materialization_data.materialization.metadata["cached"].value]
@@ -40,17 +41,87 @@ def _materialize(defs: dg.Definitions, selection: str, instance, partition: str 
     return res
 
 
+def root_cause(error) -> str:
+    """The innermost message of a Dagster error chain: what went wrong and, in our messages,
+    the fix (Dagster's wrapper, "Error occurred while executing op ...", is dropped)."""
+    while error.cause is not None:
+        error = error.cause
+    head, sep, text = error.message.strip().partition(": ")
+    if sep and head.rsplit(".", 1)[-1] == error.cls_name:  # "pkg.mod.KeyError: ..." -> "KeyError: ..."
+        return f"{error.cls_name}: {text}"
+    return error.message.strip()
+
+
+def failure_causes(events) -> list[str]:
+    """One line per failed step: its name and the cause (a dg.Failure's description, else the
+    innermost error). Errors outside a step (resource start-up, the run) where no step failed."""
+    causes = []
+    for e in events:
+        data = e.event_specific_data
+        if e.event_type_value == "STEP_FAILURE":
+            user = data.user_failure_data
+            why = (user.description if user is not None and user.description else None
+                   ) or root_cause(data.error)
+            causes.append(why if why.startswith(f"{e.step_key}:") else f"{e.step_key}: {why}")
+    if not causes:
+        causes = [root_cause(err) for e in events
+                  if (err := getattr(e.event_specific_data, "error", None)) is not None]
+    return causes or ["no error was recorded: see Dagster's log above"]
+
+
+def _fail(label: str, took: float, causes: list[str]) -> NoReturn:
+    """The failure, its causes as the last lines of stderr, exit status 1."""
+    print(f"FAILED {label} after {took:.0f} s; the cause:\n" + "\n".join(causes), file=sys.stderr,
+          flush=True)
+    raise SystemExit(1)
+
+
 STAGES = ["locate", "sweep", "bridge", "eval", "report"]
 
 
-def main(argv: list[str] | None = None) -> None:
+def plan(args: argparse.Namespace) -> tuple[list[int], list[str]]:
+    """The layers to sweep and the baselines to compare, checked against the registry before
+    anything runs; a ValueError names the valid values."""
+    from dihal.config import MIN_SWEPT_LAYERS
     from dihal.registry import BASELINES, get_spec
-    from pipeline.definitions import defs
-    from storage import Bridgeability, Comparison, Evaluation, LayerScore, Report
 
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    n_layers = get_spec(args.backbone).n_layers  # UnknownBackboneError lists the known ones
+    valid = f"{args.backbone} has {n_layers} layers, the candidate layers are 1..{n_layers - 1}"
+    if args.sweep_count < MIN_SWEPT_LAYERS:
+        raise ValueError(f"--sweep-count {args.sweep_count}: give at least {MIN_SWEPT_LAYERS} "
+                         f"(bridgeability compares at least {MIN_SWEPT_LAYERS} layers; {valid})")
+    if args.all_layers:
+        layers = list(range(1, n_layers))
+    elif args.layers:
+        try:
+            layers = [int(x) for x in args.layers.split(",")]
+        except ValueError:
+            raise ValueError(f"--layers {args.layers}: give comma-separated integers ({valid})"
+                             ) from None
+        bad = [ll for ll in layers if not 1 <= ll < n_layers]
+        if bad:
+            raise ValueError(f"--layers {args.layers}: {', '.join(map(str, bad))} out of range: "
+                             f"{valid}")
+    else:
+        from dihal.replace import default_sweep_layers
+
+        layers = default_sweep_layers(n_layers, args.sweep_count)
+    baselines = [x for x in args.baselines.split(",") if x]
+    unknown = [x for x in baselines if x not in BASELINES]
+    if unknown:
+        raise ValueError(f"--baselines {args.baselines}: unknown {', '.join(unknown)}; the "
+                         f"baselines are {', '.join(BASELINES)}")
+    return layers, baselines
+
+
+def main(argv: list[str] | None = None) -> None:
+    from dihal.errors import UnknownBackboneError
+    from dihal.registry import BASELINES
+
+    ap = argparse.ArgumentParser(prog="python -m pipeline.main", description=__doc__,
+                                 formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--backbone", default="smollm2")
-    ap.add_argument("--layers", help="comma-separated candidate layers to sweep")
+    ap.add_argument("--layers", help="comma-separated candidate layers to sweep (1..N-1)")
     ap.add_argument("--sweep-count", type=int, default=10,
                     help="layers in the default sweep (1, 2, 3, then evenly spaced)")
     ap.add_argument("--all-layers", action="store_true", help="sweep every candidate layer")
@@ -58,16 +129,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--baselines", default=",".join(BASELINES),
                     help="comma-separated baselines for the comparison")
     args = ap.parse_args(argv)
-    b = args.backbone
-    n_layers = get_spec(b).n_layers
-    from dihal.replace import default_sweep_layers
+    try:
+        layers, baselines = plan(args)
+    except (UnknownBackboneError, ValueError) as exc:
+        ap.error(str(exc))  # usage and the message on stderr, exit status 2; nothing ran
+    from pipeline.definitions import defs
+    from storage import Bridgeability, Comparison, Evaluation, LayerScore, Report
 
-    if args.all_layers:
-        layers = list(range(1, n_layers))
-    elif args.layers:
-        layers = [int(x) for x in args.layers.split(",")]
-    else:
-        layers = default_sweep_layers(n_layers, args.sweep_count)
+    b = args.backbone
     instance = dg.DagsterInstance.get()
     t0 = time.monotonic()
     print(f"[dihal] backbone {b}: Locate", flush=True)
@@ -100,7 +169,7 @@ def main(argv: list[str] | None = None) -> None:
             print("[dihal] " + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                                          for k, v in row.items()))
     if runs("report"):
-        for name in [x for x in args.baselines.split(",") if x]:
+        for name in baselines:
             print(f"[dihal] baseline {name} at DiHAL's budget", flush=True)
             _materialize(defs, f"key:baseline_{b}", instance, partition=name)
         _materialize(defs, f"key:comparison_{b}", instance)

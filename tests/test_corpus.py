@@ -1,4 +1,5 @@
 import gzip
+import shutil
 
 import pytest
 
@@ -6,10 +7,15 @@ from dihal.corpus import (
     CorpusConfig,
     CorpusStats,
     SequenceConfig,
+    content_identity,
     iter_documents,
+    make_sequences,
     pack_sequences,
     resolve_shards,
+    scan_corpus,
+    shard_records,
     split_of,
+    verified_shards,
 )
 from dihal.errors import CorpusError, MalformedLineError
 from tests.tiny import build_tokenizer, make_docs, write_shard
@@ -104,3 +110,106 @@ def test_too_small_corpus_says_what_to_change(tmp_path):
     docs = list(iter_documents([str(write_shard(tmp_path / "s.json.gz", make_docs(5)))], CorpusConfig()))
     with pytest.raises(CorpusError, match="too few sequences.*Lower n_train/n_val"):
         pack_sequences(docs, tok, SequenceConfig(seq_len=16, n_train=50, n_val=5), bos_id=1, eos_id=2)
+
+
+# ---------------------------------------------------------------------------------------------
+# Shard identity: by content, checked again before tokenising
+
+TINY_SEQ = SequenceConfig(seq_len=16, n_train=4, n_val=2, val_fraction=0.3, max_tokens_per_doc=30)
+
+
+def _corpus_dir(path, n_shards=2):
+    path.mkdir(parents=True)
+    for i in range(n_shards):
+        write_shard(path / f"s{i}.json.gz", make_docs(40, seed=i))
+    return path
+
+
+def _sequences(records, cfg, tmp_path):
+    tok = build_tokenizer(tmp_path / "tok")
+    return make_sequences(records, cfg, tok, TINY_SEQ, bos_id=1, eos_id=2, revision="r")
+
+
+def test_moved_shards_keep_their_identity_and_fingerprint(tmp_path, monkeypatch):
+    from storage import fingerprint
+
+    a = _corpus_dir(tmp_path / "checkout_a" / "corpus")
+    b = tmp_path / "elsewhere" / "checkout_b" / "corpus"
+    shutil.copytree(a, b)
+    ra = shard_records(CorpusConfig(paths=(str(a / "*.json.gz"),)))
+    rb = shard_records(CorpusConfig(paths=(str(b / "*.json.gz"),)))
+    assert [r["path"] for r in ra] != [r["path"] for r in rb]
+    assert content_identity(ra) == content_identity(rb) == [r["sha256"] for r in ra]
+    assert all(r["bytes"] == (a / f"s{i}.json.gz").stat().st_size for i, r in enumerate(ra))
+
+    # the corpus asset's fingerprint (config as given + content), from either checkout
+    cfg = CorpusConfig(paths=("corpus/*.json.gz",))
+    fps, recorded = [], {}
+    for root in (a.parent, b.parent):
+        monkeypatch.chdir(root)
+        recorded[root] = shard_records(cfg)
+        fps.append(fingerprint("corpus", "1", cfg, {}, {"shards": content_identity(recorded[root])}))
+    assert fps[0] == fps[1]
+    # a manifest made in checkout a serves checkout b, even with checkout a gone
+    shutil.rmtree(a.parent)
+    assert verified_shards(cfg, recorded[a.parent]) == [r["path"] for r in recorded[b.parent]]
+    assert all(r["path"].startswith(str(b)) for r in recorded[b.parent])
+
+
+def test_a_shard_edited_after_the_corpus_ran_is_refused(tmp_path):
+    d = _corpus_dir(tmp_path / "corpus")
+    cfg = CorpusConfig(paths=(str(d / "*.json.gz"),))
+    records = scan_corpus(cfg, shard_records(cfg)).shards
+    assert _sequences(records, cfg, tmp_path).n("train") == 4
+    shard = d / "s1.json.gz"
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # same size, other content
+    shard.write_bytes(bytes(data))
+    with pytest.raises(CorpusError, match=r"s1\.json\.gz changed since .*re-materialise the corpus"):
+        _sequences(records, cfg, tmp_path)
+    write_shard(shard, make_docs(41, seed=1))  # another size
+    with pytest.raises(CorpusError, match=r"s1\.json\.gz changed"):
+        verified_shards(cfg, records)
+    write_shard(d / "s2.json.gz", make_docs(5, seed=9))  # a shard added to the glob
+    with pytest.raises(CorpusError, match="now selects 3 shards .* recorded 2.*re-materialise"):
+        verified_shards(cfg, records)
+    with pytest.raises(CorpusError, match="predates .*re-materialise the corpus"):
+        verified_shards(cfg, [f"{shard}#abc"])  # a manifest of the old format
+
+
+@pytest.mark.parametrize("folder", ["run#1", "data[1] (copy)", "100% ok"])
+def test_any_character_in_a_path_works(tmp_path, folder):
+    d = _corpus_dir(tmp_path / folder)
+    for paths in ((str(d / "*.json.gz"),), (str(d / "s0.json.gz"), str(d / "s1.json.gz"))):
+        cfg = CorpusConfig(paths=paths)
+        records = scan_corpus(cfg, shard_records(cfg)).shards
+        assert [r["path"] for r in records] == [str(d / "s0.json.gz"), str(d / "s1.json.gz")]
+        assert _sequences(records, cfg, tmp_path).n("val") == 2
+
+
+def test_unreadable_inputs_are_corpus_errors_naming_the_path(tmp_path):
+    d = _corpus_dir(tmp_path / "corpus")
+    (d / "sub.json.gz").mkdir()
+    with pytest.raises(CorpusError, match=r"corpus path .*corpus is a folder.*\*\.json\.gz"):
+        resolve_shards(CorpusConfig(paths=(str(d),)))
+    with pytest.raises(CorpusError, match=r"sub\.json\.gz is a folder"):
+        resolve_shards(CorpusConfig(paths=(str(d / "*.json.gz"),)))
+    with pytest.raises(CorpusError, match=r"URL list .*urls\.txt.* cannot be read"):
+        resolve_shards(CorpusConfig(url_list=str(tmp_path / "urls.txt")))
+    (tmp_path / "empty.txt").write_text("# nothing\n\n")
+    with pytest.raises(CorpusError, match="holds no URL"):
+        resolve_shards(CorpusConfig(url_list=str(tmp_path / "empty.txt")))
+    with pytest.raises(CorpusError, match=r"shard .*gone\.json\.gz cannot be opened"):
+        list(iter_documents([str(tmp_path / "gone.json.gz")], CorpusConfig()))
+
+
+def test_remote_shards_are_identified_by_url(tmp_path):
+    d = _corpus_dir(tmp_path / "corpus")
+    urls = tmp_path / "urls.txt"
+    urls.write_text("".join(f"  file://{p}\n" for p in sorted(d.glob("*.json.gz"))) + "  # note\n")
+    cfg = CorpusConfig(url_list=str(urls))
+    records = shard_records(cfg)
+    assert records == [{"url": f"file://{p}"} for p in sorted(d.glob("*.json.gz"))]
+    assert content_identity(records) == [r["url"] for r in records]
+    assert scan_corpus(cfg, records).stats["documents"] == 80
+    assert verified_shards(cfg, records) == [r["url"] for r in records]

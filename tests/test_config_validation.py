@@ -1,0 +1,80 @@
+"""Every field of every config in dihal.config is checked on construction: a bad value raises a
+ValueError that names the class, the field and the value; the defaults construct."""
+
+import dataclasses
+import math
+
+import pytest
+
+from dihal import config as dc
+
+BAD = {
+    dc.CorpusConfig: {
+        "paths": ["a.json.gz", ("",), (3,)], "url_list": [""], "max_shards": [0, -1, 1.5],
+        "max_docs": [0, -3], "on_malformed": ["ignore"], "min_chars": [-1, True],
+    },
+    dc.SequenceConfig: {
+        "seq_len": [3, 16.0], "n_train": [0], "n_val": [0], "val_fraction": [0.0, 1.0, math.nan],
+        "seed": [-1, "0"], "max_tokens_per_doc": [0],
+    },
+    dc.ExtractConfig: {"batch_size": [0], "dtype": ["bfloat16"]},
+    dc.GeometryConfig: {
+        "n_tokens": [1], "n_anchors": [0], "k_neighbors": [1], "n_pairs": [0],
+        "gamma_rel": [0.0, math.inf, True], "mono_stat": ["mean"], "normalizations": [("l2",), ()],
+        "seed": [-1],
+    },
+    dc.BridgeProtocol: {
+        "d_model": [0], "n_layers": [0], "n_heads": [0], "mlp_ratio": [0.0], "lr": [0.0, -1e-3, math.inf],
+        "weight_decay": [-0.1], "warmup_frac": [1.0, -0.1], "batch_size": [0],
+        "epochs": [0, -1.0, math.nan], "grad_clip": [-1.0], "seed": [-1, 1.5], "mixed_precision": ["fp16"],
+        "sigma": [0.0], "steps": [0], "eval_sequences": [0], "pin_first": [1, "yes"],
+        "checkpoint_every": [0],
+    },
+    dc.EvalConfig: {
+        "n_samples": [0], "length": [0], "temperature": [0.0, math.inf], "seed": [-1],
+        "batch_size": [0], "eta": [-0.5],
+    },
+    dc.BaselineRunConfig: {
+        "lr": [0.0], "seed": [-1], "n_samples": [0], "length": [0], "restrict_vocab": ["no"],
+    },
+    dc.LayerScoreConfig: {"primary_norm": ["l2"]},
+}
+CASES = [(cls, name, value) for cls, fields in BAD.items() for name, values in fields.items()
+         for value in values]
+
+
+def test_every_field_of_every_config_has_a_bad_value_here():
+    for cls, fields in BAD.items():
+        assert set(fields) == {f.name for f in dataclasses.fields(cls)}, cls.__name__
+
+
+@pytest.mark.parametrize("cls", list(BAD), ids=lambda c: c.__name__)
+def test_defaults_construct(cls):
+    cls()
+
+
+@pytest.mark.parametrize(("cls", "name", "value"), CASES,
+                         ids=[f"{c.__name__}.{n}={v!r}" for c, n, v in CASES])
+def test_a_bad_value_names_class_field_and_value(cls, name, value):
+    with pytest.raises(ValueError, match=rf"^{cls.__name__}\.{name} must be .*, got ") as err:
+        cls(**{name: value})
+    assert repr(value) in str(err.value)
+
+
+def test_cross_field_rules():
+    with pytest.raises(ValueError, match=r"BridgeProtocol\.d_model \(10\) must be a multiple of n_heads"):
+        dc.BridgeProtocol(d_model=10, n_heads=4)
+    with pytest.raises(ValueError, match="even quotient"):
+        dc.BridgeProtocol(d_model=12, n_heads=4)  # head size 3: no rotary positions
+    with pytest.raises(ValueError, match="paths or a url_list, not both"):
+        dc.CorpusConfig(paths=("a.json.gz",), url_list="urls.txt")
+    with pytest.raises(ValueError, match=r"GeometryConfig\.n_anchors \(5\) must be <= n_tokens"):
+        dc.GeometryConfig(n_tokens=4, n_anchors=5, k_neighbors=2)
+
+
+def test_accepted_edges_and_normalised_types():
+    assert dc.CorpusConfig(paths=["a.json.gz"], max_docs=1, max_shards=1, min_chars=0).paths == (
+        "a.json.gz",)
+    assert dc.BridgeProtocol(epochs=2, warmup_frac=0.0, grad_clip=0.0, weight_decay=0.0).epochs == 2
+    dc.EvalConfig(eta=1.0, temperature=0.5)
+    dc.SequenceConfig(max_tokens_per_doc=None, seq_len=4)

@@ -1,0 +1,78 @@
+"""The driver checks its arguments before any work, and a failed step ends with its cause."""
+
+import time
+
+import dagster as dg
+import pytest
+
+import pipeline.main as driver
+
+
+@pytest.fixture()
+def calls(monkeypatch):
+    made = []
+    monkeypatch.setattr(driver, "_materialize",
+                        lambda defs, sel, inst, partition=None: made.append((sel, partition)))
+    return made
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["--layers", "0,99"], "--layers 0,99: 0, 99 out of range: smollm2 has 30 layers, "
+                           "the candidate layers are 1..29"),
+    (["--backbone", "llama", "--layers", "32"], "32 out of range: llama has 32 layers, the "
+                                                "candidate layers are 1..31"),
+    (["--layers", "1,x"], "give comma-separated integers (smollm2 has 30 layers"),
+    (["--backbone", "gpt2"], "unknown backbone 'gpt2': known backbones are ['llama', 'qwen', "
+                             "'smollm2']"),
+    (["--baselines", "sed,foo"], "unknown foo; the baselines are diffusion-lm, sed, ld4lg, codar"),
+    (["--sweep-count", "0"], "--sweep-count 0: give at least 3"),
+])
+def test_bad_arguments_fail_at_once_naming_the_valid_values(argv, says, calls, capsys):
+    t0 = time.monotonic()
+    with pytest.raises(SystemExit) as exit_:
+        driver.main(argv)
+    assert time.monotonic() - t0 < 0.5
+    assert exit_.value.code == 2 and calls == []
+    assert says in capsys.readouterr().err.strip().splitlines()[-1]
+
+
+def _tiny_defs() -> dg.Definitions:
+    class ShardChanged(RuntimeError):
+        pass
+
+    @dg.asset
+    def wrapped():
+        try:
+            raise ShardChanged("shard s1 changed: re-materialise the corpus asset")
+        except ShardChanged as exc:
+            raise ValueError("a wrapper with no news") from exc
+
+    @dg.asset
+    def refused():
+        try:
+            raise ShardChanged("the inner reason")
+        except ShardChanged as exc:
+            raise dg.Failure(description="sequences_x: the stage's own words") from exc
+
+    @dg.asset(partitions_def=dg.StaticPartitionsDefinition(["1", "2"]))
+    def swept():
+        return None
+
+    return dg.Definitions(assets=[wrapped, refused, swept])
+
+
+@pytest.mark.parametrize(("selection", "partition", "last"), [
+    ("key:wrapped", None, "wrapped: ShardChanged: shard s1 changed: re-materialise the corpus asset"),
+    ("key:refused", None, "refused: sequences_x: the stage's own words"),
+    # Dagster refuses an unknown partition before any step runs, without naming the valid keys
+    # (the driver checks --layers and --baselines against them first)
+    ("key:swept", "99", "Could not find a partition with key `99`."),
+])
+def test_a_failed_step_ends_stderr_with_its_root_cause(selection, partition, last, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        driver._materialize(_tiny_defs(), selection, dg.DagsterInstance.ephemeral(), partition)
+    assert exit_.value.code == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == last
+    assert err[-2].startswith(f"FAILED {selection}") and err[-2].endswith("; the cause:")
+    assert not any("Error occurred while executing op" in line for line in err[-2:])

@@ -112,27 +112,51 @@ class StageRun:
     def obtain(self, artifact: Artifact, config: Any, upstream: Iterable[Artifact],
                compute: Callable[[], Any], **extra: Any) -> tuple[Manifest, bool]:
         """Reuse `artifact` if it was made from this fingerprint (config, code version, upstream
-        fingerprints, extra), else compute the result and write it. Returns (manifest, cached)."""
+        fingerprints, extra) and is intact, else compute the result and write it, holding the
+        artifact's one-writer lock. Damage is repaired (partially where the kind can), never
+        reused. Returns (manifest, cached)."""
+        upstream = list(upstream)
         ups = {a.name: m.fingerprint for a, m in zip(upstream, self.require(*upstream), strict=True)}
         fp = fingerprint(artifact.stage, CODE_VERSIONS[artifact.stage], config, ups, extra)
-        if (m := artifact.reuse(fp)) is not None:
+        every = self.resources.storage.verify_every_hours * 3600
+        if (m := artifact.reuse(fp, digests=not artifact.verified_within(every))) is not None:
             return m, True
-        if isinstance(artifact, WorkArtifact):
-            artifact.claim(fp, self.log)
         try:
-            result = compute()
+            with artifact.lock():
+                if (m := artifact.reuse(fp)) is not None:  # another run made it meanwhile
+                    return m, True
+                if artifact.damage:
+                    self.context.log.warning(f"{artifact.name} is damaged ({'; '.join(artifact.damage[:5])}): "
+                                             "making it again")
+                    artifact.repair(fp, self.log)
+                if isinstance(artifact, WorkArtifact):
+                    artifact.claim(fp, self.log)
+                result = compute()
+                m = Manifest(stage=artifact.stage, backbone=self.backbone, fingerprint=fp,
+                             config=canonical(config), upstream=ups,
+                             info={**result.info(), "metadata": result.metadata()})
+                return artifact.write(m, result), False
         except DihalError as exc:
             raise dg.Failure(description=f"{artifact.name}: {exc}") from exc
-        m = Manifest(stage=artifact.stage, backbone=self.backbone, fingerprint=fp,
-                     config=canonical(config), upstream=ups,
-                     info={**result.info(), "metadata": result.metadata()})
-        return artifact.write(m, result), False
+        except OSError as exc:
+            raise dg.Failure(description=os_error_message(artifact, exc)) from exc
 
     def produce(self, artifact: Artifact, config: Any, upstream: Iterable[Artifact],
                 compute: Callable[[], Any], **extra: Any) -> dg.MaterializeResult:
         """`obtain`, reported to Dagster with the artifact's metadata."""
         m, cached = self.obtain(artifact, config, list(upstream), compute, **extra)
         return materialize_result(artifact, m, cached)
+
+
+def os_error_message(artifact: Artifact, exc: OSError) -> str:
+    import errno
+
+    what = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is exceeded",
+            errno.EACCES: "permission denied", errno.EROFS: "the file system is read-only"}
+    cause = what.get(exc.errno, exc.strerror or type(exc).__name__)
+    return (f"{artifact.name}: {cause} ({exc.filename or artifact.directory}). Free space or fix "
+            f"the permissions under {artifact.layout.root}, then materialise it again: completed "
+            "artifacts, finished batches and training checkpoints are kept.")
 
 
 def materialize_result(artifact: Artifact, manifest: Manifest, cached: bool) -> dg.MaterializeResult:

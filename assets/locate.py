@@ -13,6 +13,7 @@ from assets.configs import (
     LayerScoreRunConfig,
     SequencesRunConfig,
 )
+from dihal.errors import DihalError
 from storage import Corpus, Geometry, HiddenStates, LayerScore, Sequences
 
 
@@ -76,8 +77,10 @@ def locate_assets(backbone: str) -> list:
         """Every stored state is finite (scanned layer by layer)."""
         from dihal.extract import non_finite_layers
 
-        reader = HiddenStates(context.resources.storage.layout(), backbone).reader()
-        bad = non_finite_layers(reader)
+        try:
+            bad = non_finite_layers(HiddenStates(context.resources.storage.layout(), backbone).reader())
+        except DihalError as exc:  # missing, truncated or changed chunks
+            return dg.AssetCheckResult(passed=False, metadata={"damaged": str(exc)})
         return dg.AssetCheckResult(passed=not bad, metadata={"non_finite": ", ".join(bad) or "none"})
 
     @dg.asset_check(asset=hidden_states, name="expected_shapes", blocking=True,
@@ -87,7 +90,10 @@ def locate_assets(backbone: str) -> list:
         from dihal.extract import shape_problems
 
         layout = context.resources.storage.layout()
-        reader = HiddenStates(layout, backbone).reader()
+        try:
+            reader = HiddenStates(layout, backbone).reader()
+        except DihalError as exc:
+            return dg.AssetCheckResult(passed=False, metadata={"damaged": str(exc)})
         want, got, ok = shape_problems(reader, Sequences(layout, backbone).require().config)
         return dg.AssetCheckResult(passed=ok, metadata={"expected": str(want), "found": str(got)})
 

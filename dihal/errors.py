@@ -34,6 +34,10 @@ class CorruptArtifactError(DihalError):
     """An artifact on disk cannot be read; the message names the path and the fix."""
 
 
+class ArtifactLockedError(DihalError):
+    """Another process is making the same artifact; the message names it."""
+
+
 class MissingArtifactError(DihalError):
     """An upstream artifact has not been made yet; the message names the command that makes it."""
 

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Literal
 import torch
 from torch import Tensor, nn
 
-from dihal.bridge.checkpoint import latest_checkpoint, load_into, read_state, save_checkpoint
+from dihal.bridge.checkpoint import latest_checkpoint, load_latest_good, save_checkpoint
 from dihal.bridge.measures import DEFAULT_T_GRID
 from dihal.errors import CheckpointMismatchError, TrainingError
 from dihal.seeds import derive_seed
@@ -255,10 +255,9 @@ def train_model(
     optimizer = make_optimizer(model, cfg)
 
     step, curve, val_curve, window = 0, [], [], []
-    last_ckpt = latest_checkpoint(ckpt_dir)
+    last_ckpt, saved = load_latest_good(
+        ckpt_dir, model, optimizer, lambda state: check_resumable(state, cfg, protocol, n_steps))
     if last_ckpt is not None:
-        check_resumable(read_state(last_ckpt), cfg, protocol, n_steps)
-        saved = load_into(last_ckpt, model, optimizer)
         step, curve, val_curve, window = (
             saved["step"],
             saved["curve"],

@@ -18,6 +18,10 @@ class StorageResource(dg.ConfigurableResource):
     """The artifact root. Default: .dihal/artifacts under the working directory (git-ignored)."""
 
     root: str = os.environ.get("DIHAL_ARTIFACTS", ".dihal/artifacts")
+    # A reused artifact's files are always checked for presence and size; their digests when the
+    # last check is older than this (0: every time). Before a stage reads an upstream artifact,
+    # the files it reads are always checked against their digests.
+    verify_every_hours: float = float(os.environ.get("DIHAL_VERIFY_EVERY_HOURS", "24"))
 
     def layout(self) -> ArtifactLayout:
         return ArtifactLayout(Path(self.root))

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -42,8 +43,11 @@ from dihal.results import (
     TrainedBridge,
 )
 from storage.layout import ArtifactLayout
-from storage.manifest import Manifest, read_manifest, write_manifest
+from storage.manifest import Manifest, check_files, digest_files, read_manifest, write_manifest
 from storage.tables import read_rows, read_table, write_table
+
+DAMAGED = ".damaged"  # a reader found damage: re-make, never reuse
+VERIFIED = ".verified"  # when the digests were last checked
 
 
 @dataclass(frozen=True)
@@ -102,26 +106,71 @@ class Artifact:
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name} at {self.directory})"
 
-    # manifest ------------------------------------------------------------------------------
+    # manifest and verification -------------------------------------------------------------
     def manifest(self) -> Manifest | None:
         return read_manifest(self.directory)
 
+    def verify(self, manifest: Manifest, *, digests: bool) -> list[str]:
+        """What is wrong with the files on disk against the manifest's record (sizes always,
+        content with `digests`): empty when the artifact is intact."""
+        if (self.directory / DAMAGED).exists():
+            return [f"marked damaged by a reader: {(self.directory / DAMAGED).read_text().strip()}"]
+        if self.files and not manifest.files:
+            return ["no file digests recorded (made by an older version of dihal)"]
+        problems = [f"{name}: missing from the record" for name in self.files
+                    if not any(k == name or k.startswith(name + "/") for k in manifest.files)]
+        return problems + check_files(self.directory, manifest.files, digests=digests)
+
+    def mark_damaged(self, problems: list[str]) -> None:
+        """Record that a reader found damage, so that the artifact is re-made, never reused."""
+        if self.directory.is_dir():
+            atomic_write_text(self.directory / DAMAGED, "; ".join(problems[:20]) + "\n")
+
+    def stamp_verified(self) -> None:
+        atomic_write_text(self.directory / VERIFIED, f"{time.time():.0f}\n")
+
+    def verified_within(self, seconds: float) -> bool:
+        """Were the digests checked (or written) less than `seconds` ago?"""
+        try:
+            return time.time() - float((self.directory / VERIFIED).read_text()) < seconds
+        except (FileNotFoundError, ValueError):
+            return False
+
     def require(self) -> Manifest:
-        """The manifest of a finished artifact, or an error naming the command that makes it."""
+        """The manifest of a finished, intact artifact (digests checked: a downstream stage is
+        about to read it), or an error naming the command that makes or repairs it."""
         m = self.manifest()
         if m is None:
             raise MissingArtifactError(
                 f"upstream asset {self.name} has not been materialised (nothing at "
                 f"{self.directory}). Run: {self.command()}")
+        if problems := self.verify(m, digests=self._digests_on_require):
+            self.mark_damaged(problems)
+            raise CorruptArtifactError(
+                f"upstream asset {self.name} at {self.directory} is damaged: "
+                f"{'; '.join(problems[:5])}. Materialise it again ({self.command()}): "
+                "a damaged artifact is re-made, never reused.")
         return m
 
-    def reuse(self, fp: str) -> Manifest | None:
-        """The existing artifact if it was made from exactly this fingerprint and every file it
-        owns is there."""
-        m = self.manifest()
+    _digests_on_require: ClassVar[bool] = True
+
+    def reuse(self, fp: str, *, digests: bool = True) -> Manifest | None:
+        """The existing artifact if it was made from exactly this fingerprint and is intact
+        (sizes always, content with `digests`); `self.damage` says why it is not."""
+        self.damage: list[str] = []
+        try:
+            m = self.manifest()
+        except CorruptArtifactError as exc:
+            self.damage = [str(exc)]
+            return None
         if m is None or m.fingerprint != fp:
             return None
-        return m if all((self.directory / f).exists() for f in self.files) else None
+        if problems := self.verify(m, digests=digests):
+            self.damage = problems
+            return None
+        if digests:
+            self.stamp_verified()
+        return m
 
     def path(self, name: str) -> Path:
         """The path of one of this artifact's own files."""
@@ -129,12 +178,25 @@ class Artifact:
             raise KeyError(f"{type(self).__name__} has no file {name!r}; it has {self.files}")
         return self.directory / name
 
+    def repair(self, fp: str, log=None) -> bool:
+        """Prepare a partial re-make of a damaged artifact; False: it is made again whole."""
+        return False
+
+    def lock(self):
+        """The one-writer lock of this artifact (storage.locks)."""
+        from storage.locks import artifact_lock
+
+        return artifact_lock(self.directory, self.name)
+
     # writing -------------------------------------------------------------------------------
     def write(self, manifest: Manifest, result: Any) -> Manifest:
-        """Write the result's files and the manifest, swapped into place in one step."""
+        """Write the result's files and the manifest (with every file's size and digest),
+        swapped into place in one step."""
         with atomic_dir(self.directory) as tmp:
             self._write_files(tmp, result)
+            manifest = replace(manifest, files=digest_files(tmp))
             write_manifest(tmp, manifest)
+            atomic_write_text(tmp / VERIFIED, f"{time.time():.0f}\n")
         return manifest
 
     def _write_files(self, directory: Path, result: Any) -> None:
@@ -170,13 +232,17 @@ class WorkArtifact(Artifact):
         return work
 
     def write(self, manifest: Manifest, result: Any) -> Manifest:
-        """Write the result into the (claimed) work directory, then swap it into place."""
+        """Write the result into the (claimed) work directory, then swap it into place; the
+        training checkpoints it was resumed from are dropped (the result supersedes them)."""
         work = self.workdir
         if not (work / self.STAMP).exists():
             self.claim(manifest.fingerprint)
         self._write_files(work, result)
-        write_manifest(work, manifest)
+        shutil.rmtree(work / "checkpoints", ignore_errors=True)
         (work / self.STAMP).unlink()
+        manifest = replace(manifest, files=digest_files(work))
+        write_manifest(work, manifest)
+        atomic_write_text(work / VERIFIED, f"{time.time():.0f}\n")
         replace_dir(work, self.directory)
         return manifest
 
@@ -223,10 +289,13 @@ class Sequences(Artifact):
 
 class HiddenStates(WorkArtifact):
     """hs[0..N-1] of every sequence (storage.states: Zarr, written batch by batch). The dump's
-    own progress file decides what is resumed, so claiming only records the fingerprint."""
+    own progress file decides what is resumed, so claiming only records the fingerprint. Chunk
+    digests are checked by the reader, layer by layer, before a stage reads them; a damaged
+    dump is repaired by writing its damaged batches again."""
 
     stage = "hidden_states"
     files = ("states.zarr",)
+    _digests_on_require = False  # 30 layers x all tokens: the reader checks what it reads
 
     def claim(self, fp: str, log=None) -> Path:
         self._fp = fp
@@ -241,12 +310,41 @@ class HiddenStates(WorkArtifact):
         return self._writer
 
     def reader(self):
+        """The dump, checked on opening (every chunk there, full size) and, layer by layer,
+        against the manifest's digests before each read."""
         from storage.states import StateReader
 
-        return StateReader(self.directory)
+        m = self.require()
+        return StateReader(self.directory, m.files, on_damage=self.mark_damaged)
+
+    def repair(self, fp: str, log=None) -> bool:
+        """Reopen a damaged dump of fingerprint `fp` so that only its damaged batches are
+        written again; False where that is not possible (then it is re-made whole)."""
+        from storage.states import parse_chunk_key, reopen_for_repair
+
+        try:
+            m = self.manifest()
+        except CorruptArtifactError:
+            return False
+        if m is None or m.fingerprint != fp or not m.files:
+            return False
+        bad = [k for k, v in m.files.items() if check_files(self.directory, {k: v}, digests=True)]
+        if not bad or any(parse_chunk_key(k) is None for k in bad):
+            return False
+        batches = reopen_for_repair(self.directory, self.workdir, fp, bad)
+        for marker in (DAMAGED, VERIFIED):
+            (self.workdir / marker).unlink(missing_ok=True)
+        if log:
+            log(f"repairing {self.name}: re-writing batches {batches} ({len(bad)} damaged chunks)")
+        return True
 
     def write(self, manifest: Manifest, result: Any) -> Manifest:
-        write_manifest(self._writer.workdir, manifest)
+        from storage.states import PROGRESS
+
+        work = self._writer.workdir
+        manifest = replace(manifest, files=digest_files(work, skip=(PROGRESS,)))
+        write_manifest(work, manifest)
+        atomic_write_text(work / VERIFIED, f"{time.time():.0f}\n")
         self._writer.finalize(self.directory)
         return manifest
 

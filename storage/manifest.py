@@ -47,9 +47,43 @@ class Manifest:
     config: dict[str, Any]
     upstream: dict[str, str] = field(default_factory=dict)
     info: dict[str, Any] = field(default_factory=dict)
+    # every file the artifact owns, relative to its folder: [size in bytes, sha256]
+    files: dict[str, list] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return canonical(asdict(self))
+
+
+def digest_files(directory: Path, skip: tuple[str, ...] = ()) -> dict[str, list]:
+    """[size, sha256] of every file below `directory` (relative POSIX paths), except the
+    manifest, top-level dot files (markers) and the top-level names in `skip`."""
+    from dihal.atomic import file_sha256
+
+    out = {}
+    for f in sorted(p for p in Path(directory).rglob("*") if p.is_file()):
+        rel = f.relative_to(directory).as_posix()
+        top = rel.split("/")[0]
+        if rel == MANIFEST or top in skip or top.startswith("."):
+            continue
+        out[rel] = [f.stat().st_size, file_sha256(f)]
+    return out
+
+
+def check_files(directory: Path, files: dict[str, list], *, digests: bool) -> list[str]:
+    """What is wrong with the files of an artifact against its record: missing, truncated or
+    grown, changed content (with `digests`). Empty when all is well."""
+    from dihal.atomic import file_sha256
+
+    problems = []
+    for rel, (size, sha) in files.items():
+        f = Path(directory) / rel
+        if not f.is_file():
+            problems.append(f"{rel}: missing")
+        elif f.stat().st_size != size:
+            problems.append(f"{rel}: {f.stat().st_size} bytes, recorded {size}")
+        elif digests and file_sha256(f) != sha:
+            problems.append(f"{rel}: content changed (sha256 differs)")
+    return problems
 
 
 def write_manifest(directory: Path | str, manifest: Manifest) -> Path:
@@ -64,7 +98,7 @@ def read_manifest(directory: Path | str) -> Manifest | None:
     try:
         raw = json.loads(path.read_text())
         return Manifest(**raw)
-    except (json.JSONDecodeError, TypeError) as exc:
+    except (json.JSONDecodeError, TypeError, UnicodeDecodeError) as exc:
         raise CorruptArtifactError(
             f"{path} is not a valid manifest ({exc}). Delete {Path(directory)} and materialise "
             "the asset again."

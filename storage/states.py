@@ -100,13 +100,59 @@ class StateWriter:
         return Path(final)
 
 
-class StateReader:
-    """Read access to a finished dump."""
+def chunk_key(split: str, layer: int, batch: int) -> str:
+    """The file of one (layer, batch) chunk inside the dump, relative to its folder."""
+    return f"{STATES}/states/{split}/c/{layer}/{batch}/0/0"
 
-    def __init__(self, directory: Path | str):
+
+def parse_chunk_key(rel: str) -> tuple[str, int, int] | None:
+    """(split, layer, batch) of a chunk file, or None for any other file of the dump."""
+    parts = rel.split("/")
+    if len(parts) == 8 and parts[:2] == [STATES, "states"] and parts[3] == "c":
+        return parts[2], int(parts[4]), int(parts[5])
+    return None
+
+
+def reopen_for_repair(directory: Path, workdir: Path, fingerprint: str,
+                      damaged: list[str]) -> dict[str, list[int]]:
+    """Turn a finished dump with damaged chunks back into a work folder that a StateWriter of
+    the same fingerprint resumes: every batch with a damaged chunk is dropped from the
+    progress record (and its chunks deleted), so only those batches are written again.
+    Returns {split: [batches to rewrite]}."""
+    import shutil
+
+    bad: dict[str, set[int]] = {}
+    for rel in damaged:
+        key = parse_chunk_key(rel)
+        if key is None:
+            raise CorruptArtifactError(f"{rel} of {directory} is not a state chunk: no partial repair")
+        bad.setdefault(key[0], set()).add(key[2])
+    reader = StateReader(directory, check=False)
+    done = {}
+    for split in reader.splits:
+        n_seq, batch = reader.shape(split)[1], reader.array(split).chunks[1]
+        done[split] = [b for b in range(-(-n_seq // batch)) if b not in bad.get(split, ())]
+        for b in bad.get(split, ()):
+            for layer in range(reader.n_layers()):
+                (directory / chunk_key(split, layer, b)).unlink(missing_ok=True)
+    if workdir.exists():
+        shutil.rmtree(workdir)
+    replace_dir(directory, workdir)
+    atomic_write_json(workdir / PROGRESS, {"fingerprint": fingerprint, "done": done})
+    return {s: sorted(v) for s, v in bad.items()}
+
+
+class StateReader:
+    """Read access to a finished dump. On opening, every chunk file must be there with its full
+    size (a missing chunk would otherwise read back as zeros); with `files` (the manifest's
+    record) the chunks of a layer are checked against their digests before they are read."""
+
+    def __init__(self, directory: Path | str, files: dict[str, list] | None = None, *,
+                 on_damage=None, check: bool = True):
         import zarr
 
         self.directory = Path(directory)
+        self._files, self._on_damage, self._verified = files, on_damage, set()
         path = self.directory / STATES
         if not path.exists():
             raise FileNotFoundError(
@@ -114,11 +160,54 @@ class StateReader:
             )
         try:
             self._group = zarr.open_group(str(path), mode="r")
+            shapes = {s: self.array(s).shape for s in self.splits}
         except Exception as exc:  # zarr raises several types for a damaged store
             raise CorruptArtifactError(
                 f"{path} cannot be opened as Zarr ({exc}). Delete {self.directory} and "
                 "materialise the hidden_states asset again."
             ) from exc
+        if check and shapes:
+            self._check_chunks()
+
+    def _damaged(self, problems: list[str]) -> None:
+        if self._on_damage is not None:
+            self._on_damage(problems)
+        shown = "; ".join(problems[:5]) + (f" (+{len(problems) - 5} more)" if len(problems) > 5 else "")
+        raise CorruptArtifactError(
+            f"the hidden-state dump {self.directory} is damaged: {shown}. Materialise the "
+            "hidden_states asset again: it re-writes only the damaged batches.")
+
+    def _check_chunks(self) -> None:
+        import numpy as np
+
+        problems = []
+        for split in self.splits:
+            arr = self.array(split)
+            n_layers, n_seq = arr.shape[:2]
+            size = int(np.prod(arr.chunks)) * arr.dtype.itemsize
+            for layer in range(n_layers):
+                for b in range(-(-n_seq // arr.chunks[1])):
+                    f = self.directory / chunk_key(split, layer, b)
+                    if not f.is_file():
+                        problems.append(f"{chunk_key(split, layer, b)}: missing")
+                    elif f.stat().st_size != size:
+                        problems.append(f"{chunk_key(split, layer, b)}: {f.stat().st_size} bytes, "
+                                        f"expected {size}")
+        if problems:
+            self._damaged(problems)
+
+    def _verify_layer(self, split: str, layer: int) -> None:
+        if self._files is None or (split, layer) in self._verified:
+            return
+        from storage.manifest import check_files
+
+        prefix = f"{STATES}/states/{split}/c/{layer}/"
+        mine = {k: v for k, v in self._files.items() if k.startswith(prefix)}
+        if not mine:
+            self._damaged([f"{prefix}: no digests recorded for this layer"])
+        if problems := check_files(self.directory, mine, digests=True):
+            self._damaged(problems)
+        self._verified.add((split, layer))
 
     @property
     def splits(self) -> list[str]:
@@ -142,6 +231,7 @@ class StateReader:
         n = self.n_layers()
         if not 0 <= layer < n:
             raise IndexError(f"layer {layer} out of range: this dump has layers 0..{n - 1}")
+        self._verify_layer(split, layer)
         return self.array(split)[layer]
 
     def array(self, split: str):

@@ -130,3 +130,34 @@ def load_into(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer | N
     if optimizer is not None:
         optimizer.load_state_dict(torch.load(path / OPTIMIZER_FILE, weights_only=True))
     return state
+
+
+def load_latest_good(ckpt_dir: Path, model: nn.Module, optimizer: torch.optim.Optimizer | None,
+                     check=None) -> tuple[Path | None, dict | None]:
+    """Load the newest checkpoint that reads back whole, falling back to older ones (with a
+    warning naming each damaged file); `check(state)` vets each before loading (its errors
+    are not damage and propagate). (None, None) where no checkpoint is usable: the model and
+    optimizer are then as they were."""
+    import copy
+    import warnings
+
+    before = copy.deepcopy(model.state_dict())
+    opt_before = copy.deepcopy(optimizer.state_dict()) if optimizer is not None else None
+    for path in reversed(list_checkpoints(ckpt_dir)):
+        try:
+            state = read_state(path)
+        except (OSError, ValueError, UnicodeDecodeError) as exc:
+            warnings.warn(f"checkpoint {path / STATE_FILE} is damaged ({exc}); "
+                          "falling back to the previous checkpoint", RuntimeWarning, stacklevel=2)
+            continue
+        if check is not None:
+            check(state)
+        try:
+            return path, load_into(path, model, optimizer)
+        except Exception as exc:  # safetensors, torch.load and load_state_dict raise many types
+            warnings.warn(f"checkpoint {path} is damaged ({type(exc).__name__}: {exc}); falling "
+                          "back to the previous checkpoint", RuntimeWarning, stacklevel=2)
+            model.load_state_dict(before)
+            if optimizer is not None:
+                optimizer.load_state_dict(opt_before)
+    return None, None

@@ -32,7 +32,13 @@ def _materialize(defs: dg.Definitions, selection: str, instance, partition: str 
         _fail(label, time.monotonic() - t0, [str(exc).strip()])
     took = time.monotonic() - t0
     if not res.success:
-        _fail(label, took, failure_causes(res.all_events))
+        causes = failure_causes(res.all_events)
+        if any("DagsterExecutionInterruptedError" in c for c in causes):
+            print(f"INTERRUPTED {label} after {took:.0f} s: run {res.run_id} is marked failed; "
+                  "run the same command again to resume (finished artifacts, dumped batches and "
+                  "training checkpoints are kept).", file=sys.stderr, flush=True)
+            raise SystemExit(130)
+        _fail(label, took, causes)
     cached = [e.asset_key.to_user_string() for e in res.get_asset_materialization_events()
               if e.step_materialization_data.materialization.metadata.get("cached")
               and e.step_materialization_data.materialization.metadata["cached"].value]

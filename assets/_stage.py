@@ -6,6 +6,7 @@ only; the method is in `dihal`, the files in `storage`.
 from __future__ import annotations
 
 import base64
+import math
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -34,9 +35,9 @@ CODE_VERSIONS = {
     "hidden_states": "1",
     "geometry": "1",
     "layer_score": "1",
-    "bridge_sweep": "1",
+    "bridge_sweep": "2",  # 2: validation loss at initialisation recorded
     "bridgeability": "1",
-    "bridge": "2",  # 2: train_tokens counts sequences consumed x length
+    "bridge": "3",  # 2: train_tokens = sequences consumed x length; 3: init validation loss
     "eval": "2",  # 2: rows carry their role; the judge's name recorded in the metadata
     "baseline": "2",  # 2: trained by the bridge's loop (one trainer)
     "comparison": "2",  # 2: rows carry their role
@@ -171,12 +172,11 @@ def _metadata_value(v: Any) -> Any:
     if isinstance(v, Plot):  # a PNG in Markdown, so that it shows in the web UI
         b64 = base64.b64encode(v.path.read_bytes()).decode("ascii")
         return dg.MetadataValue.md(f"**{v.title}**\n\n![{v.title}](data:image/png;base64,{b64})")
-    if isinstance(v, Table):
-        head = "| " + " | ".join(v.columns) + " |\n|" + "---|" * len(v.columns) + "\n"
-        body = "".join("| " + " | ".join(format(r.get(c), v.fmt) if isinstance(r.get(c), float)
-                                          else str(r.get(c)) for c in v.columns) + " |\n"
-                       for r in v.rows)
-        return dg.MetadataValue.md(head + body)
+    if isinstance(v, Table):  # a native table: rendered inline, with a typed schema
+        return dg.MetadataValue.table(
+            records=[dg.TableRecord({c: _cell(r.get(c)) for c in v.columns}) for r in v.rows],
+            schema=dg.TableSchema(columns=[dg.TableColumn(c, _column_type(v.rows, c))
+                                           for c in v.columns]))
     if isinstance(v, FileLink):
         return dg.MetadataValue.path(str(v.path))
     if isinstance(v, dict | list):
@@ -184,3 +184,20 @@ def _metadata_value(v: Any) -> Any:
     if isinstance(v, Markdown):
         return dg.MetadataValue.md(v.text)
     return v
+
+
+def _cell(x: Any) -> Any:
+    if x is None or isinstance(x, bool | int | str):
+        return x
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    return str(x)
+
+
+def _column_type(rows: list[dict], column: str) -> str:
+    kinds = {type(r.get(column)) for r in rows} - {type(None)}
+    if kinds <= {bool} and kinds:
+        return "bool"
+    if kinds <= {int}:
+        return "int" if kinds else "string"
+    return "float" if kinds <= {int, float} else "string"

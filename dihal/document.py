@@ -39,10 +39,10 @@ class Document:
 
     @staticmethod
     def _cell(v, fmt: str) -> str:
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            return "n/a"
         if isinstance(v, float):
-            return "n/a" if math.isnan(v) else format(v, fmt)
-        if isinstance(v, bool) or v is None:
-            return str(v)
+            return format(v, fmt)
         return str(v)
 
     def markdown(self) -> str:

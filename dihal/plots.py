@@ -79,3 +79,21 @@ def plot_bridgeability(layer_rows: list[dict], score_rows: list[dict], title: st
     fig.suptitle(title)
     fig.tight_layout()
     return _png(plt, fig)
+
+
+def plot_quality_diversity(rows: list[dict], title: str) -> bytes:
+    """Gen.PPL (log scale, lower is better) against diversity (higher is better), one point per
+    model: the plot papers on diffusion language models compare with."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for r in rows:
+        ax.scatter([r["diversity"]], [r["gen_ppl"]], s=40)
+        ax.annotate(r["model"], (r["diversity"], r["gen_ppl"]), fontsize=8, xytext=(4, 3),
+                    textcoords="offset points")
+    ax.set_yscale("log")
+    ax.set_xlabel("diversity (higher is better)")
+    ax.set_ylabel("Gen.PPL (lower is better)")
+    ax.grid(alpha=0.3)
+    ax.set_title(title)
+    fig.tight_layout()
+    return _png(plt, fig)

@@ -117,14 +117,16 @@ def train_layer_bridge(
     device: str = "cpu",
     progress: Callable[[dict], None] | None = None,
 ):
-    """Build the protocol's denoiser (seeded the same for every layer) and train it; resumes
-    from ckpt_dir. Returns (denoiser, TrainResult)."""
+    """Build the protocol's denoiser (seeded the same for every layer), measure its validation
+    loss at initialisation, and train it; resumes from ckpt_dir. Returns (denoiser,
+    TrainResult, validation loss at initialisation)."""
     cfg = protocol.denoiser_config(data.train.dim, data.train.seq_len)
-    denoiser = build_denoiser(cfg, seed=derive_seed(protocol.seed, "denoiser-init"))
+    denoiser = build_denoiser(cfg, seed=derive_seed(protocol.seed, "denoiser-init")).to(device)
     process = BrownianBridge(sigma=protocol.sigma)
+    init_val_loss = validation_loss(denoiser, data.val, process, seed=protocol.seed)
     result = train_bridge(denoiser, data.train, data.val, process,
                           protocol.train_config(device), Path(ckpt_dir), progress=progress)
-    return denoiser, result
+    return denoiser, result, init_val_loss
 
 
 @torch.no_grad()
@@ -215,12 +217,14 @@ def train_layer(backbone, reader, layer: int, protocol: BridgeProtocol, ckpt_dir
 
     t0 = time.monotonic()
     data = load_layer_data(reader, layer, protocol)
-    denoiser, result = train_layer_bridge(data, protocol, ckpt_dir, device=device, progress=progress)
+    denoiser, result, init_val_loss = train_layer_bridge(data, protocol, ckpt_dir, device=device,
+                                                         progress=progress)
     measured = measure_bridge(backbone, denoiser.to(backbone.device), data, protocol,
                                val_loss=result.val_loss)
     tcfg = protocol.train_config(device)
     metrics = BridgeMetrics(
-        layer=layer, **measured, train_loss=result.train_loss, steps=result.step,
+        layer=layer, **measured, init_val_loss=init_val_loss, train_loss=result.train_loss,
+        steps=result.step,
         train_tokens=sample_budget(len(data.train), tcfg) * data.train.seq_len,
         seconds=round(time.monotonic() - t0, 1), resumed_from_step=result.resumed_from,
         denoiser_parameters=denoiser.param_count())

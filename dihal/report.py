@@ -1,15 +1,76 @@
-"""The report stage: lay out the finished results of one backbone (rendered by dihal.document).
-Its inputs are gathered by the caller (the Dagster layer reads them through storage)."""
+"""The report stage: lay out the finished results of one backbone as a results section (rendered
+by dihal.document). Each section opens with one sentence saying what its numbers show; those
+sentences are computed from the numbers. The inputs are gathered by the caller (the Dagster
+layer reads them through storage)."""
 
 from __future__ import annotations
-
-import json
 
 from dihal.document import Document
 from dihal.results import ReportInputs, ReportResult
 
 
+def _key_value(d: dict, keys: list[str] | None = None) -> list[dict]:
+    return [{"setting": k, "value": d[k]} for k in (keys or sorted(d)) if k in d]
+
+
+def _locate_summary(x: ReportInputs) -> str:
+    sel, rho = x.score["selected"], x.score["spearman_vs_depth"]
+    primary = x.configs["layer_score"]["primary_norm"]
+    depthy = [n for n, r in rho.items() if r is not None and abs(r) >= 0.8]
+    return (f"The geometry score selects l* = {x.score['l_star']} under {primary} "
+            f"(by normalisation: {', '.join(f'{n} {v}' for n, v in sorted(sel.items()))}); "
+            + (f"under {', '.join(depthy)} it is largely depth (|Spearman with -l| >= 0.8)."
+               if depthy else "no normalisation's score is mostly depth (|Spearman with -l| < 0.8)."))
+
+
+def _number(v) -> float | None:
+    return None if v is None or v != v else float(v)  # None and NaN: no number
+
+
+def _bridgeability_summary(x: ReportInputs) -> str:
+    rows = {r["predictor"]: _number(r["spearman_vs_-val_loss"]) for r in x.bridgeability["spearman"]}
+    depth = rows.pop("depth (-l)", None)
+    rows = {k: v for k, v in rows.items() if v is not None}
+    best = max(rows, key=rows.get) if rows else None
+    b = x.bridgeability
+    head = (f"Over {len(b['swept_layers'])} swept layers the oracle layer is {b['oracle']} and the "
+            f"worst {b['worst']}; geometry picked {b['l_star']}")
+    if best is None or depth is None:
+        return head + "."
+    verdict = "beats" if rows[best] > depth else "does not beat"
+    return (head + f". The best score, {best}, has Spearman {rows[best]:.2f} with -val loss and "
+            f"{verdict} the depth control ({depth:.2f}).")
+
+
+def _generation_summary(x: ReportInputs) -> str:
+    rows = x.comparison["rows"]
+    dihal = next(r for r in rows if r["role"] == "dihal")
+    ref = next(r for r in rows if r["role"] == "backbone")
+    bases = [r for r in rows if r["role"] == "baseline"]
+    line = (f"DiHAL samples with Gen.PPL {dihal['gen_ppl']:.1f} and diversity "
+            f"{dihal['diversity']:.3f}, against the backbone's {ref['gen_ppl']:.1f} and "
+            f"{ref['diversity']:.3f}")
+    if bases:
+        beaten = [r["model"] for r in bases if dihal["gen_ppl"] < r["gen_ppl"]]
+        line += (f"; at the matched budget it has a lower Gen.PPL than {len(beaten)} of "
+                 f"{len(bases)} baselines" + (f" ({', '.join(beaten)})" if beaten else ""))
+    return line + "."
+
+
+def _full_training_summary(x: ReportInputs) -> str:
+    rows = {r["role"]: r for r in x.full_training}
+    geo, oracle, worst = (rows.get(k) for k in ("geometry l*", "oracle", "worst"))
+    if not (geo and oracle and worst):
+        return "Full training did not cover all three roles."
+    return (f"With the full budget, the geometry-selected layer {geo['layer']} reaches validation "
+            f"loss {geo['val_loss']:.3f} (oracle layer {oracle['layer']}: {oracle['val_loss']:.3f}, "
+            f"worst layer {worst['layer']}: {worst['val_loss']:.3f}) and Gen.PPL "
+            f"{geo['gen_ppl']:.1f} (oracle {oracle['gen_ppl']:.1f}, worst {worst['gen_ppl']:.1f}).")
+
+
 def build_report(x: ReportInputs) -> ReportResult:
+    from dihal.plots import plot_quality_diversity
+
     bb, score, bness = x.backbone_info, x.score, x.bridgeability
     geo_cfg, ev_cfg = x.configs["geometry"], x.configs["eval"]
     r = Document(f"DiHAL on {bb['hf_id']} ({x.backbone})")
@@ -18,54 +79,68 @@ def build_report(x: ReportInputs) -> ReportResult:
         "pipeline from the artifacts listed at the end; nothing is copied from the paper.")
 
     r.h2("1. Locate: geometry per layer")
+    r.p(_locate_summary(x))
     srows = {(s["norm"], s["layer"]): s for s in x.score_rows}
     norms = sorted({g["norm"] for g in x.geometry_rows})
     geo = {(g["norm"], g["layer"]): g for g in x.geometry_rows}
-    table = [{"layer": layer, **{f"{k}[{n}]": (geo[(n, layer)][k] if k != "S" else srows[(n, layer)]["S"])
-                                 for n in norms for k in ("m_curv", "m_mono", "k_eff", "S")}}
+    keys = ("m_curv", "m_mono", "k_eff", "S")
+    table = [{"layer": layer, **{f"{k}[{n}]": (srows.get((n, layer), {}).get("S") if k == "S"
+                                               else geo[(n, layer)][k]) for n in norms for k in keys}}
              for layer in sorted({g["layer"] for g in x.geometry_rows})]
-    cols = ["layer"] + [f"{k}[{n}]" for n in norms for k in ("m_curv", "m_mono", "k_eff", "S")]
     r.p(f"{geo_cfg['n_tokens']} held-out tokens per layer (position 0 dropped), "
         f"{geo_cfg['n_anchors']} anchors, k = {geo_cfg['k_neighbors']}, "
         f"{geo_cfg['n_pairs']} pairs. k_eff is unchanged by a global rescaling, so it is the "
-        "same under none and rms; standardize rescales each dimension and changes it.")
-    r.table(table, cols, ".3g")
+        "same under none and rms; standardize rescales each dimension and changes it. "
+        "Layer 0 is shown for reference and has no score.")
+    r.table(table, ["layer"] + [f"{k}[{n}]" for n in norms for k in keys], ".3g")
     r.image(x.plots["proxies"], "Proxies against layer, per normalisation")
     r.image(x.plots["score"], "Layer score S_l and l* per normalisation")
-    r.p(f"l* = {score['l_star']} under the primary normalisation "
-        f"({x.configs['layer_score']['primary_norm']}); by normalisation: "
-        f"{json.dumps(score['selected'])}. Spearman(S_l, -l), how much the score is just depth: "
-        f"{json.dumps({k: round(v, 3) for k, v in score['spearman_vs_depth'].items()})}.")
+    r.table([{"normalisation": n, "l*": score["selected"][n],
+              "Spearman(S_l, -l)": score["spearman_vs_depth"][n]} for n in sorted(score["selected"])],
+            ["normalisation", "l*", "Spearman(S_l, -l)"], ".3f")
 
     r.h2("2. Does the score predict bridgeability?")
-    r.p(f"One bridge per swept layer ({bness['swept_layers']}) under one protocol: "
-        f"{json.dumps(x.sweep_protocol)}. Oracle layer (lowest validation loss): "
-        f"{bness['oracle']}; worst: {bness['worst']}; geometry l*: {bness['l_star']}.")
-    r.table(x.sweep_layers, ["layer", "val_loss", "recon_error", "hybrid_nll", "backbone_nll",
-                             "top1_agreement", "steps", "seconds"], ".4g")
+    r.p(_bridgeability_summary(x))
+    r.table(x.sweep_layers, ["layer", "init_val_loss", "val_loss", "recon_error", "hybrid_nll",
+                             "backbone_nll", "top1_agreement", "steps", "seconds"], ".4g")
     r.table(bness["spearman"], list(bness["spearman"][0]), ".3f")
     r.image(x.plots["scatter"], "S_l vs bridge validation loss per normalisation, and the depth control")
+    r.p("The protocol every swept layer was trained under:")
+    r.table(_key_value(x.sweep_protocol), ["setting", "value"])
 
     r.h2("3. Generation: DiHAL, the backbone and the baselines at a matched budget")
     cmp_ = x.comparison
+    r.p(_generation_summary(x))
     r.table(cmp_["rows"], ["model", "gen_ppl", "diversity", "repetition", "mean_length",
                            "denoiser_parameters", "train_tokens", "sampler_steps", "seq_len"], ".4g")
+    r.image(plot_quality_diversity(cmp_["rows"], f"{x.backbone}: Gen.PPL vs diversity"),
+            "Gen.PPL against diversity, every model of the comparison")
     if cmp_.get("missing"):
         r.p(f"Not run: {', '.join(cmp_['missing'])}.")
-    r.p(f"Judge: {json.dumps(x.evaluation['judge'])}. Samples: {ev_cfg['n_samples']} x "
-        f"{ev_cfg['length']} tokens, temperature {ev_cfg['temperature']}, seed "
-        f"{ev_cfg['seed']}. Latency per generated token (cached decoding): "
-        + "; ".join(f"{e['model']}: {e['ms_per_token']:.1f} ms ({e['latency_vs_backbone']:.2f}x)"
-                    for e in x.evaluation["rows"]) + ".")
+    judge = x.evaluation["judge"]
+    r.p("Samples are scored by the judge below, the same for every model:")
+    r.table(_key_value({**judge, "samples": ev_cfg["n_samples"], "length": ev_cfg["length"],
+                        "temperature": ev_cfg["temperature"], "seed": ev_cfg["seed"]}),
+            ["setting", "value"])
+    r.table([{"model": e["model"], "ms per token": e["ms_per_token"],
+              "vs backbone": e["latency_vs_backbone"]} for e in x.evaluation["rows"]],
+            ["model", "ms per token", "vs backbone"], ".3g")
 
     r.h2("4. Full training: geometry-selected vs oracle vs worst layer")
+    r.p(_full_training_summary(x))
     r.table(x.full_training, ["role", "layer", "val_loss", "recon_error", "hybrid_nll",
                               "top1_agreement", "gen_ppl", "diversity", "train_tokens"], ".4g")
 
     r.h2("5. Sample texts")
+    r.p("The first samples of each model, unedited.")
     r.pre("".join(f"== {model}\n" + "".join(f"- {t[:240]!r}\n" for t in texts[:4])
                   for model, texts in x.samples.items()))
 
-    r.h2("6. Configuration and budgets")
-    r.pre(json.dumps({**x.configs, "artifacts": x.artifacts}, indent=1))
+    r.h2("6. Configuration and inputs")
+    r.p(f"Artifacts under {x.artifacts}. The configuration of each stage:")
+    r.table([{"stage": stage, "setting": k, "value": v} for stage, cfg in x.configs.items()
+             for k, v in sorted(cfg.items())], ["stage", "setting", "value"])
+    r.p("The artifacts this report was built from, by fingerprint:")
+    r.table([{"artifact": name, "fingerprint": fp[:16]} for name, fp in x.fingerprints.items()],
+            ["artifact", "fingerprint"])
     return ReportResult(html=r.html(), markdown=r.markdown())

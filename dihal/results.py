@@ -149,6 +149,7 @@ class BridgeMetrics:
     top1_agreement: float
     hybrid_ppl: float
     backbone_ppl: float
+    init_val_loss: float  # the validation loss of the untrained denoiser: training must beat it
     train_loss: float | None
     steps: int
     train_tokens: int  # sequences consumed x sequence length: what baselines are matched to
@@ -198,8 +199,12 @@ class BridgeabilityResult:
                 "swept_layers": self.layers, "spearman": self.spearman}
 
     def metadata(self) -> dict:
+        """l*, oracle, worst and each predictor's Spearman as top-level numbers (the UI charts
+        them over materialisations)."""
+        rho = {f"spearman {r['predictor']} vs -{target}": r[f"spearman_vs_-{target}"]
+               for r in self.spearman for target in ("val_loss", "recon_error", "hybrid_nll")}
         return {"l_star": self.l_star, "oracle": self.oracle, "worst": self.worst,
-                "swept_layers": self.layers}
+                "swept_layers": self.layers, **rho}
 
 
 @dataclass(frozen=True)
@@ -215,7 +220,11 @@ class EvalResult:
         return {"rows": self.rows, "judge": self.judge}
 
     def metadata(self) -> dict:
-        return {"layer": self.layer, "judge": self.judge["judge"]}
+        """Gen.PPL, diversity and latency of the hybrid and the backbone as top-level numbers."""
+        numbers = {f"{r['role']} {k}": r[k] for r in self.rows
+                   for k in ("gen_ppl", "diversity", "repetition", "ms_per_token")}
+        return {"layer": self.layer, "judge": self.judge["judge"], **numbers,
+                "latency_vs_backbone": self.rows[0]["latency_vs_backbone"]}
 
 
 @dataclass(frozen=True)
@@ -242,7 +251,8 @@ class ComparisonResult:
         return {"rows": self.rows, "missing": self.missing}
 
     def metadata(self) -> dict:
-        return {"models": len(self.rows), "missing": self.missing}
+        numbers = {f"{r['model']} {k}": r[k] for r in self.rows for k in ("gen_ppl", "diversity")}
+        return {"models": len(self.rows), "missing": self.missing, **numbers}
 
 
 @dataclass(frozen=True)
@@ -273,6 +283,7 @@ class ReportInputs:
     samples: dict[str, list[str]]  # model -> sample texts
     plots: dict[str, bytes] = field(repr=False, default_factory=dict)  # proxies, score, scatter
     artifacts: str = ""
+    fingerprints: dict[str, str] = field(default_factory=dict)  # input artifact -> fingerprint
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dagster as dg
 
+from assets.checks import science_checks
 from assets.compare import compare_assets
 from assets.locate import corpus, locate_assets
 from assets.replace import replace_assets
@@ -23,7 +24,8 @@ def build_definitions(
     schedules: list = []
     for name in backbones:
         layers = (n_layers or {}).get(name) or get_spec(name).n_layers
-        for d in locate_assets(name) + replace_assets(name, layers) + compare_assets(name):
+        for d in (locate_assets(name) + replace_assets(name, layers) + compare_assets(name)
+                  + science_checks(name, layers)):
             if isinstance(d, dg.AssetChecksDefinition):
                 checks.append(d)
             elif isinstance(d, dg.ScheduleDefinition):

@@ -394,7 +394,13 @@ class LayerScore(Artifact):
         return self.path("score.png").read_bytes()
 
     def metadata(self, manifest: Manifest) -> dict[str, Any]:
-        return {**super().metadata(manifest), "plot": Plot(self.path("score.png"), "S_l")}
+        rows = [r for r in self.rows() if r["candidate"]]
+        norms = sorted({r["norm"] for r in rows})
+        s = {(r["norm"], r["layer"]): r["S"] for r in rows}
+        table = [{"layer": ll, **{f"S ({n})": s[(n, ll)] for n in norms}}
+                 for ll in sorted({r["layer"] for r in rows})]
+        return {**super().metadata(manifest), "plot": Plot(self.path("score.png"), "S_l"),
+                "scores": Table(table, ["layer"] + [f"S ({n})" for n in norms])}
 
 
 # -------------------------------------------------------------------------------------- Replace
@@ -512,8 +518,12 @@ class Evaluation(Artifact):
         atomic_write_text(directory / "samples.jsonl",
                           "".join(json.dumps(s) + "\n" for s in result.samples))
 
+    def sample_lines(self) -> list[str]:
+        """The samples file as written: one JSON object a line."""
+        return self.path("samples.jsonl").read_text().splitlines()
+
     def samples(self) -> list[dict]:
-        return [json.loads(x) for x in self.path("samples.jsonl").read_text().splitlines()]
+        return [json.loads(x) for x in self.sample_lines()]
 
     def metadata(self, manifest: Manifest) -> dict[str, Any]:
         return {**super().metadata(manifest),
@@ -591,6 +601,9 @@ class Report(Artifact):
     def html(self) -> Path:
         return self.path("report.html")
 
+    def markdown(self) -> str:
+        return self.path("report.md").read_text()
+
     def _write_files(self, directory: Path, result: ReportResult) -> None:
         atomic_write_text(directory / "report.html", result.html)
         atomic_write_text(directory / "report.md", result.markdown)
@@ -645,4 +658,5 @@ def report_inputs(layout: ArtifactLayout, backbone: str) -> ReportInputs:
         comparison=cmp_, evaluation=m["eval"].info, full_training=m["full_training"].info["rows"],
         samples=samples, plots={"proxies": arts["geometry"].plot(), "score": arts["layer_score"].plot(),
                                 "scatter": arts["bridgeability"].plot()},
-        artifacts=str(layout.root / backbone))
+        artifacts=str(layout.root / backbone),
+        fingerprints={a.name: m[stage].fingerprint for stage, a in arts.items()})

@@ -72,6 +72,7 @@ def test_geometry_writes_tables_plot_and_display_metadata(tmp_path):
 def _trained(layer=3):
     metrics = BridgeMetrics(layer=layer, val_loss=0.5, recon_error=0.4, hybrid_nll=3.0,
                             backbone_nll=2.5, top1_agreement=0.6, hybrid_ppl=20.0, backbone_ppl=12.2,
+                            init_val_loss=1.1,
                             train_loss=0.6, steps=10, train_tokens=640, seconds=1.0,
                             resumed_from_step=0, denoiser_parameters=1234)
     tensors = {"denoiser.w": torch.arange(6.0).reshape(2, 3), "cond_std.mean": torch.zeros(3)}
@@ -105,8 +106,10 @@ def test_missing_and_damaged_bridges_are_named_errors(tmp_path):
 
 
 def test_evaluation_samples_round_trip(tmp_path):
-    rows = [{"model": "DiHAL (l=2)", "role": "dihal", "gen_ppl": 10.0},
-            {"model": "backbone (AR reference)", "role": "backbone", "gen_ppl": 5.0}]
+    rows = [{"model": "DiHAL (l=2)", "role": "dihal", "gen_ppl": 10.0, "diversity": 0.5,
+             "repetition": 0.1, "ms_per_token": 3.0, "latency_vs_backbone": 1.5},
+            {"model": "backbone (AR reference)", "role": "backbone", "gen_ppl": 5.0,
+             "diversity": 0.6, "repetition": 0.05, "ms_per_token": 2.0, "latency_vs_backbone": 1.0}]
     samples = [{"model": r["model"], "index": 0, "seed": 0, "text": f"text of {r['role']}"} for r in rows]
     res = EvalResult(rows, samples, {"judge": "tiny-judge", "revision": "x"}, 2)
     art = Evaluation(tmp_path, "llama")
@@ -114,6 +117,7 @@ def test_evaluation_samples_round_trip(tmp_path):
     assert art.samples() == samples
     meta = art.metadata(art.manifest())
     assert meta["judge"] == "tiny-judge" and meta["layer"] == 2
+    assert meta["dihal gen_ppl"] == 10.0 and meta["backbone diversity"] == 0.6  # top-level numbers
     assert "text of dihal" in meta["samples"].text
     assert json.loads(art.path("samples.jsonl").read_text().splitlines()[1])["text"] == "text of backbone"
 

@@ -45,6 +45,9 @@ def test_baselines_comparison_full_training_report(tiny):  # noqa: F811
 
     res, err = _mat(defs, inst, ["comparison_llama", "full_training_llama", "report_llama"], ops)
     assert res.success, err
+    checks = {e.asset_check_evaluation_data.check_name: e.asset_check_evaluation_data.passed
+              for e in res.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"}
+    assert checks == {"budgets_matched": True, "names_its_inputs": True}
     rows = read_manifest(root / "llama" / "comparison").info["rows"]
     assert [r["model"] for r in rows][2:] == ["diffusion-lm", "sed", "ld4lg", "codar"]
     assert [r["role"] for r in rows] == ["dihal", "backbone"] + ["baseline"] * 4
@@ -54,6 +57,24 @@ def test_baselines_comparison_full_training_report(tiny):  # noqa: F811
     assert {r["role"]: r["layer"] for r in full} == {"geometry l*": b["l_star"],
                                                      "oracle": b["oracle"], "worst": b["worst"]}
     assert len({r["train_tokens"] for r in full}) == 1  # one full budget for all three
+    # the science checks of the earlier assets: 3 swept layers are too few for a Spearman
+    from dagster import build_asset_check_context
+
+    results = {}
+    for c in defs.asset_checks:
+        for key in c.check_keys:
+            if key.name in ("enough_layers", "loss_fell", "losses_fell", "samples_readable"):
+                results[key.name] = c(build_asset_check_context(
+                    resources={"storage": defs.resources["storage"]})).passed
+    assert results == {"enough_layers": False, "loss_fell": True, "losses_fell": True,
+                       "samples_readable": True}
+    # a report edited after it was made fails its check (the digests no longer match)
+    report_md = root / "llama" / "report" / "report.md"
+    report_md.write_text(report_md.read_text().replace(
+        read_manifest(root / "llama" / "geometry").fingerprint[:16], "?"))
+    check = next(c for c in defs.asset_checks if any(k.name == "names_its_inputs" for k in c.check_keys))
+    edited = check(build_asset_check_context(resources={"storage": defs.resources["storage"]}))
+    assert edited.passed is False and "report.md: content changed" in edited.metadata["error"].value
     html = (root / "llama" / "report" / "report.html").read_text()
     md = (root / "llama" / "report" / "report.md").read_text()
     for text in (html, md):

@@ -14,7 +14,7 @@ def test_report_renders_tables_images_and_escapes():
         ["layer", "S", "note"], ".3f").image(PNG, "a plot").pre("raw <text>")
     md = r.markdown()
     assert md.startswith("# DiHAL <test>")
-    assert "| layer | S | note |" in md and "| 1 | 1.235 | x/y |" in md and "| 2 | n/a | None |" in md
+    assert "| layer | S | note |" in md and "| 1 | 1.235 | x/y |" in md and "| 2 | n/a | n/a |" in md
     assert "data:image/png;base64," + base64.b64encode(PNG).decode() in md
     html = r.html()
     assert "<title>DiHAL &lt;test&gt;</title>" in html and "a &amp; b" in html

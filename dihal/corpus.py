@@ -106,12 +106,30 @@ def _matches(pattern: str) -> list[str]:
     return hits
 
 
-def _open_binary(location: str):
-    if "://" in location:
-        import urllib.request
+URL_ATTEMPTS = 4  # a remote shard or URL list is opened up to this many times
+URL_TIMEOUT_S = 60.0
 
-        return urllib.request.urlopen(location)  # noqa: S310 - user-given shard URLs
-    return open(location, "rb")
+
+def _open_binary(location: str, attempts: int = URL_ATTEMPTS, backoff_s: float = 1.0):
+    """A local file, or a URL opened with a timeout and retried with exponential back-off on
+    connection errors, timeouts and 5xx/429 answers (a 4xx is final)."""
+    if "://" not in location:
+        return open(location, "rb")
+    import time
+    import urllib.error
+    import urllib.request
+
+    for attempt in range(1, attempts + 1):
+        try:
+            return urllib.request.urlopen(location, timeout=URL_TIMEOUT_S)  # noqa: S310
+        except urllib.error.HTTPError as exc:
+            if exc.code < 500 and exc.code != 429 or attempt == attempts:
+                raise
+        except (urllib.error.URLError, TimeoutError, ConnectionError):
+            if attempt == attempts:
+                raise
+        time.sleep(backoff_s * 2 ** (attempt - 1))
+    raise AssertionError("unreachable")
 
 
 def _lines(location: str) -> Iterator[bytes]:

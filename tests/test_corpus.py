@@ -213,3 +213,45 @@ def test_remote_shards_are_identified_by_url(tmp_path):
     assert content_identity(records) == [r["url"] for r in records]
     assert scan_corpus(cfg, records).stats["documents"] == 80
     assert verified_shards(cfg, records) == [r["url"] for r in records]
+
+
+def test_remote_shard_is_retried_after_server_errors(tmp_path):
+    """A shard served over HTTP (a local server) that answers 503 twice is read on the third
+    attempt; a 404 is final and named."""
+    import http.server
+    import threading
+
+    from dihal import corpus as corpus_mod
+
+    shard = write_shard(tmp_path / "s0.json.gz", make_docs(5))
+    hits = []
+
+    class Flaky(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            hits.append(self.path)
+            if self.path != "/s0.json.gz":
+                self.send_error(404)
+            elif len([h for h in hits if h == self.path]) <= 2:
+                self.send_error(503)
+            else:
+                data = shard.read_bytes()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Flaky)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        with corpus_mod._open_binary(f"{base}/s0.json.gz", backoff_s=0.01) as fh:
+            assert fh.read() == shard.read_bytes()
+        assert hits.count("/s0.json.gz") == 3
+        with pytest.raises(CorpusError, match="missing.json.gz"):
+            list(corpus_mod._lines(f"{base}/missing.json.gz"))
+        assert hits.count("/missing.json.gz") == 1  # a 404 is not retried
+    finally:
+        server.shutdown()

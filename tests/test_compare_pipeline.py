@@ -74,7 +74,8 @@ def test_baselines_comparison_full_training_report(tiny):  # noqa: F811
         read_manifest(root / "llama" / "geometry").fingerprint[:16], "?"))
     check = next(c for c in defs.asset_checks if any(k.name == "names_its_inputs" for k in c.check_keys))
     edited = check(build_asset_check_context(resources={"storage": defs.resources["storage"]}))
-    assert edited.passed is False and "report.md: content changed" in edited.metadata["error"].value
+    assert edited.passed is False and "report_llama" in edited.metadata["error"].value
+    assert "is damaged: report.md:" in edited.metadata["error"].value
     html = (root / "llama" / "report" / "report.html").read_text()
     md = (root / "llama" / "report" / "report.md").read_text()
     for text in (html, md):

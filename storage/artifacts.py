@@ -32,7 +32,6 @@ from dihal.results import (
     BaselineResult,
     BridgeabilityResult,
     ComparisonResult,
-    CorpusResult,
     EvalResult,
     FullTrainingResult,
     GeometryResult,
@@ -256,9 +255,6 @@ class Corpus(Artifact):
     @property
     def directory(self) -> Path:
         return self.layout.root / "corpus"
-
-    def read(self, manifest: Manifest) -> CorpusResult:
-        return CorpusResult(manifest.info["shards"], manifest.info["stats"])
 
 
 class Sequences(Artifact):

@@ -130,7 +130,8 @@ def full_training(roles: dict[str, int], bridge_at: Callable[[int], TrainedBridg
     rows = []
     for role, layer in roles.items():
         trained = bridge_at(layer)
-        hybrid = evaluate_generation(backbone, trained, judge, cfg, progress=progress).rows[0]
+        hybrid = evaluate_generation(backbone, trained, judge, cfg, progress=progress,
+                                     with_backbone=False).rows[0]
         m = trained.metrics
         rows.append({"role": role, "layer": layer, "val_loss": m.val_loss,
                      "recon_error": m.recon_error, "hybrid_nll": m.hybrid_nll,

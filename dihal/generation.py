@@ -36,9 +36,11 @@ def text_metrics(texts: list[str], judge) -> dict:
 
 
 def evaluate_generation(backbone, trained: TrainedBridge, judge, cfg: EvalConfig,
-                        progress: Callable[[str], None] | None = None) -> EvalResult:
+                        progress: Callable[[str], None] | None = None, *,
+                        with_backbone: bool = True) -> EvalResult:
     """The eval stage: sample from the hybrid (the bridge at its layer) and from the backbone,
-    the same way; score both with the same judge and metric code."""
+    the same way; score both with the same judge and metric code. `with_backbone=False`
+    samples the hybrid only (callers that already have the backbone's row)."""
     from dihal.bridge import BrownianBridge
     from dihal.hybrid import Hybrid, decode_backbone
     from dihal.replace import restore_bridge
@@ -52,11 +54,11 @@ def evaluate_generation(backbone, trained: TrainedBridge, judge, cfg: EvalConfig
                     eta=cfg.eta, first_state=bridge["first_state"])
     kw = dict(temperature=cfg.temperature, seed=cfg.seed, batch_size=cfg.batch_size, cached=True)
     rows, samples = [], []
-    for name, role, decode in (
-        (f"DiHAL (l={layer})", "dihal", lambda: hybrid.decode(cfg.n_samples, cfg.length, **kw)),
-        ("backbone (AR reference)", "backbone",
-         lambda: decode_backbone(backbone, cfg.n_samples, cfg.length, **kw)),
-    ):
+    models = [(f"DiHAL (l={layer})", "dihal", lambda: hybrid.decode(cfg.n_samples, cfg.length, **kw))]
+    if with_backbone:
+        models.append(("backbone (AR reference)", "backbone",
+                       lambda: decode_backbone(backbone, cfg.n_samples, cfg.length, **kw)))
+    for name, role, decode in models:
         if progress:
             progress(f"sampling {cfg.n_samples} x {cfg.length} tokens from {name}")
         gen = decode()
@@ -69,7 +71,8 @@ def evaluate_generation(backbone, trained: TrainedBridge, judge, cfg: EvalConfig
                      "n_samples": cfg.n_samples, "length": cfg.length})
         samples += [{"model": name, "index": i, "seed": cfg.seed, "text": t}
                     for i, t in enumerate(texts)]
-    hyb, ref = rows
-    hyb["latency_vs_backbone"] = hyb["ms_per_step"] / ref["ms_per_step"]
-    ref["latency_vs_backbone"] = 1.0
+    if with_backbone:
+        hyb, ref = rows
+        hyb["latency_vs_backbone"] = hyb["ms_per_step"] / ref["ms_per_step"]
+        ref["latency_vs_backbone"] = 1.0
     return EvalResult(rows=rows, samples=samples, judge=judge.info(), layer=layer)

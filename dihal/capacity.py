@@ -1,0 +1,277 @@
+"""Capacity planning: the disk, host memory and GPU memory one backbone's run needs.
+
+Nothing here allocates a model. Parameter counts come from the real transformers (and dihal)
+modules built on PyTorch's meta device, so every count is exact; byte figures are counts times
+bytes per element, also exact. Activation figures are estimates and are named so.
+
+The storage design this models (the pipeline after the redesign):
+- The hidden-state store keeps all N states hs[0..N-1] of the held-out split only:
+  N x n_val x seq_len x d x 2 bytes (float16), plus the int32 input ids. No training states.
+- The bridge of candidate layer l builds its training pairs (c = hs[0], h_l) in host memory,
+  running the backbone's first l layers over the training sequences, as float32:
+  2 x n_train x seq_len x d x 4 bytes. So disk does not grow as layers x training tokens.
+- Per swept layer on disk: the bridge's weights (fp32 safetensors) and 2 training checkpoints
+  (weights + AdamW's two moments = 3x the weights each), plus small tables.
+- Model weights on disk: bf16 safetensors (2 bytes/param); smollm2 ships as a GGUF that is
+  dequantised into a float32 safetensors cache (4 bytes/param).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+import torch
+
+from dihal.config import BridgeProtocol
+from dihal.errors import DihalError
+from dihal.registry import BASELINES
+
+MODEL_CONFIGS = Path(__file__).resolve().parents[1] / "data" / "model_configs"
+GIB = 2**30
+# Registry name -> (config file under data/model_configs, bytes per parameter on disk).
+BACKBONE_CONFIGS = {
+    "smollm2": ("smollm2-135m.json", 4),  # the float32 safetensors cache of the GGUF
+    "llama": ("llama-3.1-8b.json", 2),
+    "qwen": ("qwen3-8b.json", 2),
+}
+# Two device layouts. A "24 GB" card shows 22.5-24 GiB; capping the weights at 22 GiB keeps
+# headroom, and the balanced map puts at most ~8.4 GiB of an 8B model on each card, so at least
+# ~14 GiB per card remain for the CUDA context (~1 GiB) and activations (the extraction's
+# estimate: ~2.5 GiB at batch 64). The 141 GB one is an H200 (it shows about 140 GiB); at 8B the
+# difference does not matter: the weights take 15 GiB.
+MAX_MEMORY = {
+    "1x141GB": {0: "141GiB", "cpu": "128GiB"},
+    "2x24GB": {0: "22GiB", 1: "22GiB", "cpu": "128GiB"},
+}
+TABLE_BYTES_PER_LAYER = 1_000_000  # estimate: a swept layer's curves, scores and state.json
+SAMPLE_BYTES_PER_TOKEN = 8  # estimate: decoded text in samples.jsonl
+
+
+class NotOnMetaError(DihalError):
+    """A model meant to exist only on the meta device has a parameter on a real device."""
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One backbone's run at the GPU profile (every default is that profile)."""
+
+    seq_len: int = 128
+    n_train: int = 8192  # 1,048,576 training tokens
+    n_val: int = 144  # 18,432 held-out tokens (geometry samples 16,384 of them)
+    state_bytes: int = 2  # the store's float16
+    extract_batch: int = 64  # sequences per forward of extraction and pair building
+    # The denoiser is BridgeProtocol's (d_model 256 x 4 blocks); only its in/out projections scale
+    # with the backbone's d: 4.88M parameters at d = 576, 7.59M at d = 4096. Batch 64: assumed.
+    bridge: BridgeProtocol = field(default_factory=lambda: BridgeProtocol(batch_size=64))
+    checkpoints: int = 2  # BridgeProtocol.train_config keeps the newest 2 (bridge and baselines)
+    n_eval: int = 512  # samples of 128 tokens per evaluated system
+    n_baselines: int = len(BASELINES)  # each trained on the same n_train x seq_len tokens
+
+    @property
+    def train_tokens(self) -> int:
+        return self.n_train * self.seq_len
+
+    @property
+    def val_tokens(self) -> int:
+        return self.n_val * self.seq_len
+
+
+@dataclass(frozen=True)
+class MetaCount:
+    n_params: int  # exact, from the model built on the meta device (tied weights counted once)
+    weight_bytes_bf16: int  # exact: n_params x 2
+
+
+@dataclass(frozen=True)
+class DevicePlan:
+    """Where a bf16 model's modules go under one max_memory: decoder layers and GiB per device."""
+
+    max_memory: dict
+    layers: dict  # device -> number of decoder layers placed there
+    gib: dict  # device -> GiB of bf16 weights placed there
+    spills: bool  # anything on "cpu" or "disk"
+
+
+def load_model_config(backbone: str) -> dict:
+    """The published config.json of a backbone of dihal.registry (its `_source` key kept)."""
+    return json.loads((MODEL_CONFIGS / BACKBONE_CONFIGS[backbone][0]).read_text())
+
+
+def _hf_config(config_dict: dict):
+    from transformers import AutoConfig
+
+    values = {k: v for k, v in config_dict.items() if not k.startswith("_")}
+    return AutoConfig.for_model(values.pop("model_type"), **values)
+
+
+def _check_on_meta(model: torch.nn.Module, what: str) -> None:
+    real = [n for n, p in model.named_parameters() if p.device.type != "meta"]
+    if real:
+        raise NotOnMetaError(f"{what}: {len(real)} parameters are on a real device (first: "
+                             f"{real[0]}); build it inside accelerate.init_empty_weights()")
+
+
+@lru_cache(maxsize=8)
+def _meta_model(config_json: str) -> torch.nn.Module:
+    from accelerate import init_empty_weights
+    from transformers import AutoModelForCausalLM
+
+    config = _hf_config(json.loads(config_json))
+    with init_empty_weights():
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    model.tie_weights()  # from_config under init_empty_weights leaves tied weights untied
+    _check_on_meta(model, config.model_type)
+    return model
+
+
+def meta_model(config_dict: dict) -> torch.nn.Module:
+    """The causal LM of `config_dict` in bf16 with every tensor on the meta device (cached)."""
+    return _meta_model(json.dumps(config_dict, sort_keys=True))
+
+
+def parameter_count_on_meta(config_dict: dict) -> MetaCount:
+    """Exact parameter count of the model, and its weight bytes in bf16."""
+    model = meta_model(config_dict)
+    _check_on_meta(model, config_dict["model_type"])
+    n = sum(p.numel() for p in model.parameters())
+    return MetaCount(n_params=n, weight_bytes_bf16=2 * n)
+
+
+def _device_of(module: str, device_map: dict):
+    """The device of `module` under accelerate's map (the longest prefix that names it)."""
+    keys = [k for k in device_map if k == "" or module == k or module.startswith(k + ".")]
+    return device_map[max(keys, key=len)]
+
+
+def device_maps(config_dict: dict) -> dict[str, DevicePlan]:
+    """Where `device_map="auto"` puts the bf16 model under each of MAX_MEMORY's layouts.
+
+    As transformers does for "auto": accelerate's get_balanced_memory spreads the weights evenly
+    over the GPUs, then infer_auto_device_map places whole decoder layers (never split: the
+    model's _no_split_modules). Placement only: activations need the headroom left per card.
+    """
+    from accelerate.utils import compute_module_sizes, get_balanced_memory, infer_auto_device_map
+
+    model = meta_model(config_dict)
+    no_split = list(model._no_split_modules)
+    sizes = compute_module_sizes(model, dtype=torch.bfloat16)
+    decoder_layers = model.get_decoder().layers
+    prefix = next(name for name, mod in model.named_modules() if mod is decoder_layers)
+    layer_names = [f"{prefix}.{i}" for i in range(len(decoder_layers))]
+    quiet = logging.getLogger("accelerate.utils.modeling")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)  # "Device 0 is not available": planning needs no GPU
+    try:
+        plans = {}
+        for name, max_memory in MAX_MEMORY.items():
+            balanced = get_balanced_memory(model, dict(max_memory), no_split, torch.bfloat16)
+            dmap = infer_auto_device_map(model, max_memory=balanced,
+                                         no_split_module_classes=no_split, dtype=torch.bfloat16)
+            devices = list(max_memory) + ["disk"]
+            layers = {d: sum(_device_of(n, dmap) == d for n in layer_names) for d in devices}
+            gib = {d: sum(sizes[k] for k, v in dmap.items() if v == d) / GIB for d in devices}
+            plans[name] = DevicePlan(max_memory, layers, gib, spills=gib["cpu"] + gib["disk"] > 0)
+    finally:
+        quiet.setLevel(level)
+    return plans
+
+
+@lru_cache(maxsize=8)
+def denoiser_parameters(d_in: int, bridge: BridgeProtocol, seq_len: int) -> int:
+    """Exact parameter count of the bridge denoiser over states of size d_in (built on meta)."""
+    from dihal.bridge.denoiser import CausalDenoiser
+
+    with torch.device("meta"):
+        net = CausalDenoiser(bridge.denoiser_config(d_in, seq_len))
+    _check_on_meta(net, "bridge denoiser")
+    return net.param_count()
+
+
+@lru_cache(maxsize=16)
+def baseline_parameters(name: str, vocab: int, d: int, target: int, seq_len: int,
+                        bos_id: int) -> tuple[int, int]:
+    """(saved, trained) parameter counts of a baseline built on meta at the bridge's budget."""
+    from dihal.baselines import build_baseline
+
+    with torch.device("meta"):
+        model = build_baseline(name, embeddings=torch.empty(vocab, d), seq_len=seq_len,
+                               target_params=target, seed=0, bos_id=bos_id, eos_id=bos_id)
+    _check_on_meta(model, name)
+    saved = sum(t.numel() for t in model.state_dict().values())
+    return saved, sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def training_disk_bytes(saved: int, trained: int, checkpoints: int) -> int:
+    """fp32 weights on disk + `checkpoints` x (weights + AdamW's two moments)."""
+    return 4 * saved + checkpoints * 4 * (saved + 2 * trained)
+
+
+def state_store_bytes(n_layers: int, hidden: int, w: Workload) -> int:
+    """Exact: the held-out split's N states (float16) and its int32 input ids."""
+    return n_layers * w.val_tokens * hidden * w.state_bytes + w.val_tokens * 4
+
+
+def pair_bytes(hidden: int, w: Workload) -> int:
+    """Exact: one bridge's training pairs (c, h_l) in host memory as float32."""
+    return 2 * w.train_tokens * hidden * 4
+
+
+def forward_activation_bytes(hidden: int, intermediate: int, kept: int, w: Workload) -> int:
+    """Estimate: `kept` bf16 hidden states per token plus one MLP's two intermediate tensors.
+
+    Not counted: attention scores (SDPA does not materialise them) and a transient second copy
+    of the kept states while they are stacked."""
+    return w.extract_batch * w.seq_len * (hidden * kept * 2 + intermediate * 2 * 2)
+
+
+def bridge_training_bytes(hidden: int, n_params: int, w: Workload) -> int:
+    """Denoiser weights + gradients + AdamW moments (16 bytes/param, exact), a batch of pairs
+    (exact) and the denoiser's activations (estimate: 16 d_model-wide fp32 tensors per block)."""
+    b = w.bridge
+    batch_tokens = b.batch_size * w.seq_len
+    return (16 * n_params + batch_tokens * hidden * 2 * 4
+            + batch_tokens * b.n_layers * b.d_model * 16 * 4)
+
+
+def capacity_rows(config_dict: dict, disk_bytes_per_param: int = 2,
+                  w: Workload | None = None) -> dict[str, float]:
+    """Row name -> GiB for one backbone: disk, host memory peak, GPU memory."""
+    w = w or Workload()
+    n_layers, hidden = config_dict["num_hidden_layers"], config_dict["hidden_size"]
+    inter, vocab = config_dict["intermediate_size"], config_dict["vocab_size"]
+    count = parameter_count_on_meta(config_dict)
+    bridge_n = denoiser_parameters(hidden, w.bridge, w.seq_len)
+    bos = config_dict.get("bos_token_id") or 0
+
+    weights_disk = count.n_params * disk_bytes_per_param
+    store = state_store_bytes(n_layers, hidden, w)
+    per_layer = training_disk_bytes(bridge_n, bridge_n, w.checkpoints) + TABLE_BYTES_PER_LAYER
+    sweep = (n_layers - 1) * per_layer
+    baselines = sum(training_disk_bytes(*baseline_parameters(
+        name, vocab, hidden, bridge_n, w.seq_len, bos), w.checkpoints)
+        for name in BASELINES[:w.n_baselines])
+    samples = (1 + w.n_baselines) * w.n_eval * w.seq_len * SAMPLE_BYTES_PER_TOKEN
+    pairs = pair_bytes(hidden, w)
+    gpu_weights = count.weight_bytes_bf16
+    rows = {
+        "disk: model weights": weights_disk,
+        "disk: hidden-state store (held-out, all N layers)": store,
+        "disk: sweep bridges (all N-1 candidate layers)": sweep,
+        "disk: baselines": baselines,
+        "disk: eval samples (estimate)": samples,
+        "disk: total": weights_disk + store + sweep + baselines + samples,
+        "host: bridge training pairs (fp32)": pairs,
+        "host: model weights, if loaded on host": weights_disk,
+        "host: peak (pairs + weights)": pairs + weights_disk,
+        "GPU: extraction forward (bf16 weights + est. activations)":
+            gpu_weights + forward_activation_bytes(hidden, inter, n_layers, w),
+        "GPU: pair-building forward (bf16 weights + est. activations)":
+            gpu_weights + forward_activation_bytes(hidden, inter, 2, w),
+        "GPU: bridge training (denoiser + AdamW + batch + est. activations)":
+            bridge_training_bytes(hidden, bridge_n, w),
+    }
+    return {k: v / GIB for k, v in rows.items()}

@@ -56,15 +56,16 @@ def locate_assets(backbone: str) -> list:
 
     @stage_asset(backbone, "hidden_states", [sequences], kinds={"zarr"})
     def hidden_states(context: dg.AssetExecutionContext, config: ExtractRunConfig) -> dg.MaterializeResult:
-        """hs[0..N-1] of every sequence in Zarr (fp16, overflow-checked); resumable."""
-        from dihal.extract import dump_hidden_states, state_spec
+        """hs[0..N-1] of every held-out sequence in Zarr (fp16, overflow-checked); resumable.
+        The training split is not stored: each bridge computes its own pairs."""
+        from dihal.extract import dump_hidden_states, state_spec, stored
 
         run, cfg = StageRun(context, backbone), config.to_dihal()
         seqs, out = run.art(Sequences), run.art(HiddenStates)
         (up,) = run.require(seqs)
 
         def compute():
-            ids, bb = seqs.token_ids(), run.model()
+            ids, bb = stored(seqs.token_ids()), run.model()
             writer = out.writer(state_spec(bb, up.info["revision"], ids, cfg), tokens=ids,
                                 attrs=bb.info())
             return dump_hidden_states(bb, ids, writer, cfg, progress=run.throttled())

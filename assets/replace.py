@@ -17,21 +17,31 @@ from storage import (
     Evaluation,
     HiddenStates,
     LayerScore,
+    Sequences,
     SweepBridge,
     swept_bridges,
 )
 
 
 def trainer(run: StageRun, art: BridgeRun, layer: int, protocol):
-    """The compute of a bridge artifact: train (resuming its checkpoints) and measure."""
+    """The compute of a bridge artifact: build the layer's training pairs, train (resuming its
+    checkpoints) and measure."""
+    from dihal.config import ExtractConfig
     from dihal.replace import train_layer
 
     def progress(e: dict) -> None:
         what = f"val loss {e['val_loss']:.4f}" if "val_loss" in e else f"loss {e['loss']:.4f}"
         run.log(f"layer {layer}: step {e['step']}/{e['total_steps']} {what} ({e['elapsed_s']:.0f} s)")
 
-    return lambda: train_layer(run.model(), run.art(HiddenStates).reader(), layer, protocol,
-                               art.checkpoints, device=run.device(), progress=progress)
+    def compute():
+        states = run.art(HiddenStates)
+        (dump,) = run.require(states)
+        return train_layer(run.model(), states.reader(), layer, protocol, art.checkpoints,
+                           train_ids=run.art(Sequences).token_ids()["train"],
+                           extract=ExtractConfig(**dump.config), device=run.device(),
+                           progress=progress, log=run.throttled())
+
+    return compute
 
 
 def replace_assets(backbone: str, n_layers: int) -> list:

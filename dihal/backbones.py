@@ -115,6 +115,10 @@ def bos_id_of(tokenizer) -> int:
     return int(tid)
 
 
+class _StopForward(Exception):
+    """Raised by a forward hook to end a forward pass once the states asked for exist."""
+
+
 class Backbone:
     """A loaded causal LM with the access DiHAL needs. Layers are 0-based (METHOD.md s.0)."""
 
@@ -186,6 +190,33 @@ class Backbone:
         """hs[0..N-1] stacked: (N, B, T, d). The final-normed last entry of HF is dropped."""
         out = self.decoder(input_ids=input_ids.to(self.device), output_hidden_states=True)
         return torch.stack(out.hidden_states[: self.n_layers])
+
+    @torch.no_grad()
+    def lower_states(self, input_ids: torch.Tensor, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(hs[0], hs[layer]): the decoder's own forward pass, stopped once block layer-1 has
+        run. The same arithmetic as hidden_states() for those blocks (so the same values), at
+        about layer/N of its cost; the blocks above are never run."""
+        self.check_layer(layer)
+        got: dict[int, torch.Tensor] = {}
+
+        def keep_embedding(_module, _args, out):
+            got[0] = out
+
+        def stop(_module, _args, out):
+            got[layer] = out[0] if isinstance(out, tuple) else out
+            raise _StopForward
+
+        hooks = [self.decoder.embed_tokens.register_forward_hook(keep_embedding)]
+        if layer:
+            hooks.append(self.decoder.layers[layer - 1].register_forward_hook(stop))
+        try:
+            self.decoder(input_ids=input_ids.to(self.device), output_hidden_states=True)
+        except _StopForward:
+            pass
+        finally:
+            for hook in hooks:
+                hook.remove()
+        return got[0], got[layer]
 
     def _positions(self, h: torch.Tensor, start: int) -> torch.Tensor:
         return torch.arange(start, start + h.shape[1], device=h.device).unsqueeze(0)

@@ -1,5 +1,11 @@
 """Dump hidden states hs[0..N-1] of tokenised sequences, batch by batch, resumably.
 
+Bounded storage: every layer is kept only for the held-out split (the geometry sample and the
+bridges' validation data), so the dump does not grow with the training budget. A bridge's
+training pairs (hs[0], hs[l]) are computed when it trains, by the backbone's first l blocks
+(`layer_pairs`), in the same batches and rounded to the same storage dtype as a dump would be:
+the values are identical to a full dump's.
+
 The forward pass of batch i+1 overlaps with the write of batch i (a one-slot writer thread),
 so the dump runs at close to the speed of the bare forward pass. Every batch is checked before
 it is written: non-finite states, or values beyond the storage dtype's range, stop the run with
@@ -20,14 +26,26 @@ from dihal.config import DTYPE_MAX, ExtractConfig  # noqa: F401 (re-exported)
 from dihal.errors import StateValueError
 from dihal.results import HiddenStatesResult, StateSpec
 
+# The splits whose states are stored, every layer; the training split's states are never stored.
+STORED_SPLITS = ("val",)
 
-def check_states(states: torch.Tensor, dtype: str, *, split: str, first_seq: int) -> float:
+
+def stored(sequences: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The sequences whose states the dump keeps."""
+    return {s: sequences[s] for s in STORED_SPLITS}
+
+
+def check_states(states: torch.Tensor, dtype: str, *, split: str, first_seq: int,
+                 layers: tuple[int, ...] | None = None) -> float:
     """Raise StateValueError for NaN/inf or values the storage dtype cannot hold.
 
-    Returns the largest absolute value (for the overflow headroom record)."""
+    `layers` names the layer of each row of `states` (default: row i is layer i). Returns the
+    largest absolute value (for the overflow headroom record)."""
+    name = (lambda i: layers[i]) if layers is not None else (lambda i: i)
     finite = torch.isfinite(states)
     if not bool(finite.all()):
-        layer, b, pos = (int(v) for v in (~finite).nonzero()[0][:3])
+        row, b, pos = (int(v) for v in (~finite).nonzero()[0][:3])
+        layer = name(row)
         raise StateValueError(
             f"non-finite hidden state at layer {layer}, {split} sequence {first_seq + b}, "
             f"position {pos}. The backbone produced NaN/inf: check its dtype (float32 on CPU, "
@@ -38,7 +56,7 @@ def check_states(states: torch.Tensor, dtype: str, *, split: str, first_seq: int
     limit = DTYPE_MAX[dtype]
     if amax > limit:
         per_layer = states.abs().flatten(1).amax(1)
-        layer = int(torch.nonzero(per_layer > limit)[0])
+        layer = name(int(torch.nonzero(per_layer > limit)[0]))
         raise StateValueError(
             f"hidden state magnitude {amax:.1f} at layer {layer} ({split} batch from sequence "
             f"{first_seq}) overflows {dtype} (max {limit:.0f}). Store float32 instead "
@@ -120,6 +138,32 @@ def dump_hidden_states(backbone, sequences: dict[str, np.ndarray], writer, cfg: 
         max_abs=report.max_abs, fp16_headroom=DTYPE_MAX["float16"] / max(report.max_abs, 1e-9))
 
 
+@torch.no_grad()
+def layer_pairs(backbone, ids: np.ndarray, layer: int, cfg: ExtractConfig, *,
+                progress: Callable[[str], None] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(c, h) = (hs[0], hs[layer]) of the sequences `ids` (n, T), float32 on the host, computed
+    by the backbone's first `layer` blocks in batches of cfg.batch_size and rounded through
+    cfg.dtype: the values a dump of all layers would have stored. Host memory: 2 x n x T x d x
+    4 bytes; nothing is written to disk."""
+    n, seq_len = ids.shape
+    d = backbone.hidden_size
+    c = torch.empty((n, seq_len, d), dtype=torch.float32)
+    h = torch.empty((n, seq_len, d), dtype=torch.float32)
+    store = getattr(torch, cfg.dtype)
+    t0 = time.perf_counter()
+    for lo in range(0, n, cfg.batch_size):
+        batch = torch.as_tensor(ids[lo : lo + cfg.batch_size], dtype=torch.long)
+        c_b, h_b = backbone.lower_states(batch, layer)
+        both = torch.stack([c_b.float(), h_b.float()])
+        check_states(both, cfg.dtype, split="train", first_seq=lo, layers=(0, layer))
+        c[lo : lo + len(batch)] = both[0].to(store).cpu().float()
+        h[lo : lo + len(batch)] = both[1].to(store).cpu().float()
+        if progress:
+            progress(f"layer {layer} training pairs: {min(lo + cfg.batch_size, n)}/{n} sequences "
+                     f"({time.perf_counter() - t0:.0f} s)")
+    return c, h
+
+
 def state_spec(backbone, revision: str, sequences: dict[str, np.ndarray], cfg: ExtractConfig) -> StateSpec:
     """The shapes of the dump of `sequences`; the sequences must have been tokenised for the
     loaded weights."""
@@ -128,7 +172,7 @@ def state_spec(backbone, revision: str, sequences: dict[str, np.ndarray], cfg: E
     if backbone.weights.revision != revision:
         raise DihalError(f"the sequences were tokenised for {revision} but the loaded weights are "
                          f"{backbone.weights.revision}: re-materialise the sequences asset.")
-    return StateSpec(n_layers=backbone.n_layers, seq_len=sequences["train"].shape[1],
+    return StateSpec(n_layers=backbone.n_layers, seq_len=next(iter(sequences.values())).shape[1],
                      hidden=backbone.hidden_size, n_seq={s: len(v) for s, v in sequences.items()},
                      batch_size=cfg.batch_size, dtype=cfg.dtype)
 
@@ -143,7 +187,7 @@ def shape_problems(reader, sequences_config: dict) -> tuple[dict, dict, bool]:
     """(expected, found, ok): the dump's shapes against the backbone it records (layers, hidden
     size) and the sequences config (count, length), token ids included."""
     bb, n = reader.attrs, sequences_config
-    want = {s: (bb["n_layers"], n[f"n_{s}"], n["seq_len"], bb["hidden_size"]) for s in ("train", "val")}
+    want = {s: (bb["n_layers"], n[f"n_{s}"], n["seq_len"], bb["hidden_size"]) for s in STORED_SPLITS}
     got = {s: reader.shape(s) for s in reader.splits}
     ids_ok = all(reader.input_ids(s).shape == want[s][1:3] for s in want if s in got)
     return want, got, got == want and ids_ok

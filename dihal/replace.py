@@ -26,7 +26,7 @@ from dihal.bridge import (
     train_bridge,
     validation_loss,
 )
-from dihal.config import MIN_SWEPT_LAYERS, BridgeProtocol  # noqa: F401 (re-exported)
+from dihal.config import MIN_SWEPT_LAYERS, BridgeProtocol, ExtractConfig  # noqa: F401
 from dihal.results import BridgeabilityResult, BridgeMetrics, TrainedBridge
 from dihal.seeds import derive_seed
 
@@ -52,21 +52,27 @@ class LayerData:
     first_state: torch.Tensor | None  # raw h_l at position 0 (BOS), pinned in the hybrid
 
 
-def _pairs(reader, split: str, layer: int, n: int | None = None):
-    c = torch.from_numpy(np.asarray(reader.layer(split, 0)[:n], dtype=np.float32))
-    h = torch.from_numpy(np.asarray(reader.layer(split, layer)[:n], dtype=np.float32))
-    return c, h
-
-
-def load_layer_data(reader, layer: int, protocol: BridgeProtocol) -> LayerData:
-    """Standardised (c, h_l) pairs of the dump: train split, and held-out sequences."""
+def check_candidate(reader, layer: int) -> None:
     n_layers = reader.n_layers()
     if not 1 <= layer <= n_layers - 1:
         from dihal.errors import LayerIndexError
 
         raise LayerIndexError(f"layer {layer} is not a candidate: this dump has layers 1..{n_layers - 1}")
-    c_tr, h_tr = _pairs(reader, "train", layer)
-    c_va, h_va = _pairs(reader, "val", layer, protocol.eval_sequences)
+
+
+def _val_pairs(reader, layer: int, n: int):
+    c = torch.from_numpy(np.asarray(reader.layer("val", 0)[:n], dtype=np.float32))
+    h = torch.from_numpy(np.asarray(reader.layer("val", layer)[:n], dtype=np.float32))
+    return c, h
+
+
+def load_layer_data(reader, layer: int, protocol: BridgeProtocol,
+                    train_pairs: tuple[torch.Tensor, torch.Tensor]) -> LayerData:
+    """Standardised (c, h_l) pairs: `train_pairs` (from extract.layer_pairs; standardised in
+    place, so the caller should not keep them), and held-out sequences from the dump."""
+    check_candidate(reader, layer)
+    c_tr, h_tr = train_pairs
+    c_va, h_va = _val_pairs(reader, layer, protocol.eval_sequences)
     first_state = None
 
     def mask_for(x):
@@ -74,17 +80,6 @@ def load_layer_data(reader, layer: int, protocol: BridgeProtocol) -> LayerData:
         if protocol.pin_first:
             m[:, 0] = False
         return m
-
-    m_tr, m_va = mask_for(c_tr), mask_for(c_va)
-    cond_std = Standardizer.fit(c_tr, m_tr)
-    target_std = Standardizer.fit(h_tr, m_tr)
-
-    def standardised(c, h):
-        zc, zh = cond_std.apply(c), target_std.apply(h)
-        if protocol.pin_first:
-            zc[:, 0] = 0.0
-            zh[:, 0] = 0.0
-        return zc, zh
 
     if protocol.pin_first:
         first_state = h_tr[0, 0].clone()
@@ -95,6 +90,17 @@ def load_layer_data(reader, layer: int, protocol: BridgeProtocol) -> LayerData:
                 f"h_{layer} at position 0 differs between sequences (max diff {spread:.3g}): "
                 "sequences do not all start with the same BOS token; set pin_first=False."
             )
+    m_tr, m_va = mask_for(c_tr), mask_for(c_va)
+    cond_std = Standardizer.fit(c_tr, m_tr)
+    target_std = Standardizer.fit(h_tr, m_tr)
+
+    def standardised(c, h):  # in place: the pairs of a large backbone are not copied
+        zc, zh = cond_std.apply_(c), target_std.apply_(h)
+        if protocol.pin_first:
+            zc[:, 0] = 0.0
+            zh[:, 0] = 0.0
+        return zc, zh
+
     zc_tr, zh_tr = standardised(c_tr, h_tr)
     zc_va, zh_va = standardised(c_va, h_va)
     return LayerData(
@@ -207,16 +213,23 @@ def bridgeability(swept: list[BridgeMetrics], score_rows: list[dict], l_star: in
 
 
 def train_layer(backbone, reader, layer: int, protocol: BridgeProtocol, ckpt_dir: Path, *,
-                device: str = "cpu", progress: Callable[[dict], None] | None = None) -> TrainedBridge:
-    """The bridge stage (sweep partitions, the bridge at l*, full training): train a bridge
-    hs[0] -> h_layer under `protocol` (resuming from `ckpt_dir`), measure its bridgeability and
-    package it for saving."""
+                train_ids: np.ndarray, extract: ExtractConfig, device: str = "cpu",
+                progress: Callable[[dict], None] | None = None,
+                log: Callable[[str], None] | None = None) -> TrainedBridge:
+    """The bridge stage (sweep partitions, the bridge at l*, full training): build the training
+    pairs of `train_ids` with the backbone's first `layer` blocks (as the dump of `reader` was
+    made, under `extract`), train a bridge hs[0] -> h_layer under `protocol` (resuming from
+    `ckpt_dir`), measure its bridgeability and package it for saving."""
     import time
 
     from dihal.bridge.train import sample_budget
+    from dihal.extract import layer_pairs
 
     t0 = time.monotonic()
-    data = load_layer_data(reader, layer, protocol)
+    check_candidate(reader, layer)
+    pairs = layer_pairs(backbone, train_ids, layer, extract, progress=log)
+    data = load_layer_data(reader, layer, protocol, pairs)
+    del pairs
     denoiser, result, init_val_loss = train_layer_bridge(data, protocol, ckpt_dir, device=device,
                                                          progress=progress)
     measured = measure_bridge(backbone, denoiser.to(backbone.device), data, protocol,

@@ -96,5 +96,9 @@ class Standardizer:
     def apply(self, x: Tensor) -> Tensor:
         return ((x - self.mean.to(x)) / self.std.to(x)).to(x.dtype)
 
+    def apply_(self, x: Tensor) -> Tensor:
+        """`apply` in place (the same values, no copy of a large x)."""
+        return x.sub_(self.mean.to(x)).div_(self.std.to(x))
+
     def invert(self, z: Tensor) -> Tensor:
         return (z * self.std.to(z) + self.mean.to(z)).to(z.dtype)

@@ -14,7 +14,7 @@ from dihal.errors import CorruptArtifactError
 from storage import HiddenStates
 from storage.states import chunk_key, parse_chunk_key
 
-CHUNK = chunk_key("train", 2, 1)  # layer 2, second batch of the training split
+CHUNK = chunk_key("val", 2, 1)  # layer 2, second batch of the held-out split (the one stored)
 
 
 def _digest(path) -> str:
@@ -34,7 +34,7 @@ def test_missing_state_chunk_is_found_and_only_its_batch_is_rewritten(world):
         HiddenStates(world.root, "llama").reader()
     # every chunk of the other batches must survive the repair untouched
     others = {p: t for p, t in _mtimes(states).items()
-              if (k := parse_chunk_key(p.relative_to(states).as_posix())) and k[::2] != ("train", 1)}
+              if (k := parse_chunk_key(p.relative_to(states).as_posix())) and k[::2] != ("val", 1)}
     assert others
 
     res, err = world.materialize(["hidden_states_llama"])
@@ -186,19 +186,19 @@ def test_interrupted_dump_resumes_to_the_same_states(world, monkeypatch):
     real, calls = StateWriter.write_batch, []
 
     def interrupt(self, split, batch, states):
-        if len(calls) == 2:
-            raise RuntimeError("killed after two batches")
+        if len(calls) == 1:  # the held-out split has two batches
+            raise RuntimeError("killed after one batch")
         calls.append(batch)
         real(self, split, batch, states)
 
     monkeypatch.setattr(StateWriter, "write_batch", interrupt)
     res, err = world.materialize(["hidden_states_llama"])
-    assert not res.success and "killed after two batches" in err[0]
+    assert not res.success and "killed after one batch" in err[0]
     monkeypatch.undo()
     res, err = world.materialize(["hidden_states_llama"])
     assert res.success, err
     meta = res.get_asset_materialization_events()[0].step_materialization_data.materialization.metadata
-    assert meta["batches_resumed"].value == 2
+    assert meta["batches_resumed"].value == 1
     now = {rel: (world.path("hidden_states") / rel).read_bytes() for rel in reference}
     assert now == reference
 
@@ -213,14 +213,14 @@ def test_non_finite_dump_stops_with_the_place_and_keeps_earlier_batches(world, m
     def poisoned(self, ids):
         hs = real(self, ids)
         seen.append(1)
-        if len(seen) == 2:  # the second batch: train sequences 4..7
+        if len(seen) == 2:  # the second batch: held-out sequences 4..5
             hs[3, 1, 5, 0] = bad
         return hs
 
     monkeypatch.setattr(Backbone, "hidden_states", poisoned)
     res, err = world.materialize(["hidden_states_llama"])
     assert not res.success
-    assert "non-finite hidden state at layer 3, train sequence 5, position 5" in err[0]
+    assert "non-finite hidden state at layer 3, val sequence 5, position 5" in err[0]
     monkeypatch.undo()
     res, err = world.materialize(["hidden_states_llama"])
     assert res.success, err

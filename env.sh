@@ -7,6 +7,9 @@ export DAGSTER_HOME="$_dihal_root/.dagster"
 export DAGSTER_MODULE_NAME="pipeline.definitions"
 export DIHAL_ARTIFACTS="${DIHAL_ARTIFACTS:-$_dihal_root/.dihal/artifacts}"
 export HF_HUB_OFFLINE="${HF_HUB_OFFLINE:-1}"
+# Steps at once on this machine (the run queue's limit; CPU steps divide the cores). The driver's
+# --workers overrides it for its own run.
+export DIHAL_WORKERS="${DIHAL_WORKERS:-1}"
 export TRANSFORMERS_NO_ADVISORY_WARNINGS=1
 mkdir -p "$DAGSTER_HOME"
 cp "$_dihal_root/dagster.yaml" "$DAGSTER_HOME/dagster.yaml"

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import base64
 import math
+import os
+import socket
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -45,6 +47,10 @@ CODE_VERSIONS = {
     "report": "3",  # 3: built from typed inputs
 }
 RESOURCES = {"storage", "backbones", "compute", "judge"}
+# A stage's step holds a whole device while it computes (StageRun.computing): on a Dask cluster it
+# takes one unit of the workers' "device" resource (README: start each worker with
+# --resources device=1, one worker per GPU), so two steps never share a GPU there either.
+DEVICE_STEP_TAGS = {"dagster-dask/resource_requirements": '{"device": 1}'}
 
 
 def stage_asset(backbone: str | None, stage: str, deps: Iterable = (), *, name: str | None = None,
@@ -52,7 +58,8 @@ def stage_asset(backbone: str | None, stage: str, deps: Iterable = (), *, name: 
     """dg.asset for one stage of one backbone's family, with the shared settings."""
     return dg.asset(name=name or (f"{stage}_{backbone}" if backbone else stage), deps=list(deps),
                     group_name=backbone or stage, partitions_def=partitions, kinds=set(kinds),
-                    code_version=CODE_VERSIONS[stage], required_resource_keys=RESOURCES)
+                    code_version=CODE_VERSIONS[stage], required_resource_keys=RESOURCES,
+                    op_tags=DEVICE_STEP_TAGS)
 
 
 class StageRun:
@@ -64,6 +71,7 @@ class StageRun:
         self.resources = context.resources
         self.layout = self.resources.storage.layout()
         self._models: dict[str, Any] = {}
+        self._device: str | None = None  # the device this step holds while it computes
 
     def log(self, msg: str) -> None:
         self.context.log.info(msg)
@@ -95,19 +103,32 @@ class StageRun:
             raise dg.Failure(description=str(exc)) from exc
 
     def device(self) -> str:
-        return self.resources.compute.resolved_device()
+        return self._device or self.resources.compute.resolved_device()
 
     def model(self):
         """The backbone, loaded once per run."""
         if "backbone" not in self._models:
             self._models["backbone"] = self.resources.backbones.load(
-                self.backbone, self.layout, self.resources.compute)
+                self.backbone, self.layout, self.resources.compute, self.device())
         return self._models["backbone"]
 
     def judge(self):
         if "judge" not in self._models:
-            self._models["judge"] = self.resources.judge.load(self.layout, self.resources.compute)
+            self._models["judge"] = self.resources.judge.load(
+                self.layout, self.resources.compute, self.device())
         return self._models["judge"]
+
+    def computing(self, compute: Callable[[], Any]) -> Any:
+        """compute(), holding a device of this host's (no other step uses it meanwhile)."""
+        with self.resources.compute.lease(self.layout.root / ".devices", log=self.log) as slot:
+            self._device = slot.device
+            threads = f" with {slot.threads} threads" if slot.device == "cpu" else ""
+            self.log(f"computing on {slot.device}{threads} (host {socket.gethostname()}, "
+                     f"pid {os.getpid()})")
+            try:
+                return compute()
+            finally:
+                self._device = None
 
     # the protocol ---------------------------------------------------------------------------
     def obtain(self, artifact: Artifact, config: Any, upstream: Iterable[Artifact],
@@ -132,7 +153,7 @@ class StageRun:
                     artifact.repair(fp, self.log)
                 if isinstance(artifact, WorkArtifact):
                     artifact.claim(fp, self.log)
-                result = compute()
+                result = self.computing(compute)
                 m = Manifest(stage=artifact.stage, backbone=self.backbone, fingerprint=fp,
                              config=canonical(config), upstream=ups,
                              info={**result.info(), "metadata": result.metadata()})

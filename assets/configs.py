@@ -12,6 +12,7 @@ import dagster as dg
 import pydantic
 
 from dihal import config as dc
+from dihal.profiles import load_profile
 
 
 class _RunConfig(dg.Config):
@@ -25,8 +26,14 @@ class _RunConfig(dg.Config):
         return self.dihal_class(**values)
 
 
-def run_config(cls: type, name: str, doc: str | None = None, **defaults: Any) -> type[_RunConfig]:
-    """A Dagster Config class mirroring dataclass `cls`, with optional other defaults."""
+PROFILE_NAME, PROFILE = load_profile()  # DIHAL_PROFILE, default "cpu"
+
+
+def run_config(cls: type, name: str, stage: str, doc: str | None = None,
+               **defaults: Any) -> type[_RunConfig]:
+    """A Dagster Config class mirroring dataclass `cls`, with optional other defaults, then
+    the active profile's overrides for `stage`."""
+    defaults = {**defaults, **PROFILE.get(stage, {})}
     hints = typing.get_type_hints(cls)
     fields: dict[str, Any] = {}
     tuples = set()
@@ -43,14 +50,14 @@ def run_config(cls: type, name: str, doc: str | None = None, **defaults: Any) ->
     return model
 
 
-CorpusRunConfig = run_config(dc.CorpusConfig, "CorpusRunConfig")
-SequencesRunConfig = run_config(dc.SequenceConfig, "SequencesRunConfig")
-ExtractRunConfig = run_config(dc.ExtractConfig, "ExtractRunConfig")
-GeometryRunConfig = run_config(dc.GeometryConfig, "GeometryRunConfig")
-BridgeProtocolRunConfig = run_config(dc.BridgeProtocol, "BridgeProtocolRunConfig")
+CorpusRunConfig = run_config(dc.CorpusConfig, "CorpusRunConfig", "corpus")
+SequencesRunConfig = run_config(dc.SequenceConfig, "SequencesRunConfig", "sequences")
+ExtractRunConfig = run_config(dc.ExtractConfig, "ExtractRunConfig", "hidden_states")
+GeometryRunConfig = run_config(dc.GeometryConfig, "GeometryRunConfig", "geometry")
+BridgeProtocolRunConfig = run_config(dc.BridgeProtocol, "BridgeProtocolRunConfig", "bridge_sweep")
 FullBridgeRunConfig = run_config(
-    dc.BridgeProtocol, "FullBridgeRunConfig",
+    dc.BridgeProtocol, "FullBridgeRunConfig", "bridge",
     "The bridge at l* with the full budget: the sweep protocol with more passes.", epochs=2.0)
-EvalRunConfig = run_config(dc.EvalConfig, "EvalRunConfig")
-BaselineRunConfig = run_config(dc.BaselineRunConfig, "BaselineRunConfig")
-LayerScoreRunConfig = run_config(dc.LayerScoreConfig, "LayerScoreRunConfig")
+EvalRunConfig = run_config(dc.EvalConfig, "EvalRunConfig", "eval")
+BaselineRunConfig = run_config(dc.BaselineRunConfig, "BaselineRunConfig", "baseline")
+LayerScoreRunConfig = run_config(dc.LayerScoreConfig, "LayerScoreRunConfig", "layer_score")

@@ -1,6 +1,17 @@
-"""The Dagster code location: the only place that wires assets, resources, jobs together."""
+"""The Dagster code location: the only place that wires assets, resources, jobs together.
+
+Jobs per backbone b (the Jobs page of the web UI; `python -m pipeline.main` launches exactly
+these): locate_b; sweep_b, partitioned by candidate layer and run as one backfill;
+bridge_eval_b (bridgeability, the bridge at l*, its evaluation); baselines_b, partitioned by
+baseline; compare_b (comparison, full training, report).
+
+Steps run in the run's own process, or on a Dask cluster when DIHAL_DASK_SCHEDULER names its
+scheduler (README: "Scaling out").
+"""
 
 from __future__ import annotations
+
+import os
 
 import dagster as dg
 
@@ -34,15 +45,13 @@ def build_definitions(
                 assets.append(d)
             else:
                 jobs.append(d)
-        jobs.append(dg.define_asset_job(
-            f"locate_{name}", selection=dg.AssetSelection.assets(f"layer_score_{name}").upstream(),
-            description=f"corpus -> hidden states -> geometry -> layer score for {name}",
-        ))
+        jobs += stage_jobs(name)
     return dg.Definitions(
         assets=assets,
         asset_checks=checks,
         jobs=jobs,
         schedules=schedules,
+        executor=executor(),
         resources=resources or {
             "storage": StorageResource(),
             "backbones": BackboneResource(),
@@ -50,6 +59,39 @@ def build_definitions(
             "judge": JudgeResource(),
         },
     )
+
+
+def stage_jobs(b: str) -> list:
+    """The named jobs of backbone b, in the order the main job runs them."""
+    def job(name: str, keys: list[str], description: str, upstream: bool = False):
+        sel = dg.AssetSelection.assets(*keys)
+        return dg.define_asset_job(f"{name}_{b}", selection=sel.upstream() if upstream else sel,
+                                   description=description, tags={"dihal/backbone": b})
+
+    return [
+        job("locate", [f"layer_score_{b}"], f"corpus -> hidden states -> geometry -> layer score "
+            f"for {b}", upstream=True),
+        job("sweep", [f"bridge_sweep_{b}"], "a bridge per candidate layer under one protocol; "
+            "one partition per layer, launched as one backfill"),
+        job("bridge_eval", [f"bridgeability_{b}", f"bridge_{b}", f"eval_{b}"],
+            "does the score predict bridgeability; the bridge at l* with the full budget; its "
+            "samples, Gen.PPL and diversity"),
+        job("baselines", [f"baseline_{b}"], "the continuous-diffusion baselines at DiHAL's "
+            "budget; one partition per baseline, launched as one backfill"),
+        job("compare", [f"comparison_{b}", f"full_training_{b}", f"report_{b}"],
+            "DiHAL against the baselines; geometry-selected, oracle and worst layer under full "
+            "training; the report"),
+    ]
+
+
+def executor():
+    """In the run's process; on the Dask scheduler DIHAL_DASK_SCHEDULER when it is set."""
+    address = os.environ.get("DIHAL_DASK_SCHEDULER")
+    if not address:
+        return dg.in_process_executor
+    from pipeline.dask_engine import dask_executor
+
+    return dask_executor.configured({"address": address}, name="dask")
 
 
 defs = build_definitions()

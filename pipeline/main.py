@@ -1,50 +1,29 @@
-"""The main job on one backbone, end to end, through Dagster (runs show in the web UI):
+"""The main job on one backbone, end to end, through the Dagster instance: the named jobs of
+pipeline.definitions are submitted to the run queue, the daemon launches them (the sweep as one
+backfill over its layer partitions, at most --workers runs at once), and this command follows
+them and prints a summary. The runs, the backfill and their logs show in the web UI.
 
     python -m pipeline.main                       # smollm2, the CPU default sweep
+    python -m pipeline.main --workers 2           # two sweep partitions at a time
+    python -m pipeline.main --profile gpu         # every layer, 1M training tokens, bf16
     python -m pipeline.main --backbone llama --all-layers
 
 Locate (corpus -> layer score), the bridge sweep over candidate layers (one partition each),
-bridgeability, the bridge at l* and its evaluation. Every step reuses what is up to date.
+bridgeability, the bridge at l* and its evaluation, the baselines, the comparison and the
+report. Every step reuses what is up to date.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import sys
 import time
 from typing import NoReturn
 
 import dagster as dg
-
-
-def _materialize(defs: dg.Definitions, selection: str, instance, partition: str | None = None):
-    sel = dg.AssetSelection.from_string(selection)
-    assets = list(defs.assets or [])
-    t0 = time.monotonic()
-    label = selection + (f" [partition {partition}]" if partition else "")
-    try:
-        res = dg.materialize(
-            assets + list(defs.asset_checks or []), selection=sel, partition_key=partition,
-            instance=instance, resources=defs.resources, raise_on_error=False,
-        )
-    except dg.DagsterError as exc:  # refused before any step ran (partition key, run config)
-        _fail(label, time.monotonic() - t0, [str(exc).strip()])
-    took = time.monotonic() - t0
-    if not res.success:
-        causes = failure_causes(res.all_events)
-        if any("DagsterExecutionInterruptedError" in c for c in causes):
-            print(f"INTERRUPTED {label} after {took:.0f} s: run {res.run_id} is marked failed; "
-                  "run the same command again to resume (finished artifacts, dumped batches and "
-                  "training checkpoints are kept).", file=sys.stderr, flush=True)
-            raise SystemExit(130)
-        _fail(label, took, causes)
-    cached = [e.asset_key.to_user_string() for e in res.get_asset_materialization_events()
-              if e.step_materialization_data.materialization.metadata.get("cached")
-              and e.step_materialization_data.materialization.metadata["cached"].value]
-    print(f"done {label} in {took:.0f} s" + (f" (reused: {', '.join(cached)})" if cached else ""),
-          flush=True)
-    return res
 
 
 def root_cause(error) -> str:
@@ -82,21 +61,25 @@ def _fail(label: str, took: float, causes: list[str]) -> NoReturn:
     raise SystemExit(1)
 
 
-STAGES = ["locate", "sweep", "bridge", "eval", "report"]
+STAGES = ["locate", "sweep", "bridge", "eval", "report"]  # bridge and eval: one job, bridge_eval
 
 
 def plan(args: argparse.Namespace) -> tuple[list[int], list[str]]:
     """The layers to sweep and the baselines to compare, checked against the registry before
     anything runs; a ValueError names the valid values."""
     from dihal.config import MIN_SWEPT_LAYERS
+    from dihal.profiles import ALL_LAYERS, load_profile
     from dihal.registry import BASELINES, get_spec
 
     n_layers = get_spec(args.backbone).n_layers  # UnknownBackboneError lists the known ones
+    load_profile(args.profile)  # a ValueError names the profiles, or the field
+    if args.workers < 1:
+        raise ValueError(f"--workers {args.workers}: give at least 1")
     valid = f"{args.backbone} has {n_layers} layers, the candidate layers are 1..{n_layers - 1}"
     if args.sweep_count < MIN_SWEPT_LAYERS:
         raise ValueError(f"--sweep-count {args.sweep_count}: give at least {MIN_SWEPT_LAYERS} "
                          f"(bridgeability compares at least {MIN_SWEPT_LAYERS} layers; {valid})")
-    if args.all_layers:
+    if args.all_layers or (args.profile in ALL_LAYERS and not args.layers):
         layers = list(range(1, n_layers))
     elif args.layers:
         try:
@@ -120,6 +103,41 @@ def plan(args: argparse.Namespace) -> tuple[list[int], list[str]]:
     return layers, baselines
 
 
+def _interrupted(*_) -> NoReturn:
+    raise KeyboardInterrupt
+
+
+class Chain:
+    """The jobs of one backbone, launched through the instance and followed to the end."""
+
+    def __init__(self, launch, say):
+        self.launch, self.say = launch, say
+
+    def job(self, name: str) -> None:
+        self.follow(name, {name: self.launch.launch(name)})
+
+    def backfill(self, name: str, partitions: list[str]) -> None:
+        backfill_id, runs = self.launch.backfill(name, partitions)
+        self.say(f"backfill {backfill_id} of {name}: {len(runs)} partitions "
+                 f"({', '.join(partitions)}), at most {os.environ['DIHAL_WORKERS']} at a time")
+        self.follow(f"{name} (backfill {backfill_id})", runs)
+
+    def follow(self, label: str, runs: dict[str, str]) -> None:
+        t0 = time.monotonic()
+        done = self.launch.follow(runs, self.say)
+        failed = [f for f in done if f.status != dg.DagsterRunStatus.SUCCESS]
+        for f in done:
+            if f.status == dg.DagsterRunStatus.SUCCESS and len(runs) > 1:
+                took = f"{f.ended - f.started:.0f} s" if f.started else "?"
+                self.say(f"  {f.label}: done in {took}" + (" (reused)" if f.cached else ""))
+        if failed:
+            causes = [c for f in failed for c in f.causes or [f"run {f.run_id} ended {f.status}"]]
+            _fail(label, time.monotonic() - t0, causes)
+        cached = sorted({c for f in done for c in f.cached})
+        print(f"done {label} in {time.monotonic() - t0:.0f} s"
+              + (f" (reused: {', '.join(cached)})" if cached else ""), flush=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     from dihal.errors import UnknownBackboneError
     from dihal.registry import BASELINES
@@ -134,59 +152,76 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--stop-after", choices=STAGES, default="report")
     ap.add_argument("--baselines", default=",".join(BASELINES),
                     help="comma-separated baselines for the comparison")
+    ap.add_argument("--workers", type=int, default=int(os.environ.get("DIHAL_WORKERS", "1")),
+                    help="runs at once (sweep partitions, baselines); each step holds its own "
+                         "GPU, or a share of the CPU cores (default: $DIHAL_WORKERS or 1)")
+    ap.add_argument("--profile", default=os.environ.get("DIHAL_PROFILE", "cpu"),
+                    help="cpu (default) | gpu | a JSON file of stage -> {field: value} "
+                         "(dihal/profiles.py); gpu sweeps every layer unless --layers is given")
+    ap.add_argument("--module", default="pipeline.definitions",
+                    help="the Dagster code location (a Python module defining `defs`)")
     args = ap.parse_args(argv)
     try:
         layers, baselines = plan(args)
     except (UnknownBackboneError, ValueError) as exc:
         ap.error(str(exc))  # usage and the message on stderr, exit status 2; nothing ran
-    from pipeline.definitions import defs
+    # The code location (here, in the daemon and in every run) reads these at load time
+    os.environ.update(DIHAL_PROFILE=args.profile, DIHAL_WORKERS=str(args.workers))
+    instance = dg.DagsterInstance.get()
+    if not instance.is_persistent:
+        ap.error("DAGSTER_HOME is not set: runs go through a persistent Dagster instance. Run "
+                 "`make run`, or `. ./env.sh` first.")
+    signal.signal(signal.SIGTERM, _interrupted)
+    from pipeline.launch import QueueStuck, daemon, launcher
+
+    def say(msg: str) -> None:
+        print(f"[dihal] {msg}", flush=True)
+
+    t0 = time.monotonic()
+    try:
+        with daemon(instance, args.module, say), launcher(instance, args.module) as launch:
+            _chain(Chain(launch, say), args, layers, baselines, say)
+    except KeyboardInterrupt:
+        print(f"INTERRUPTED after {time.monotonic() - t0:.0f} s: the runs in flight were canceled "
+              "(see the web UI); run the same command again to resume (finished artifacts, "
+              "dumped batches and training checkpoints are kept).", file=sys.stderr, flush=True)
+        raise SystemExit(130) from None
+    except QueueStuck as exc:
+        _fail("the run queue", time.monotonic() - t0, [str(exc)])
+    print(f"[dihal] finished in {time.monotonic() - t0:.0f} s")
+
+
+def _chain(chain: Chain, args, layers: list[int], baselines: list[str], say) -> None:
+    from resources import StorageResource
     from storage import Bridgeability, Comparison, Evaluation, LayerScore, Report
 
-    b = args.backbone
-    instance = dg.DagsterInstance.get()
-    t0 = time.monotonic()
-    print(f"[dihal] backbone {b}: Locate", flush=True)
-    _materialize(defs, f"+key:layer_score_{b}", instance)
-    from resources import StorageResource
-
-    layout = StorageResource().layout()
-    score = LayerScore(layout, b).require()
-    print(f"[dihal] l* = {score.info['l_star']} (by normalisation: {score.info['selected']})")
+    b, layout = args.backbone, StorageResource().layout()
     last = STAGES.index(args.stop_after)
-
-    def runs(stage: str) -> bool:
-        return STAGES.index(stage) <= last
-
-    if runs("sweep"):
-        print(f"[dihal] bridge sweep over layers {layers}", flush=True)
-        for ll in layers:
-            _materialize(defs, f"key:bridge_sweep_{b}", instance, partition=str(ll))
-        _materialize(defs, f"key:bridgeability_{b}", instance)
+    say(f"backbone {b}, profile {args.profile}, {args.workers} worker(s): Locate")
+    chain.job(f"locate_{b}")
+    score = LayerScore(layout, b).require()
+    say(f"l* = {score.info['l_star']} (by normalisation: {score.info['selected']})")
+    if last >= STAGES.index("sweep"):
+        say(f"bridge sweep over layers {layers}")
+        chain.backfill(f"sweep_{b}", [str(ll) for ll in layers])
+    if last >= STAGES.index("bridge"):
+        say(f"bridgeability; the bridge at l* = {score.info['l_star']} (full budget); its eval")
+        chain.job(f"bridge_eval_{b}")
         bness = Bridgeability(layout, b).require()
-        print(f"[dihal] oracle layer {bness.info['oracle']}, worst {bness.info['worst']}")
+        say(f"oracle layer {bness.info['oracle']}, worst {bness.info['worst']}")
         print(json.dumps(bness.info["spearman"], indent=1))
-    if runs("bridge"):
-        print(f"[dihal] bridge at l* = {score.info['l_star']} (full budget)", flush=True)
-        _materialize(defs, f"key:bridge_{b}", instance)
-    if runs("eval"):
-        _materialize(defs, f"key:eval_{b}", instance)
-        ev = Evaluation(layout, b).require()
-        for row in ev.info["rows"]:
-            print("[dihal] " + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                                         for k, v in row.items()))
-    if runs("report"):
-        for name in baselines:
-            print(f"[dihal] baseline {name} at DiHAL's budget", flush=True)
-            _materialize(defs, f"key:baseline_{b}", instance, partition=name)
-        _materialize(defs, f"key:comparison_{b}", instance)
+        for row in Evaluation(layout, b).require().info["rows"]:
+            say(", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                          for k, v in row.items()))
+    if last >= STAGES.index("report"):
+        say(f"baselines {', '.join(baselines)} at DiHAL's budget")
+        chain.backfill(f"baselines_{b}", baselines)
+        say("comparison; full training at l*, the oracle and the worst layer; the report")
+        chain.job(f"compare_{b}")
         for row in Comparison(layout, b).require().info["rows"]:
-            print(f"[dihal] {row['model']}: Gen.PPL {row['gen_ppl']:.2f}, diversity "
-                  f"{row['diversity']:.4f}")
-        print("[dihal] full training at l*, the oracle and the worst layer", flush=True)
-        _materialize(defs, f"key:full_training_{b}", instance)
-        _materialize(defs, f"key:report_{b}", instance)
-        print(f"[dihal] report: {Report(layout, b).html}")
-    print(f"[dihal] finished in {time.monotonic() - t0:.0f} s; artifacts under {layout.root}")
+            say(f"{row['model']}: Gen.PPL {row['gen_ppl']:.2f}, diversity {row['diversity']:.4f}")
+        say(f"report: {Report(layout, b).html}")
+    say(f"artifacts under {layout.root}")
 
 
 if __name__ == "__main__":

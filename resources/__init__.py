@@ -28,27 +28,37 @@ class StorageResource(dg.ConfigurableResource):
 
 
 class ComputeResource(dg.ConfigurableResource):
-    """The device for model work: "auto" takes CUDA where there is one, else the CPU."""
+    """The device for model work: "auto" takes a free GPU where there are any, else the CPU.
+    Each step holds its device for as long as it computes (dihal.devices): parallel steps on
+    one host never share a GPU, and on the CPU they divide the cores."""
 
     device: str = os.environ.get("DIHAL_DEVICE", "auto")
     # Backbone dtype: "auto" = float32 on CPU, bfloat16 on GPU.
     dtype: str = "auto"
-    threads: int = 0  # torch CPU threads; 0 leaves torch's default
+    threads: int = 0  # torch CPU threads per step; 0: the host's cores divided by `workers`
+    # Steps that run at once on this host: the Dagster run queue's limit (dagster.yaml reads the
+    # same variable), so that CPU steps divide the cores between them.
+    workers: int = int(os.environ.get("DIHAL_WORKERS", "1"))
 
     def resolved_device(self) -> str:
         import torch
 
-        if self.threads:
-            torch.set_num_threads(self.threads)
         if self.device == "auto":
             return "cuda" if torch.cuda.is_available() else "cpu"
         return self.device
 
-    def torch_dtype(self):
+    def lease(self, lock_dir: Path, log=None):
+        """A context manager holding one device slot (dihal.devices.lease) for a step."""
+        from dihal.devices import lease, slots
+
+        return lease(lock_dir, slots(self.device, self.workers, self.threads), log=log)
+
+    def torch_dtype(self, device: str | None = None):
         import torch
 
         if self.dtype == "auto":
-            return torch.bfloat16 if self.resolved_device().startswith("cuda") else torch.float32
+            on_gpu = (device or self.resolved_device()).startswith("cuda")
+            return torch.bfloat16 if on_gpu else torch.float32
         return getattr(torch, self.dtype)
 
 
@@ -74,12 +84,14 @@ class BackboneResource(dg.ConfigurableResource):
 
         return AutoTokenizer.from_pretrained(str(self.resolve(name, layout).path))
 
-    def load(self, name: str, layout: ArtifactLayout, compute: ComputeResource):
+    def load(self, name: str, layout: ArtifactLayout, compute: ComputeResource,
+             device: str | None = None):
         from dihal.backbones import load_backbone
 
+        device = device or compute.resolved_device()
         return load_backbone(
             name, path=self.paths.get(name), cache_dir=layout.model_cache(),
-            device=compute.resolved_device(), dtype=compute.torch_dtype(),
+            device=device, dtype=compute.torch_dtype(device),
             offline=self.offline, device_map=self.device_map,
         )
 
@@ -91,8 +103,8 @@ class JudgeResource(dg.ConfigurableResource):
     name: str = os.environ.get("DIHAL_JUDGE", "gemma3-270m")
     offline: bool = os.environ.get("HF_HUB_OFFLINE", "1") not in ("0", "false", "False")
 
-    def load(self, layout: ArtifactLayout, compute: ComputeResource):
+    def load(self, layout: ArtifactLayout, compute: ComputeResource, device: str | None = None):
         from dihal.judge import load_judge
 
         return load_judge(self.name, cache_dir=layout.judge_cache(),
-                          device=compute.resolved_device(), offline=self.offline)
+                          device=device or compute.resolved_device(), offline=self.offline)

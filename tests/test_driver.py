@@ -10,9 +10,9 @@ import pipeline.main as driver
 
 @pytest.fixture()
 def calls(monkeypatch):
+    """Records any use of the Dagster instance: a refused command must not reach it."""
     made = []
-    monkeypatch.setattr(driver, "_materialize",
-                        lambda defs, sel, inst, partition=None: made.append((sel, partition)))
+    monkeypatch.setattr(driver.dg.DagsterInstance, "get", staticmethod(lambda: made.append("get")))
     return made
 
 
@@ -26,6 +26,8 @@ def calls(monkeypatch):
                              "'smollm2']"),
     (["--baselines", "sed,foo"], "unknown foo; the baselines are diffusion-lm, sed, ld4lg, codar"),
     (["--sweep-count", "0"], "--sweep-count 0: give at least 3"),
+    (["--workers", "0"], "--workers 0: give at least 1"),
+    (["--profile", "tpu"], "unknown profile 'tpu': give one of ['cpu', 'gpu'] or a .json file"),
 ])
 def test_bad_arguments_fail_at_once_naming_the_valid_values(argv, says, calls, capsys):
     t0 = time.monotonic()
@@ -54,25 +56,31 @@ def _tiny_defs() -> dg.Definitions:
         except ShardChanged as exc:
             raise dg.Failure(description="sequences_x: the stage's own words") from exc
 
-    @dg.asset(partitions_def=dg.StaticPartitionsDefinition(["1", "2"]))
-    def swept():
-        return None
-
-    return dg.Definitions(assets=[wrapped, refused, swept])
+    return dg.Definitions(assets=[wrapped, refused])
 
 
-@pytest.mark.parametrize(("selection", "partition", "last"), [
-    ("key:wrapped", None, "wrapped: ShardChanged: shard s1 changed: re-materialise the corpus asset"),
-    ("key:refused", None, "refused: sequences_x: the stage's own words"),
-    # Dagster refuses an unknown partition before any step runs, without naming the valid keys
-    # (the driver checks --layers and --baselines against them first)
-    ("key:swept", "99", "Could not find a partition with key `99`."),
+@pytest.mark.parametrize(("selection", "last"), [
+    ("key:wrapped", "wrapped: ShardChanged: shard s1 changed: re-materialise the corpus asset"),
+    ("key:refused", "refused: sequences_x: the stage's own words"),
 ])
-def test_a_failed_step_ends_stderr_with_its_root_cause(selection, partition, last, capsys):
+def test_a_failed_step_ends_stderr_with_its_root_cause(selection, last, capsys):
+    defs = _tiny_defs()
+    res = dg.materialize(list(defs.assets), selection=dg.AssetSelection.from_string(selection),
+                         instance=dg.DagsterInstance.ephemeral(), raise_on_error=False)
     with pytest.raises(SystemExit) as exit_:
-        driver._materialize(_tiny_defs(), selection, dg.DagsterInstance.ephemeral(), partition)
+        driver._fail(selection, 1.0, driver.failure_causes(res.all_events))
     assert exit_.value.code == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1] == last
     assert err[-2].startswith(f"FAILED {selection}") and err[-2].endswith("; the cause:")
     assert not any("Error occurred while executing op" in line for line in err[-2:])
+
+
+def test_the_driver_needs_a_persistent_instance(monkeypatch, capsys):
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    monkeypatch.setenv("DIHAL_PROFILE", "cpu")  # main() sets them for the code location
+    monkeypatch.setenv("DIHAL_WORKERS", "1")
+    with pytest.raises(SystemExit) as exit_:
+        driver.main(["--layers", "1,2,3"])
+    assert exit_.value.code == 2
+    assert "DAGSTER_HOME is not set" in capsys.readouterr().err

@@ -151,25 +151,29 @@ def test_workdir_is_resumed_only_by_its_own_fingerprint(tmp_path):
     assert not art.checkpoints.exists() and (work / "FINGERPRINT").read_text() == "fp-b"
 
 
-def test_driver_runs_every_stage_up_to_the_chosen_one(monkeypatch):
+def test_driver_runs_every_job_up_to_the_chosen_stage(monkeypatch, tmp_path):
+    from contextlib import nullcontext
     from types import SimpleNamespace
 
+    import pipeline.launch
     import pipeline.main as driver
 
     calls = []
     fake = SimpleNamespace(info={"l_star": 1, "selected": {}, "oracle": 1, "worst": 2,
                                  "spearman": [], "rows": [{"model": "m", "gen_ppl": 1.0,
                                                            "diversity": 0.5}]})
-    monkeypatch.setattr(driver, "_materialize",
-                        lambda defs, sel, inst, partition=None: calls.append((sel, partition)))
-    monkeypatch.setattr(driver.dg.DagsterInstance, "get", staticmethod(lambda: None))
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
+    monkeypatch.setenv("DIHAL_PROFILE", "cpu")
+    monkeypatch.setenv("DIHAL_WORKERS", "1")
+    monkeypatch.setattr(pipeline.launch, "daemon", lambda *a: nullcontext())
+    monkeypatch.setattr(pipeline.launch, "launcher", lambda *a: nullcontext())
+    monkeypatch.setattr(driver.Chain, "job", lambda self, name: calls.append((name, None)))
+    monkeypatch.setattr(driver.Chain, "backfill", lambda self, name, parts: calls.append((name, parts)))
     monkeypatch.setattr("storage.Artifact.require", lambda self: fake)
     driver.main(["--stop-after", "report", "--layers", "1,2", "--baselines", "sed"])
-    assert calls == [("+key:layer_score_smollm2", None), ("key:bridge_sweep_smollm2", "1"),
-                     ("key:bridge_sweep_smollm2", "2"), ("key:bridgeability_smollm2", None),
-                     ("key:bridge_smollm2", None), ("key:eval_smollm2", None),
-                     ("key:baseline_smollm2", "sed"), ("key:comparison_smollm2", None),
-                     ("key:full_training_smollm2", None), ("key:report_smollm2", None)]
+    assert calls == [("locate_smollm2", None), ("sweep_smollm2", ["1", "2"]),
+                     ("bridge_eval_smollm2", None), ("baselines_smollm2", ["sed"]),
+                     ("compare_smollm2", None)]
     calls.clear()
-    driver.main(["--stop-after", "bridge", "--layers", "3"])
-    assert [c[0] for c in calls][-1] == "key:bridge_smollm2"
+    driver.main(["--stop-after", "sweep", "--layers", "3"])
+    assert calls == [("locate_smollm2", None), ("sweep_smollm2", ["3"])]

@@ -53,7 +53,7 @@ def _free_port() -> int:
 @pytest.fixture()
 def served(tmp_path, tiny_llama_dir, monkeypatch):
     """A DAGSTER_HOME whose instance has the Locate chain materialised, and the Dagster webserver
-    on a free local port serving tests.ui_location over it; stopped (process group) afterwards."""
+    on a free local port serving tests.tiny_location over it; stopped (process group) afterwards."""
     home = tmp_path / "dagster_home"
     home.mkdir()
     # runs launched from the UI start at once (no daemon needed to dequeue them)
@@ -69,9 +69,9 @@ def served(tmp_path, tiny_llama_dir, monkeypatch):
                          run_config={"ops": {k: v for k, v in run.items() if k in LOCATE}})
     assert res.success
     port = _free_port()
-    env = {**os.environ, "DIHAL_UI_MODEL": str(tiny_llama_dir), "DIHAL_UI_ROOT": str(world.root)}
+    env = {**os.environ, "DIHAL_TINY_MODEL": str(tiny_llama_dir), "DIHAL_ARTIFACTS": str(world.root)}
     log = open(tmp_path / "webserver.log", "w")  # noqa: SIM115 (closed below)
-    proc = subprocess.Popen([sys.executable, "-m", "dagster_webserver", "-m", "tests.ui_location",
+    proc = subprocess.Popen([sys.executable, "-m", "dagster_webserver", "-m", "tests.tiny_location",
                              "-h", "127.0.0.1", "-p", str(port)], cwd=ROOT, env=env, stdout=log,
                             stderr=subprocess.STDOUT, start_new_session=True)
     try:

@@ -1,0 +1,76 @@
+"""Named settings of the whole chain: `cpu` (the defaults of dihal.config: minutes on a laptop)
+and `gpu` (the paper's scale on one GPU). A profile overrides the defaults of stages' configs;
+DIHAL_PROFILE (a name, or a JSON file of the same shape) selects one for every entry point: the
+driver's --profile, `dagster dev`, `dagster asset materialize`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from dihal import config as dc
+
+# stage -> the config dataclass its run config mirrors
+STAGE_CONFIGS = {
+    "corpus": dc.CorpusConfig,
+    "sequences": dc.SequenceConfig,
+    "hidden_states": dc.ExtractConfig,
+    "geometry": dc.GeometryConfig,
+    "layer_score": dc.LayerScoreConfig,
+    "bridge_sweep": dc.BridgeProtocol,
+    "bridge": dc.BridgeProtocol,
+    "eval": dc.EvalConfig,
+    "baseline": dc.BaselineRunConfig,
+}
+
+_GPU_PROTOCOL = {
+    # a larger denoiser (5.48M parameters at d = 576; the default has 4.88M), bigger batches
+    "d_model": 272, "n_layers": 4, "n_heads": 4, "batch_size": 32, "eval_sequences": 128,
+}
+PROFILES: dict[str, dict[str, dict]] = {
+    "cpu": {},
+    "gpu": {
+        # 8192 x 128 = 1,048,576 training tokens; 144 held-out sequences hold 18,288 positions
+        # after position 0, of which geometry samples 16,384
+        "sequences": {"n_train": 8192, "n_val": 144},
+        "hidden_states": {"batch_size": 64},
+        "geometry": {"n_tokens": 16384},
+        "bridge_sweep": _GPU_PROTOCOL,
+        "bridge": {**_GPU_PROTOCOL, "epochs": 2.0},
+        "eval": {"n_samples": 512, "length": 128, "batch_size": 128},
+        "baseline": {"n_samples": 512, "length": 128},
+    },
+}
+# Profiles whose sweep covers every candidate layer unless the driver is given --layers
+ALL_LAYERS = {"gpu"}
+
+
+def load_profile(name: str | None = None) -> tuple[str, dict[str, dict]]:
+    """(label, stage -> overrides) for a profile name or a JSON file path; default: the
+    DIHAL_PROFILE variable, else "cpu". Every override is checked by building its stage's
+    config with it (a ValueError names the field)."""
+    name = name or os.environ.get("DIHAL_PROFILE") or "cpu"
+    if name in PROFILES:
+        profile = PROFILES[name]
+    elif name.endswith(".json"):
+        try:
+            profile = json.loads(Path(name).read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ValueError(f"profile file {name}: {exc}") from None
+    else:
+        raise ValueError(f"unknown profile {name!r}: give one of {sorted(PROFILES)} or a .json "
+                         "file of stage -> {field: value}")
+    unknown = sorted(set(profile) - set(STAGE_CONFIGS))
+    if unknown:
+        raise ValueError(f"profile {name}: unknown stages {unknown}; the stages are "
+                         f"{sorted(STAGE_CONFIGS)}")
+    for stage, overrides in profile.items():
+        fields = STAGE_CONFIGS[stage].__dataclass_fields__
+        bad = sorted(set(overrides) - set(fields))
+        if bad:
+            raise ValueError(f"profile {name}: {stage} has no fields {bad}")
+        STAGE_CONFIGS[stage](**{k: tuple(v) if isinstance(v, list) else v
+                                for k, v in overrides.items()})
+    return name, profile

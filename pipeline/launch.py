@@ -1,0 +1,212 @@
+"""Launching named jobs through the Dagster instance, as the web UI and `dagster job launch` /
+`dagster job backfill` do: runs are created from the code location, submitted to the instance's
+run queue, and launched by the daemon (each in its own process, at most DIHAL_WORKERS at once).
+The driver (pipeline.main) follows them from the instance's event log.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import dagster as dg
+
+QUEUE_DAEMON = "QUEUED_RUN_COORDINATOR"
+
+
+def daemon_alive(instance: dg.DagsterInstance, within_s: float = 70.0) -> bool:
+    """A daemon's run-queue loop has sent a heartbeat lately (they come every 30 s)."""
+    beat = instance.get_daemon_heartbeats().get(QUEUE_DAEMON)
+    return beat is not None and time.time() - beat.timestamp < within_s
+
+
+@contextmanager
+def daemon(instance: dg.DagsterInstance, module: str, say: Callable[[str], None]) -> Iterator[None]:
+    """The daemon that launches queued runs: the running one (`dagster dev`), else one started
+    here for the duration (its log under DAGSTER_HOME) and stopped afterwards."""
+    if daemon_alive(instance):
+        say("using the Dagster daemon that is already running")
+        yield
+        return
+    exe = shutil.which("dagster-daemon", path=str(Path(sys.executable).parent)) or "dagster-daemon"
+    log = Path(instance.root_directory) / "dihal-daemon.log"
+    with open(log, "ab") as out:
+        proc = subprocess.Popen([exe, "run", "-m", module], stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    say(f"started a Dagster daemon (pid {proc.pid}, log {log})")
+    try:
+        yield
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)  # the daemon and its code server
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+        instance.wipe_daemon_heartbeats()  # so that the next command does not count on it
+
+
+class QueueStuck(RuntimeError):
+    """Runs wait in the queue and nothing launches them."""
+
+
+@dataclass
+class Followed:
+    """What became of one run."""
+
+    run_id: str
+    label: str
+    status: dg.DagsterRunStatus | None = None
+    cached: list[str] = field(default_factory=list)
+    causes: list[str] = field(default_factory=list)
+    started: float | None = None
+    ended: float | None = None
+
+
+class Launcher:
+    """Named jobs of one code location, submitted to the instance's run queue."""
+
+    def __init__(self, instance: dg.DagsterInstance, workspace):
+        from dagster._cli.workspace.cli_target import (
+            get_code_location_from_workspace,
+            get_remote_repository_from_code_location,
+        )
+
+        self.instance, self.workspace = instance, workspace
+        self.location = get_code_location_from_workspace(workspace, None)
+        self.repo = get_remote_repository_from_code_location(self.location, None)
+
+    def _job(self, name: str):
+        from dagster._cli.workspace.cli_target import get_remote_job_from_remote_repo
+
+        return get_remote_job_from_remote_repo(self.repo, name)
+
+    def launch(self, job_name: str, tags: dict[str, str] | None = None) -> str:
+        """Submit one run of a job; its run id."""
+        from dagster._cli.job import _create_run
+
+        job = self._job(job_name)
+        run = _create_run(instance=self.instance, code_location=self.location, remote_repo=self.repo,
+                          remote_job=job, run_config={}, tags=tags or {}, op_selection=None,
+                          run_id=None)
+        self.instance.submit_run(run.run_id, self.workspace)
+        return run.run_id
+
+    def backfill(self, job_name: str, partitions: list[str],
+                 tags: dict[str, str] | None = None) -> tuple[str, dict[str, str]]:
+        """One backfill of a partitioned job over `partitions` (the Backfills page of the UI
+        lists it): (backfill id, {partition: run id}); the runs wait in the queue."""
+        from dagster._core.execution.backfill import BulkActionStatus, PartitionBackfill
+        from dagster._core.execution.job_backfill import create_backfill_run
+        from dagster._core.utils import make_new_backfill_id
+        from dagster._time import get_current_timestamp
+
+        job = self._job(job_name)
+        pset = next(p for p in self.repo.get_partition_sets() if p.job_name == job.name)
+        record = PartitionBackfill(
+            backfill_id=make_new_backfill_id(), partition_set_origin=pset.get_remote_origin(),
+            status=BulkActionStatus.REQUESTED, partition_names=partitions, from_failure=False,
+            reexecution_steps=None, tags=tags or {}, backfill_timestamp=get_current_timestamp())
+        params = self.location.get_partition_set_execution_params(
+            repository_handle=self.repo.handle, partition_set_name=pset.name,
+            partition_names=partitions, instance=self.instance)
+        runs = {}
+        self.instance.add_backfill(record)
+        for data in params.partition_data:
+            run = create_backfill_run(self.workspace, self.instance, self.location, job, pset,
+                                      record, data.name, data.tags, data.run_config)
+            self.instance.submit_run(run.run_id, self.workspace)
+            runs[data.name] = run.run_id
+        self.instance.update_backfill(record.with_status(BulkActionStatus.COMPLETED)
+                                      .with_end_timestamp(get_current_timestamp()))
+        return record.backfill_id, runs
+
+    def follow(self, runs: dict[str, str], say: Callable[[str], None],
+               poll_s: float = 1.0, stuck_s: float = 180.0) -> list[Followed]:
+        """Wait for the runs {label: run id}, saying when each starts and ends and passing on
+        the steps' own log lines. Ctrl-C (KeyboardInterrupt) cancels the runs not finished,
+        waits for them to stop, and is raised again."""
+        from dagster._core.events import DagsterEventType
+
+        todo = {rid: Followed(rid, label) for label, rid in runs.items()}
+        cursors: dict[str, str | None] = dict.fromkeys(todo)
+        done: list[Followed] = []
+        active = time.monotonic()  # last time a run was not waiting in the queue
+        try:
+            while todo:
+                if not self._all_queued(todo):
+                    active = time.monotonic()
+                elif time.monotonic() - active > stuck_s:
+                    self.cancel(list(todo))
+                    raise QueueStuck(
+                        f"no run left the queue in {stuck_s:.0f} s: no Dagster daemon is "
+                        f"launching runs for {self.instance.root_directory}. Start one "
+                        "(`dagster dev`, or stop the stale one) and run the command again.")
+                for rid, f in list(todo.items()):
+                    conn = self.instance.get_records_for_run(rid, cursor=cursors[rid], limit=500)
+                    cursors[rid] = conn.cursor
+                    for rec in conn.records:
+                        entry = rec.event_log_entry
+                        event = entry.dagster_event
+                        if event is None:
+                            if entry.user_message:
+                                say(f"  {f.label}: {entry.user_message}")
+                        elif event.event_type == DagsterEventType.RUN_START:
+                            f.started = entry.timestamp
+                            say(f"  {f.label}: started (run {rid[:8]})")
+                        elif event.event_type == DagsterEventType.ASSET_MATERIALIZATION:
+                            meta = event.step_materialization_data.materialization.metadata
+                            if meta.get("cached") is not None and meta["cached"].value:
+                                f.cached.append(event.asset_key.to_user_string())
+                    run = self.instance.get_run_by_id(rid)
+                    if run is not None and run.is_finished and not conn.has_more:
+                        f.status, f.ended = run.status, time.time()
+                        if run.status != dg.DagsterRunStatus.SUCCESS:
+                            f.causes = self._causes(rid)
+                        done.append(todo.pop(rid))
+                if todo:
+                    time.sleep(poll_s)
+        except KeyboardInterrupt:
+            self.cancel(list(todo))
+            raise
+        return done
+
+    def _all_queued(self, todo: dict[str, Followed]) -> bool:
+        queued = (dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED)
+        return all((r := self.instance.get_run_by_id(rid)) is not None and r.status in queued
+                   for rid in todo)
+
+    def _causes(self, run_id: str) -> list[str]:
+        from pipeline.main import failure_causes
+
+        events = [e.dagster_event for e in self.instance.all_logs(run_id)
+                  if e.dagster_event is not None]
+        return failure_causes(events)
+
+    def cancel(self, run_ids: list[str], wait_s: float = 60.0) -> None:
+        """Cancel runs (queued: dropped; started: the step is interrupted, the run marked
+        canceled) and wait for them to stop, so that their locks are free."""
+        for rid in run_ids:
+            self.instance.run_coordinator.cancel_run(rid)
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline and any(
+                not (r := self.instance.get_run_by_id(rid)) or not r.is_finished for rid in run_ids):
+            time.sleep(0.5)
+
+
+@contextmanager
+def launcher(instance: dg.DagsterInstance, module: str) -> Iterator[Launcher]:
+    """A Launcher over the code location `module` (loaded once, in a code server process)."""
+    from dagster._cli.workspace.cli_target import WorkspaceOpts, get_workspace_from_cli_opts
+    from dagster.version import __version__
+
+    opts = WorkspaceOpts(module_name=(module,), working_directory=os.getcwd())
+    with get_workspace_from_cli_opts(instance, version=__version__, workspace_opts=opts) as ws:
+        yield Launcher(instance, ws)

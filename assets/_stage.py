@@ -119,7 +119,10 @@ class StageRun:
         return self._models["judge"]
 
     def computing(self, compute: Callable[[], Any]) -> Any:
-        """compute(), holding a device of this host's (no other step uses it meanwhile)."""
+        """compute(), holding a device of this host's (no other step uses it meanwhile); a
+        stage that obtains other artifacts inside its compute (full training) keeps its own."""
+        if self._device is not None:
+            return compute()
         with self.resources.compute.lease(self.layout.root / ".devices", log=self.log) as slot:
             self._device = slot.device
             threads = f" with {slot.threads} threads" if slot.device == "cpu" else ""

@@ -10,8 +10,9 @@ The storage design this models (the pipeline after the redesign):
 - The bridge of candidate layer l builds its training pairs (c = hs[0], h_l) in host memory,
   running the backbone's first l layers over the training sequences, as float32:
   2 x n_train x seq_len x d x 4 bytes. So disk does not grow as layers x training tokens.
-- Per swept layer on disk: the bridge's weights (fp32 safetensors) and 2 training checkpoints
-  (weights + AdamW's two moments = 3x the weights each), plus small tables.
+- Per swept layer on disk: the bridge's weights (fp32 safetensors) plus small tables. Its 2
+  training checkpoints (weights + AdamW's two moments = 3x the weights each) exist only while
+  it trains: the finished artifact drops them (storage.WorkArtifact.write).
 - Model weights on disk: bf16 safetensors (2 bytes/param); smollm2 ships as a GGUF that is
   dequantised into a float32 safetensors cache (4 bytes/param).
 """
@@ -28,6 +29,7 @@ import torch
 
 from dihal.config import BridgeProtocol
 from dihal.errors import DihalError
+from dihal.profiles import PROFILES
 from dihal.registry import BASELINES
 
 MODEL_CONFIGS = Path(__file__).resolve().parents[1] / "data" / "model_configs"
@@ -55,20 +57,23 @@ class NotOnMetaError(DihalError):
     """A model meant to exist only on the meta device has a parameter on a real device."""
 
 
+GPU = PROFILES["gpu"]
+
+
 @dataclass(frozen=True)
 class Workload:
     """One backbone's run at the GPU profile (every default is that profile)."""
 
-    seq_len: int = 128
-    n_train: int = 8192  # 1,048,576 training tokens
-    n_val: int = 144  # 18,432 held-out tokens (geometry samples 16,384 of them)
+    seq_len: int = GPU["sequences"].get("seq_len", 128)
+    n_train: int = GPU["sequences"]["n_train"]  # 8192: 1,048,576 training tokens
+    n_val: int = GPU["sequences"]["n_val"]  # 144: 18,432 held-out tokens (geometry samples 16,384)
     state_bytes: int = 2  # the store's float16
-    extract_batch: int = 64  # sequences per forward of extraction and pair building
-    # The denoiser is BridgeProtocol's (d_model 256 x 4 blocks); only its in/out projections scale
-    # with the backbone's d: 4.88M parameters at d = 576, 7.59M at d = 4096. Batch 64: assumed.
-    bridge: BridgeProtocol = field(default_factory=lambda: BridgeProtocol(batch_size=64))
+    extract_batch: int = GPU["hidden_states"]["batch_size"]  # sequences per forward (dump, pairs)
+    # The profile's denoiser (d_model 272 x 4 blocks); only its in/out projections scale with the
+    # backbone's d: 5.48M parameters at d = 576.
+    bridge: BridgeProtocol = field(default_factory=lambda: BridgeProtocol(**GPU["bridge_sweep"]))
     checkpoints: int = 2  # BridgeProtocol.train_config keeps the newest 2 (bridge and baselines)
-    n_eval: int = 512  # samples of 128 tokens per evaluated system
+    n_eval: int = GPU["eval"]["n_samples"]  # 512 samples of 128 tokens per evaluated system
     n_baselines: int = len(BASELINES)  # each trained on the same n_train x seq_len tokens
 
     @property
@@ -249,10 +254,11 @@ def capacity_rows(config_dict: dict, disk_bytes_per_param: int = 2,
 
     weights_disk = count.n_params * disk_bytes_per_param
     store = state_store_bytes(n_layers, hidden, w)
-    per_layer = training_disk_bytes(bridge_n, bridge_n, w.checkpoints) + TABLE_BYTES_PER_LAYER
+    per_layer = training_disk_bytes(bridge_n, bridge_n, 0) + TABLE_BYTES_PER_LAYER
     sweep = (n_layers - 1) * per_layer
+    in_flight = training_disk_bytes(bridge_n, bridge_n, w.checkpoints) - 4 * bridge_n
     baselines = sum(training_disk_bytes(*baseline_parameters(
-        name, vocab, hidden, bridge_n, w.seq_len, bos), w.checkpoints)
+        name, vocab, hidden, bridge_n, w.seq_len, bos), 0)
         for name in BASELINES[:w.n_baselines])
     samples = (1 + w.n_baselines) * w.n_eval * w.seq_len * SAMPLE_BYTES_PER_TOKEN
     pairs = pair_bytes(hidden, w)
@@ -264,6 +270,7 @@ def capacity_rows(config_dict: dict, disk_bytes_per_param: int = 2,
         "disk: baselines": baselines,
         "disk: eval samples (estimate)": samples,
         "disk: total": weights_disk + store + sweep + baselines + samples,
+        "disk: checkpoints of one bridge while it trains (x steps at once)": in_flight,
         "host: bridge training pairs (fp32)": pairs,
         "host: model weights, if loaded on host": weights_disk,
         "host: peak (pairs + weights)": pairs + weights_disk,

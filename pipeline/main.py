@@ -167,10 +167,10 @@ def main(argv: list[str] | None = None) -> None:
         ap.error(str(exc))  # usage and the message on stderr, exit status 2; nothing ran
     # The code location (here, in the daemon and in every run) reads these at load time
     os.environ.update(DIHAL_PROFILE=args.profile, DIHAL_WORKERS=str(args.workers))
-    instance = dg.DagsterInstance.get()
-    if not instance.is_persistent:
+    if not os.environ.get("DAGSTER_HOME"):
         ap.error("DAGSTER_HOME is not set: runs go through a persistent Dagster instance. Run "
                  "`make run`, or `. ./env.sh` first.")
+    instance = dg.DagsterInstance.get()
     signal.signal(signal.SIGTERM, _interrupted)
     from pipeline.launch import QueueStuck, daemon, launcher
 

@@ -34,7 +34,7 @@ from storage.manifest import canonical
 CODE_VERSIONS = {
     "corpus": "1",
     "sequences": "1",
-    "hidden_states": "2",  # 2: every layer of the held-out split only (bounded storage)
+    "hidden_states": "1",
     "geometry": "1",
     "layer_score": "1",
     "bridge_sweep": "2",  # 2: validation loss at initialisation recorded

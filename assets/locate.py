@@ -56,8 +56,9 @@ def locate_assets(backbone: str) -> list:
 
     @stage_asset(backbone, "hidden_states", [sequences], kinds={"zarr"})
     def hidden_states(context: dg.AssetExecutionContext, config: ExtractRunConfig) -> dg.MaterializeResult:
-        """hs[0..N-1] of every held-out sequence in Zarr (fp16, overflow-checked); resumable.
-        The training split is not stored: each bridge computes its own pairs."""
+        """hs[0..N-1] in Zarr (fp16, overflow-checked), resumable: of every held-out sequence,
+        and of the training sequences unless store_train is false (then each bridge computes
+        its own pairs)."""
         from dihal.extract import dump_hidden_states, state_spec, stored
 
         run, cfg = StageRun(context, backbone), config.to_dihal()
@@ -65,7 +66,7 @@ def locate_assets(backbone: str) -> list:
         (up,) = run.require(seqs)
 
         def compute():
-            ids, bb = stored(seqs.token_ids()), run.model()
+            ids, bb = stored(seqs.token_ids(), cfg), run.model()
             writer = out.writer(state_spec(bb, up.info["revision"], ids, cfg), tokens=ids,
                                 attrs=bb.info())
             return dump_hidden_states(bb, ids, writer, cfg, progress=run.throttled())

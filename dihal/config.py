@@ -119,10 +119,18 @@ class SequenceConfig:
 class ExtractConfig:
     batch_size: int = 16
     dtype: str = "float16"  # storage dtype: float16 (checked for overflow) or float32
+    # Every layer of the held-out split is always stored (geometry, the bridges' validation).
+    # True: the training split's too, and each bridge reads its pairs from the dump: fastest
+    # where N x training tokens x d fits (the CPU default: 2.2 GB). False: each bridge computes
+    # its pairs with the backbone's first l blocks, the same values, and disk does not grow
+    # with the training budget (the GPU profile; at 8B and 1M tokens the training split alone
+    # would take 260 GB).
+    store_train: bool = True
 
     def __post_init__(self) -> None:
         _ints(self, 1, "batch_size")
         _choice(self, "dtype", sorted(DTYPE_MAX))
+        _bools(self, "store_train")
 
 
 @dataclass(frozen=True)

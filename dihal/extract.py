@@ -1,10 +1,11 @@
 """Dump hidden states hs[0..N-1] of tokenised sequences, batch by batch, resumably.
 
-Bounded storage: every layer is kept only for the held-out split (the geometry sample and the
-bridges' validation data), so the dump does not grow with the training budget. A bridge's
-training pairs (hs[0], hs[l]) are computed when it trains, by the backbone's first l blocks
-(`layer_pairs`), in the same batches and rounded to the same storage dtype as a dump would be:
-the values are identical to a full dump's.
+Every layer of the held-out split is stored (the geometry sample and the bridges' validation
+data). The training split's states are stored too unless ExtractConfig.store_train is False
+(bounded storage: the dump does not grow with the training budget); then a bridge's training
+pairs (hs[0], hs[l]) are computed when it trains, by the backbone's first l blocks
+(`layer_pairs`), in the same batches and rounded to the same storage dtype as the dump: the
+values are identical to a stored dump's.
 
 The forward pass of batch i+1 overlaps with the write of batch i (a one-slot writer thread),
 so the dump runs at close to the speed of the bare forward pass. Every batch is checked before
@@ -26,13 +27,9 @@ from dihal.config import DTYPE_MAX, ExtractConfig  # noqa: F401 (re-exported)
 from dihal.errors import StateValueError
 from dihal.results import HiddenStatesResult, StateSpec
 
-# The splits whose states are stored, every layer; the training split's states are never stored.
-STORED_SPLITS = ("val",)
-
-
-def stored(sequences: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The sequences whose states the dump keeps."""
-    return {s: sequences[s] for s in STORED_SPLITS}
+def stored(sequences: dict[str, np.ndarray], cfg: ExtractConfig) -> dict[str, np.ndarray]:
+    """The sequences whose states the dump keeps (every layer): all, or the held-out split."""
+    return dict(sequences) if cfg.store_train else {"val": sequences["val"]}
 
 
 def check_states(states: torch.Tensor, dtype: str, *, split: str, first_seq: int,
@@ -187,7 +184,8 @@ def shape_problems(reader, sequences_config: dict) -> tuple[dict, dict, bool]:
     """(expected, found, ok): the dump's shapes against the backbone it records (layers, hidden
     size) and the sequences config (count, length), token ids included."""
     bb, n = reader.attrs, sequences_config
-    want = {s: (bb["n_layers"], n[f"n_{s}"], n["seq_len"], bb["hidden_size"]) for s in STORED_SPLITS}
     got = {s: reader.shape(s) for s in reader.splits}
+    want = {s: (bb["n_layers"], n[f"n_{s}"], n["seq_len"], bb["hidden_size"])
+            for s in ("train", "val") if s == "val" or s in got}
     ids_ok = all(reader.input_ids(s).shape == want[s][1:3] for s in want if s in got)
     return want, got, got == want and ids_ok

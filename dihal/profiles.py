@@ -35,7 +35,8 @@ PROFILES: dict[str, dict[str, dict]] = {
         # 8192 x 128 = 1,048,576 training tokens; 144 held-out sequences hold 18,288 positions
         # after position 0, of which geometry samples 16,384
         "sequences": {"n_train": 8192, "n_val": 144},
-        "hidden_states": {"batch_size": 64},
+        # bounded storage: the training split's states are computed by each bridge, not stored
+        "hidden_states": {"batch_size": 64, "store_train": False},
         "geometry": {"n_tokens": 16384},
         "bridge_sweep": _GPU_PROTOCOL,
         "bridge": {**_GPU_PROTOCOL, "epochs": 2.0},

@@ -60,19 +60,20 @@ def check_candidate(reader, layer: int) -> None:
         raise LayerIndexError(f"layer {layer} is not a candidate: this dump has layers 1..{n_layers - 1}")
 
 
-def _val_pairs(reader, layer: int, n: int):
-    c = torch.from_numpy(np.asarray(reader.layer("val", 0)[:n], dtype=np.float32))
-    h = torch.from_numpy(np.asarray(reader.layer("val", layer)[:n], dtype=np.float32))
+def _pairs(reader, split: str, layer: int, n: int | None = None):
+    c = torch.from_numpy(np.asarray(reader.layer(split, 0)[:n], dtype=np.float32))
+    h = torch.from_numpy(np.asarray(reader.layer(split, layer)[:n], dtype=np.float32))
     return c, h
 
 
 def load_layer_data(reader, layer: int, protocol: BridgeProtocol,
                     train_pairs: tuple[torch.Tensor, torch.Tensor]) -> LayerData:
-    """Standardised (c, h_l) pairs: `train_pairs` (from extract.layer_pairs; standardised in
-    place, so the caller should not keep them), and held-out sequences from the dump."""
+    """Standardised (c, h_l) pairs: `train_pairs` (from the dump or extract.layer_pairs;
+    standardised in place, so the caller should not keep them), and held-out sequences from
+    the dump."""
     check_candidate(reader, layer)
     c_tr, h_tr = train_pairs
-    c_va, h_va = _val_pairs(reader, layer, protocol.eval_sequences)
+    c_va, h_va = _pairs(reader, "val", layer, protocol.eval_sequences)
     first_state = None
 
     def mask_for(x):
@@ -216,10 +217,11 @@ def train_layer(backbone, reader, layer: int, protocol: BridgeProtocol, ckpt_dir
                 train_ids: np.ndarray, extract: ExtractConfig, device: str = "cpu",
                 progress: Callable[[dict], None] | None = None,
                 log: Callable[[str], None] | None = None) -> TrainedBridge:
-    """The bridge stage (sweep partitions, the bridge at l*, full training): build the training
-    pairs of `train_ids` with the backbone's first `layer` blocks (as the dump of `reader` was
-    made, under `extract`), train a bridge hs[0] -> h_layer under `protocol` (resuming from
-    `ckpt_dir`), measure its bridgeability and package it for saving."""
+    """The bridge stage (sweep partitions, the bridge at l*, full training): the training pairs
+    from the dump of `reader`, or, where it did not store the training split, computed for
+    `train_ids` with the backbone's first `layer` blocks (as the dump was made, under
+    `extract`); train a bridge hs[0] -> h_layer under `protocol` (resuming from `ckpt_dir`),
+    measure its bridgeability and package it for saving."""
     import time
 
     from dihal.bridge.train import sample_budget
@@ -227,7 +229,10 @@ def train_layer(backbone, reader, layer: int, protocol: BridgeProtocol, ckpt_dir
 
     t0 = time.monotonic()
     check_candidate(reader, layer)
-    pairs = layer_pairs(backbone, train_ids, layer, extract, progress=log)
+    if "train" in reader.splits:
+        pairs = _pairs(reader, "train", layer)
+    else:
+        pairs = layer_pairs(backbone, train_ids, layer, extract, progress=log)
     data = load_layer_data(reader, layer, protocol, pairs)
     del pairs
     denoiser, result, init_val_loss = train_layer_bridge(data, protocol, ckpt_dir, device=device,

@@ -17,7 +17,7 @@ BAD = {
         "seq_len": [3, 16.0], "n_train": [0], "n_val": [0], "val_fraction": [0.0, 1.0, math.nan],
         "seed": [-1, "0"], "max_tokens_per_doc": [0],
     },
-    dc.ExtractConfig: {"batch_size": [0], "dtype": ["bfloat16"]},
+    dc.ExtractConfig: {"batch_size": [0], "dtype": ["bfloat16"], "store_train": ["no"]},
     dc.GeometryConfig: {
         "n_tokens": [1], "n_anchors": [0], "k_neighbors": [1], "n_pairs": [0],
         "gamma_rel": [0.0, math.inf, True], "mono_stat": ["mean"], "normalizations": [("l2",), ()],

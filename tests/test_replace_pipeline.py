@@ -177,3 +177,30 @@ def test_driver_runs_every_job_up_to_the_chosen_stage(monkeypatch, tmp_path):
     calls.clear()
     driver.main(["--stop-after", "sweep", "--layers", "3"])
     assert calls == [("locate_smollm2", None), ("sweep_smollm2", ["3"])]
+
+def test_bounded_storage_gives_the_same_bridge_as_a_stored_training_split(tiny):
+    """store_train=False: the dump keeps the held-out split only, the bridge computes its
+    training pairs with the backbone's first l blocks; its weights equal those trained from a
+    dump that stored the training split."""
+    import hashlib
+
+    from storage import HiddenStates, SweepBridge
+
+    defs, shard, root = tiny
+    inst = dg.DagsterInstance.ephemeral()
+    weights, sizes = {}, {}
+    for store_train in (True, False):
+        ops = {**TINY_RUN, "corpus": {"config": {"paths": [str(shard)]}},
+               "hidden_states_llama": {"config": {"batch_size": 4, "store_train": store_train}},
+               "bridge_sweep_llama": {"config": PROTOCOL}}
+        res, err = _mat(defs, inst, ["corpus", "sequences_llama", "hidden_states_llama"], ops)
+        assert res.success, err
+        states = HiddenStates(root, "llama")
+        assert states.reader().splits == (["train", "val"] if store_train else ["val"])
+        sizes[store_train] = sum(p.stat().st_size for p in states.directory.rglob("*") if p.is_file())
+        res, err = _mat(defs, inst, ["bridge_sweep_llama"], ops, partition="2")
+        assert res.success, err
+        path = SweepBridge(root, "llama", 2).directory / "bridge.safetensors"
+        weights[store_train] = hashlib.sha256(path.read_bytes()).hexdigest()
+    assert weights[True] == weights[False]
+    assert sizes[False] < sizes[True]  # the training split's states are not on disk

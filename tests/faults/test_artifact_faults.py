@@ -186,7 +186,7 @@ def test_interrupted_dump_resumes_to_the_same_states(world, monkeypatch):
     real, calls = StateWriter.write_batch, []
 
     def interrupt(self, split, batch, states):
-        if len(calls) == 1:  # the held-out split has two batches
+        if len(calls) == 1:
             raise RuntimeError("killed after one batch")
         calls.append(batch)
         real(self, split, batch, states)
@@ -213,14 +213,14 @@ def test_non_finite_dump_stops_with_the_place_and_keeps_earlier_batches(world, m
     def poisoned(self, ids):
         hs = real(self, ids)
         seen.append(1)
-        if len(seen) == 2:  # the second batch: held-out sequences 4..5
+        if len(seen) == 2:  # the second batch: train sequences 4..7
             hs[3, 1, 5, 0] = bad
         return hs
 
     monkeypatch.setattr(Backbone, "hidden_states", poisoned)
     res, err = world.materialize(["hidden_states_llama"])
     assert not res.success
-    assert "non-finite hidden state at layer 3, val sequence 5, position 5" in err[0]
+    assert "non-finite hidden state at layer 3, train sequence 5, position 5" in err[0]
     monkeypatch.undo()
     res, err = world.materialize(["hidden_states_llama"])
     assert res.success, err

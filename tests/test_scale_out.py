@@ -58,7 +58,7 @@ def _driver(env: dict, workers: int) -> subprocess.CompletedProcess:
     out = subprocess.run(
         [sys.executable, "-m", "pipeline.main", "--backbone", "llama", "--module",
          "tests.tiny_location", "--layers", ",".join(LAYERS), "--workers", str(workers),
-         "--stop-after", "sweep"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+         "--stop-after", "sweep"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     return out
 

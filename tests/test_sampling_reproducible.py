@@ -1,0 +1,125 @@
+"""The same eval config gives the same samples and scores in any fresh process on one machine
+(issue 10): whatever PYTHONHASHSEED, whatever the global torch/Python/NumPy RNGs went through
+before, whatever torch's thread count. A different seed gives different samples.
+
+Each run is a fresh interpreter (this file run as a script) that builds a bridge in code for the
+tiny Llama, scores with the tiny Llama as judge, and prints what `evaluate_generation` returned.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+LAYER = 2
+# eta = 0 (the default: the deterministic bridge sampler, tokens from the seeded uniforms) and
+# eta > 0 (bridge noise from the per-batch generators as well); batch_size < n_samples so that
+# more than one batch, and so more than one noise generator, is used.
+CONFIGS = [dict(n_samples=6, length=10, batch_size=4, eta=eta) for eta in (0.0, 0.5)]
+
+
+def _run(model_dir: Path, cache_dir: Path, *, hash_seed: int, disturb: int,
+         threads: int) -> dict:
+    env = {**os.environ, "PYTHONHASHSEED": str(hash_seed), "HF_HUB_OFFLINE": "1",
+           "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    out = subprocess.run(
+        [sys.executable, __file__, str(model_dir), str(cache_dir), str(disturb), str(threads)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_same_config_same_samples_in_fresh_processes(tiny_llama_dir, tmp_path):
+    a = _run(tiny_llama_dir, tmp_path / "a", hash_seed=0, disturb=0, threads=1)
+    b = _run(tiny_llama_dir, tmp_path / "b", hash_seed=12345, disturb=7, threads=2)
+    assert sorted(a) == ["0", "1"] and all(len(a[s]) == len(CONFIGS) for s in a)
+    assert a == b  # texts token for token, and every metric to the last bit
+
+    for seed0, seed1 in zip(a["0"], a["1"], strict=True):  # another seed, other samples
+        for model in ("dihal", "backbone"):
+            assert seed0["texts"][model] != seed1["texts"][model]
+
+
+# ---------------------------------------------------------------- the fresh process
+
+
+def _disturb(k: int) -> None:
+    """Leave the global RNGs somewhere else than a fresh interpreter has them."""
+    import random
+
+    import numpy as np
+    import torch
+
+    torch.manual_seed(1000 + k)
+    torch.rand(k)
+    random.seed(k)
+    np.random.seed(k)
+
+
+def _bridge(backbone, seed: int = 0):
+    """A TrainedBridge as the bridge stage saves one: a denoiser with random weights (a fresh
+    one has a zero output layer), standardisers fitted on random sequences, BOS pinned."""
+    import torch
+
+    from dihal.bridge.data import Standardizer
+    from dihal.bridge.denoiser import DenoiserConfig
+    from dihal.results import TrainedBridge
+    from tests.tiny import randomised_denoiser
+
+    cfg = DenoiserConfig(d_in=backbone.hidden_size, d_model=32, n_layers=2, n_heads=4,
+                         max_len=32, time_embed_dim=16)
+    denoiser = randomised_denoiser(cfg, seed)
+    ids = torch.randint(4, len(backbone.tokenizer), (4, 16),
+                        generator=torch.Generator().manual_seed(seed))
+    ids[:, 0] = backbone.bos_id
+    hs = backbone.hidden_states(ids)
+    cond, target = Standardizer.fit(hs[0]), Standardizer.fit(hs[LAYER])
+    tensors = {f"denoiser.{k}": v.detach().clone() for k, v in denoiser.state_dict().items()}
+    tensors.update({"cond_std.mean": cond.mean, "cond_std.std": cond.std,
+                    "target_std.mean": target.mean, "target_std.std": target.std,
+                    "first_state": hs[LAYER][0, 0].clone()})
+    hparams = {"layer": LAYER, "protocol": {"sigma": 1.0, "steps": 4},
+               "denoiser_config": cfg.to_dict()}
+    return TrainedBridge(tensors, hparams)
+
+
+def main(model_dir: str, cache_dir: str, disturb: str, threads: str) -> None:
+    import torch
+
+    torch.set_num_threads(int(threads))
+    if int(disturb):
+        _disturb(int(disturb))
+    from dihal.backbones import load_backbone
+    from dihal.config import EvalConfig
+    from dihal.generation import evaluate_generation
+    from dihal.judge import load_judge
+
+    backbone = load_backbone("llama", path=model_dir, cache_dir=Path(cache_dir))
+    judge = load_judge(model_dir, cache_dir=Path(cache_dir))
+    trained = _bridge(backbone)
+    if int(disturb):
+        _disturb(int(disturb) + 1)  # between loading and sampling, too
+    results = {}
+    for seed in (0, 1):
+        results[str(seed)] = []
+        for cfg in CONFIGS:
+            res = evaluate_generation(backbone, trained, judge, EvalConfig(seed=seed, **cfg))
+            results[str(seed)].append({
+                "texts": {r["role"]: [s["text"] for s in res.samples if s["model"] == r["model"]]
+                          for r in res.rows},
+                # float.hex: equal only when equal to the last bit
+                "metrics": {r["role"]: {k: float(r[k]).hex() for k in
+                                        ("gen_ppl", "judge_tokens", "diversity", "mean_length")}
+                            for r in res.rows},
+            })
+    print(json.dumps(results))
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    main(*sys.argv[1:])

@@ -72,6 +72,7 @@ class StageRun:
         self.layout = self.resources.storage.layout()
         self._models: dict[str, Any] = {}
         self._device: str | None = None  # the device this step holds while it computes
+        self._required: dict[Any, Manifest] = {}  # upstream manifests checked in this step
 
     def log(self, msg: str) -> None:
         self.context.log.info(msg)
@@ -96,11 +97,15 @@ class StageRun:
         return kind(self.layout, None if kind is Corpus else self.backbone, key)
 
     def require(self, *artifacts: Artifact) -> list[Manifest]:
-        """The manifests of finished upstream artifacts, or a Failure naming the command."""
+        """The manifests of finished upstream artifacts, or a Failure naming the command. Each
+        is checked (digests included) once per step, however often the step asks for it."""
         try:
-            return [a.require() for a in artifacts]
+            for a in artifacts:
+                if a.directory not in self._required:
+                    self._required[a.directory] = a.require()
         except DihalError as exc:
             raise dg.Failure(description=str(exc)) from exc
+        return [self._required[a.directory] for a in artifacts]
 
     def device(self) -> str:
         return self._device or self.resources.compute.resolved_device()

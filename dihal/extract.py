@@ -27,6 +27,7 @@ from dihal.config import DTYPE_MAX, ExtractConfig  # noqa: F401 (re-exported)
 from dihal.errors import StateValueError
 from dihal.results import HiddenStatesResult, StateSpec
 
+
 def stored(sequences: dict[str, np.ndarray], cfg: ExtractConfig) -> dict[str, np.ndarray]:
     """The sequences whose states the dump keeps (every layer): all, or the held-out split."""
     return dict(sequences) if cfg.store_train else {"val": sequences["val"]}

@@ -70,8 +70,7 @@ def load_layer_data(reader, layer: int, protocol: BridgeProtocol,
                     train_pairs: tuple[torch.Tensor, torch.Tensor]) -> LayerData:
     """Standardised (c, h_l) pairs: `train_pairs` (from the dump or extract.layer_pairs;
     standardised in place, so the caller should not keep them), and held-out sequences from
-    the dump."""
-    check_candidate(reader, layer)
+    the dump (`layer` checked by the caller: check_candidate)."""
     c_tr, h_tr = train_pairs
     c_va, h_va = _pairs(reader, "val", layer, protocol.eval_sequences)
     first_state = None

@@ -35,16 +35,17 @@ CODE_VERSIONS = {
     "corpus": "1",
     "sequences": "1",
     "hidden_states": "1",
-    "geometry": "1",
+    "geometry": "2",  # 2: the robust normalisation and the rival predictors
     "layer_score": "1",
     "bridge_sweep": "2",  # 2: validation loss at initialisation recorded
-    "bridgeability": "1",
+    "bridgeability": "2",  # 2: rival predictors, intervals, standing against depth
     "bridge": "3",  # 2: train_tokens = sequences consumed x length; 3: init validation loss
-    "eval": "2",  # 2: rows carry their role; the judge's name recorded in the metadata
-    "baseline": "2",  # 2: trained by the bridge's loop (one trainer)
-    "comparison": "2",  # 2: rows carry their role
-    "full_training": "1",
-    "report": "3",  # 3: built from typed inputs
+    "eval": "3",  # 2: rows carry their role, the judge's name; 3: mean-of-samples Gen.PPL, intervals
+    "sampler_steps": "1",
+    "baseline": "3",  # 2: trained by the bridge's loop (one trainer); 3: as eval 3
+    "comparison": "3",  # 2: rows carry their role; 3: as eval 3
+    "full_training": "2",  # 2: as eval 3
+    "report": "4",  # 3: built from typed inputs; 4: rival predictors and intervals
 }
 RESOURCES = {"storage", "backbones", "compute", "judge"}
 # A stage's step holds a whole device while it computes (StageRun.computing): on a Dask cluster it

@@ -20,6 +20,7 @@ from storage import (
     HiddenStates,
     LayerScore,
     Report,
+    SamplerCurve,
     Sequences,
     current_baselines,
     report_inputs,
@@ -94,13 +95,15 @@ def compare_assets(backbone: str) -> list:
 
     @stage_asset(backbone, "report", [f"comparison_{backbone}", full_training,
                                       f"bridgeability_{backbone}", f"layer_score_{backbone}",
-                                      f"geometry_{backbone}"], kinds={"html"})
+                                      f"geometry_{backbone}", f"sampler_steps_{backbone}"],
+                 kinds={"html"})
     def report(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
         """One self-contained report (HTML with embedded plots, and Markdown)."""
         from dihal.report import build_report
 
         run = StageRun(context, backbone)
-        parts = [run.art(k) for k in (Geometry, LayerScore, Bridgeability, Comparison, FullTraining)]
+        parts = [run.art(k) for k in (Geometry, LayerScore, Bridgeability, Comparison, FullTraining,
+                                      SamplerCurve)]
         return run.produce(run.art(Report), {}, parts,
                            lambda: build_report(report_inputs(run.layout, backbone)))
 

@@ -59,5 +59,6 @@ FullBridgeRunConfig = run_config(
     dc.BridgeProtocol, "FullBridgeRunConfig", "bridge",
     "The bridge at l* with the full budget: the sweep protocol with more passes.", epochs=2.0)
 EvalRunConfig = run_config(dc.EvalConfig, "EvalRunConfig", "eval")
+SamplerCurveRunConfig = run_config(dc.SamplerCurveConfig, "SamplerCurveRunConfig", "sampler_steps")
 BaselineRunConfig = run_config(dc.BaselineRunConfig, "BaselineRunConfig", "baseline")
 LayerScoreRunConfig = run_config(dc.LayerScoreConfig, "LayerScoreRunConfig", "layer_score")

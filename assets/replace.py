@@ -7,7 +7,12 @@ import json
 import dagster as dg
 
 from assets._stage import StageRun, stage_asset
-from assets.configs import BridgeProtocolRunConfig, EvalRunConfig, FullBridgeRunConfig
+from assets.configs import (
+    BridgeProtocolRunConfig,
+    EvalRunConfig,
+    FullBridgeRunConfig,
+    SamplerCurveRunConfig,
+)
 from assets.staleness import stale_assets
 from resources import StorageResource
 from storage import (
@@ -15,8 +20,10 @@ from storage import (
     Bridgeability,
     BridgeRun,
     Evaluation,
+    Geometry,
     HiddenStates,
     LayerScore,
+    SamplerCurve,
     Sequences,
     SweepBridge,
     swept_bridges,
@@ -58,18 +65,22 @@ def replace_assets(backbone: str, n_layers: int) -> list:
         return run.produce(out, protocol, [run.art(HiddenStates)], trainer(run, out, layer, protocol),
                            layer=layer)
 
-    @stage_asset(backbone, "bridgeability", [bridge_sweep, f"layer_score_{backbone}"], kinds={"parquet"})
+    @stage_asset(backbone, "bridgeability", [bridge_sweep, f"layer_score_{backbone}",
+                                             f"geometry_{backbone}"], kinds={"parquet"})
     def bridgeability(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
-        """Does the geometry score predict bridgeability? Spearman of S_l (each normalisation)
-        and of the depth control -l against -val loss, -reconstruction error, -hybrid NLL."""
+        """Does the geometry score predict bridgeability? Spearman of S_l (each normalisation),
+        of the rival predictors and of the depth control -l against -val loss,
+        -reconstruction error, -hybrid NLL, with bootstrap intervals over layers."""
         from dihal.replace import bridgeability as stage
 
         run = StageRun(context, backbone)
-        score, (hs, sm) = run.art(LayerScore), run.require(run.art(HiddenStates), run.art(LayerScore))
+        score, geo = run.art(LayerScore), run.art(Geometry)
+        hs, sm, _ = run.require(run.art(HiddenStates), score, geo)
         swept = swept_bridges(run.layout, backbone, n_layers, hs)
         check_sweep(swept, backbone)
-        return run.produce(run.art(Bridgeability), {}, [score] + [a for a, _ in swept], lambda: stage(
-            [a.read().metrics for a, _ in swept], score.rows(), sm.info["l_star"], backbone=backbone))
+        return run.produce(run.art(Bridgeability), {}, [score, geo] + [a for a, _ in swept], lambda: stage(
+            [a.read().metrics for a, _ in swept], score.rows(), sm.info["l_star"], backbone=backbone,
+            predictor_rows=geo.predictor_rows()))
 
     @stage_asset(backbone, "bridge", [f"layer_score_{backbone}", f"hidden_states_{backbone}"],
                  kinds={"pytorch", "safetensors"})
@@ -94,6 +105,19 @@ def replace_assets(backbone: str, n_layers: int) -> list:
             run.model(), br.read(), run.judge(), cfg, progress=run.log),
             judge=run.resources.judge.name)
 
+    @stage_asset(backbone, "sampler_steps", [bridge, f"hidden_states_{backbone}"], kinds={"parquet"})
+    def sampler_steps(context: dg.AssetExecutionContext,
+                      config: SamplerCurveRunConfig) -> dg.MaterializeResult:
+        """What the sampler's steps K buy at l*: the bridge re-measured with K = 1, 2, 4, 8, 16
+        (reconstruction error, hybrid NLL, top-1 agreement) and its latency per token."""
+        from dihal.controls import sampler_steps_curve
+
+        run, cfg = StageRun(context, backbone), config.to_dihal()
+        br, states = run.art(Bridge), run.art(HiddenStates)
+        run.require(states)
+        return run.produce(run.art(SamplerCurve), cfg, [br, states], lambda: sampler_steps_curve(
+            run.model(), br.read(), states.reader(), cfg, progress=run.log))
+
     reeval_job = dg.define_asset_job(
         f"reevaluate_{backbone}", selection=[f"bridgeability_{backbone}", f"eval_{backbone}"],
         description="Re-materialise the evaluation assets; the schedule runs it when stale.")
@@ -109,7 +133,7 @@ def replace_assets(backbone: str, n_layers: int) -> list:
         return dg.RunRequest(run_key=None, asset_selection=[dg.AssetKey(a) for a in stale],
                              tags={"reason": "stale: " + ", ".join(stale)})
 
-    return [bridge_sweep, bridgeability, bridge, evaluation, reeval_job, reevaluate]
+    return [bridge_sweep, bridgeability, bridge, evaluation, sampler_steps, reeval_job, reevaluate]
 
 
 def check_sweep(swept: list, backbone: str) -> None:

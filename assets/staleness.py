@@ -8,6 +8,7 @@ from storage import (
     Bridge,
     Bridgeability,
     Evaluation,
+    Geometry,
     HiddenStates,
     LayerScore,
     swept_bridges,
@@ -20,11 +21,12 @@ def stale_assets(layout: ArtifactLayout, backbone: str, n_layers: int) -> list[s
     from dihal.config import MIN_SWEPT_LAYERS
 
     stale = []
-    score = LayerScore(layout, backbone)
-    hs, sm = HiddenStates(layout, backbone).manifest(), score.manifest()
-    if hs is not None and sm is not None:
+    score, geo = LayerScore(layout, backbone), Geometry(layout, backbone)
+    hs, sm, gm = HiddenStates(layout, backbone).manifest(), score.manifest(), geo.manifest()
+    if hs is not None and sm is not None and gm is not None:
         swept = swept_bridges(layout, backbone, n_layers, hs)
-        want = {score.name: sm.fingerprint, **{a.name: m.fingerprint for a, m in swept}}
+        want = {score.name: sm.fingerprint, geo.name: gm.fingerprint,
+                **{a.name: m.fingerprint for a, m in swept}}
         mine = Bridgeability(layout, backbone).manifest()
         if len(swept) >= MIN_SWEPT_LAYERS and (mine is None or mine.upstream != want):
             stale.append(f"bridgeability_{backbone}")

@@ -32,7 +32,8 @@ def main() -> None:
     rows = bness.info["spearman"]
     cols = [c for c in rows[0] if c != "predictor"]
     lines += ["| predictor | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
-    lines += [f"| {r['predictor']} | " + " | ".join(f"{r[c]:.3f}" for c in cols) + " |" for r in rows]
+    lines += [f"| {r['predictor']} | " + " | ".join(
+        f"{r[c]:.3f}" if isinstance(r[c], float) else str(r[c]) for c in cols) + " |" for r in rows]
     lines += ["", "| model | Gen.PPL | diversity |", "|---|---|---|"]
     lines += [f"| {r['model']} | {r['gen_ppl']:.1f} | {r['diversity']:.3f} |"
               for r in Comparison(layout, b).require().info["rows"]]

@@ -98,6 +98,11 @@ def baseline(
 # The stages
 
 
+# Gen.PPL both ways and diversity, each with its interval over samples (generation.text_metrics)
+GENERATION_KEYS = tuple(f"{m}{end}" for m in ("gen_ppl", "gen_ppl_mean", "diversity")
+                        for end in ("", "_low", "_high"))
+
+
 def comparison(eval_rows: list[dict], bridge: BridgeMetrics, sampler_steps: int,
                baselines: dict[str, dict], missing: list[str]) -> ComparisonResult:
     """The comparison stage: one table of DiHAL, the backbone and the baselines (`baselines`:
@@ -105,7 +110,7 @@ def comparison(eval_rows: list[dict], bridge: BridgeMetrics, sampler_steps: int,
     dihal_budget = {"denoiser_parameters": bridge.denoiser_parameters,
                     "train_tokens": bridge.train_tokens, "sampler_steps": sampler_steps,
                     "seq_len": None}
-    keys = ("gen_ppl", "diversity", "repetition", "mean_length")
+    keys = (*GENERATION_KEYS, "repetition", "mean_length")
     rows = [{"model": r["model"], "role": r["role"], **{k: r[k] for k in keys},
              **(dihal_budget if r["role"] == "dihal" else dict.fromkeys(dihal_budget))}
             for r in eval_rows]
@@ -135,8 +140,8 @@ def full_training(roles: dict[str, int], bridge_at: Callable[[int], TrainedBridg
         m = trained.metrics
         rows.append({"role": role, "layer": layer, "val_loss": m.val_loss,
                      "recon_error": m.recon_error, "hybrid_nll": m.hybrid_nll,
-                     "top1_agreement": m.top1_agreement, "gen_ppl": hybrid["gen_ppl"],
-                     "diversity": hybrid["diversity"], "repetition": hybrid["repetition"],
+                     "top1_agreement": m.top1_agreement,
+                     **{k: hybrid[k] for k in GENERATION_KEYS}, "repetition": hybrid["repetition"],
                      "train_tokens": m.train_tokens})
     return FullTrainingResult(rows)
 

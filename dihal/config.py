@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-NORMALIZATIONS = ("none", "rms", "standardize")
+NORMALIZATIONS = ("none", "rms", "standardize", "robust")
 MONO_STATS = ("median", "q05", "min_eig")
 DTYPE_MAX = {"float16": 65504.0, "float32": 3.4028234663852886e38}
 MIN_SWEPT_LAYERS = 3  # bridgeability needs at least this many swept layers
@@ -251,6 +251,26 @@ class EvalConfig:
         _reals(self, "temperature", low=0.0, low_open=True)
         _ints(self, 0, "seed")
         _reals(self, "eta", low=0.0)  # 0: deterministic sampler; 1: the exact bridge posterior
+
+
+@dataclass(frozen=True)
+class SamplerCurveConfig:
+    """The sampler-steps curve at l*: the bridge re-measured with each K in `steps`, and its
+    generation latency on n_samples x length tokens."""
+
+    steps: tuple[int, ...] = (1, 2, 4, 8, 16)
+    n_samples: int = 8
+    length: int = 32
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        steps = tuple(self.steps) if isinstance(self.steps, tuple | list) else None
+        if (not steps or len(set(steps)) != len(steps)
+                or not all(isinstance(k, int) and not isinstance(k, bool) and k >= 1 for k in steps)):
+            raise _invalid(self, "steps", "a non-empty tuple of distinct ints >= 1")
+        object.__setattr__(self, "steps", steps)
+        _ints(self, 1, "n_samples", "length")
+        _ints(self, 0, "seed")
 
 
 @dataclass(frozen=True)

@@ -26,13 +26,16 @@ def texts_until_eos(tokenizer, tokens: torch.Tensor, eos_id: int, prompt_len: in
     return out
 
 
-def text_metrics(texts: list[str], judge) -> dict:
-    from dihal.metrics import diversity, gen_ppl, mean_length, repetition
+def text_metrics(texts: list[str], judge, *, seed: int = 0) -> dict:
+    """Gen.PPL (token-weighted, and the mean of per-sample perplexities), diversity,
+    repetition and length of `texts`, with bootstrap intervals over samples (seeded)."""
+    from dihal.metrics import diversity, gen_ppl, mean_length, metric_intervals, repetition
 
     ppl = gen_ppl(judge, texts)
-    return {"gen_ppl": ppl.ppl, "judge_tokens": ppl.n_tokens, "empty_samples": ppl.n_empty,
-            "diversity": diversity(texts), "repetition": repetition(texts),
-            "mean_length": mean_length(texts)}
+    return {"gen_ppl": ppl.ppl, "gen_ppl_mean": ppl.mean_ppl, "judge_tokens": ppl.n_tokens,
+            "empty_samples": ppl.n_empty, "diversity": diversity(texts),
+            "repetition": repetition(texts), "mean_length": mean_length(texts),
+            **metric_intervals(texts, ppl, seed=seed)}
 
 
 def evaluate_generation(backbone, trained: TrainedBridge, judge, cfg: EvalConfig,

@@ -28,6 +28,8 @@ from dihal.config import (  # noqa: F401 (re-exported)
     _positive,
 )
 
+# |z| cap of the robust normalisation, in robust standard deviations (1.4826 MAD).
+ROBUST_CLIP = 5.0
 # Elements (float64) per working block of the kNN search: bounds memory to ~32 MB a block.
 _BLOCK_ELEMENTS = 2**22
 
@@ -121,6 +123,9 @@ def normalize(x: torch.Tensor, kind: str) -> torch.Tensor:
     - ``rms``:         (x - mean) / s,  s = sqrt(tr(Sigma) / d), so tr(Sigma) = d afterwards
     - ``standardize``: (x - mean) / std per dimension (denominator n - 1); a constant dimension
                        stays 0 rather than becoming NaN.
+    - ``robust``:      per dimension, (x - median) / (1.4826 MAD), clipped to +-ROBUST_CLIP, then
+                       centred: a few massive-activation tokens or dimensions cannot dominate it
+                       (a dimension with MAD 0 falls back to its std, a constant one stays 0).
     """
     if kind not in NORMALIZATIONS:
         raise ValueError(f"normalization must be one of {NORMALIZATIONS}, got {kind!r}")
@@ -135,7 +140,13 @@ def normalize(x: torch.Tensor, kind: str) -> torch.Tensor:
             raise ValueError("rms normalisation: all states are identical (tr(Sigma) = 0)")
         return xc / mean_var.sqrt()
     std = var.sqrt()
-    return xc / torch.where(std > 0, std, torch.ones_like(std))
+    if kind == "standardize":
+        return xc / torch.where(std > 0, std, torch.ones_like(std))
+    med = x.median(dim=0).values
+    mad = 1.4826 * (x - med).abs().median(dim=0).values
+    scale = torch.where(mad > 0, mad, torch.where(std > 0, std, torch.ones_like(std)))
+    z = ((x - med) / scale).clamp(-ROBUST_CLIP, ROBUST_CLIP)
+    return z - z.mean(dim=0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -342,6 +353,7 @@ def layer_proxies(x: torch.Tensor, plan: GeometryPlan, cfg: GeometryConfig) -> l
     if "rms" in cfg.normalizations:
         none = computed["none"]
         computed["rms"] = _rescaled(none, none["tr_sigma"] / x64.shape[1])
-    if "standardize" in cfg.normalizations:
-        computed["standardize"] = _proxies(normalize(x64, "standardize"), plan, cfg)
+    for kind in ("standardize", "robust"):
+        if kind in cfg.normalizations:
+            computed[kind] = _proxies(normalize(x64, kind), plan, cfg)
     return [{"norm": kind, **computed[kind]} for kind in cfg.normalizations]

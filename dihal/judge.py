@@ -99,20 +99,21 @@ class Judge:
         return logits
 
     @torch.no_grad()
-    def nll_of_ids(self, sequences: Sequence[Sequence[int]]) -> tuple[float, int]:
-        """(total NLL in nats, number of predicted tokens) of token sequences.
+    def nll_of_ids_each(self, sequences: Sequence[Sequence[int]]) -> list[tuple[float, int]]:
+        """(NLL in nats, number of predicted tokens) of each token sequence, in the given order.
 
-        Every token after the first is predicted from the ones before it. Sequences are batched
-        (right-padded, by length so that little padding is computed) and the LM head runs on
-        at most `chunk_size` positions at a time.
+        Every token after the first is predicted from the ones before it; a sequence of fewer
+        than 2 tokens gives (0.0, 0). Sequences are batched (right-padded, by length so that
+        little padding is computed) and the LM head runs on at most `chunk_size` positions at a
+        time; each token's loss is summed in float64.
         """
-        order = sorted(range(len(sequences)), key=lambda i: len(sequences[i]))
-        seqs = [list(sequences[i]) for i in order if len(sequences[i]) >= 2]
+        order = [i for i in sorted(range(len(sequences)), key=lambda i: len(sequences[i]))
+                 if len(sequences[i]) >= 2]
         decoder = self.model.get_decoder()
-        total = torch.zeros((), dtype=torch.float64, device=self.device)
-        count = 0
-        for start in range(0, len(seqs), self.batch_size):
-            batch = seqs[start : start + self.batch_size]
+        out = [(0.0, 0)] * len(sequences)
+        for start in range(0, len(order), self.batch_size):
+            rows = order[start : start + self.batch_size]
+            batch = [list(sequences[i]) for i in rows]
             width = max(len(s) for s in batch)
             ids = torch.zeros(len(batch), width, dtype=torch.long)
             mask = torch.zeros(len(batch), width, dtype=torch.long)
@@ -125,13 +126,26 @@ class Judge:
             keep = (mask[:, :-1] * mask[:, 1:]).bool()
             h = hidden[:, :-1][keep]
             targets = ids[:, 1:][keep]
+            owner = keep.nonzero()[:, 0]
+            per_row = torch.zeros(len(batch), dtype=torch.float64, device=self.device)
             for c in range(0, targets.shape[0], self.chunk_size):
                 logits = self._logits(h[c : c + self.chunk_size])
-                total += F.cross_entropy(
-                    logits, targets[c : c + self.chunk_size], reduction="sum"
-                ).double()
-            count += int(targets.shape[0])
-        return float(total), count
+                loss = F.cross_entropy(logits, targets[c : c + self.chunk_size], reduction="none")
+                per_row.index_add_(0, owner[c : c + self.chunk_size], loss.double())
+            counts = keep.sum(dim=1).tolist()
+            for row, i in enumerate(rows):
+                out[i] = (float(per_row[row]), int(counts[row]))
+        return out
+
+    def nll_of_ids(self, sequences: Sequence[Sequence[int]]) -> tuple[float, int]:
+        """(total NLL in nats, number of predicted tokens) of token sequences."""
+        each = self.nll_of_ids_each(sequences)
+        return sum(n for n, _ in each), sum(c for _, c in each)
+
+    def nll_each(self, texts: Sequence[str]) -> list[tuple[float, int]]:
+        """(NLL in nats, judge tokens scored) of each text, re-tokenised by the judge with its
+        BOS; the BOS itself is not scored, so an empty text gives (0.0, 0)."""
+        return self.nll_of_ids_each([self.encode(t) for t in texts])
 
     def nll(self, texts: Sequence[str]) -> tuple[float, int]:
         """(total NLL in nats, number of judge tokens scored) of `texts`, each re-tokenised by

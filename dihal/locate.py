@@ -15,6 +15,7 @@ import torch
 
 from dihal.config import LayerScoreConfig
 from dihal.geometry import GeometryConfig, layer_proxies, make_plan
+from dihal.predictors import layer_predictors
 from dihal.results import GeometryResult, LayerScoreResult
 from dihal.seeds import derive_seed
 
@@ -44,12 +45,15 @@ def compute_geometry(
     split: str = "val",
     progress: Callable[[str], None] | None = None,
 ) -> GeometryResult:
-    """The three proxies for every layer of the dump, under every normalisation."""
+    """The three proxies for every layer of the dump, under every normalisation, and the rival
+    predictors (dihal.predictors) of every candidate layer, all on the same sampled tokens."""
     n_layers, n_seq, seq_len, _ = reader.shape(split)
     gen = torch.Generator().manual_seed(derive_seed(cfg.seed, backbone, "geometry"))
     positions = sample_positions(n_seq, seq_len, cfg.n_tokens, gen)
     plan = make_plan(cfg.n_tokens, cfg, gen)
     rows: list[dict] = []
+    rivals: list[dict] = []
+    x0 = prev = None
     t0 = time.perf_counter()
     for layer in range(n_layers):
         states = reader.layer(split, layer)  # (n_seq, seq_len, d), stored dtype
@@ -61,12 +65,17 @@ def compute_geometry(
             )
         for row in layer_proxies(x, plan, cfg):
             rows.append({"layer": layer, **row})
+        if layer == 0:
+            x0 = x
+        else:  # the rival predictors of a candidate layer, on the same tokens
+            rivals.append({"layer": layer, **layer_predictors(x0, prev, x, seed=cfg.seed)})
+        prev = x
         if progress:
             progress(f"geometry layer {layer + 1}/{n_layers} ({time.perf_counter() - t0:.1f} s)")
     from dihal.plots import plot_proxies
 
     return GeometryResult(rows, positions, plan.anchors.numpy(), plan.pairs.numpy(),
-                          time.perf_counter() - t0,
+                          time.perf_counter() - t0, predictors=rivals,
                           plot_png=plot_proxies(rows, f"{backbone}: geometry proxies per layer"))
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Protocol
 
 WORD_RE = re.compile(r"\w+|[^\w\s]")
@@ -43,14 +43,7 @@ def diversity(texts: Sequence[str], ns: Sequence[int] = (2, 3, 4)) -> float:
     other. NaN when, for some n, the texts hold no n-gram at all.
     """
     _check(texts)
-    tokenised = [words(t) for t in texts]
-    result = 1.0
-    for n in ns:
-        grams = [g for toks in tokenised for g in ngrams(toks, n)]
-        if not grams:
-            return math.nan
-        result *= len(set(grams)) / len(grams)
-    return result
+    return diversity_of([{n: ngrams(words(t), n) for n in ns} for t in texts], ns)
 
 
 def repetition(texts: Sequence[str], n: int = 4) -> float:
@@ -77,31 +70,77 @@ def mean_length(texts: Sequence[str]) -> float:
 
 
 class Scorer(Protocol):
-    def nll(self, texts: Sequence[str]) -> tuple[float, int]: ...
+    def nll_each(self, texts: Sequence[str]) -> list[tuple[float, int]]: ...
 
 
 @dataclass(frozen=True)
 class GenPPL:
     """Generative perplexity and what it was computed from."""
 
-    ppl: float  # exp(nll / n_tokens); NaN when nothing was scored
+    ppl: float  # token-weighted: exp(nll / n_tokens); NaN when nothing was scored
     nll: float  # total NLL in nats over the scored texts
     n_tokens: int  # judge tokens scored (BOS excluded)
     n_texts: int  # texts scored
     n_empty: int  # texts skipped because they were empty or whitespace only
+    # the mean over scored texts of exp(nll_i / n_i): LD4LG's evaluation convention
+    mean_ppl: float = math.nan
+    per_text: tuple[tuple[float, int], ...] = field(default=(), repr=False)  # (nll_i, n_i)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {k: v for k, v in asdict(self).items() if k != "per_text"}
 
 
 def gen_ppl(judge: Scorer, texts: Sequence[str]) -> GenPPL:
-    """exp(total NLL / total judge tokens) of `texts` under `judge` (a `dihal.judge.Judge`).
+    """Gen.PPL of `texts` under `judge` (a `dihal.judge.Judge`), both ways: token-weighted,
+    exp(total NLL / total judge tokens), and the mean of the per-text perplexities.
 
     Each text is re-tokenised by the judge with its BOS, so the first real token is scored too.
     Empty (or whitespace-only) texts are skipped and counted in `n_empty`.
     """
     _check(texts)
     kept = [t for t in texts if t.strip()]
-    nll, n_tokens = judge.nll(kept) if kept else (0.0, 0)
+    each = [e for e in (judge.nll_each(kept) if kept else []) if e[1] > 0]
+    nll, n_tokens = sum(e[0] for e in each), sum(e[1] for e in each)
     ppl = math.exp(nll / n_tokens) if n_tokens else math.nan
-    return GenPPL(ppl, nll, n_tokens, len(kept), len(texts) - len(kept))
+    mean = sum(math.exp(a / b) for a, b in each) / len(each) if each else math.nan
+    return GenPPL(ppl, nll, n_tokens, len(kept), len(texts) - len(kept), mean, tuple(each))
+
+
+def diversity_of(grams: Sequence[dict[int, list[tuple[str, ...]]]], ns: Sequence[int]) -> float:
+    """`diversity` from each text's n-grams ({n: list}), so that resamples need not re-tokenise."""
+    result = 1.0
+    for n in ns:
+        pooled = [g for per_text in grams for g in per_text[n]]
+        if not pooled:
+            return math.nan
+        result *= len(set(pooled)) / len(pooled)
+    return result
+
+
+def metric_intervals(texts: Sequence[str], ppl: GenPPL, *, n_boot: int = 1000,
+                     seed: int = 0, ns: Sequence[int] = (2, 3, 4)) -> dict[str, float]:
+    """95 % intervals over samples: percentile bootstrap (seeded) of the token-weighted and the
+    per-sample-mean Gen.PPL (over the scored texts); jackknife of diversity (over all texts:
+    a bootstrap's repeated texts would repeat their n-grams and bias it down).
+    {"gen_ppl_low", "gen_ppl_high", "gen_ppl_mean_low", ..., "diversity_high"}."""
+    import numpy as np
+
+    from dihal.uncertainty import bootstrap_interval, jackknife_interval
+
+    out = {}
+    if ppl.per_text:
+        nll = np.array([a for a, _ in ppl.per_text])
+        cnt = np.array([b for _, b in ppl.per_text], dtype=np.float64)
+        each = np.exp(nll / cnt)
+        for key, stat in (("gen_ppl", lambda i: math.exp(nll[i].sum() / cnt[i].sum())),
+                          ("gen_ppl_mean", lambda i: each[i].mean())):
+            out[f"{key}_low"], out[f"{key}_high"] = bootstrap_interval(
+                len(nll), stat, n_boot=n_boot, seed=seed)
+    else:
+        out.update(dict.fromkeys(("gen_ppl_low", "gen_ppl_high", "gen_ppl_mean_low",
+                                  "gen_ppl_mean_high"), math.nan))
+    grams = [{n: ngrams(words(t), n) for n in ns} for t in texts]
+    out["diversity_low"], out["diversity_high"] = (
+        jackknife_interval(len(grams), lambda i: diversity_of([grams[j] for j in i], ns))
+        if len(grams) >= 2 else (math.nan, math.nan))
+    return out

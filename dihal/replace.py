@@ -44,7 +44,7 @@ def default_sweep_layers(n_layers: int, count: int = 10) -> list[int]:
 @dataclass
 class LayerData:
     layer: int
-    train: BridgeData
+    train: BridgeData | None  # None where only the held-out pairs are needed
     val: BridgeData
     cond_std: Standardizer
     target_std: Standardizer
@@ -72,15 +72,7 @@ def load_layer_data(reader, layer: int, protocol: BridgeProtocol,
     standardised in place, so the caller should not keep them), and held-out sequences from
     the dump (`layer` checked by the caller: check_candidate)."""
     c_tr, h_tr = train_pairs
-    c_va, h_va = _pairs(reader, "val", layer, protocol.eval_sequences)
     first_state = None
-
-    def mask_for(x):
-        m = torch.ones(x.shape[:2], dtype=torch.bool)
-        if protocol.pin_first:
-            m[:, 0] = False
-        return m
-
     if protocol.pin_first:
         first_state = h_tr[0, 0].clone()
         spread = (h_tr[:, 0] - first_state).abs().max().item()
@@ -90,29 +82,40 @@ def load_layer_data(reader, layer: int, protocol: BridgeProtocol,
                 f"h_{layer} at position 0 differs between sequences (max diff {spread:.3g}): "
                 "sequences do not all start with the same BOS token; set pin_first=False."
             )
-    m_tr, m_va = mask_for(c_tr), mask_for(c_va)
+    m_tr = _loss_mask(c_tr, protocol)
     cond_std = Standardizer.fit(c_tr, m_tr)
     target_std = Standardizer.fit(h_tr, m_tr)
+    zc_tr, zh_tr = _standardise(c_tr, h_tr, cond_std, target_std, protocol)
+    val, val_ids = held_out(reader, layer, protocol, cond_std, target_std)
+    return LayerData(layer=layer, train=BridgeData(zc_tr, zh_tr, m_tr), val=val, cond_std=cond_std,
+                     target_std=target_std, val_ids=val_ids, first_state=first_state)
 
-    def standardised(c, h):  # in place: the pairs of a large backbone are not copied
-        zc, zh = cond_std.apply_(c), target_std.apply_(h)
-        if protocol.pin_first:
-            zc[:, 0] = 0.0
-            zh[:, 0] = 0.0
-        return zc, zh
 
-    zc_tr, zh_tr = standardised(c_tr, h_tr)
-    zc_va, zh_va = standardised(c_va, h_va)
-    return LayerData(
-        layer=layer,
-        train=BridgeData(zc_tr, zh_tr, m_tr),
-        val=BridgeData(zc_va, zh_va, m_va),
-        cond_std=cond_std,
-        target_std=target_std,
-        val_ids=torch.from_numpy(np.asarray(reader.input_ids("val")[: protocol.eval_sequences],
-                                            dtype=np.int64)),
-        first_state=first_state,
-    )
+def _loss_mask(x: torch.Tensor, protocol: BridgeProtocol) -> torch.Tensor:
+    m = torch.ones(x.shape[:2], dtype=torch.bool)
+    if protocol.pin_first:
+        m[:, 0] = False
+    return m
+
+
+def _standardise(c, h, cond_std: Standardizer, target_std: Standardizer,
+                 protocol: BridgeProtocol):
+    """In place: the pairs of a large backbone are not copied."""
+    zc, zh = cond_std.apply_(c), target_std.apply_(h)
+    if protocol.pin_first:
+        zc[:, 0] = 0.0
+        zh[:, 0] = 0.0
+    return zc, zh
+
+
+def held_out(reader, layer: int, protocol: BridgeProtocol, cond_std: Standardizer,
+             target_std: Standardizer) -> tuple[BridgeData, torch.Tensor]:
+    """The first `protocol.eval_sequences` held-out sequences as standardised (c, h_l) pairs,
+    and their tokens."""
+    c_va, h_va = _pairs(reader, "val", layer, protocol.eval_sequences)
+    zc, zh = _standardise(c_va, h_va, cond_std, target_std, protocol)
+    ids = np.asarray(reader.input_ids("val")[: protocol.eval_sequences], dtype=np.int64)
+    return BridgeData(zc, zh, _loss_mask(c_va, protocol)), torch.from_numpy(ids)
 
 
 def train_layer_bridge(
@@ -171,32 +174,67 @@ def measure_bridge(backbone, denoiser, data: LayerData, protocol: BridgeProtocol
     return out
 
 
-def bridgeability_table(layer_rows: list[dict], score_rows: list[dict]) -> dict:
-    """Spearman of S_l (each normalisation) and of the depth control -l against -val_loss,
-    -recon_error and -hybrid_nll over the swept layers."""
-    from dihal.score import depth_control, spearman
+TARGETS = ("val_loss", "recon_error", "hybrid_nll")
+DEPTH = "depth (-l)"
+
+
+def _predictor_values(layers: list[int], score_rows: list[dict],
+                      predictor_rows: list[dict]) -> dict[str, list[float]]:
+    """{predictor name: its oriented value at each swept layer}: S_l per normalisation, the
+    depth control -l, and each rival predictor times its ORIENTATION."""
+    from dihal.predictors import ORIENTATION
+    from dihal.score import depth_control
+
+    out = {}
+    score = {(r["norm"], r["layer"]): r["S"] for r in score_rows}
+    for norm in sorted({r["norm"] for r in score_rows}):
+        out[f"S_l ({norm})"] = [score[(norm, ll)] for ll in layers]
+    out[DEPTH] = list(depth_control(layers))
+    rivals = {r["layer"]: r for r in predictor_rows}
+    missing = [ll for ll in layers if ll not in rivals]
+    if predictor_rows and missing:
+        raise ValueError(f"the rival predictors lack swept layers {missing}: re-materialise geometry")
+    for name, sign in ORIENTATION.items():
+        if predictor_rows:
+            out[("-" if sign < 0 else "") + name] = [sign * rivals[ll][name] for ll in layers]
+    return out
+
+
+def bridgeability_table(layer_rows: list[dict], score_rows: list[dict],
+                        predictor_rows: list[dict] = (), *, n_boot: int = 2000,
+                        seed: int = 0) -> dict:
+    """Spearman of every predictor (S_l per normalisation, the depth control -l, the oriented
+    rival predictors) against -val_loss, -recon_error and -hybrid_nll over the swept layers,
+    each with a bootstrap interval over layers (the same resamples for every predictor) and
+    its standing against depth: "above" / "below" when the intervals do not overlap, else
+    "not distinguishable"."""
+    from dihal.uncertainty import compare_intervals, spearman_interval
 
     layers = sorted(r["layer"] for r in layer_rows)
     by_layer = {r["layer"]: r for r in layer_rows}
-    targets = {m: [-by_layer[ll][m] for ll in layers]
-               for m in ("val_loss", "recon_error", "hybrid_nll")}
-    norms = sorted({r["norm"] for r in score_rows})
-    score = {(r["norm"], r["layer"]): r["S"] for r in score_rows}
+    targets = {m: [-by_layer[ll][m] for ll in layers] for m in TARGETS}
+    preds = _predictor_values(layers, score_rows, predictor_rows)
+    stats = {(p, m): spearman_interval(v, t, n_boot=n_boot, seed=seed)
+             for p, v in preds.items() for m, t in targets.items()}
     rows = []
-    for predictor in [*norms, "depth"]:
-        pred = (list(depth_control(layers)) if predictor == "depth"
-                else [score[(predictor, ll)] for ll in layers])
-        rows.append({"predictor": "S_l (" + predictor + ")" if predictor != "depth" else "depth (-l)",
-                     **{f"spearman_vs_-{m}": spearman(pred, t) for m, t in targets.items()}})
+    for p in preds:
+        row = {"predictor": p}
+        for m in TARGETS:
+            st, depth = stats[(p, m)], stats[(DEPTH, m)]
+            row.update({f"spearman_vs_-{m}": st["rho"], f"low_vs_-{m}": st["low"],
+                        f"high_vs_-{m}": st["high"],
+                        f"vs_depth_-{m}": "" if p == DEPTH else compare_intervals(
+                            (st["low"], st["high"]), (depth["low"], depth["high"]))})
+        rows.append(row)
     oracle = min(layers, key=lambda ll: by_layer[ll]["val_loss"])
     worst = max(layers, key=lambda ll: by_layer[ll]["val_loss"])
     return {"rows": rows, "layers": layers, "oracle": oracle, "worst": worst}
 
 
-
 def bridgeability(swept: list[BridgeMetrics], score_rows: list[dict], l_star: int, *,
-                  backbone: str) -> BridgeabilityResult:
-    """The bridgeability stage: does the layer score predict how well a bridge learns?"""
+                  backbone: str, predictor_rows: list[dict] = ()) -> BridgeabilityResult:
+    """The bridgeability stage: does the layer score, or a rival predictor, predict how well
+    a bridge learns, better than depth does?"""
     from dihal.errors import DihalError
     from dihal.plots import plot_bridgeability
 
@@ -204,7 +242,7 @@ def bridgeability(swept: list[BridgeMetrics], score_rows: list[dict], l_star: in
         raise DihalError(f"bridgeability needs >= {MIN_SWEPT_LAYERS} swept layers, got {len(swept)}")
     layer_rows = sorted((m.to_dict() for m in swept), key=lambda r: r["layer"])
     candidates = [r for r in score_rows if r["candidate"]]
-    table = bridgeability_table(layer_rows, candidates)
+    table = bridgeability_table(layer_rows, candidates, predictor_rows)
     return BridgeabilityResult(
         layer_rows=layer_rows, spearman=table["rows"], layers=table["layers"],
         oracle=table["oracle"], worst=table["worst"], l_star=l_star,

@@ -28,18 +28,73 @@ def _number(v) -> float | None:
 
 
 def _bridgeability_summary(x: ReportInputs) -> str:
-    rows = {r["predictor"]: _number(r["spearman_vs_-val_loss"]) for r in x.bridgeability["spearman"]}
+    rows = {r["predictor"]: r for r in x.bridgeability["spearman"]}
     depth = rows.pop("depth (-l)", None)
-    rows = {k: v for k, v in rows.items() if v is not None}
-    best = max(rows, key=rows.get) if rows else None
     b = x.bridgeability
     head = (f"Over {len(b['swept_layers'])} swept layers the oracle layer is {b['oracle']} and the "
             f"worst {b['worst']}; geometry picked {b['l_star']}")
-    if best is None or depth is None:
+    rho = {k: _number(r["spearman_vs_-val_loss"]) for k, r in rows.items()}
+    rho = {k: v for k, v in rho.items() if v is not None}
+    if not rho or depth is None:
         return head + "."
-    verdict = "beats" if rows[best] > depth else "does not beat"
-    return (head + f". The best score, {best}, has Spearman {rows[best]:.2f} with -val loss and "
-            f"{verdict} the depth control ({depth:.2f}).")
+    best = max(rho, key=rho.get)
+    above = [k for k, r in rows.items() if r.get("vs_depth_-val_loss") == "above"]
+    verdict = (f"{len(above)} predictor(s) beat depth beyond the 95 % intervals: {', '.join(above)}"
+               if above else "no predictor beats depth beyond the 95 % intervals "
+               "(every one is above it by less than the resampling spread, or below it)")
+    return (head + f". Against -val loss the highest Spearman is {best}'s, {rho[best]:.2f}; depth's "
+            f"is {_number(depth['spearman_vs_-val_loss']) or float('nan'):.2f}. {verdict}.")
+
+
+def _interval(row: dict, target: str) -> str:
+    rho, lo, hi = (_number(row.get(f"{k}_vs_-{target}")) for k in ("spearman", "low", "high"))
+    if rho is None:
+        return "undefined"
+    return f"{rho:.2f} [{lo:.2f}, {hi:.2f}]" if lo is not None and hi is not None else f"{rho:.2f}"
+
+
+def _spearman_table(rows: list[dict]) -> list[dict]:
+    """One line per predictor: Spearman with its interval per target, and where it stands
+    against depth for -val loss."""
+    return [{"predictor": r["predictor"],
+             **{f"vs -{t}": _interval(r, t) for t in ("val_loss", "recon_error", "hybrid_nll")},
+             "against depth (val loss)": r.get("vs_depth_-val_loss", "")} for r in rows]
+
+
+def _sampler_summary(curve: dict) -> str:
+    rows = sorted(curve["rows"], key=lambda r: r["steps"])
+    lo, hi = rows[0], rows[-1]
+    best = min(rows, key=lambda r: r["hybrid_nll"])
+    return (f"At l* = {curve['layer']} the bridge was trained for a {lo['trained_steps']}-step "
+            f"sampler. With K = {lo['steps']} step(s) the hybrid's NLL is {lo['hybrid_nll']:.3f} "
+            f"and its reconstruction error {lo['recon_error']:.3f}; with K = {hi['steps']}, "
+            f"{hi['hybrid_nll']:.3f} and {hi['recon_error']:.3f} (the backbone: "
+            f"{lo['backbone_nll']:.3f}). The lowest NLL is at K = {best['steps']}. Generation "
+            f"costs {lo['ms_per_token']:.1f} ms per token at K = {lo['steps']} and "
+            f"{hi['ms_per_token']:.1f} at K = {hi['steps']}.")
+
+
+def _ci(row: dict, key: str, fmt: str = ".1f") -> str:
+    """"value [low, high]" of a generation metric with its interval over samples."""
+    v, lo, hi = (_number(row.get(key + end)) for end in ("", "_low", "_high"))
+    if v is None:
+        return "n/a"
+    return f"{v:{fmt}} [{lo:{fmt}}, {hi:{fmt}}]" if lo is not None and hi is not None else f"{v:{fmt}}"
+
+
+def _separated(a: dict, b: dict, key: str) -> bool:
+    """The two rows' intervals of `key` do not overlap."""
+    lo_a, hi_a, lo_b, hi_b = (_number(r.get(key + e)) for r in (a, b) for e in ("_low", "_high"))
+    if None in (lo_a, hi_a, lo_b, hi_b):
+        return False
+    return hi_a < lo_b or hi_b < lo_a
+
+
+def _generation_table(rows: list[dict], extra: list[str]) -> list[dict]:
+    return [{**{k: r.get(k) for k in ("model", "role", "layer") if k in r},
+             "Gen.PPL [95 %]": _ci(r, "gen_ppl"), "Gen.PPL, mean of samples [95 %]":
+             _ci(r, "gen_ppl_mean"), "diversity [95 %]": _ci(r, "diversity", ".3f"),
+             **{k: r.get(k) for k in extra}} for r in rows]
 
 
 def _generation_summary(x: ReportInputs) -> str:
@@ -54,6 +109,13 @@ def _generation_summary(x: ReportInputs) -> str:
         beaten = [r["model"] for r in bases if dihal["gen_ppl"] < r["gen_ppl"]]
         line += (f"; at the matched budget it has a lower Gen.PPL than {len(beaten)} of "
                  f"{len(bases)} baselines" + (f" ({', '.join(beaten)})" if beaten else ""))
+    ranked = [r["model"] for r in [ref, *bases] if _separated(dihal, r, "gen_ppl")]
+    others = len(bases) + 1
+    line += (f". With the 95 % intervals over samples, DiHAL's Gen.PPL is separated from "
+             f"{len(ranked)} of the {others} other models" + (f" ({', '.join(ranked)})" if ranked
+                                                             else "") +
+             ("" if len(ranked) == others else "; the others cannot be ranked against it at "
+              "this sample count"))
     return line + "."
 
 
@@ -95,6 +157,12 @@ def build_report(x: ReportInputs) -> ReportResult:
     r.table(table, ["layer"] + [f"{k}[{n}]" for n in norms for k in keys], ".3g")
     r.image(x.plots["proxies"], "Proxies against layer, per normalisation")
     r.image(x.plots["score"], "Layer score S_l and l* per normalisation")
+    if x.predictor_rows:
+        r.p("Rival predictors on the same tokens (dihal.predictors): distance and linear CKA "
+            "from the condition hs[0], the block influence of ShortGPT, the cross-validated R^2 "
+            "of a ridge regression from the condition, the TwoNN intrinsic dimension, and the "
+            "share of variance carried by the top 0.1 % tokens by norm (massive activations).")
+        r.table(x.predictor_rows, list(x.predictor_rows[0]), ".3g")
     r.table([{"normalisation": n, "l*": score["selected"][n],
               "Spearman(S_l, -l)": score["spearman_vs_depth"][n]} for n in sorted(score["selected"])],
             ["normalisation", "l*", "Spearman(S_l, -l)"], ".3f")
@@ -103,16 +171,37 @@ def build_report(x: ReportInputs) -> ReportResult:
     r.p(_bridgeability_summary(x))
     r.table(x.sweep_layers, ["layer", "init_val_loss", "val_loss", "recon_error", "hybrid_nll",
                              "backbone_nll", "top1_agreement", "steps", "seconds"], ".4g")
-    r.table(bness["spearman"], list(bness["spearman"][0]), ".3f")
+    r.p("Spearman correlation of each predictor with -val loss, -reconstruction error and "
+        "-hybrid NLL over the swept layers, with a 95 % percentile bootstrap interval over layers "
+        "(2000 resamples, the same for every predictor). Each rival predictor enters with the "
+        "sign fixed before the sweep under which higher should mean easier (a leading minus: "
+        "lower should). A predictor is marked above or below depth only where its interval and "
+        "depth's do not overlap.")
+    r.table(_spearman_table(bness["spearman"]),
+            ["predictor", "vs -val_loss", "vs -recon_error", "vs -hybrid_nll",
+             "against depth (val loss)"])
     r.image(x.plots["scatter"], "S_l vs bridge validation loss per normalisation, and the depth control")
     r.p("The protocol every swept layer was trained under:")
     r.table(_key_value(x.sweep_protocol), ["setting", "value"])
 
+    r.h2("2b. What the sampler's steps buy at l*")
+    r.p(_sampler_summary(x.sampler_curve))
+    r.table(x.sampler_curve["rows"], ["steps", "recon_error", "hybrid_nll", "top1_agreement",
+                                      "ms_per_token"], ".4g")
+
     r.h2("3. Generation: DiHAL, the backbone and the baselines at a matched budget")
     cmp_ = x.comparison
     r.p(_generation_summary(x))
-    r.table(cmp_["rows"], ["model", "gen_ppl", "diversity", "repetition", "mean_length",
-                           "denoiser_parameters", "train_tokens", "sampler_steps", "seq_len"], ".4g")
+    extra = ["repetition", "mean_length", "denoiser_parameters", "train_tokens", "sampler_steps",
+             "seq_len"]
+    r.p("Gen.PPL token-weighted (exp of the judge's total NLL over all scored tokens) and as the "
+        "mean of per-sample perplexities (the convention of LD4LG's evaluation code); 95 % "
+        "intervals over samples: percentile bootstrap (1000 resamples) for Gen.PPL, the "
+        "jackknife for diversity (duplicated samples would bias a bootstrap of pooled n-gram "
+        "counts).")
+    r.table(_generation_table(cmp_["rows"], extra),
+            ["model", "Gen.PPL [95 %]", "Gen.PPL, mean of samples [95 %]", "diversity [95 %]",
+             *extra], ".4g")
     r.image(plot_quality_diversity(cmp_["rows"], f"{x.backbone}: Gen.PPL vs diversity"),
             "Gen.PPL against diversity, every model of the comparison")
     if cmp_.get("missing"):
@@ -129,7 +218,10 @@ def build_report(x: ReportInputs) -> ReportResult:
     r.h2("4. Full training: geometry-selected vs oracle vs worst layer")
     r.p(_full_training_summary(x))
     r.table(x.full_training, ["role", "layer", "val_loss", "recon_error", "hybrid_nll",
-                              "top1_agreement", "gen_ppl", "diversity", "train_tokens"], ".4g")
+                              "top1_agreement", "train_tokens"], ".4g")
+    r.table(_generation_table(x.full_training, []),
+            ["role", "layer", "Gen.PPL [95 %]", "Gen.PPL, mean of samples [95 %]",
+             "diversity [95 %]"])
 
     r.h2("5. Sample texts")
     r.p("The first samples of each model, unedited.")

@@ -110,6 +110,8 @@ class GeometryResult:
     pairs: Any  # (n_pairs, 2) int array
     seconds: float
     plot_png: bytes = field(repr=False, default=b"")
+    # the rival predictors of each candidate layer: {"layer", "cond_distance", "cond_cka", ...}
+    predictors: list[dict] = field(default_factory=list)
 
     def info(self) -> dict:
         return {"seconds": round(self.seconds, 2)}
@@ -228,6 +230,20 @@ class EvalResult:
 
 
 @dataclass(frozen=True)
+class SamplerCurveResult:
+    # one row per K: steps, recon_error, hybrid_nll, backbone_nll, top1_agreement, ms_per_token
+    rows: list[dict]
+    layer: int
+
+    def info(self) -> dict:
+        return {"rows": self.rows, "layer": self.layer}
+
+    def metadata(self) -> dict:
+        return {"layer": self.layer, **{f"K={r['steps']} {k}": r[k] for r in self.rows
+                                        for k in ("hybrid_nll", "recon_error", "ms_per_token")}}
+
+
+@dataclass(frozen=True)
 class BaselineResult:
     name: str
     row: dict  # like an EvalResult row (role "baseline"), with its "budget" and training figures
@@ -272,6 +288,7 @@ class ReportInputs:
     backbone_info: dict[str, Any]  # Backbone.info(), as the dump recorded it
     configs: dict[str, dict]  # stage -> the config it ran with
     geometry_rows: list[dict]
+    predictor_rows: list[dict]  # the rival predictors of each candidate layer
     score_rows: list[dict]
     score: dict[str, Any]  # LayerScoreResult.info()
     bridgeability: dict[str, Any]  # BridgeabilityResult.info()
@@ -280,6 +297,7 @@ class ReportInputs:
     comparison: dict[str, Any]  # ComparisonResult.info()
     evaluation: dict[str, Any]  # EvalResult.info()
     full_training: list[dict]
+    sampler_curve: dict[str, Any]  # SamplerCurveResult.info()
     samples: dict[str, list[str]]  # model -> sample texts
     plots: dict[str, bytes] = field(repr=False, default_factory=dict)  # proxies, score, scatter
     artifacts: str = ""

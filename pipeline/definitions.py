@@ -73,9 +73,9 @@ def stage_jobs(b: str) -> list:
             f"for {b}", upstream=True),
         job("sweep", [f"bridge_sweep_{b}"], "a bridge per candidate layer under one protocol; "
             "one partition per layer, launched as one backfill"),
-        job("bridge_eval", [f"bridgeability_{b}", f"bridge_{b}", f"eval_{b}"],
+        job("bridge_eval", [f"bridgeability_{b}", f"bridge_{b}", f"eval_{b}", f"sampler_steps_{b}"],
             "does the score predict bridgeability; the bridge at l* with the full budget; its "
-            "samples, Gen.PPL and diversity"),
+            "samples, Gen.PPL and diversity; what the sampler's steps buy"),
         job("baselines", [f"baseline_{b}"], "the continuous-diffusion baselines at DiHAL's "
             "budget; one partition per baseline, launched as one backfill"),
         job("compare", [f"comparison_{b}", f"full_training_{b}", f"report_{b}"],

@@ -16,7 +16,6 @@ report. Every step reuses what is up to date.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import sys
@@ -183,7 +182,13 @@ def _chain(chain: Chain, args, layers: list[int], baselines: list[str], say) -> 
         chain.job(f"bridge_eval_{b}")
         bness = Bridgeability(layout, b).require()
         say(f"oracle layer {bness.info['oracle']}, worst {bness.info['worst']}")
-        print(json.dumps(bness.info["spearman"], indent=1))
+        for row in bness.info["spearman"]:
+            standing = row.get("vs_depth_-val_loss")
+            say(f"  {row['predictor']}: Spearman vs -val loss {row['spearman_vs_-val_loss']:.3f} "
+                f"[{row.get('low_vs_-val_loss', float('nan')):.3f}, "
+                f"{row.get('high_vs_-val_loss', float('nan')):.3f}]"
+                + (f", {standing} {'from ' if standing.startswith('not') else ''}depth"
+                   if standing else ""))
         for row in Evaluation(layout, b).require().info["rows"]:
             say(", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                           for k, v in row.items()))

@@ -24,6 +24,7 @@ from storage.artifacts import (
     Markdown,
     Plot,
     Report,
+    SamplerCurve,
     Sequences,
     SweepBridge,
     Table,
@@ -38,6 +39,7 @@ from storage.manifest import Manifest, fingerprint, read_manifest
 __all__ = [
     "Artifact", "ArtifactLayout", "BaselineRun", "Bridge", "BridgeRun", "Bridgeability",
     "Comparison", "Corpus", "Evaluation", "FileLink", "FullTraining", "FullTrainingBridge",
-    "Geometry", "HiddenStates", "LayerScore", "Manifest", "Markdown", "Plot", "Report", "Sequences",
+    "Geometry", "HiddenStates", "LayerScore", "Manifest", "Markdown", "Plot", "Report", "SamplerCurve",
+    "Sequences",
     "SweepBridge", "Table", "WorkArtifact", "current_baselines", "fingerprint", "read_manifest", "report_inputs", "swept_bridges",
 ]

@@ -38,6 +38,7 @@ from dihal.results import (
     LayerScoreResult,
     ReportInputs,
     ReportResult,
+    SamplerCurveResult,
     SequencesResult,
     TrainedBridge,
 )
@@ -347,11 +348,13 @@ class HiddenStates(WorkArtifact):
 
 class Geometry(Artifact):
     stage = "geometry"
-    files = ("geometry.parquet", "positions.parquet", "plan.parquet", "proxies.png")
+    files = ("geometry.parquet", "predictors.parquet", "positions.parquet", "plan.parquet",
+             "proxies.png")
 
     def _write_files(self, directory: Path, result: GeometryResult) -> None:
         pos = result.positions
         write_table(directory / "geometry.parquet", result.rows)
+        write_table(directory / "predictors.parquet", result.predictors)
         write_table(directory / "positions.parquet", {
             "sample": list(range(len(pos))), "split": ["val"] * len(pos),
             "sequence": pos[:, 0].tolist(), "position": pos[:, 1].tolist()})
@@ -365,14 +368,20 @@ class Geometry(Artifact):
     def rows(self) -> list[dict]:
         return read_rows(self.path("geometry.parquet"))
 
+    def predictor_rows(self) -> list[dict]:
+        """The rival predictors of each candidate layer (dihal.predictors)."""
+        return read_rows(self.path("predictors.parquet"))
+
     def plot(self) -> bytes:
         return self.path("proxies.png").read_bytes()
 
     def metadata(self, manifest: Manifest) -> dict[str, Any]:
         first = manifest.config["normalizations"][0]
+        rivals = self.predictor_rows()
         return {**super().metadata(manifest), "plot": Plot(self.path("proxies.png"), "proxies"),
                 "table": Table([r for r in self.rows() if r["norm"] == first],
-                               ["layer", "m_curv", "m_mono", "k_eff"])}
+                               ["layer", "m_curv", "m_mono", "k_eff"]),
+                "rival_predictors": Table(rivals, list(rivals[0]) if rivals else ["layer"])}
 
 
 class LayerScore(Artifact):
@@ -505,6 +514,19 @@ class Bridgeability(Artifact):
                                                     "hybrid_nll", "top1_agreement"])}
 
 
+class SamplerCurve(Artifact):
+    stage = "sampler_steps"
+    files = ("curve.parquet",)
+
+    def _write_files(self, directory: Path, result: SamplerCurveResult) -> None:
+        write_table(directory / "curve.parquet", result.rows)
+
+    def metadata(self, manifest: Manifest) -> dict[str, Any]:
+        return {**super().metadata(manifest), "table": Table(
+            manifest.info["rows"], ["steps", "recon_error", "hybrid_nll", "top1_agreement",
+                                    "ms_per_token"])}
+
+
 class Evaluation(Artifact):
     stage = "eval"
     files = ("eval.parquet", "samples.jsonl")
@@ -635,7 +657,7 @@ def report_inputs(layout: ArtifactLayout, backbone: str) -> ReportInputs:
     """Everything the report of one backbone shows, read from its finished artifacts."""
     arts = {a.stage: a for a in (cls(layout, backbone) for cls in (
         Sequences, HiddenStates, Geometry, LayerScore, Bridgeability, Bridge, Evaluation,
-        Comparison, FullTraining))}
+        SamplerCurve, Comparison, FullTraining))}
     m = {stage: a.require() for stage, a in arts.items()}
     bness, cmp_ = m["bridgeability"].info, m["comparison"].info
     samples = _by_model(arts["eval"].samples())
@@ -647,11 +669,13 @@ def report_inputs(layout: ArtifactLayout, backbone: str) -> ReportInputs:
         configs={"sequences": m["sequences"].config, "hidden_states": m["hidden_states"].config,
                  "geometry": m["geometry"].config, "layer_score": m["layer_score"].config,
                  "bridge (full)": m["bridge"].config, "eval": m["eval"].config},
-        geometry_rows=arts["geometry"].rows(), score_rows=arts["layer_score"].rows(),
+        geometry_rows=arts["geometry"].rows(), predictor_rows=arts["geometry"].predictor_rows(),
+        score_rows=arts["layer_score"].rows(),
         score=m["layer_score"].info, bridgeability=bness,
         sweep_layers=arts["bridgeability"].layer_rows(),
         sweep_protocol=SweepBridge(layout, backbone, bness["oracle"]).require().config,
         comparison=cmp_, evaluation=m["eval"].info, full_training=m["full_training"].info["rows"],
+        sampler_curve=m["sampler_steps"].info,
         samples=samples, plots={"proxies": arts["geometry"].plot(), "score": arts["layer_score"].plot(),
                                 "scatter": arts["bridgeability"].plot()},
         artifacts=str(layout.root / backbone),

@@ -21,6 +21,7 @@ def test_baselines_comparison_full_training_report(tiny):  # noqa: F811
            "bridge_sweep_llama": {"config": PROTOCOL},
            "bridge_llama": {"config": {**PROTOCOL, "epochs": 2.0}},
            "eval_llama": {"config": EVAL}, "full_training_llama": {"config": EVAL},
+           "sampler_steps_llama": {"config": {"steps": [1, 2, 4], "n_samples": 2, "length": 4}},
            "baseline_llama": {"config": {"n_samples": 4, "length": 8}}}
     res, err = _mat(defs, inst, ["corpus", "sequences_llama", "hidden_states_llama",
                                  "geometry_llama", "layer_score_llama"], ops)
@@ -28,8 +29,24 @@ def test_baselines_comparison_full_training_report(tiny):  # noqa: F811
     for layer in ("1", "2", "3"):
         res, err = _mat(defs, inst, ["bridge_sweep_llama"], ops, partition=layer)
         assert res.success, err
-    res, err = _mat(defs, inst, ["bridgeability_llama", "bridge_llama", "eval_llama"], ops)
+    res, err = _mat(defs, inst, ["bridgeability_llama", "bridge_llama", "eval_llama",
+                                 "sampler_steps_llama"], ops)
     assert res.success, err
+    # the sampler-steps curve re-measures the bridge at l*: at its trained K it gives the
+    # bridge's own numbers back
+    curve = read_manifest(root / "llama" / "sampler_steps").info
+    trained = read_manifest(root / "llama" / "bridge").info["metrics"]
+    assert [r["steps"] for r in curve["rows"]] == [1, 2, 4] and curve["layer"] == trained["layer"]
+    at_trained = curve["rows"][2]
+    for key in ("recon_error", "hybrid_nll", "top1_agreement"):
+        assert at_trained[key] == trained[key], key
+    assert all(r["ms_per_token"] > 0 for r in curve["rows"])
+    assert len({r["hybrid_nll"] for r in curve["rows"]}) == 3
+    # the eval rows carry both Gen.PPL conventions and intervals over samples
+    ev = read_manifest(root / "llama" / "eval").info["rows"]
+    for row in ev:
+        assert row["gen_ppl_low"] <= row["gen_ppl"] <= row["gen_ppl_high"]
+        assert row["gen_ppl_mean_low"] <= row["gen_ppl_mean"] <= row["gen_ppl_mean_high"]
 
     bridge = read_manifest(root / "llama" / "bridge").info["metrics"]
     for name in ("diffusion-lm", "sed", "ld4lg", "codar"):
@@ -80,5 +97,6 @@ def test_baselines_comparison_full_training_report(tiny):  # noqa: F811
     md = (root / "llama" / "report" / "report.md").read_text()
     for text in (html, md):
         for needle in ("Locate", "bridgeability", "Full training", "diffusion-lm", "codar",
-                       "depth (-l)", "data:image/png;base64,"):
+                       "depth (-l)", "data:image/png;base64,", "S_l (robust)", "-cond_distance",
+                       "ridge_r2", "twonn_id", "sampler's steps", "mean of samples [95 %]"):
             assert needle in text, needle

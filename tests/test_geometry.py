@@ -9,6 +9,7 @@ import torch
 
 from dihal.geometry import (
     NORMALIZATIONS,
+    ROBUST_CLIP,
     GeometryConfig,
     GeometryPlan,
     effective_rank,
@@ -127,13 +128,34 @@ def test_plan_rejects_too_few_states():
 
 def test_normalize_variants():
     x = gaussian(500, 6, 0, scales=[1, 2, 3, 4, 5, 100]) + 10.0
-    none, rms, std = (normalize(x, kind) for kind in NORMALIZATIONS)
+    none, rms, std, robust = (normalize(x, kind) for kind in NORMALIZATIONS)
     assert none.dtype == torch.float64
-    for y in (none, rms, std):
+    for y in (none, rms, std, robust):
         assert y.mean(0).abs().max() < 1e-12
     torch.testing.assert_close(none, x - x.mean(0))
     assert math.isclose(float(torch.cov(rms.T).trace()), 6.0, rel_tol=1e-12)
     torch.testing.assert_close(torch.cov(std.T).diagonal(), torch.ones(6, dtype=torch.float64))
+
+
+def test_robust_normalisation_is_not_dominated_by_massive_tokens():
+    x = gaussian(2000, 8, 3)
+    massive = x.clone()
+    massive[:4, 2] = 5000.0  # four massive-activation tokens in one dimension
+    # standardize lets them carry a whole dimension's variance; robust caps them at ROBUST_CLIP
+    std = normalize(massive, "standardize")
+    robust = normalize(massive, "robust")
+    assert std[:4].square().sum() / std.square().sum() > 0.1  # all of dimension 2's variance
+    assert robust[:4].square().sum() / robust.square().sum() < 0.01
+    assert robust.abs().max() <= 2 * ROBUST_CLIP
+    # on Gaussian data without outliers, the robust scale is close to the std
+    torch.testing.assert_close(normalize(x, "robust"), normalize(x, "standardize"), atol=0.25,
+                               rtol=0.1)
+    # a constant dimension stays 0, a dimension with MAD 0 but spread falls back to its std
+    x[:, 1] = 4.0
+    x[:, 5] = 0.0
+    x[:10, 5] = 1.0
+    y = normalize(x, "robust")
+    assert torch.isfinite(y).all() and (y[:, 1] == 0).all() and y[:, 5].abs().max() > 0
 
 
 def test_standardize_keeps_a_constant_dimension_at_zero():

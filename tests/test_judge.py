@@ -48,6 +48,11 @@ def test_chunked_batched_nll_equals_full_logits(tiny_judge):
         total, n = judge.nll(TEXTS)
         assert n == count
         assert total == pytest.approx(expected, rel=1e-5)
+        # each text's own NLL, in the given order (batches are sorted by length inside)
+        each = judge.nll_each(TEXTS)
+        for text, (nll, k) in zip(TEXTS, each, strict=True):
+            want, want_k = reference_nll(tiny_judge, [text])
+            assert k == want_k and nll == pytest.approx(want, rel=1e-5, abs=1e-9)
 
 
 def test_bos_is_added_once_and_not_scored(tiny_judge):

@@ -4,7 +4,15 @@ import math
 
 import pytest
 
-from dihal.metrics import diversity, gen_ppl, mean_length, ngrams, repetition, words
+from dihal.metrics import (
+    diversity,
+    gen_ppl,
+    mean_length,
+    metric_intervals,
+    ngrams,
+    repetition,
+    words,
+)
 
 
 def test_words_split_runs_of_word_characters_and_single_punctuation():
@@ -51,10 +59,16 @@ class FixedJudge:
     def __init__(self):
         self.seen = []
 
-    def nll(self, texts):
+    def nll_each(self, texts):
         self.seen.extend(texts)
-        n = sum(len(words(t)) for t in texts)
-        return 2.0 * n, n
+        return [(2.0 * len(words(t)), len(words(t))) for t in texts]
+
+
+class WordCostJudge:
+    """A word costs its length in nats: texts of different words have different perplexities."""
+
+    def nll_each(self, texts):
+        return [(float(sum(len(w) for w in words(t))), len(words(t))) for t in texts]
 
 
 def test_gen_ppl_pools_tokens_and_skips_empty_texts():
@@ -63,4 +77,24 @@ def test_gen_ppl_pools_tokens_and_skips_empty_texts():
     assert judge.seen == ["a b c", "d"]
     assert (res.n_texts, res.n_empty, res.n_tokens, res.nll) == (2, 2, 4, 8.0)
     assert res.ppl == pytest.approx(math.exp(2.0))
+    assert res.mean_ppl == pytest.approx(math.exp(2.0))
     assert math.isnan(gen_ppl(FixedJudge(), [""]).ppl)
+    assert "per_text" not in res.to_dict()
+
+
+def test_gen_ppl_token_weighted_and_mean_of_per_sample_differ_as_defined():
+    res = gen_ppl(WordCostJudge(), ["a a a", "bbb"])  # per-token nll 1 (3 tokens) and 3 (1 token)
+    assert res.ppl == pytest.approx(math.exp(6.0 / 4))
+    assert res.mean_ppl == pytest.approx((math.exp(1.0) + math.exp(3.0)) / 2)
+
+
+def test_metric_intervals_cover_the_point_estimates_and_are_seeded():
+    texts = [" ".join(["ab", "c", "ddd", "e"][: 1 + i % 4] * (1 + i % 3)) + f" w{i}"
+             for i in range(40)]
+    res = gen_ppl(WordCostJudge(), texts)
+    iv = metric_intervals(texts, res, n_boot=300, seed=1)
+    assert iv["gen_ppl_low"] <= res.ppl <= iv["gen_ppl_high"]
+    assert iv["gen_ppl_mean_low"] <= res.mean_ppl <= iv["gen_ppl_mean_high"]
+    assert iv["diversity_low"] <= diversity(texts) <= iv["diversity_high"]
+    assert iv["gen_ppl_high"] > iv["gen_ppl_low"]
+    assert metric_intervals(texts, res, n_boot=300, seed=1) == iv

@@ -22,6 +22,7 @@ TINY = {
     "bridge_sweep": PROTOCOL,
     "bridge": {**PROTOCOL, "epochs": 2.0},
     "eval": {"n_samples": 4, "length": 6, "batch_size": 2},
+    "sampler_steps": {"steps": [1, 2, 4], "n_samples": 2, "length": 4},
     "baseline": {"n_samples": 4, "length": 8},
 }
 

@@ -1,0 +1,201 @@
+"""Rival predictors of bridgeability: simpler or better-known layer statistics than the layer
+score S_l, computed on the same geometry sample (the same held-out token positions of every
+layer), so the bridgeability table can set them side by side with S_l and depth.
+
+For the sampled states x_0 (the condition hs[0]), x_{l-1} and x_l, each (n, d):
+
+- ``cond_distance``   1 - mean_i cos(x_0,i, x_l,i): how far the layer has moved from the condition;
+- ``cond_cka``        linear CKA(x_0, x_l) = ||Y^T X||_F^2 / (||X^T X||_F ||Y^T Y||_F), X, Y centred;
+- ``block_influence`` 1 - mean_i cos(x_{l-1},i, x_l,i) (ShortGPT's BI of block l);
+- ``ridge_r2``        cross-validated R^2 of a ridge regression x_0 -> x_l (scikit-learn's folds;
+                      inputs standardised, alpha chosen by generalised CV inside each training
+                      fold, one SVD per fold; R^2 averaged uniformly over the output dimensions;
+                      the fit is checked against scikit-learn's Ridge in the tests);
+- ``twonn_id``        intrinsic dimension of x_l by TwoNN (Facco et al. 2017: the line through the
+                      origin fitted to (log mu, -log(1 - F(mu))), mu = r2 / r1, the largest 10 %
+                      of ratios discarded);
+- ``massive_share``   the share of the sample's variance (sum of squared distances to the mean)
+                      carried by the top 0.1 % of tokens by norm (massive activations).
+
+Each predictor has an orientation fixed in advance (ORIENTATION): the sign under which "higher
+predicts a more bridgeable layer". The bridgeability table correlates the oriented value.
+Everything is float64. Pure functions, no Dagster.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+# +1: a higher value should predict an easier layer; -1: a lower one. Chosen before any sweep:
+# close to the condition, linearly predictable from it, low-dimensional, a block that changes
+# the stream little, and few massive tokens should each make a layer easier to reach.
+ORIENTATION = {
+    "cond_distance": -1,
+    "cond_cka": 1,
+    "block_influence": -1,
+    "ridge_r2": 1,
+    "twonn_id": -1,
+    "massive_share": -1,
+}
+PREDICTORS = tuple(ORIENTATION)
+MASSIVE_FRACTION = 1e-3  # the top 0.1 % of tokens by norm
+TWONN_DISCARD = 0.1
+RIDGE_FOLDS = 5
+RIDGE_ALPHAS = tuple(10.0 ** k for k in range(-2, 5))
+_BLOCK_ELEMENTS = 2**22
+
+
+def _pair(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    if a.ndim != 2 or a.shape != b.shape:
+        raise ValueError(f"need two (n, d) samples of the same tokens, got {tuple(a.shape)} and "
+                         f"{tuple(b.shape)}")
+    return a.to(torch.float64), b.to(torch.float64)
+
+
+def cosine_distance(a: torch.Tensor, b: torch.Tensor) -> float:
+    """1 - mean over tokens of cos(a_i, b_i); a zero vector has cosine 0 with anything."""
+    a, b = _pair(a, b)
+    cos = torch.nn.functional.cosine_similarity(a, b, dim=1, eps=1e-300)
+    return float(1.0 - cos.mean())
+
+
+def linear_cka(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Linear CKA of two samples of the same tokens (features may differ in number): in [0, 1],
+    invariant to rotations and isotropic scaling of either side."""
+    if a.ndim != 2 or b.ndim != 2 or a.shape[0] != b.shape[0]:
+        raise ValueError(f"need (n, d1) and (n, d2) samples, got {tuple(a.shape)}, {tuple(b.shape)}")
+    x = a.to(torch.float64) - a.to(torch.float64).mean(0)
+    y = b.to(torch.float64) - b.to(torch.float64).mean(0)
+    # Via the n x n Gram matrices when n < d would be cheaper; for n >> d the d x d products are.
+    cross = torch.linalg.matrix_norm(y.T @ x) ** 2
+    den = torch.linalg.matrix_norm(x.T @ x) * torch.linalg.matrix_norm(y.T @ y)
+    if den <= 0:
+        raise ValueError("linear CKA is undefined: one sample has no variance")
+    return float(cross / den)
+
+
+def ridge_fit(x: torch.Tensor, y: torch.Tensor, alphas=RIDGE_ALPHAS) -> tuple[float, torch.Tensor,
+                                                                             torch.Tensor]:
+    """Ridge regression y ~ x (both (n, .), float64, x already standardised and centred; y is
+    centred here), with alpha chosen from `alphas` by generalised cross-validation (Golub, Heath
+    & Wahba 1979), pooled over y's columns. With x = U S V^T (from the eigendecomposition of
+    x^T x, so no n x d factor is formed): for each alpha the
+    residual sum of squares is ||y||^2 - sum_k (2 f_k - f_k^2) ||(U^T y)_k||^2 with
+    f_k = s_k^2 / (s_k^2 + alpha), and GCV = n RSS / (n - sum_k f_k)^2.
+    Returns (alpha, coefficients (d_x, d_y), intercept (d_y,))."""
+    mean = y.mean(0)
+    yc = y - mean
+    # x^T x = V diag(s^2) V^T; V^T x^T y = diag(s) U^T y: no n x k factor is formed
+    s2, v = torch.linalg.eigh(x.T @ x)
+    s2 = s2.clamp_min(0.0)
+    vxy = v.T @ (x.T @ yc)  # (d_x, d_y)
+    live = s2 > s2.max() * 1e-12
+    energy = torch.where(live, vxy.square().sum(1) / torch.where(live, s2, 1.0), 0.0)
+    total = float(yc.square().sum())
+    n = x.shape[0]
+    best = None
+    for alpha in alphas:
+        f = s2 / (s2 + alpha)
+        rss = total - float(((2 * f - f.square()) * energy).sum())
+        gcv = n * max(rss, 0.0) / (n - float(f.sum())) ** 2
+        if best is None or gcv < best[0]:
+            best = (gcv, float(alpha))
+    alpha = best[1]
+    coef = v @ (vxy / (s2 + alpha)[:, None])
+    return alpha, coef, mean
+
+
+def ridge_cv_r2(c: torch.Tensor, h: torch.Tensor, *, folds: int = RIDGE_FOLDS,
+                alphas=RIDGE_ALPHAS, seed: int = 0) -> float:
+    """Cross-validated R^2 of ridge regression c -> h: `folds` shuffled folds (scikit-learn's
+    KFold, seeded); in each, c is standardised on the training part and alpha is chosen by
+    GCV on that part only (ridge_fit); R^2 on the held-out part, averaged uniformly over h's
+    dimensions (constant ones excluded), then over folds."""
+    from sklearn.model_selection import KFold
+
+    x, y = c.to(torch.float64), h.to(torch.float64)
+    if x.ndim != 2 or y.ndim != 2 or x.shape[0] != y.shape[0] or x.shape[0] < 2 * folds:
+        raise ValueError(f"ridge R^2 needs >= {2 * folds} paired rows, got {tuple(x.shape)} and "
+                         f"{tuple(y.shape)}")
+    scores = []
+    for train, test in KFold(folds, shuffle=True, random_state=seed).split(x.numpy()):
+        train, test = torch.from_numpy(train), torch.from_numpy(test)
+        mu, sd = x[train].mean(0), x[train].std(0)
+        sd = torch.where(sd > 0, sd, torch.ones_like(sd))
+        _, coef, icpt = ridge_fit((x[train] - mu) / sd, y[train], alphas)
+        pred, truth = ((x[test] - mu) / sd) @ coef + icpt, y[test]
+        sst = (truth - truth.mean(0)).square().sum(0)
+        keep = sst > 0
+        if not keep.any():
+            raise ValueError("ridge R^2 is undefined: the target is constant on a held-out fold")
+        sse = (truth - pred).square().sum(0)
+        scores.append(float((1.0 - sse[keep] / sst[keep]).mean()))
+    return float(sum(scores) / len(scores))
+
+
+def two_nearest(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Euclidean distances r1 <= r2 of each point to its first and second nearest neighbour
+    (itself excluded), float64, in blocks of rows."""
+    x = x.to(torch.float64)
+    n = x.shape[0]
+    if n < 3:
+        raise ValueError(f"two nearest neighbours need n >= 3 points, got {n}")
+    sq = x.square().sum(1)
+    block = max(1, _BLOCK_ELEMENTS // n)
+    r = []
+    for lo in range(0, n, block):
+        d2 = (sq[lo:lo + block, None] + sq[None, :] - 2.0 * x[lo:lo + block] @ x.T).clamp_min(0.0)
+        rows = torch.arange(lo, min(lo + block, n))
+        d2[rows - lo, rows] = math.inf
+        r.append(torch.topk(d2, 2, dim=1, largest=False).values.sqrt())
+    r = torch.cat(r)
+    return r[:, 0], r[:, 1]
+
+
+def twonn_dimension(x: torch.Tensor, discard_fraction: float = TWONN_DISCARD) -> float:
+    """TwoNN intrinsic dimension (Facco et al. 2017), the least-squares line through the origin
+    of -log(1 - F_emp(mu)) on log(mu) over the smallest (1 - discard_fraction) of the ratios
+    mu = r2 / r1. Points with a duplicate (r1 = 0) are dropped."""
+    if not 0.0 <= discard_fraction < 1.0:
+        raise ValueError(f"discard_fraction must lie in [0, 1), got {discard_fraction}")
+    r1, r2 = two_nearest(x)
+    keep = r1 > 0
+    mu = (r2[keep] / r1[keep]).sort().values
+    n = mu.numel()
+    n_keep = int(n * (1.0 - discard_fraction))
+    if n_keep < 2:
+        raise ValueError(f"TwoNN needs >= 2 distinct points after discarding, got {n_keep}")
+    mu = mu[:n_keep]
+    f = torch.arange(1, n_keep + 1, dtype=torch.float64) / n
+    lx, ly = torch.log(mu), -torch.log1p(-f)
+    return float((lx * ly).sum() / (lx * lx).sum())
+
+
+def massive_share(x: torch.Tensor, fraction: float = MASSIVE_FRACTION) -> float:
+    """The share of sum_i ||x_i - mean||^2 carried by the ceil(fraction * n) tokens of largest
+    norm ||x_i||. Equal to `fraction` when the variance is spread evenly; near 1 when a few
+    massive tokens carry it."""
+    x = x.to(torch.float64)
+    k = max(1, math.ceil(fraction * x.shape[0]))
+    dev = (x - x.mean(0)).square().sum(1)
+    total = dev.sum()
+    if total <= 0:
+        raise ValueError("massive-activation share is undefined: all states are identical")
+    top = torch.topk(x.square().sum(1), k).indices
+    return float(dev[top].sum() / total)
+
+
+def layer_predictors(x0: torch.Tensor, prev: torch.Tensor, x: torch.Tensor, *,
+                     seed: int = 0) -> dict[str, float]:
+    """Every rival predictor of one candidate layer, from the sampled states of the condition
+    (layer 0), the layer below and the layer itself (same tokens, same order)."""
+    return {
+        "cond_distance": cosine_distance(x0, x),
+        "cond_cka": linear_cka(x0, x),
+        "block_influence": cosine_distance(prev, x),
+        "ridge_r2": ridge_cv_r2(x0, x, seed=seed),
+        "twonn_id": twonn_dimension(x),
+        "massive_share": massive_share(x),
+    }

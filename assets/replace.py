@@ -23,16 +23,17 @@ from storage import (
     Geometry,
     HiddenStates,
     LayerScore,
+    RegressionControl,
     SamplerCurve,
     Sequences,
     SweepBridge,
-    swept_bridges,
+    bridgeability_inputs,
 )
 
 
-def trainer(run: StageRun, art: BridgeRun, layer: int, protocol):
+def trainer(run: StageRun, art: BridgeRun, layer: int, protocol, regression: bool = False):
     """The compute of a bridge artifact: build the layer's training pairs, train (resuming its
-    checkpoints) and measure."""
+    checkpoints) and measure; with `regression`, the regression control."""
     from dihal.config import ExtractConfig
     from dihal.replace import train_layer
 
@@ -46,7 +47,7 @@ def trainer(run: StageRun, art: BridgeRun, layer: int, protocol):
         return train_layer(run.model(), states.reader(), layer, protocol, art.checkpoints,
                            train_ids=run.art(Sequences).token_ids()["train"],
                            extract=ExtractConfig(**dump.config), device=run.device(),
-                           progress=progress, log=run.throttled())
+                           progress=progress, log=run.throttled(), regression=regression)
 
     return compute
 
@@ -65,8 +66,27 @@ def replace_assets(backbone: str, n_layers: int) -> list:
         return run.produce(out, protocol, [run.art(HiddenStates)], trainer(run, out, layer, protocol),
                            layer=layer)
 
-    @stage_asset(backbone, "bridgeability", [bridge_sweep, f"layer_score_{backbone}",
-                                             f"geometry_{backbone}"], kinds={"parquet"})
+    @stage_asset(backbone, "regression_sweep", [bridge_sweep], partitions=layers,
+                 kinds={"pytorch", "safetensors"})
+    def regression_sweep(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+        """The regression control of each swept layer: the sweep bridge's network, loss and
+        budget, trained to predict h_l from the condition in one step (no noise); measured the
+        same way (reconstruction error, hybrid NLL, top-1 agreement)."""
+        from dataclasses import replace
+
+        from dihal.config import BridgeProtocol
+
+        run, layer = StageRun(context, backbone), int(context.partition_key)
+        states, sweep = run.art(HiddenStates), run.art(SweepBridge, layer)
+        _, sm = run.require(states, sweep)
+        protocol = replace(BridgeProtocol(**sm.config), steps=1)  # the sweep's own budget
+        out = run.art(RegressionControl, layer)
+        return run.produce(out, protocol, [states, sweep],
+                           trainer(run, out, layer, protocol, regression=True), layer=layer)
+
+    @stage_asset(backbone, "bridgeability", [bridge_sweep, regression_sweep,
+                                             f"layer_score_{backbone}", f"geometry_{backbone}"],
+                 kinds={"parquet"})
     def bridgeability(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
         """Does the geometry score predict bridgeability? Spearman of S_l (each normalisation),
         of the rival predictors and of the depth control -l against -val loss,
@@ -76,11 +96,17 @@ def replace_assets(backbone: str, n_layers: int) -> list:
         run = StageRun(context, backbone)
         score, geo = run.art(LayerScore), run.art(Geometry)
         hs, sm, _ = run.require(run.art(HiddenStates), score, geo)
-        swept = swept_bridges(run.layout, backbone, n_layers, hs)
+        inputs = bridgeability_inputs(run.layout, backbone, n_layers, hs)
+        swept, controls = inputs["sweep"], inputs["regression"]
         check_sweep(swept, backbone)
-        return run.produce(run.art(Bridgeability), {}, [score, geo] + [a for a, _ in swept], lambda: stage(
+        if missing := sorted({a.key for a, _ in swept} - {a.key for a, _ in controls}):
+            context.log.warning(f"no regression control for swept layers {missing}: run "
+                                f"regression_sweep_{backbone} for them (the sweep job does)")
+        ups = [a for group in inputs.values() for a, _ in group]
+        return run.produce(run.art(Bridgeability), {}, ups, lambda: stage(
             [a.read().metrics for a, _ in swept], score.rows(), sm.info["l_star"], backbone=backbone,
-            predictor_rows=geo.predictor_rows()))
+            predictor_rows=geo.predictor_rows(),
+            regression=[a.read().metrics for a, _ in controls]))
 
     @stage_asset(backbone, "bridge", [f"layer_score_{backbone}", f"hidden_states_{backbone}"],
                  kinds={"pytorch", "safetensors"})
@@ -133,7 +159,8 @@ def replace_assets(backbone: str, n_layers: int) -> list:
         return dg.RunRequest(run_key=None, asset_selection=[dg.AssetKey(a) for a in stale],
                              tags={"reason": "stale: " + ", ".join(stale)})
 
-    return [bridge_sweep, bridgeability, bridge, evaluation, sampler_steps, reeval_job, reevaluate]
+    return [bridge_sweep, regression_sweep, bridgeability, bridge, evaluation, sampler_steps,
+            reeval_job, reevaluate]
 
 
 def check_sweep(swept: list, backbone: str) -> None:

@@ -8,10 +8,8 @@ from storage import (
     Bridge,
     Bridgeability,
     Evaluation,
-    Geometry,
     HiddenStates,
-    LayerScore,
-    swept_bridges,
+    bridgeability_inputs,
 )
 
 
@@ -21,14 +19,13 @@ def stale_assets(layout: ArtifactLayout, backbone: str, n_layers: int) -> list[s
     from dihal.config import MIN_SWEPT_LAYERS
 
     stale = []
-    score, geo = LayerScore(layout, backbone), Geometry(layout, backbone)
-    hs, sm, gm = HiddenStates(layout, backbone).manifest(), score.manifest(), geo.manifest()
-    if hs is not None and sm is not None and gm is not None:
-        swept = swept_bridges(layout, backbone, n_layers, hs)
-        want = {score.name: sm.fingerprint, geo.name: gm.fingerprint,
-                **{a.name: m.fingerprint for a, m in swept}}
+    hs = HiddenStates(layout, backbone).manifest()
+    if hs is not None:
+        inputs = bridgeability_inputs(layout, backbone, n_layers, hs)
+        want = {a.name: m.fingerprint for group in inputs.values() for a, m in group}
         mine = Bridgeability(layout, backbone).manifest()
-        if len(swept) >= MIN_SWEPT_LAYERS and (mine is None or mine.upstream != want):
+        if (inputs["score"] and inputs["geometry"] and len(inputs["sweep"]) >= MIN_SWEPT_LAYERS
+                and (mine is None or mine.upstream != want)):
             stale.append(f"bridgeability_{backbone}")
     bridge = Bridge(layout, backbone)
     if (bm := bridge.manifest()) is not None:

@@ -18,8 +18,10 @@ import numpy as np
 import torch
 
 from dihal.bridge import (
+    REGRESSION_T_GRID,
     BridgeData,
     BrownianBridge,
+    EndpointRegression,
     Standardizer,
     build_denoiser,
     reconstruction_error,
@@ -118,6 +120,14 @@ def held_out(reader, layer: int, protocol: BridgeProtocol, cond_std: Standardize
     return BridgeData(zc, zh, _loss_mask(c_va, protocol)), torch.from_numpy(ids)
 
 
+def train_config_of(protocol: BridgeProtocol, device: str, regression: bool = False):
+    """The loop's config: the protocol's, validated at t = 1 for the regression control."""
+    from dataclasses import replace
+
+    tcfg = protocol.train_config(device)
+    return replace(tcfg, val_t_grid=REGRESSION_T_GRID) if regression else tcfg
+
+
 def train_layer_bridge(
     data: LayerData,
     protocol: BridgeProtocol,
@@ -125,16 +135,19 @@ def train_layer_bridge(
     *,
     device: str = "cpu",
     progress: Callable[[dict], None] | None = None,
+    regression: bool = False,
 ):
     """Build the protocol's denoiser (seeded the same for every layer), measure its validation
-    loss at initialisation, and train it; resumes from ckpt_dir. Returns (denoiser,
-    TrainResult, validation loss at initialisation)."""
+    loss at initialisation, and train it; resumes from ckpt_dir. With `regression`, the same
+    network, loss and budget trained only at t = 1 (EndpointRegression: h_l from c directly).
+    Returns (denoiser, TrainResult, validation loss at initialisation)."""
     cfg = protocol.denoiser_config(data.train.dim, data.train.seq_len)
     denoiser = build_denoiser(cfg, seed=derive_seed(protocol.seed, "denoiser-init")).to(device)
-    process = BrownianBridge(sigma=protocol.sigma)
-    init_val_loss = validation_loss(denoiser, data.val, process, seed=protocol.seed)
-    result = train_bridge(denoiser, data.train, data.val, process,
-                          protocol.train_config(device), Path(ckpt_dir), progress=progress)
+    process = (EndpointRegression if regression else BrownianBridge)(sigma=protocol.sigma)
+    tcfg = train_config_of(protocol, device, regression)
+    init_val_loss = validation_loss(denoiser, data.val, process, tcfg.val_t_grid, seed=protocol.seed)
+    result = train_bridge(denoiser, data.train, data.val, process, tcfg, Path(ckpt_dir),
+                          progress=progress)
     return denoiser, result, init_val_loss
 
 
@@ -231,10 +244,29 @@ def bridgeability_table(layer_rows: list[dict], score_rows: list[dict],
     return {"rows": rows, "layers": layers, "oracle": oracle, "worst": worst}
 
 
+def regression_table(swept: list[BridgeMetrics], controls: list[BridgeMetrics]) -> list[dict]:
+    """The diffusion bridge against its regression control at each layer that has both: the
+    reconstruction error, hybrid NLL and top-1 agreement of each, and which is better."""
+    control = {m.layer: m for m in controls}
+    rows = []
+    for b in sorted(swept, key=lambda m: m.layer):
+        if (r := control.get(b.layer)) is None:
+            continue
+        rows.append({"layer": b.layer, "bridge_recon_error": b.recon_error,
+                     "regression_recon_error": r.recon_error, "bridge_hybrid_nll": b.hybrid_nll,
+                     "regression_hybrid_nll": r.hybrid_nll, "bridge_top1": b.top1_agreement,
+                     "regression_top1": r.top1_agreement, "regression_mse": r.val_loss,
+                     "bridge_better_nll": b.hybrid_nll < r.hybrid_nll,
+                     "bridge_better_recon": b.recon_error < r.recon_error})
+    return rows
+
+
 def bridgeability(swept: list[BridgeMetrics], score_rows: list[dict], l_star: int, *,
-                  backbone: str, predictor_rows: list[dict] = ()) -> BridgeabilityResult:
+                  backbone: str, predictor_rows: list[dict] = (),
+                  regression: list[BridgeMetrics] = ()) -> BridgeabilityResult:
     """The bridgeability stage: does the layer score, or a rival predictor, predict how well
-    a bridge learns, better than depth does?"""
+    a bridge learns, better than depth does? And does the bridge beat its regression control
+    (`regression`: the controls' metrics, of some or all swept layers)?"""
     from dihal.errors import DihalError
     from dihal.plots import plot_bridgeability
 
@@ -246,6 +278,7 @@ def bridgeability(swept: list[BridgeMetrics], score_rows: list[dict], l_star: in
     return BridgeabilityResult(
         layer_rows=layer_rows, spearman=table["rows"], layers=table["layers"],
         oracle=table["oracle"], worst=table["worst"], l_star=l_star,
+        regression=regression_table(swept, list(regression)),
         plot_png=plot_bridgeability(layer_rows, candidates,
                                     f"{backbone}: score vs bridgeability (l* = {l_star})"))
 
@@ -253,12 +286,16 @@ def bridgeability(swept: list[BridgeMetrics], score_rows: list[dict], l_star: in
 def train_layer(backbone, reader, layer: int, protocol: BridgeProtocol, ckpt_dir: Path, *,
                 train_ids: np.ndarray, extract: ExtractConfig, device: str = "cpu",
                 progress: Callable[[dict], None] | None = None,
-                log: Callable[[str], None] | None = None) -> TrainedBridge:
+                log: Callable[[str], None] | None = None, regression: bool = False) -> TrainedBridge:
     """The bridge stage (sweep partitions, the bridge at l*, full training): the training pairs
     from the dump of `reader`, or, where it did not store the training split, computed for
     `train_ids` with the backbone's first `layer` blocks (as the dump was made, under
     `extract`); train a bridge hs[0] -> h_layer under `protocol` (resuming from `ckpt_dir`),
-    measure its bridgeability and package it for saving."""
+    measure its bridgeability and package it for saving. With `regression`: the regression
+    control instead (train_layer_bridge; `protocol.steps` must then be 1)."""
+    if regression and protocol.steps != 1:
+        raise ValueError(f"the regression control predicts in one step: steps must be 1, got "
+                         f"{protocol.steps}")
     import time
 
     from dihal.bridge.train import sample_budget
@@ -273,10 +310,10 @@ def train_layer(backbone, reader, layer: int, protocol: BridgeProtocol, ckpt_dir
     data = load_layer_data(reader, layer, protocol, pairs)
     del pairs
     denoiser, result, init_val_loss = train_layer_bridge(data, protocol, ckpt_dir, device=device,
-                                                         progress=progress)
+                                                         progress=progress, regression=regression)
     measured = measure_bridge(backbone, denoiser.to(backbone.device), data, protocol,
                                val_loss=result.val_loss)
-    tcfg = protocol.train_config(device)
+    tcfg = train_config_of(protocol, device, regression)
     metrics = BridgeMetrics(
         layer=layer, **measured, init_val_loss=init_val_loss, train_loss=result.train_loss,
         steps=result.step,
@@ -291,6 +328,8 @@ def train_layer(backbone, reader, layer: int, protocol: BridgeProtocol, ckpt_dir
     hparams = {"backbone": backbone.spec.name, "layer": layer, "protocol": protocol.to_dict(),
                "denoiser_config": denoiser.cfg.to_dict(), "train_config": tcfg.to_dict(),
                "revision": backbone.weights.revision}
+    if regression:
+        hparams["objective"] = "regression"
     return TrainedBridge(tensors, hparams, metrics, result.curve)
 
 

@@ -61,6 +61,23 @@ def _spearman_table(rows: list[dict]) -> list[dict]:
              "against depth (val loss)": r.get("vs_depth_-val_loss", "")} for r in rows]
 
 
+def _regression_summary(rows: list[dict], swept: list[int]) -> str:
+    if not rows:
+        return ("No regression control was trained for these swept layers: materialise "
+                "regression_sweep_<b> (the sweep job does) and then bridgeability again.")
+    nll = [r["layer"] for r in rows if r["bridge_better_nll"]]
+    rec = [r["layer"] for r in rows if r["bridge_better_recon"]]
+    n = len(rows)
+    verdict = ("The diffusion bridge beats the regressor" if len(nll) == n else
+               "The regressor is at least as good as the diffusion bridge" if not nll else
+               "Neither wins everywhere")
+    missing = sorted(set(swept) - {r["layer"] for r in rows})
+    return (f"{verdict}: under the same network and budget, the bridge has the lower hybrid NLL "
+            f"at {len(nll)} of {n} layers" + (f" ({', '.join(map(str, nll))})" if nll else "")
+            + f" and the lower reconstruction error at {len(rec)} of {n}."
+            + (f" Layers without a control: {', '.join(map(str, missing))}." if missing else ""))
+
+
 def _sampler_summary(curve: dict) -> str:
     rows = sorted(curve["rows"], key=lambda r: r["steps"])
     lo, hi = rows[0], rows[-1]
@@ -183,6 +200,16 @@ def build_report(x: ReportInputs) -> ReportResult:
     r.image(x.plots["scatter"], "S_l vs bridge validation loss per normalisation, and the depth control")
     r.p("The protocol every swept layer was trained under:")
     r.table(_key_value(x.sweep_protocol), ["setting", "value"])
+
+    r.h2("2a. The bridge against a regression control")
+    r.p(_regression_summary(bness.get("regression", []), bness["swept_layers"]))
+    if bness.get("regression"):
+        r.p("The regression control is the sweep's denoiser, loss and budget trained only at "
+            "t = 1, where the bridge's input is the condition itself: it predicts h_l from hs[0] "
+            "in one step, with no noise. Both are measured the same way on held-out text.")
+        r.table(bness["regression"], ["layer", "bridge_hybrid_nll", "regression_hybrid_nll",
+                                      "bridge_recon_error", "regression_recon_error",
+                                      "bridge_top1", "regression_top1"], ".4g")
 
     r.h2("2b. What the sampler's steps buy at l*")
     r.p(_sampler_summary(x.sampler_curve))

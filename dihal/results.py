@@ -195,18 +195,22 @@ class BridgeabilityResult:
     worst: int
     l_star: int
     plot_png: bytes = field(repr=False, default=b"")
+    regression: list[dict] = field(default_factory=list)  # the bridge vs its regression control
 
     def info(self) -> dict:
         return {"l_star": self.l_star, "oracle": self.oracle, "worst": self.worst,
-                "swept_layers": self.layers, "spearman": self.spearman}
+                "swept_layers": self.layers, "spearman": self.spearman,
+                "regression": self.regression}
 
     def metadata(self) -> dict:
         """l*, oracle, worst and each predictor's Spearman as top-level numbers (the UI charts
         them over materialisations)."""
         rho = {f"spearman {r['predictor']} vs -{target}": r[f"spearman_vs_-{target}"]
                for r in self.spearman for target in ("val_loss", "recon_error", "hybrid_nll")}
+        beats = sum(r["bridge_better_nll"] for r in self.regression)
         return {"l_star": self.l_star, "oracle": self.oracle, "worst": self.worst,
-                "swept_layers": self.layers, **rho}
+                "swept_layers": self.layers, **rho,
+                "bridge beats regression (hybrid NLL)": f"{beats} of {len(self.regression)} layers"}
 
 
 @dataclass(frozen=True)

@@ -88,7 +88,8 @@ class TrainConfig:
             "keep_checkpoints": self.keep_checkpoints >= 1,
             "log_every": self.log_every >= 1,
             "eval_every": self.eval_every >= 0,
-            "val_t_grid": len(self.val_t_grid) > 0 and all(0 < t < 1 for t in self.val_t_grid),
+            # t = 1 is the condition itself: the regression control validates there
+            "val_t_grid": len(self.val_t_grid) > 0 and all(0 < t <= 1 for t in self.val_t_grid),
             "val_batch_size": self.val_batch_size >= 1,
         }
         bad = [name for name, ok in checks.items() if not ok]

@@ -71,8 +71,9 @@ def stage_jobs(b: str) -> list:
     return [
         job("locate", [f"layer_score_{b}"], f"corpus -> hidden states -> geometry -> layer score "
             f"for {b}", upstream=True),
-        job("sweep", [f"bridge_sweep_{b}"], "a bridge per candidate layer under one protocol; "
-            "one partition per layer, launched as one backfill"),
+        job("sweep", [f"bridge_sweep_{b}", f"regression_sweep_{b}"], "a bridge per candidate "
+            "layer under one protocol, and its regression control; one partition per layer, "
+            "launched as one backfill"),
         job("bridge_eval", [f"bridgeability_{b}", f"bridge_{b}", f"eval_{b}", f"sampler_steps_{b}"],
             "does the score predict bridgeability; the bridge at l* with the full budget; its "
             "samples, Gen.PPL and diversity; what the sampler's steps buy"),

@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> None:
 
 def _chain(chain: Chain, args, layers: list[int], baselines: list[str], say) -> None:
     from resources import StorageResource
-    from storage import Bridgeability, Comparison, Evaluation, LayerScore, Report
+    from storage import Bridgeability, Comparison, Evaluation, LayerScore, Report, SamplerCurve
 
     b, layout = args.backbone, StorageResource().layout()
     last = STAGES.index(args.stop_after)
@@ -192,6 +192,9 @@ def _chain(chain: Chain, args, layers: list[int], baselines: list[str], say) -> 
         for row in Evaluation(layout, b).require().info["rows"]:
             say(", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                           for k, v in row.items()))
+        for row in SamplerCurve(layout, b).require().info["rows"]:
+            say(f"  sampler K={row['steps']}: hybrid NLL {row['hybrid_nll']:.4f}, reconstruction "
+                f"error {row['recon_error']:.4f}, {row['ms_per_token']:.1f} ms/token")
     if last >= STAGES.index("report"):
         say(f"baselines {', '.join(baselines)} at DiHAL's budget")
         chain.backfill(f"baselines_{b}", baselines)

@@ -23,13 +23,16 @@ from storage.artifacts import (
     LayerScore,
     Markdown,
     Plot,
+    RegressionControl,
     Report,
     SamplerCurve,
     Sequences,
     SweepBridge,
     Table,
     WorkArtifact,
+    bridgeability_inputs,
     current_baselines,
+    regression_controls,
     report_inputs,
     swept_bridges,
 )
@@ -39,7 +42,8 @@ from storage.manifest import Manifest, fingerprint, read_manifest
 __all__ = [
     "Artifact", "ArtifactLayout", "BaselineRun", "Bridge", "BridgeRun", "Bridgeability",
     "Comparison", "Corpus", "Evaluation", "FileLink", "FullTraining", "FullTrainingBridge",
-    "Geometry", "HiddenStates", "LayerScore", "Manifest", "Markdown", "Plot", "Report", "SamplerCurve",
-    "Sequences",
-    "SweepBridge", "Table", "WorkArtifact", "current_baselines", "fingerprint", "read_manifest", "report_inputs", "swept_bridges",
+    "Geometry", "HiddenStates", "LayerScore", "Manifest", "Markdown", "Plot", "RegressionControl",
+    "Report", "SamplerCurve", "Sequences", "SweepBridge", "Table", "WorkArtifact",
+    "bridgeability_inputs", "current_baselines", "fingerprint", "read_manifest",
+    "regression_controls", "report_inputs", "swept_bridges",
 ]

@@ -458,6 +458,13 @@ class SweepBridge(BridgeRun):
         return self.layout.stage(self.stage, self.backbone) / f"layer_{int(self.key):03d}"
 
 
+class RegressionControl(SweepBridge):
+    """regression_sweep_<b>, partition `key` = the candidate layer: the sweep bridge's network
+    and budget trained to predict h_l from the condition in one step."""
+
+    stage = "regression_sweep"
+
+
 class Bridge(BridgeRun):
     """bridge_<b>: the bridge at l*, full budget."""
 
@@ -490,13 +497,41 @@ def swept_bridges(layout: ArtifactLayout, backbone: str, n_layers: int,
     return found
 
 
+def regression_controls(layout: ArtifactLayout, backbone: str,
+                        swept: list[tuple[SweepBridge, Manifest]]) -> list[tuple[RegressionControl, Manifest]]:
+    """The regression controls made against the given (current) sweep bridges, by layer."""
+    found = []
+    for bridge, bm in swept:
+        art = RegressionControl(layout, backbone, bridge.key)
+        m = art.manifest()
+        if m is not None and m.upstream.get(bridge.name) == bm.fingerprint:
+            found.append((art, m))
+    return found
+
+
+def bridgeability_inputs(layout: ArtifactLayout, backbone: str, n_layers: int,
+                         hidden_states: Manifest) -> dict[str, list[tuple[Artifact, Manifest]]]:
+    """What bridgeability_<b> is made from: {"score": [layer score], "geometry": [...],
+    "sweep": current sweep bridges, "regression": their regression controls}; an entry is
+    empty where the artifact does not exist yet."""
+    out = {}
+    for key, cls in (("score", LayerScore), ("geometry", Geometry)):
+        art = cls(layout, backbone)
+        m = art.manifest()
+        out[key] = [(art, m)] if m is not None else []
+    out["sweep"] = swept_bridges(layout, backbone, n_layers, hidden_states)
+    out["regression"] = regression_controls(layout, backbone, out["sweep"])
+    return out
+
+
 class Bridgeability(Artifact):
     stage = "bridgeability"
-    files = ("layers.parquet", "spearman.parquet", "scatter.png")
+    files = ("layers.parquet", "spearman.parquet", "regression.parquet", "scatter.png")
 
     def _write_files(self, directory: Path, result: BridgeabilityResult) -> None:
         write_table(directory / "layers.parquet", result.layer_rows)
         write_table(directory / "spearman.parquet", result.spearman)
+        write_table(directory / "regression.parquet", result.regression)
         atomic_write_bytes(directory / "scatter.png", result.plot_png)
 
     def layer_rows(self) -> list[dict]:
@@ -510,6 +545,9 @@ class Bridgeability(Artifact):
         return {**super().metadata(manifest),
                 "plot": Plot(self.path("scatter.png"), "S_l vs bridgeability"),
                 "spearman": Table(spearman, list(spearman[0]), ".3f"),
+                "bridge_vs_regression": Table(manifest.info.get("regression", []), [
+                    "layer", "bridge_hybrid_nll", "regression_hybrid_nll", "bridge_recon_error",
+                    "regression_recon_error"]),
                 "layers": Table(self.layer_rows(), ["layer", "val_loss", "recon_error",
                                                     "hybrid_nll", "top1_agreement"])}
 

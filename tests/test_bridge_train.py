@@ -73,6 +73,27 @@ def test_loss_falls_on_a_toy_problem(tmp_path):
     assert read_state(result.checkpoint)["done"] is True
 
 
+def test_regression_control_learns_the_map_in_one_step(tmp_path):
+    """EndpointRegression: trained only at t = 1 (x_1 = c, no noise), validated there; the
+    one-step sampler returns f(c, 1, c), its prediction of z0."""
+    from dihal.bridge.process import REGRESSION_T_GRID, EndpointRegression
+    from dihal.bridge.sampler import sample
+
+    process = EndpointRegression()
+    assert torch.equal(process.sample_t(5, torch.Generator().manual_seed(0)), torch.ones(5))
+    train, val = toy_data(512, 1, mask=True), toy_data(64, 2, mask=True)
+    model = build_denoiser(CFG, 0)
+    before = validation_loss(model, val, process, REGRESSION_T_GRID)
+    cfg = TrainConfig(lr=1e-2, batch_size=16, warmup_frac=0.1, val_t_grid=REGRESSION_T_GRID)
+    result = train_bridge(model, train, val, process, cfg, tmp_path)
+    assert result.val_loss < before / 5
+    c, z0, m = val.batch(slice(0, 64), torch.device("cpu"))
+    with torch.no_grad():
+        direct = model(c, torch.ones(c.shape[0]), c)
+    torch.testing.assert_close(sample(model, c, process, steps=1), direct)
+    assert squared_error(direct, z0, m)[0] / squared_error(torch.zeros_like(z0), z0, m)[0] < 0.2
+
+
 def _small_run_setup():
     cfg = TrainConfig(lr=5e-3, batch_size=4, checkpoint_every=4, log_every=2, eval_every=4)
     return toy_data(48, 3), toy_data(8, 4), cfg

@@ -38,6 +38,8 @@ BAD = {
         "lr": [0.0], "seed": [-1], "n_samples": [0], "length": [0], "restrict_vocab": ["no"],
     },
     dc.LayerScoreConfig: {"primary_norm": ["l2"]},
+    dc.SamplerCurveConfig: {"steps": [(), (0,), (2, 2), "16", (1.5,)], "n_samples": [0],
+                            "length": [0], "seed": [-1]},
 }
 CASES = [(cls, name, value) for cls, fields in BAD.items() for name, values in fields.items()
          for value in values]

@@ -111,7 +111,8 @@ def test_run_configs_mirror_the_dihal_dataclasses():
     pairs = [(configs.CorpusRunConfig, dc.CorpusConfig), (configs.SequencesRunConfig, dc.SequenceConfig),
              (configs.ExtractRunConfig, dc.ExtractConfig), (configs.GeometryRunConfig, dc.GeometryConfig),
              (configs.BridgeProtocolRunConfig, dc.BridgeProtocol), (configs.EvalRunConfig, dc.EvalConfig),
-             (configs.BaselineRunConfig, dc.BaselineRunConfig)]
+             (configs.BaselineRunConfig, dc.BaselineRunConfig),
+             (configs.SamplerCurveRunConfig, dc.SamplerCurveConfig)]
     for run_cls, cls in pairs:
         assert set(run_cls.model_fields) == {f.name for f in dataclasses.fields(cls)}, run_cls
         assert run_cls().to_dihal() == cls(), run_cls

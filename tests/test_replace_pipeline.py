@@ -85,7 +85,31 @@ def test_sweep_bridgeability_bridge_eval_and_schedule(tiny):
     b = read_manifest(root / "llama" / "bridgeability")
     assert b.info["oracle"] in (1, 2, 3) and b.info["worst"] in (1, 2, 3)
     preds = [r["predictor"] for r in b.info["spearman"]]
-    assert "depth (-l)" in preds and "S_l (none)" in preds
+    assert "depth (-l)" in preds and "S_l (none)" in preds and "S_l (robust)" in preds
+    assert {"-cond_distance", "cond_cka", "-block_influence", "ridge_r2", "-twonn_id",
+            "-massive_share"} <= set(preds)
+    for row in b.info["spearman"]:
+        lo, rho, hi = (row[f"{k}_vs_-val_loss"] for k in ("low", "spearman", "high"))
+        assert rho != rho or lo <= rho <= hi, row  # NaN where a predictor is constant
+    assert b.info["regression"] == []  # no control trained yet: the report says so
+    assert stale_assets(layout, "llama", 4) == []
+
+    # the regression control of each swept layer: the sweep's network and budget, one step
+    for layer in ("1", "2", "3"):
+        res, err = _mat(defs, inst, ["regression_sweep_llama"], {}, partition=layer)
+        assert res.success, err
+        ctrl = read_manifest(root / "llama" / "regression_sweep" / f"layer_{int(layer):03d}")
+        sweep = read_manifest(root / "llama" / "bridge_sweep" / f"layer_{int(layer):03d}")
+        assert ctrl.config == {**sweep.config, "steps": 1}
+        assert ctrl.info["metrics"]["train_tokens"] == sweep.info["metrics"]["train_tokens"]
+        assert ctrl.info["metrics"]["val_loss"] < ctrl.info["metrics"]["init_val_loss"]
+    assert stale_assets(layout, "llama", 4) == ["bridgeability_llama"]
+    res, err = _mat(defs, inst, ["bridgeability_llama"], {})
+    assert res.success, err
+    rows = read_manifest(root / "llama" / "bridgeability").info["regression"]
+    assert [r["layer"] for r in rows] == [1, 2, 3]
+    for r in rows:
+        assert r["bridge_better_nll"] == (r["bridge_hybrid_nll"] < r["regression_hybrid_nll"])
     assert stale_assets(layout, "llama", 4) == []
 
     full = {**PROTOCOL, "epochs": 2.0}

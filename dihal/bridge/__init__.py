@@ -14,7 +14,7 @@ from dihal.bridge.data import BridgeData, Standardizer
 from dihal.bridge.denoiser import CausalDenoiser, DenoiserConfig, KVCache, build_denoiser
 from dihal.bridge.loss import bridge_loss, bridge_loss_terms
 from dihal.bridge.measures import DEFAULT_T_GRID, reconstruction_error, validation_loss
-from dihal.bridge.process import BrownianBridge
+from dihal.bridge.process import REGRESSION_T_GRID, BrownianBridge, EndpointRegression
 from dihal.bridge.sampler import BridgeDecodeState, IncrementalSampler, sample, time_grid
 
 if TYPE_CHECKING:
@@ -38,6 +38,8 @@ __all__ = [
     "BridgeDecodeState",
     "BridgeTrainingError",
     "BrownianBridge",
+    "EndpointRegression",
+    "REGRESSION_T_GRID",
     "CausalDenoiser",
     "DenoiserConfig",
     "IncrementalSampler",

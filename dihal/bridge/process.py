@@ -89,3 +89,19 @@ class BrownianBridge:
                 raise ValueError("eta != 0 needs eps")
             x_s = x_s + eta * self.sigma * torch.sqrt(s * (t - s) / t) * eps
         return x_s
+
+
+@dataclass(frozen=True)
+class EndpointRegression(BrownianBridge):
+    """The regression control (issue 10): the bridge's loss and network, trained only at t = 1,
+    where x_1 = z1 = c carries no noise. The denoiser then learns h_l = f(c, 1, c) directly, and
+    the one-step sampler (K = 1: t = 1 -> s = 0) returns that prediction. Validated at t = 1."""
+
+    def sample_t(self, n: int, generator: torch.Generator | None = None,
+                 device: torch.device | str | None = None) -> Tensor:
+        if generator is not None and device is None:
+            device = generator.device
+        return torch.ones(n, device=device)
+
+
+REGRESSION_T_GRID = (1.0,)

@@ -6,7 +6,7 @@ import dagster as dg
 
 from assets._stage import StageRun, stage_asset
 from assets.configs import BaselineRunConfig, EvalRunConfig
-from assets.replace import trainer
+from assets.replace import reference_texts, trainer
 from dihal.registry import BASELINES
 from storage import (
     BaselineRun,
@@ -49,7 +49,7 @@ def compare_assets(backbone: str) -> list:
             ref = reference_budget(br.read().metrics, bm.config["steps"], sm.config["seq_len"])
             return stage(name, run.model(), torch.as_tensor(seqs.token_ids()["train"]), ref,
                          bm.config, cfg, out.workdir, run.judge(), progress=run.throttled(),
-                         device=run.device())
+                         device=run.device(), reference_texts=reference_texts(run, cfg.length))
 
         return run.produce(out, {"name": name, **cfg.__dict__}, [seqs, br], compute,
                            judge=run.resources.judge.name, recipe_version=VERSIONS[name])
@@ -90,7 +90,8 @@ def compare_assets(backbone: str) -> list:
             return art.read()
 
         return run.produce(run.art(FullTraining), cfg, [bness, br], lambda: stage(
-            full_training_roles(bn.info), bridge_at, run.model(), run.judge(), cfg, run.log),
+            full_training_roles(bn.info), bridge_at, run.model(), run.judge(), cfg, run.log,
+            reference_texts=reference_texts(run, cfg.length)),
             judge=run.resources.judge.name)
 
     @stage_asset(backbone, "report", [f"comparison_{backbone}", full_training,

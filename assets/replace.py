@@ -52,6 +52,14 @@ def trainer(run: StageRun, art: BridgeRun, layer: int, protocol, regression: boo
     return compute
 
 
+def reference_texts(run: StageRun, length: int) -> list[str]:
+    """Held-out corpus text cut like samples of `length` tokens: MAUVE's reference."""
+    from dihal.generation import held_out_texts
+
+    bb = run.model()
+    return held_out_texts(bb.tokenizer, run.art(Sequences).token_ids()["val"], length, bb.eos_id)
+
+
 def replace_assets(backbone: str, n_layers: int) -> list:
     layers = dg.StaticPartitionsDefinition([str(ll) for ll in range(1, n_layers)])
 
@@ -128,8 +136,8 @@ def replace_assets(backbone: str, n_layers: int) -> list:
         run, cfg = StageRun(context, backbone), config.to_dihal()
         br = run.art(Bridge)
         return run.produce(run.art(Evaluation), cfg, [br], lambda: evaluate_generation(
-            run.model(), br.read(), run.judge(), cfg, progress=run.log),
-            judge=run.resources.judge.name)
+            run.model(), br.read(), run.judge(), cfg, progress=run.log,
+            reference_texts=reference_texts(run, cfg.length)), judge=run.resources.judge.name)
 
     @stage_asset(backbone, "sampler_steps", [bridge, f"hidden_states_{backbone}"], kinds={"parquet"})
     def sampler_steps(context: dg.AssetExecutionContext,

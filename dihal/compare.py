@@ -39,6 +39,7 @@ def baseline(
     judge,
     progress: Callable[[str], None] | None = None,
     device: str = "cpu",
+    reference_texts: list[str] | None = None,
 ) -> BaselineResult:
     """The baseline stage: build `name` at DiHAL's size, check the budget, train it with the
     bridge's protocol (its loop, schedule and budget; lr and seed from `cfg`; resumable in
@@ -81,7 +82,8 @@ def baseline(
         tokens = vocab[tokens]  # back to backbone ids
     texts = texts_until_eos(backbone.tokenizer, tokens, backbone.eos_id, prompt_len=0,
                             bos_id=backbone.bos_id)
-    metrics = text_metrics(texts, judge)
+    metrics = text_metrics(texts, judge, seed=cfg.seed,
+                           reference=judge.features(reference_texts) if reference_texts else None)
     total = getattr(model, "total_parameters", lambda: sum(p.numel() for p in model.parameters()))()
     row = {"model": name, "role": "baseline", **metrics, "budget": budget.to_dict(),
            "total_parameters": int(total), "train_steps": trained.step,
@@ -98,8 +100,9 @@ def baseline(
 # The stages
 
 
-# Gen.PPL both ways and diversity, each with its interval over samples (generation.text_metrics)
-GENERATION_KEYS = tuple(f"{m}{end}" for m in ("gen_ppl", "gen_ppl_mean", "diversity")
+# Gen.PPL both ways, diversity and MAUVE, each with its interval over samples
+# (generation.text_metrics)
+GENERATION_KEYS = tuple(f"{m}{end}" for m in ("gen_ppl", "gen_ppl_mean", "diversity", "mauve")
                         for end in ("", "_low", "_high"))
 
 
@@ -127,7 +130,8 @@ FULL_TRAINING_ROLES = ("geometry l*", "oracle", "worst")
 
 
 def full_training(roles: dict[str, int], bridge_at: Callable[[int], TrainedBridge], backbone,
-                  judge, cfg, progress: Callable[[str], None] | None = None) -> FullTrainingResult:
+                  judge, cfg, progress: Callable[[str], None] | None = None, *,
+                  reference_texts: list[str] | None = None) -> FullTrainingResult:
     """The full_training stage: the full-budget bridge of each role's layer (`bridge_at` reuses
     or trains it), evaluated like the bridge at l* (bridgeability and generation)."""
     from dihal.generation import evaluate_generation
@@ -136,7 +140,7 @@ def full_training(roles: dict[str, int], bridge_at: Callable[[int], TrainedBridg
     for role, layer in roles.items():
         trained = bridge_at(layer)
         hybrid = evaluate_generation(backbone, trained, judge, cfg, progress=progress,
-                                     with_backbone=False).rows[0]
+                                     with_backbone=False, reference_texts=reference_texts).rows[0]
         m = trained.metrics
         rows.append({"role": role, "layer": layer, "val_loss": m.val_loss,
                      "recon_error": m.recon_error, "hybrid_nll": m.hybrid_nll,

@@ -26,24 +26,48 @@ def texts_until_eos(tokenizer, tokens: torch.Tensor, eos_id: int, prompt_len: in
     return out
 
 
-def text_metrics(texts: list[str], judge, *, seed: int = 0) -> dict:
+def held_out_texts(tokenizer, val_ids, length: int, eos_id: int) -> list[str]:
+    """The reference texts MAUVE compares samples with: each held-out sequence's first
+    `length` tokens after its BOS, up to its first EOS (as samples are cut)."""
+    import torch
+
+    tokens = torch.as_tensor(val_ids)[:, : 1 + length]
+    return [t for t in texts_until_eos(tokenizer, tokens, eos_id, prompt_len=1) if t.strip()]
+
+
+def text_metrics(texts: list[str], judge, *, seed: int = 0, reference=None) -> dict:
     """Gen.PPL (token-weighted, and the mean of per-sample perplexities), diversity,
-    repetition and length of `texts`, with bootstrap intervals over samples (seeded)."""
-    from dihal.metrics import diversity, gen_ppl, mean_length, metric_intervals, repetition
+    repetition and length of `texts`, with intervals over samples (seeded); with `reference`
+    (the judge's features of held-out corpus text), MAUVE against it with its interval."""
+    from dihal.metrics import (
+        diversity,
+        gen_ppl,
+        mauve_interval,
+        mean_length,
+        metric_intervals,
+        repetition,
+    )
 
     ppl = gen_ppl(judge, texts)
-    return {"gen_ppl": ppl.ppl, "gen_ppl_mean": ppl.mean_ppl, "judge_tokens": ppl.n_tokens,
-            "empty_samples": ppl.n_empty, "diversity": diversity(texts),
-            "repetition": repetition(texts), "mean_length": mean_length(texts),
-            **metric_intervals(texts, ppl, seed=seed)}
+    out = {"gen_ppl": ppl.ppl, "gen_ppl_mean": ppl.mean_ppl, "judge_tokens": ppl.n_tokens,
+           "empty_samples": ppl.n_empty, "diversity": diversity(texts),
+           "repetition": repetition(texts), "mean_length": mean_length(texts),
+           **metric_intervals(texts, ppl, seed=seed)}
+    kept = [t for t in texts if t.strip()]
+    out.update(mauve_interval(judge.features(kept), reference, seed=seed)
+               if reference is not None and len(kept) >= 2 and len(reference) >= 2
+               else dict.fromkeys(("mauve", "mauve_low", "mauve_high"), float("nan")))
+    return out
 
 
 def evaluate_generation(backbone, trained: TrainedBridge, judge, cfg: EvalConfig,
                         progress: Callable[[str], None] | None = None, *,
-                        with_backbone: bool = True) -> EvalResult:
+                        with_backbone: bool = True,
+                        reference_texts: list[str] | None = None) -> EvalResult:
     """The eval stage: sample from the hybrid (the bridge at its layer) and from the backbone,
-    the same way; score both with the same judge and metric code. `with_backbone=False`
-    samples the hybrid only (callers that already have the backbone's row)."""
+    the same way; score both with the same judge and metric code (MAUVE against
+    `reference_texts` when given). `with_backbone=False` samples the hybrid only (callers that
+    already have the backbone's row)."""
     from dihal.bridge import BrownianBridge
     from dihal.hybrid import Hybrid, decode_backbone
     from dihal.replace import restore_bridge
@@ -57,6 +81,7 @@ def evaluate_generation(backbone, trained: TrainedBridge, judge, cfg: EvalConfig
                     eta=cfg.eta, first_state=bridge["first_state"])
     kw = dict(temperature=cfg.temperature, seed=cfg.seed, batch_size=cfg.batch_size, cached=True)
     rows, samples = [], []
+    reference = judge.features(reference_texts) if reference_texts else None
     models = [(f"DiHAL (l={layer})", "dihal", lambda: hybrid.decode(cfg.n_samples, cfg.length, **kw))]
     if with_backbone:
         models.append(("backbone (AR reference)", "backbone",
@@ -69,7 +94,8 @@ def evaluate_generation(backbone, trained: TrainedBridge, judge, cfg: EvalConfig
         if progress:
             progress(f"scoring {name} with the judge")
         timing = gen.timing()
-        rows.append({"model": name, "role": role, **text_metrics(texts, judge),
+        rows.append({"model": name, "role": role,
+                     **text_metrics(texts, judge, seed=cfg.seed, reference=reference),
                      "ms_per_token": timing["ms_per_token"], "ms_per_step": timing["ms_per_step"],
                      "n_samples": cfg.n_samples, "length": cfg.length})
         samples += [{"model": name, "index": i, "seed": cfg.seed, "text": t}

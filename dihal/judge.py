@@ -137,6 +137,29 @@ class Judge:
                 out[i] = (float(per_row[row]), int(counts[row]))
         return out
 
+    @torch.no_grad()
+    def features(self, texts: Sequence[str]) -> torch.Tensor:
+        """(n, d) float32: the judge's final hidden state at the last token of each text
+        (re-tokenised with its BOS; an empty text gives the BOS's state), the text features
+        MAUVE compares (as its reference implementation takes them from GPT-2)."""
+        seqs = [self.encode(t) for t in texts]
+        order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))
+        decoder = self.model.get_decoder()
+        out = torch.zeros(len(seqs), self.model.config.hidden_size)
+        for start in range(0, len(order), self.batch_size):
+            rows = order[start : start + self.batch_size]
+            width = max(len(seqs[i]) for i in rows)
+            ids = torch.zeros(len(rows), width, dtype=torch.long)
+            mask = torch.zeros(len(rows), width, dtype=torch.long)
+            for row, i in enumerate(rows):
+                ids[row, : len(seqs[i])] = torch.tensor(seqs[i])
+                mask[row, : len(seqs[i])] = 1
+            hidden = decoder(input_ids=ids.to(self.device),
+                             attention_mask=mask.to(self.device)).last_hidden_state
+            last = mask.sum(dim=1) - 1
+            out[rows] = hidden[torch.arange(len(rows)), last.to(self.device)].float().cpu()
+        return out
+
     def nll_of_ids(self, sequences: Sequence[Sequence[int]]) -> tuple[float, int]:
         """(total NLL in nats, number of predicted tokens) of token sequences."""
         each = self.nll_of_ids_each(sequences)

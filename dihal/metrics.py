@@ -144,3 +144,73 @@ def metric_intervals(texts: Sequence[str], ppl: GenPPL, *, n_boot: int = 1000,
         jackknife_interval(len(grams), lambda i: diversity_of([grams[j] for j in i], ns))
         if len(grams) >= 2 else (math.nan, math.nan))
     return out
+
+
+MAUVE_SCALING = 5.0  # mauve-text's defaults: the constant c and the curve's discretisation
+MAUVE_CURVE_POINTS = 25
+
+
+def _mauve_of_histograms(p_hist, q_hist) -> float:
+    """MAUVE of two histograms over the same clusters, as mauve-text computes it."""
+    import numpy as np
+    from mauve.compute_mauve import get_divergence_curve_for_multinomials
+    from sklearn.metrics import auc
+
+    weights = np.linspace(1e-6, 1 - 1e-6, MAUVE_CURVE_POINTS)
+    x, y = get_divergence_curve_for_multinomials(p_hist, q_hist, weights, MAUVE_SCALING).T
+    i, j = np.argsort(x), np.argsort(y)
+    return float(0.5 * (auc(x[i], y[i]) + auc(y[j], x[j])))
+
+
+def _mauve_labels(p, q, num_clusters: int, seed: int):
+    """The cluster of every p and q feature under mauve-text's quantisation (l2-normalised,
+    PCA to 90 % of the variance, faiss k-means), with its seeds: (p_labels, q_labels)."""
+    import faiss
+    import numpy as np
+    from sklearn.decomposition import PCA
+    from sklearn.preprocessing import normalize
+
+    data = normalize(np.vstack([q, p]), norm="l2", axis=1)
+    pca = PCA(n_components=None, whiten=False, random_state=seed + 1).fit(data)
+    keep = int(np.argmax(np.cumsum(pca.explained_variance_ratio_) >= 0.9)) + 1
+    data = pca.transform(data)[:, :keep].astype(np.float32)
+    kmeans = faiss.Kmeans(data.shape[1], num_clusters, niter=500, verbose=False, nredo=5,
+                          update_index=True, seed=seed + 2)
+    kmeans.train(data)
+    labels = kmeans.index.search(data, 1)[1].reshape(-1)
+    return labels[len(q):], labels[: len(q)]
+
+
+def mauve_interval(p_features, q_features, *, seed: int = 0, n_boot: int = 1000,
+                   level: float = 0.95) -> dict[str, float]:
+    """MAUVE (mauve-text, its defaults) of generated texts P against reference texts Q from
+    their features, with a percentile interval over samples: P's and Q's samples are resampled
+    (seeded) under the quantisation fitted on all of them, and MAUVE recomputed from the
+    resampled histograms. {"mauve", "mauve_low", "mauve_high", "mauve_buckets"}."""
+    import faiss
+    import mauve
+    import numpy as np
+
+    from dihal.uncertainty import resample_indices
+
+    faiss.omp_set_num_threads(1)  # deterministic k-means, and fast on a shared CPU
+    p, q = np.asarray(p_features, dtype=np.float64), np.asarray(q_features, dtype=np.float64)
+    out = mauve.compute_mauve(p_features=p, q_features=q, seed=seed, verbose=False)
+    k = int(out.num_buckets)
+    p_lab, q_lab = _mauve_labels(p, q, k, seed)
+
+    def hist(labels):
+        counts = np.bincount(labels, minlength=k).astype(np.float64)
+        return counts / counts.sum()
+
+    if not (np.allclose(hist(p_lab), out.p_hist) and np.allclose(hist(q_lab), out.q_hist)):
+        raise RuntimeError("mauve-text's quantisation no longer matches dihal's copy of it "
+                           "(dihal/metrics.py _mauve_labels): pin mauve-text==0.4.0")
+    ip = resample_indices(len(p_lab), n_boot, seed)
+    iq = resample_indices(len(q_lab), n_boot, seed + 1)
+    boot = np.array([_mauve_of_histograms(hist(p_lab[a]), hist(q_lab[b]))
+                     for a, b in zip(ip, iq, strict=True)])
+    tail = 100 * (1 - level) / 2
+    lo, hi = np.percentile(boot, [tail, 100 - tail])
+    return {"mauve": float(out.mauve), "mauve_low": float(lo), "mauve_high": float(hi),
+            "mauve_buckets": k}

@@ -111,6 +111,7 @@ def _generation_table(rows: list[dict], extra: list[str]) -> list[dict]:
     return [{**{k: r.get(k) for k in ("model", "role", "layer") if k in r},
              "Gen.PPL [95 %]": _ci(r, "gen_ppl"), "Gen.PPL, mean of samples [95 %]":
              _ci(r, "gen_ppl_mean"), "diversity [95 %]": _ci(r, "diversity", ".3f"),
+             "MAUVE [95 %]": _ci(r, "mauve", ".3f"),
              **{k: r.get(k) for k in extra}} for r in rows]
 
 
@@ -222,13 +223,15 @@ def build_report(x: ReportInputs) -> ReportResult:
     extra = ["repetition", "mean_length", "denoiser_parameters", "train_tokens", "sampler_steps",
              "seq_len"]
     r.p("Gen.PPL token-weighted (exp of the judge's total NLL over all scored tokens) and as the "
-        "mean of per-sample perplexities (the convention of LD4LG's evaluation code); 95 % "
-        "intervals over samples: percentile bootstrap (1000 resamples) for Gen.PPL, the "
+        "mean of per-sample perplexities (the convention of LD4LG's evaluation code); MAUVE "
+        "(mauve-text, its defaults) against held-out corpus text cut like the samples, on the "
+        "judge's last-token features; 95 % intervals over samples: percentile bootstrap "
+        "(1000 resamples) for Gen.PPL, and for MAUVE under its fitted quantisation, the "
         "jackknife for diversity (duplicated samples would bias a bootstrap of pooled n-gram "
         "counts).")
     r.table(_generation_table(cmp_["rows"], extra),
             ["model", "Gen.PPL [95 %]", "Gen.PPL, mean of samples [95 %]", "diversity [95 %]",
-             *extra], ".4g")
+             "MAUVE [95 %]", *extra], ".4g")
     r.image(plot_quality_diversity(cmp_["rows"], f"{x.backbone}: Gen.PPL vs diversity"),
             "Gen.PPL against diversity, every model of the comparison")
     if cmp_.get("missing"):
@@ -248,7 +251,7 @@ def build_report(x: ReportInputs) -> ReportResult:
                               "top1_agreement", "train_tokens"], ".4g")
     r.table(_generation_table(x.full_training, []),
             ["role", "layer", "Gen.PPL [95 %]", "Gen.PPL, mean of samples [95 %]",
-             "diversity [95 %]"])
+             "diversity [95 %]", "MAUVE [95 %]"])
 
     r.h2("5. Sample texts")
     r.p("The first samples of each model, unedited.")

@@ -47,6 +47,8 @@ def test_baselines_comparison_full_training_report(tiny):  # noqa: F811
     for row in ev:
         assert row["gen_ppl_low"] <= row["gen_ppl"] <= row["gen_ppl_high"]
         assert row["gen_ppl_mean_low"] <= row["gen_ppl_mean"] <= row["gen_ppl_mean_high"]
+        # MAUVE against held-out corpus text (NaN only where fewer than 2 samples had text)
+        assert row["mauve"] != row["mauve"] or 0 <= row["mauve_low"] <= row["mauve"] <= row["mauve_high"] <= 1
 
     bridge = read_manifest(root / "llama" / "bridge").info["metrics"]
     for name in ("diffusion-lm", "sed", "ld4lg", "codar"):
@@ -98,5 +100,6 @@ def test_baselines_comparison_full_training_report(tiny):  # noqa: F811
     for text in (html, md):
         for needle in ("Locate", "bridgeability", "Full training", "diffusion-lm", "codar",
                        "depth (-l)", "data:image/png;base64,", "S_l (robust)", "-cond_distance",
-                       "ridge_r2", "twonn_id", "sampler's steps", "mean of samples [95 %]"):
+                       "ridge_r2", "twonn_id", "sampler's steps", "mean of samples [95 %]",
+                       "MAUVE [95 %]", "regression control"):
             assert needle in text, needle

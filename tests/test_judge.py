@@ -55,6 +55,17 @@ def test_chunked_batched_nll_equals_full_logits(tiny_judge):
             assert k == want_k and nll == pytest.approx(want, rel=1e-5, abs=1e-9)
 
 
+def test_features_are_the_last_token_state_of_each_text(tiny_judge):
+    judge = Judge(tiny_judge.model, tiny_judge.tokenizer, batch_size=2)
+    feats = judge.features(TEXTS)
+    assert feats.shape == (len(TEXTS), tiny_judge.model.config.hidden_size)
+    for text, row in zip(TEXTS, feats, strict=True):
+        ids = torch.tensor([judge.encode(text)])
+        with torch.no_grad():
+            want = judge.model.get_decoder()(input_ids=ids).last_hidden_state[0, -1]
+        torch.testing.assert_close(row, want.float(), rtol=1e-4, atol=1e-5)
+
+
 def test_bos_is_added_once_and_not_scored(tiny_judge):
     tok = tiny_judge.tokenizer
     ids = tiny_judge.encode("the world")

@@ -22,8 +22,9 @@ from tests.tiny_location import PROTOCOL, tiny_profile
 
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = ["1", "2", "3"]
-# Long enough (about 15 s a layer on one thread) that runs launched a few seconds apart overlap
-SWEEP = {**PROTOCOL, "epochs": 400.0, "checkpoint_every": 1000}
+# Long enough (about 8 s a step on one thread; a partition's run trains the bridge and its
+# regression control) that runs launched a few seconds apart overlap
+SWEEP = {**PROTOCOL, "epochs": 200.0, "checkpoint_every": 1000}
 
 
 def _digest(path: Path) -> str:
@@ -112,11 +113,12 @@ def test_the_driver_runs_named_jobs_and_the_sweep_as_one_concurrent_backfill(
     assert {r.job_name for r in instance.get_runs()} == {"locate_llama", "sweep_llama"}
     records = _sweep_runs(instance)
     assert _overlap(records) > 0, [(r.start_time, r.end_time) for r in records]
-    assert len(_step_pids(instance, records)) == 3  # each partition in its own process
+    assert len(_step_pids(instance, records)) == 6  # each step (bridge, control) in its own process
     assert _weights(env) == want  # bit-identical to the in-process sweep
     # a second run reuses everything: no partition is trained again
     again = _driver(env, workers=3)
-    assert "done sweep_llama" in again.stdout and "(reused: bridge_sweep_llama)" in again.stdout
+    assert "done sweep_llama" in again.stdout
+    assert "(reused: bridge_sweep_llama, regression_sweep_llama)" in again.stdout
 
 
 @pytest.fixture()
@@ -178,5 +180,5 @@ def test_the_sweep_runs_on_a_dask_cluster_concurrently_with_the_same_weights(
     assert _overlap(records) > 0, [(r.start_time, r.end_time) for r in records]
     pids = _step_pids(instance, records)
     assert pids and pids <= worker_pids, (pids, worker_pids)  # computed on the Dask workers
-    assert len(pids) == 3  # one partition per worker, at the same time
+    assert len(pids) == 3  # one step per worker at a time, every worker used
     assert _weights(env) == want

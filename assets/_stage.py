@@ -41,6 +41,7 @@ CODE_VERSIONS = {
     "bridgeability": "2",  # 2: rival predictors, intervals, standing against depth
     "bridge": "3",  # 2: train_tokens = sequences consumed x length; 3: init validation loss
     "eval": "3",  # 2: rows carry their role, the judge's name; 3: mean-of-samples Gen.PPL, intervals
+    "regression_sweep": "1",
     "sampler_steps": "1",
     "baseline": "3",  # 2: trained by the bridge's loop (one trainer); 3: as eval 3
     "comparison": "3",  # 2: rows carry their role; 3: as eval 3

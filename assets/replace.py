@@ -107,9 +107,7 @@ def replace_assets(backbone: str, n_layers: int) -> list:
         inputs = bridgeability_inputs(run.layout, backbone, n_layers, hs)
         swept, controls = inputs["sweep"], inputs["regression"]
         check_sweep(swept, backbone)
-        if missing := sorted({a.key for a, _ in swept} - {a.key for a, _ in controls}):
-            context.log.warning(f"no regression control for swept layers {missing}: run "
-                                f"regression_sweep_{backbone} for them (the sweep job does)")
+        warn_missing_controls(context, swept, controls, backbone)
         ups = [a for group in inputs.values() for a, _ in group]
         return run.produce(run.art(Bridgeability), {}, ups, lambda: stage(
             [a.read().metrics for a, _ in swept], score.rows(), sm.info["l_star"], backbone=backbone,
@@ -169,6 +167,13 @@ def replace_assets(backbone: str, n_layers: int) -> list:
 
     return [bridge_sweep, regression_sweep, bridgeability, bridge, evaluation, sampler_steps,
             reeval_job, reevaluate]
+
+
+def warn_missing_controls(context, swept: list, controls: list, backbone: str) -> None:
+    """Say which swept layers have no regression control yet (the table shows the others)."""
+    if missing := sorted({a.key for a, _ in swept} - {a.key for a, _ in controls}):
+        context.log.warning(f"no regression control for swept layers {missing}: run "
+                            f"regression_sweep_{backbone} for them (the sweep job does)")
 
 
 def check_sweep(swept: list, backbone: str) -> None:

@@ -105,7 +105,7 @@ class Judge:
         Every token after the first is predicted from the ones before it; a sequence of fewer
         than 2 tokens gives (0.0, 0). Sequences are batched (right-padded, by length so that
         little padding is computed) and the LM head runs on at most `chunk_size` positions at a
-        time; each token's loss is summed in float64.
+        time; each sequence's token losses are summed in float64.
         """
         order = [i for i in sorted(range(len(sequences)), key=lambda i: len(sequences[i]))
                  if len(sequences[i]) >= 2]
@@ -126,15 +126,15 @@ class Judge:
             keep = (mask[:, :-1] * mask[:, 1:]).bool()
             h = hidden[:, :-1][keep]
             targets = ids[:, 1:][keep]
-            owner = keep.nonzero()[:, 0]
-            per_row = torch.zeros(len(batch), dtype=torch.float64, device=self.device)
-            for c in range(0, targets.shape[0], self.chunk_size):
-                logits = self._logits(h[c : c + self.chunk_size])
-                loss = F.cross_entropy(logits, targets[c : c + self.chunk_size], reduction="none")
-                per_row.index_add_(0, owner[c : c + self.chunk_size], loss.double())
+            losses = torch.cat([
+                F.cross_entropy(self._logits(h[c : c + self.chunk_size]),
+                                targets[c : c + self.chunk_size], reduction="none").double()
+                for c in range(0, targets.shape[0], self.chunk_size)])
+            # the real tokens of each row are contiguous, in row order: split and sum each
+            # (a plain per-row sum, whatever the thread count)
             counts = keep.sum(dim=1).tolist()
-            for row, i in enumerate(rows):
-                out[i] = (float(per_row[row]), int(counts[row]))
+            for i, part, n in zip(rows, torch.split(losses, counts), counts, strict=True):
+                out[i] = (float(part.sum()), int(n))
         return out
 
     @torch.no_grad()

@@ -22,6 +22,7 @@ STAGE_CONFIGS = {
     "bridge_sweep": dc.BridgeProtocol,
     "bridge": dc.BridgeProtocol,
     "eval": dc.EvalConfig,
+    "sampler_steps": dc.SamplerCurveConfig,
     "baseline": dc.BaselineRunConfig,
 }
 

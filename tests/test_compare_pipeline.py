@@ -100,6 +100,6 @@ def test_baselines_comparison_full_training_report(tiny):  # noqa: F811
     for text in (html, md):
         for needle in ("Locate", "bridgeability", "Full training", "diffusion-lm", "codar",
                        "depth (-l)", "data:image/png;base64,", "S_l (robust)", "-cond_distance",
-                       "ridge_r2", "twonn_id", "sampler's steps", "mean of samples [95 %]",
+                       "ridge_r2", "twonn_id", "What the sampler", "mean of samples [95 %]",
                        "MAUVE [95 %]", "regression control"):
             assert needle in text, needle

@@ -185,7 +185,9 @@ def test_driver_runs_every_job_up_to_the_chosen_stage(monkeypatch, tmp_path):
     calls = []
     fake = SimpleNamespace(info={"l_star": 1, "selected": {}, "oracle": 1, "worst": 2,
                                  "spearman": [], "rows": [{"model": "m", "gen_ppl": 1.0,
-                                                           "diversity": 0.5}]})
+                                                           "diversity": 0.5, "steps": 1,
+                                                           "hybrid_nll": 2.0, "recon_error": 0.5,
+                                                           "ms_per_token": 3.0}]})
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
     monkeypatch.setenv("DIHAL_PROFILE", "cpu")
     monkeypatch.setenv("DIHAL_WORKERS", "1")

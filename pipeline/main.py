@@ -145,6 +145,10 @@ def main(argv: list[str] | None = None) -> None:
                  "`make run`, or `. ./env.sh` first.")
     instance = dg.DagsterInstance.get()
     signal.signal(signal.SIGTERM, _interrupted)
+    # Ctrl-C cancels the runs in flight, even where the driver was started with SIGINT ignored
+    # (a background job of a non-interactive shell inherits that, and Python then never raises
+    # KeyboardInterrupt)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     from pipeline.launch import QueueStuck, daemon, launcher
 
     def say(msg: str) -> None:

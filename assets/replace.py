@@ -135,7 +135,8 @@ def replace_assets(backbone: str, n_layers: int) -> list:
         br = run.art(Bridge)
         return run.produce(run.art(Evaluation), cfg, [br], lambda: evaluate_generation(
             run.model(), br.read(), run.judge(), cfg, progress=run.log,
-            reference_texts=reference_texts(run, cfg.length)), judge=run.resources.judge.name)
+            reference=run.judge().features(reference_texts(run, cfg.length))),
+            judge=run.resources.judge.name)
 
     @stage_asset(backbone, "sampler_steps", [bridge, f"hidden_states_{backbone}"], kinds={"parquet"})
     def sampler_steps(context: dg.AssetExecutionContext,

@@ -137,10 +137,11 @@ def full_training(roles: dict[str, int], bridge_at: Callable[[int], TrainedBridg
     from dihal.generation import evaluate_generation
 
     rows = []
+    reference = judge.features(reference_texts) if reference_texts else None
     for role, layer in roles.items():
         trained = bridge_at(layer)
         hybrid = evaluate_generation(backbone, trained, judge, cfg, progress=progress,
-                                     with_backbone=False, reference_texts=reference_texts).rows[0]
+                                     with_backbone=False, reference=reference).rows[0]
         m = trained.metrics
         rows.append({"role": role, "layer": layer, "val_loss": m.val_loss,
                      "recon_error": m.recon_error, "hybrid_nll": m.hybrid_nll,

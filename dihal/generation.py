@@ -62,11 +62,10 @@ def text_metrics(texts: list[str], judge, *, seed: int = 0, reference=None) -> d
 
 def evaluate_generation(backbone, trained: TrainedBridge, judge, cfg: EvalConfig,
                         progress: Callable[[str], None] | None = None, *,
-                        with_backbone: bool = True,
-                        reference_texts: list[str] | None = None) -> EvalResult:
+                        with_backbone: bool = True, reference=None) -> EvalResult:
     """The eval stage: sample from the hybrid (the bridge at its layer) and from the backbone,
-    the same way; score both with the same judge and metric code (MAUVE against
-    `reference_texts` when given). `with_backbone=False` samples the hybrid only (callers that
+    the same way; score both with the same judge and metric code (MAUVE against `reference`,
+    the judge's features of held-out text, when given). `with_backbone=False` samples the hybrid only (callers that
     already have the backbone's row)."""
     from dihal.bridge import BrownianBridge
     from dihal.hybrid import Hybrid, decode_backbone
@@ -81,7 +80,6 @@ def evaluate_generation(backbone, trained: TrainedBridge, judge, cfg: EvalConfig
                     eta=cfg.eta, first_state=bridge["first_state"])
     kw = dict(temperature=cfg.temperature, seed=cfg.seed, batch_size=cfg.batch_size, cached=True)
     rows, samples = [], []
-    reference = judge.features(reference_texts) if reference_texts else None
     models = [(f"DiHAL (l={layer})", "dihal", lambda: hybrid.decode(cfg.n_samples, cfg.length, **kw))]
     if with_backbone:
         models.append(("backbone (AR reference)", "backbone",

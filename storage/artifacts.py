@@ -552,17 +552,22 @@ class Bridgeability(Artifact):
                                                     "hybrid_nll", "top1_agreement"])}
 
 
-class SamplerCurve(Artifact):
-    stage = "sampler_steps"
-    files = ("curve.parquet",)
+class RowsArtifact(Artifact):
+    """An artifact that is one table of rows (`result.rows`), shown in the UI with `columns`."""
 
-    def _write_files(self, directory: Path, result: SamplerCurveResult) -> None:
-        write_table(directory / "curve.parquet", result.rows)
+    columns: ClassVar[list[str]] = []
+
+    def _write_files(self, directory: Path, result: SamplerCurveResult | FullTrainingResult) -> None:
+        write_table(directory / self.files[0], result.rows)
 
     def metadata(self, manifest: Manifest) -> dict[str, Any]:
-        return {**super().metadata(manifest), "table": Table(
-            manifest.info["rows"], ["steps", "recon_error", "hybrid_nll", "top1_agreement",
-                                    "ms_per_token"])}
+        return {**super().metadata(manifest), "table": Table(manifest.info["rows"], self.columns)}
+
+
+class SamplerCurve(RowsArtifact):
+    stage = "sampler_steps"
+    files = ("curve.parquet",)
+    columns = ["steps", "recon_error", "hybrid_nll", "top1_agreement", "ms_per_token"]
 
 
 class Evaluation(Artifact):
@@ -636,17 +641,10 @@ class Comparison(Artifact):
                                     "denoiser_parameters", "train_tokens", "sampler_steps"])}
 
 
-class FullTraining(Artifact):
+class FullTraining(RowsArtifact):
     stage = "full_training"
     files = ("full_training.parquet",)
-
-    def _write_files(self, directory: Path, result: FullTrainingResult) -> None:
-        write_table(directory / "full_training.parquet", result.rows)
-
-    def metadata(self, manifest: Manifest) -> dict[str, Any]:
-        return {**super().metadata(manifest), "table": Table(
-            manifest.info["rows"], ["role", "layer", "val_loss", "hybrid_nll", "top1_agreement",
-                                    "gen_ppl", "diversity"])}
+    columns = ["role", "layer", "val_loss", "hybrid_nll", "top1_agreement", "gen_ppl", "diversity"]
 
 
 class Report(Artifact):

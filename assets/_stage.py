@@ -119,10 +119,14 @@ class StageRun:
                 self.backbone, self.layout, self.resources.compute, self.device())
         return self._models["backbone"]
 
+    def judge_name(self) -> str:
+        """The judge of this backbone's samples (recorded in the artifacts it scores)."""
+        return self.resources.judge.judge_for(self.backbone)
+
     def judge(self):
         if "judge" not in self._models:
             self._models["judge"] = self.resources.judge.load(
-                self.layout, self.resources.compute, self.device())
+                self.backbone, self.layout, self.resources.compute, self.device())
         return self._models["judge"]
 
     def computing(self, compute: Callable[[], Any]) -> Any:

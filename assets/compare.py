@@ -52,7 +52,7 @@ def compare_assets(backbone: str) -> list:
                          device=run.device(), reference_texts=reference_texts(run, cfg.length))
 
         return run.produce(out, {"name": name, **cfg.__dict__}, [seqs, br], compute,
-                           judge=run.resources.judge.name, recipe_version=VERSIONS[name])
+                           judge=run.judge_name(), recipe_version=VERSIONS[name])
 
     @stage_asset(backbone, "comparison", [f"eval_{backbone}", baseline], kinds={"parquet"})
     def comparison(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
@@ -92,7 +92,7 @@ def compare_assets(backbone: str) -> list:
         return run.produce(run.art(FullTraining), cfg, [bness, br], lambda: stage(
             full_training_roles(bn.info), bridge_at, run.model(), run.judge(), cfg, run.log,
             reference_texts=reference_texts(run, cfg.length)),
-            judge=run.resources.judge.name)
+            judge=run.judge_name())
 
     @stage_asset(backbone, "report", [f"comparison_{backbone}", full_training,
                                       f"bridgeability_{backbone}", f"layer_score_{backbone}",

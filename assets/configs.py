@@ -53,6 +53,18 @@ def run_config(cls: type, name: str, stage: str, doc: str | None = None,
 CorpusRunConfig = run_config(dc.CorpusConfig, "CorpusRunConfig", "corpus")
 SequencesRunConfig = run_config(dc.SequenceConfig, "SequencesRunConfig", "sequences")
 ExtractRunConfig = run_config(dc.ExtractConfig, "ExtractRunConfig", "hidden_states")
+_EXTRACT_BY_DTYPE = {dc.ExtractConfig.dtype: ExtractRunConfig}
+
+
+def extract_run_config(state_dtype: str) -> type[_RunConfig]:
+    """The dump's run config with a backbone's default storage dtype (float32 for a backbone
+    whose activations overflow float16, e.g. gemma3); one class per dtype."""
+    if state_dtype not in _EXTRACT_BY_DTYPE:
+        _EXTRACT_BY_DTYPE[state_dtype] = run_config(
+            dc.ExtractConfig, f"ExtractRunConfig{state_dtype.capitalize()}", "hidden_states",
+            dtype=state_dtype)
+    return _EXTRACT_BY_DTYPE[state_dtype]
+
 GeometryRunConfig = run_config(dc.GeometryConfig, "GeometryRunConfig", "geometry")
 BridgeProtocolRunConfig = run_config(dc.BridgeProtocol, "BridgeProtocolRunConfig", "bridge_sweep")
 FullBridgeRunConfig = run_config(

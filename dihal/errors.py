@@ -55,3 +55,7 @@ class TrainingError(DihalError):
 
 class CheckpointMismatchError(DihalError, ValueError):
     """A checkpoint to resume from was written under another training protocol."""
+
+
+class JudgeChoiceError(DihalError, ValueError):
+    """The judge asked for would score its own samples (the judge is the backbone)."""

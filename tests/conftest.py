@@ -35,6 +35,11 @@ def tiny_qwen_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def tiny_gemma_dir(tmp_path_factory):
+    return build_model(tmp_path_factory.mktemp("tiny-gemma3"), "gemma3")
+
+
+@pytest.fixture(scope="session")
 def tiny_backbone(tiny_llama_dir, tmp_path_factory):
     from dihal.backbones import load_backbone
 

@@ -111,3 +111,28 @@ def test_embedded_gemma_judge_prefers_natural_text():
     # chunked LM head on a short text equals the model's own logits
     total, _ = Judge(judge.model, judge.tokenizer, chunk_size=7).nll([text])
     assert total == pytest.approx(reference_nll(judge, [text])[0], rel=1e-4)
+
+
+def test_each_backbone_has_a_judge_other_than_itself():
+    from dihal.errors import JudgeChoiceError
+    from dihal.registry import BACKBONES
+    from resources import JudgeResource
+
+    default = JudgeResource(name="")
+    assert default.judge_for("smollm2") == "gemma3-270m"
+    assert default.judge_for("gemma3") == "smollm2"
+    assert all(default.judge_for(b) != b for b in BACKBONES)
+    assert JudgeResource(name="gpt2-large").judge_for("gemma3") == "gpt2-large"
+    with pytest.raises(JudgeChoiceError, match="'smollm2' is the backbone whose samples"):
+        JudgeResource(name="smollm2").judge_for("smollm2")
+
+
+@pytest.mark.slow
+def test_a_backbone_name_loads_that_backbone_as_the_judge():
+    from dihal.judge import load_judge
+
+    judge = load_judge("smollm2", cache_dir=Path(".dihal/artifacts/cache/models"))
+    assert judge.name == "smollm2" and "sha256=b179c952" in judge.revision
+    assert type(judge.model).__name__ == "LlamaForCausalLM"
+    (nll, n), = judge.nll_each(["The cat sat on the mat."])
+    assert n > 0 and 0 < nll / n < 10

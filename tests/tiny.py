@@ -36,8 +36,18 @@ def build_tokenizer(path: Path):
 
 
 def build_model(path: Path, arch: str = "llama", *, n_layers: int = 4, hidden: int = 32, seed: int = 0):
-    """Save a tiny causal LM of the given architecture (llama | qwen3) and its tokenizer."""
-    from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+    """Save a tiny causal LM of the given architecture (llama | qwen3 | gemma3) and its
+    tokenizer. The gemma3 one has Gemma 3's pieces: a scaled embedding, sliding-window and
+    global layers with their own rotary embeddings (the window shorter than the test
+    sequences, so it bites), and soft-capped logits."""
+    from transformers import (
+        Gemma3ForCausalLM,
+        Gemma3TextConfig,
+        LlamaConfig,
+        LlamaForCausalLM,
+        Qwen3Config,
+        Qwen3ForCausalLM,
+    )
 
     path = Path(path)
     tok = build_tokenizer(path)
@@ -52,6 +62,11 @@ def build_model(path: Path, arch: str = "llama", *, n_layers: int = 4, hidden: i
         model = LlamaForCausalLM(LlamaConfig(**common))
     elif arch == "qwen3":
         model = Qwen3ForCausalLM(Qwen3Config(**common, head_dim=hidden // 4))
+    elif arch == "gemma3":
+        model = Gemma3ForCausalLM(Gemma3TextConfig(
+            **common, head_dim=hidden // 4, sliding_window=4, final_logit_softcapping=5.0,
+            layer_types=["sliding_attention" if i % 2 == 0 else "full_attention"
+                         for i in range(n_layers)]))
     else:
         raise ValueError(arch)
     model.save_pretrained(path)

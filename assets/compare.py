@@ -23,6 +23,7 @@ from storage import (
     SamplerCurve,
     Sequences,
     current_baselines,
+    cross_backbone_artifacts,
     report_inputs,
 )
 
@@ -105,6 +106,7 @@ def compare_assets(backbone: str) -> list:
         run = StageRun(context, backbone)
         parts = [run.art(k) for k in (Geometry, LayerScore, Bridgeability, Comparison, FullTraining,
                                       SamplerCurve)]
+        parts += cross_backbone_artifacts(run.layout, backbone)  # the other backbones' table lines
         return run.produce(run.art(Report), {}, parts,
                            lambda: build_report(report_inputs(run.layout, backbone)))
 

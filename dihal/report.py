@@ -148,6 +148,59 @@ def _full_training_summary(x: ReportInputs) -> str:
             f"{geo['gen_ppl']:.1f} (oracle {oracle['gen_ppl']:.1f}, worst {worst['gen_ppl']:.1f}).")
 
 
+def cross_backbone_tables(summaries: list[dict]) -> tuple[list[dict], list[dict]]:
+    """The cross-backbone tables from one summary per materialised backbone (storage's
+    backbone_summary: its l* per normalisation, bridgeability info, evaluation rows or None,
+    judge): (one row per backbone: l* per normalisation, oracle, worst, hybrid and backbone
+    Gen.PPL with the judge; one row per predictor: its Spearman vs -val loss on each backbone,
+    with the interval and its standing against depth)."""
+    norms = sorted({n for s in summaries for n in s["selected"]})
+    main = []
+    for s in summaries:
+        b, gen = s["bridgeability"], {r["role"]: r for r in s["eval_rows"] or []}
+        main.append({
+            "backbone": s["backbone"], **{f"l* ({n})": s["selected"].get(n, "") for n in norms},
+            "oracle": b["oracle"], "worst": b["worst"], "swept layers": len(b["swept_layers"]),
+            "hybrid Gen.PPL [95 %]": _ci(gen["dihal"], "gen_ppl") if "dihal" in gen else "not evaluated",
+            "backbone Gen.PPL [95 %]": (_ci(gen["backbone"], "gen_ppl") if "backbone" in gen
+                                        else "not evaluated"),
+            "judge": s["judge"] or "",
+        })
+    predictors: list[str] = []
+    for s in summaries:
+        predictors += [r["predictor"] for r in s["bridgeability"]["spearman"]
+                       if r["predictor"] not in predictors]
+    spearman = []
+    for p in predictors:
+        row = {"predictor": p}
+        for s in summaries:
+            got = [r for r in s["bridgeability"]["spearman"] if r["predictor"] == p]
+            cell = _interval(got[0], "val_loss") if got else "not computed"
+            standing = got[0].get("vs_depth_-val_loss", "") if got else ""
+            row[s["backbone"]] = f"{cell} ({standing})" if standing in ("above", "below") else cell
+        spearman.append(row)
+    return main, spearman
+
+
+def _cross_backbone_section(r: Document, x: ReportInputs) -> None:
+    r.h2("5. Across backbones")
+    names = [s["backbone"] for s in x.backbones]
+    if not names:
+        r.p("No backbone summaries were given.")
+        return
+    r.p(f"Every backbone whose layer score and bridgeability are materialised in this artifact "
+        f"root: {', '.join(names)}. Each backbone's samples are scored by its own judge (never itself). Spearman against "
+        "-val loss with its 95 % interval over layers; (above)/(below) where the interval "
+        "does not overlap depth's.")
+    main, spearman = cross_backbone_tables(x.backbones)
+    r.table(main, list(main[0]))
+    r.table(spearman, list(spearman[0]))
+    if len(names) == 1:
+        r.p(f"Only {names[0]} has been materialised here; materialise another backbone (for "
+            "example `python -m pipeline.main --backbone gemma3`) and this report again to "
+            "compare them.")
+
+
 def build_report(x: ReportInputs) -> ReportResult:
     from dihal.plots import plot_quality_diversity
 
@@ -253,12 +306,14 @@ def build_report(x: ReportInputs) -> ReportResult:
             ["role", "layer", "Gen.PPL [95 %]", "Gen.PPL, mean of samples [95 %]",
              "diversity [95 %]", "MAUVE [95 %]"])
 
-    r.h2("5. Sample texts")
+    _cross_backbone_section(r, x)
+
+    r.h2("6. Sample texts")
     r.p("The first samples of each model, unedited.")
     r.pre("".join(f"== {model}\n" + "".join(f"- {t[:240]!r}\n" for t in texts[:4])
                   for model, texts in x.samples.items()))
 
-    r.h2("6. Configuration and inputs")
+    r.h2("7. Configuration and inputs")
     r.p(f"Artifacts under {x.artifacts}. The configuration of each stage:")
     r.table([{"stage": stage, "setting": k, "value": v} for stage, cfg in x.configs.items()
              for k, v in sorted(cfg.items())], ["stage", "setting", "value"])

@@ -304,6 +304,8 @@ class ReportInputs:
     sampler_curve: dict[str, Any]  # SamplerCurveResult.info()
     samples: dict[str, list[str]]  # model -> sample texts
     plots: dict[str, bytes] = field(repr=False, default_factory=dict)  # proxies, score, scatter
+    # one summary per materialised backbone, this one first (storage.backbone_summary)
+    backbones: list[dict] = field(default_factory=list)
     artifacts: str = ""
     fingerprints: dict[str, str] = field(default_factory=dict)  # input artifact -> fingerprint
 

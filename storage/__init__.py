@@ -30,7 +30,9 @@ from storage.artifacts import (
     SweepBridge,
     Table,
     WorkArtifact,
+    backbone_summary,
     bridgeability_inputs,
+    cross_backbone_artifacts,
     current_baselines,
     regression_controls,
     report_inputs,
@@ -44,6 +46,7 @@ __all__ = [
     "Comparison", "Corpus", "Evaluation", "FileLink", "FullTraining", "FullTrainingBridge",
     "Geometry", "HiddenStates", "LayerScore", "Manifest", "Markdown", "Plot", "RegressionControl",
     "Report", "SamplerCurve", "Sequences", "SweepBridge", "Table", "WorkArtifact",
-    "bridgeability_inputs", "current_baselines", "fingerprint", "read_manifest",
+    "backbone_summary", "bridgeability_inputs", "cross_backbone_artifacts", "current_baselines",
+    "fingerprint", "read_manifest",
     "regression_controls", "report_inputs", "swept_bridges",
 ]

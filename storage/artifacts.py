@@ -689,6 +689,38 @@ def current_baselines(layout: ArtifactLayout, backbone: str, names: tuple[str, .
             if m is not None and m.upstream.get(Bridge(layout, backbone).name) == bridge.fingerprint]
 
 
+def other_backbones(layout: ArtifactLayout, backbone: str) -> list[str]:
+    """The registry's other backbones whose layer score and bridgeability exist in `layout`."""
+    from dihal.registry import BACKBONES
+
+    return [b for b in BACKBONES if b != backbone
+            and LayerScore(layout, b).manifest() is not None
+            and Bridgeability(layout, b).manifest() is not None]
+
+
+def cross_backbone_artifacts(layout: ArtifactLayout, backbone: str) -> list[Artifact]:
+    """What the cross-backbone table reads of the other materialised backbones (the report's
+    fingerprint includes them, so the report is made again when one changes or appears)."""
+    out: list[Artifact] = []
+    for b in other_backbones(layout, backbone):
+        out += [LayerScore(layout, b), Bridgeability(layout, b)]
+        if Evaluation(layout, b).manifest() is not None:
+            out.append(Evaluation(layout, b))
+    return out
+
+
+def backbone_summary(layout: ArtifactLayout, backbone: str) -> dict:
+    """One backbone's line of the cross-backbone table, from its checked artifacts: l* per
+    normalisation, bridgeability (oracle, worst, Spearman rows), and its evaluation's rows and
+    judge where it has been evaluated."""
+    score, bness = LayerScore(layout, backbone).require(), Bridgeability(layout, backbone).require()
+    ev = Evaluation(layout, backbone)
+    em = ev.require() if ev.manifest() is not None else None
+    return {"backbone": backbone, "selected": score.info["selected"], "bridgeability": bness.info,
+            "eval_rows": em.info["rows"] if em else None,
+            "judge": em.info["judge"]["judge"] if em else None}
+
+
 def report_inputs(layout: ArtifactLayout, backbone: str) -> ReportInputs:
     """Everything the report of one backbone shows, read from its finished artifacts."""
     arts = {a.stage: a for a in (cls(layout, backbone) for cls in (
@@ -714,5 +746,6 @@ def report_inputs(layout: ArtifactLayout, backbone: str) -> ReportInputs:
         sampler_curve=m["sampler_steps"].info,
         samples=samples, plots={"proxies": arts["geometry"].plot(), "score": arts["layer_score"].plot(),
                                 "scatter": arts["bridgeability"].plot()},
+        backbones=[backbone_summary(layout, b) for b in (backbone, *other_backbones(layout, backbone))],
         artifacts=str(layout.root / backbone),
         fingerprints={a.name: m[stage].fingerprint for stage, a in arts.items()})

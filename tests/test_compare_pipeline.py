@@ -103,3 +103,51 @@ def test_baselines_comparison_full_training_report(tiny):  # noqa: F811
                        "ridge_r2", "twonn_id", "What the sampler", "mean of samples [95 %]",
                        "MAUVE [95 %]", "regression control"):
             assert needle in text, needle
+    assert "5. Across backbones" in md and "Only llama has been materialised here" in md
+
+    # a second backbone's artifacts appear (copied, as if materialised): the report is made
+    # again (its fingerprint includes them) and its cross-backbone table has both lines
+    import shutil
+
+    for stage in ("layer_score", "bridgeability", "eval"):
+        shutil.copytree(root / "llama" / stage, root / "qwen" / stage)
+    before = read_manifest(root / "llama" / "report").fingerprint
+    res, err = _mat(defs, inst, ["report_llama"], {})
+    assert res.success, err
+    assert read_manifest(root / "llama" / "report").fingerprint != before
+    md = (root / "llama" / "report" / "report.md").read_text()
+    across = md[md.index("5. Across backbones"):md.index("6. Sample texts")]
+    assert "llama, qwen" in across and "Only llama" not in across
+    assert across.count(f"| {b['oracle']} |") >= 2  # both lines name the (same) oracle
+    # a damaged artifact of the other backbone is never read as data
+    (root / "qwen" / "bridgeability" / "spearman.parquet").write_bytes(b"damaged")
+    res, err = _mat(defs, inst, ["report_llama"], {})
+    assert not res.success and "qwen" in err[0] and "damaged" in err[0]
+
+
+def test_cross_backbone_tables_line_up_backbones_and_predictors():
+    from dihal.report import cross_backbone_tables
+
+    def rho(p, v, lo, hi, vs=""):
+        return {"predictor": p, "spearman_vs_-val_loss": v, "low_vs_-val_loss": lo,
+                "high_vs_-val_loss": hi, "vs_depth_-val_loss": vs}
+
+    smol = {"backbone": "smollm2", "selected": {"none": 1, "rms": 3}, "judge": "gemma3-270m",
+            "bridgeability": {"oracle": 1, "worst": 25, "swept_layers": [1, 2, 3],
+                              "spearman": [rho("depth (-l)", 0.77, 0.11, 1.0), rho("ridge_r2", 0.7, 0.2, 0.9)]},
+            "eval_rows": [{"role": "dihal", "gen_ppl": 894.8, "gen_ppl_low": 700.0, "gen_ppl_high": 1100.0},
+                          {"role": "backbone", "gen_ppl": 114.2}]}
+    gem = {"backbone": "gemma3", "selected": {"none": 4, "robust": 9}, "judge": None, "eval_rows": None,
+           "bridgeability": {"oracle": 2, "worst": 17, "swept_layers": [1, 2],
+                             "spearman": [rho("depth (-l)", 0.5, 0.1, 0.9), rho("twonn_id", -0.9, -1.0, -0.8, "below")]}}
+    main, spearman = cross_backbone_tables([smol, gem])
+    assert main[0] == {"backbone": "smollm2", "l* (none)": 1, "l* (rms)": 3, "l* (robust)": "",
+                       "oracle": 1, "worst": 25, "swept layers": 3,
+                       "hybrid Gen.PPL [95 %]": "894.8 [700.0, 1100.0]",
+                       "backbone Gen.PPL [95 %]": "114.2", "judge": "gemma3-270m"}
+    assert main[1]["hybrid Gen.PPL [95 %]"] == "not evaluated" and main[1]["l* (robust)"] == 9
+    assert spearman == [
+        {"predictor": "depth (-l)", "smollm2": "0.77 [0.11, 1.00]", "gemma3": "0.50 [0.10, 0.90]"},
+        {"predictor": "ridge_r2", "smollm2": "0.70 [0.20, 0.90]", "gemma3": "not computed"},
+        {"predictor": "twonn_id", "smollm2": "not computed", "gemma3": "-0.90 [-1.00, -0.80] (below)"},
+    ]

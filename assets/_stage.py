@@ -35,8 +35,8 @@ CODE_VERSIONS = {
     "corpus": "1",
     "sequences": "1",
     "hidden_states": "1",
-    "geometry": "2",  # 2: the robust normalisation and the rival predictors
-    "layer_score": "1",
+    "geometry": "3",  # 2: the robust normalisation and the rival predictors; 3: token bootstrap
+    "layer_score": "2",  # 2: l*'s stability over the token bootstrap
     "bridge_sweep": "2",  # 2: validation loss at initialisation recorded
     "bridgeability": "2",  # 2: rival predictors, intervals, standing against depth
     "bridge": "3",  # 2: train_tokens = sequences consumed x length; 3: init validation loss

@@ -105,7 +105,8 @@ def locate_assets(backbone: str) -> list:
     @stage_asset(backbone, "geometry", [hidden_states], kinds={"parquet"})
     def geometry(context: dg.AssetExecutionContext, config: GeometryRunConfig) -> dg.MaterializeResult:
         """Local curvature, global monotonicity and effective rank of every layer, under the
-        none / rms / standardize normalisations, on held-out tokens."""
+        none / rms / standardize / robust normalisations, on held-out tokens, with their
+        token-bootstrap replicates; the rival predictors of every candidate layer."""
         from dihal.locate import compute_geometry
 
         run, cfg = StageRun(context, backbone), config.to_dihal()
@@ -116,12 +117,14 @@ def locate_assets(backbone: str) -> list:
     @stage_asset(backbone, "layer_score", [geometry], kinds={"parquet"})
     def layer_score(context: dg.AssetExecutionContext, config: LayerScoreRunConfig) -> dg.MaterializeResult:
         """S_l = z(m_curv) + z(m_mono) - z(k_eff) over candidate layers 1..N-1, per
-        normalisation; l* = argmax S_l; agreement of S_l with the depth control -l."""
+        normalisation; l* = argmax S_l; agreement of S_l with the depth control -l; l*'s
+        stability over the geometry's token-bootstrap replicates."""
         from dihal.locate import score_layers
 
         run, cfg = StageRun(context, backbone), config.to_dihal()
         geo = run.art(Geometry)
         return run.produce(run.art(LayerScore), cfg, [geo],
-                           lambda: score_layers(geo.rows(), cfg, backbone=backbone))
+                           lambda: score_layers(geo.rows(), cfg, backbone=backbone,
+                                                resamples=geo.resamples()))
 
     return [sequences, hidden_states, finite_states, expected_shapes, geometry, layer_score]

@@ -145,9 +145,12 @@ class GeometryConfig:
     mono_stat: str = "median"  # "median" | "q05" | "min_eig"
     normalizations: tuple[str, ...] = NORMALIZATIONS
     seed: int = 0
+    # token-bootstrap replicates of the proxies (0: none): how stable l* is
+    n_resamples: int = 100
 
     def __post_init__(self) -> None:
         _ints(self, 2, "n_tokens", "k_neighbors")
+        _ints(self, 0, "n_resamples")
         _ints(self, 1, "n_anchors", "n_pairs")
         _ints(self, 0, "seed")
         if self.n_anchors > self.n_tokens:

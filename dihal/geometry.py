@@ -302,13 +302,17 @@ def local_curvature(x: torch.Tensor, anchors: torch.Tensor, k: int) -> float:
 # ---------------------------------------------------------------------------------------------
 
 
-def _proxies(x64: torch.Tensor, plan: GeometryPlan, cfg: GeometryConfig) -> dict[str, float]:
-    """All proxies of one already-normalised float64 sample."""
+def _proxies(x64: torch.Tensor, plan: GeometryPlan, cfg: GeometryConfig,
+             weights: torch.Tensor | None = None) -> tuple[dict[str, float], dict | None]:
+    """All proxies of one already-normalised float64 sample, and with `weights` (B, n) their
+    token-bootstrap replicates (resampled_proxies), else None."""
     spec = _spectrum(x64)
     gamma = _gamma(spec, cfg.gamma_rel)
-    mono = _mono_stats(_quotients(x64, plan.pairs, spec, gamma), spec, gamma)
-    return {
-        "m_curv": _curvature(_neighbour_lambda_max(x64, plan.anchors, cfg.k_neighbors)),
+    r = _quotients(x64, plan.pairs, spec, gamma)
+    lam = _neighbour_lambda_max(x64, plan.anchors, cfg.k_neighbors)
+    mono = _mono_stats(r, spec, gamma)
+    point = {
+        "m_curv": _curvature(lam),
         "m_mono": mono[cfg.mono_stat],
         "m_mono_median": mono["median"],
         "m_mono_q05": mono["q05"],
@@ -317,6 +321,111 @@ def _proxies(x64: torch.Tensor, plan: GeometryPlan, cfg: GeometryConfig) -> dict
         "tr_sigma": spec.trace,
         "lambda_max": spec.lambda_max,
     }
+    if weights is None:
+        return point, None
+    return point, resampled_proxies(x64, plan, cfg, spec, 1.0 / lam, r, weights)
+
+
+# ---------------------------------------------------------------------------------------------
+# Token bootstrap
+# ---------------------------------------------------------------------------------------------
+
+RESAMPLE_RANK = 32  # the leading eigenvectors of the span a replicate's lambda_max is sought in
+
+
+def resample_weights(n: int, n_resamples: int, generator: torch.Generator) -> torch.Tensor:
+    """(n_resamples, n) float64 multiplicities of a bootstrap over the n sampled tokens: each
+    row counts how often each token was drawn in n draws with replacement (rows sum to n)."""
+    draws = torch.randint(n, (n_resamples, n), generator=generator)
+    w = torch.zeros(n_resamples, n, dtype=torch.float64)
+    return w.scatter_add_(1, draws, torch.ones_like(draws, dtype=torch.float64))
+
+
+def weighted_quantile(values: torch.Tensor, weights: torch.Tensor, q: float) -> torch.Tensor:
+    """(B,) q-quantiles of `values` (m,) under each row of `weights` (B, m): the smallest value
+    whose cumulative weight reaches q of the total, averaged with the next one where it meets
+    q exactly (with unit weights and q = 0.5, the ordinary median). NaN values are ignored; a
+    row with no weight gives NaN."""
+    keep = ~torch.isnan(values)
+    v, order = values[keep].sort()
+    w = weights[:, keep][:, order]
+    if v.numel() == 0:
+        return torch.full((weights.shape[0],), float("nan"), dtype=torch.float64)
+    cum = w.cumsum(dim=1)
+    target = q * cum[:, -1:]
+    last = v.numel() - 1
+    lo = torch.searchsorted(cum, target)[:, 0].clamp_max(last)  # first reaching the target
+    hi = torch.searchsorted(cum, target, right=True)[:, 0].clamp_max(last)  # first passing it
+    out = (v[lo] + v[hi]) / 2  # lo == hi unless the target is met exactly
+    return torch.where(cum[:, -1] > 0, out, torch.full_like(out, float("nan")))
+
+
+def _replicate_lambda_max(x64: torch.Tensor, spec: _Spectrum, w: torch.Tensor,
+                          mu: torch.Tensor) -> torch.Tensor:
+    """lambda_max of each replicate's weighted covariance (rows of w: token multiplicities, mu:
+    their weighted means), by Rayleigh-Ritz in the span of the full sample's RESAMPLE_RANK
+    leading eigenvectors plus, per replicate, the residual of its Ritz vector there (one block
+    Krylov step: the direction the span misses most)."""
+    n, d = x64.shape
+    basis = spec.evecs[:, -min(d, RESAMPLE_RANK):]  # (d, r)
+    y = x64 @ basis  # (n, r)
+    total = w.sum(dim=1)  # (b,)
+
+    def cov_times(v: torch.Tensor, xv: torch.Tensor) -> torch.Tensor:
+        """Sigma_b v for each replicate: v (b, d), xv = x64 @ v_b as (b, n)."""
+        return ((w * xv) @ x64 - total[:, None] * mu * (mu * v).sum(1, keepdim=True)) / (total[:, None] - 1)
+
+    mu_y = mu @ basis
+    cov = (w[:, :, None] * y).transpose(1, 2) @ y - total[:, None, None] * mu_y[:, :, None] * mu_y[:, None, :]
+    cov /= (total - 1)[:, None, None]
+    theta, u = torch.linalg.eigh(cov)
+    ritz = u[:, :, -1] @ basis.T  # (b, d)
+    resid = cov_times(ritz, u[:, :, -1] @ y.T) - theta[:, -1:] * ritz
+    for _ in range(2):  # outside the span (twice, for orthogonality to rounding)
+        resid -= (resid @ basis) @ basis.T
+    norm = resid.norm(dim=1, keepdim=True)
+    # where the Ritz vector is already an eigenvector (or the span is the whole space) there is
+    # no direction to add: a zero vector leaves the Ritz values as they are
+    useful = norm > 1e-9 * theta[:, -1:].abs().clamp_min(1e-300)
+    e = torch.where(useful, resid / norm.clamp_min(1e-300), torch.zeros_like(resid))
+    se = cov_times(e, e @ x64.T)
+    r = basis.shape[1]
+    big = torch.zeros(w.shape[0], r + 1, r + 1, dtype=x64.dtype)
+    big[:, :r, :r] = cov
+    big[:, :r, r] = big[:, r, :r] = se @ basis
+    big[:, r, r] = (se * e).sum(1)
+    return torch.linalg.eigvalsh(big)[:, -1]
+
+
+def resampled_proxies(x64: torch.Tensor, plan: GeometryPlan, cfg: GeometryConfig, spec: _Spectrum,
+                      inv_lambda: torch.Tensor, quotients: torch.Tensor,
+                      weights: torch.Tensor) -> dict[str, torch.Tensor]:
+    """m_curv, m_mono, k_eff and tr(Sigma) of each bootstrap replicate (rows of `weights`, token
+    multiplicities), each (B,) float64.
+
+    k_eff: tr and lambda_max of the weighted covariance, lambda_max in the span of the full
+    sample's RESAMPLE_RANK leading eigenvectors (a replicate's covariance is a perturbation of
+    the full one, so its top eigenvector stays in that span to second order). m_curv: the
+    weighted median over anchors (weight: the anchor's multiplicity) of the full sample's
+    1 / lambda_max_i. m_mono: the weighted statistic over pairs (weight: the product of the two
+    multiplicities) of the full sample's r_ij, or 1 / (lambda_max + gamma) for min_eig. The
+    neighbourhoods and P are the full sample's: a replicate varies which tokens enter the
+    statistics, not the neighbour search or the preconditioner.
+    """
+    n, d = x64.shape
+    w = weights.to(x64.dtype)
+    total = w.sum(dim=1)  # n for every bootstrap row
+    mu = w @ x64 / total[:, None]  # (B, d)
+    tr = (w @ x64.square().sum(dim=1) - total * mu.square().sum(dim=1)) / (total - 1)
+    lam = torch.cat([_replicate_lambda_max(x64, spec, w[lo : lo + 16], mu[lo : lo + 16])
+                     for lo in range(0, w.shape[0], 16)])
+    if cfg.mono_stat == "min_eig":
+        m_mono = 1.0 / (lam + cfg.gamma_rel * tr / d)
+    else:
+        pair_w = w[:, plan.pairs[:, 0]] * w[:, plan.pairs[:, 1]]
+        m_mono = weighted_quantile(quotients, pair_w, 0.5 if cfg.mono_stat == "median" else 0.05)
+    return {"m_curv": weighted_quantile(inv_lambda, w[:, plan.anchors], 0.5), "m_mono": m_mono,
+            "k_eff": tr / lam, "tr_sigma": tr}
 
 
 def _rescaled(proxies: dict[str, float], c: float) -> dict[str, float]:
@@ -341,19 +450,39 @@ def layer_proxies(x: torch.Tensor, plan: GeometryPlan, cfg: GeometryConfig) -> l
     ``rms`` is a global rescaling of ``none`` by s^2 = tr(Sigma)/d, so its proxies are derived
     exactly from those of ``none`` instead of repeating the kNN search and eigendecomposition.
     """
+    return layer_proxies_resampled(x, plan, cfg, None)[0]
+
+
+def layer_proxies_resampled(x: torch.Tensor, plan: GeometryPlan, cfg: GeometryConfig,
+                            weights: torch.Tensor | None) -> tuple[list[dict], dict[str, dict]]:
+    """layer_proxies, and with bootstrap `weights` (B, n) the replicates of m_curv, m_mono and
+    k_eff under each normalisation ({norm: {proxy: (B,) tensor}}; rms derived from none by each
+    replicate's own tr(Sigma) / d, as for the point values). The normalisation's centre and
+    scale are the full sample's."""
     x64 = _as_states(x)
     n = x64.shape[0]
     plan = GeometryPlan(
         anchors=_check_anchors(plan.anchors, n).to(x64.device),
         pairs=_check_pairs(plan.pairs, n).to(x64.device),
     )
+    if weights is not None and (weights.ndim != 2 or weights.shape[1] != n):
+        raise ValueError(f"bootstrap weights must be (B, {n}), got {tuple(weights.shape)}")
     computed: dict[str, dict[str, float]] = {}
+    replicates: dict[str, dict] = {}
     if "none" in cfg.normalizations or "rms" in cfg.normalizations:
-        computed["none"] = _proxies(normalize(x64, "none"), plan, cfg)
+        computed["none"], replicates["none"] = _proxies(normalize(x64, "none"), plan, cfg, weights)
     if "rms" in cfg.normalizations:
         none = computed["none"]
         computed["rms"] = _rescaled(none, none["tr_sigma"] / x64.shape[1])
+        if weights is not None:
+            rep = replicates["none"]
+            c = rep["tr_sigma"] / x64.shape[1]
+            replicates["rms"] = {"m_curv": rep["m_curv"] * c, "m_mono": rep["m_mono"] * c,
+                                 "k_eff": rep["k_eff"], "tr_sigma": rep["tr_sigma"] / c}
     for kind in ("standardize", "robust"):
         if kind in cfg.normalizations:
-            computed[kind] = _proxies(normalize(x64, kind), plan, cfg)
-    return [{"norm": kind, **computed[kind]} for kind in cfg.normalizations]
+            computed[kind], replicates[kind] = _proxies(normalize(x64, kind), plan, cfg, weights)
+    rows = [{"norm": kind, **computed[kind]} for kind in cfg.normalizations]
+    if weights is None:
+        return rows, {}
+    return rows, {kind: replicates[kind] for kind in cfg.normalizations}

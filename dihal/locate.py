@@ -14,10 +14,13 @@ import numpy as np
 import torch
 
 from dihal.config import LayerScoreConfig
-from dihal.geometry import GeometryConfig, layer_proxies, make_plan
+from dihal.geometry import GeometryConfig, layer_proxies_resampled, make_plan, resample_weights
 from dihal.predictors import layer_predictors
 from dihal.results import GeometryResult, LayerScoreResult
 from dihal.seeds import derive_seed
+
+
+_REPLICATED = ("m_curv", "m_mono", "k_eff")  # the proxies the score is made of
 
 
 def sample_positions(
@@ -51,6 +54,11 @@ def compute_geometry(
     gen = torch.Generator().manual_seed(derive_seed(cfg.seed, backbone, "geometry"))
     positions = sample_positions(n_seq, seq_len, cfg.n_tokens, gen)
     plan = make_plan(cfg.n_tokens, cfg, gen)
+    weights = None  # the token bootstrap: one set of replicates shared by every layer
+    if cfg.n_resamples:
+        boot = torch.Generator().manual_seed(derive_seed(cfg.seed, backbone, "geometry-bootstrap"))
+        weights = resample_weights(cfg.n_tokens, cfg.n_resamples, boot)
+    replicates: dict[str, list] = {k: [] for k in ("resample", "layer", "norm", *_REPLICATED)}
     rows: list[dict] = []
     rivals: list[dict] = []
     x0 = prev = None
@@ -63,8 +71,15 @@ def compute_geometry(
                 f"layer {layer} of the dump holds non-finite states: re-run the hidden_states "
                 "asset (its checks reject NaN) before computing geometry."
             )
-        for row in layer_proxies(x, plan, cfg):
+        layer_rows, reps = layer_proxies_resampled(x, plan, cfg, weights)
+        for row in layer_rows:
             rows.append({"layer": layer, **row})
+        for norm, rep in reps.items():
+            replicates["resample"] += range(cfg.n_resamples)
+            replicates["layer"] += [layer] * cfg.n_resamples
+            replicates["norm"] += [norm] * cfg.n_resamples
+            for k in _REPLICATED:
+                replicates[k] += rep[k].tolist()
         if layer == 0:
             x0 = x
         else:  # the rival predictors of a candidate layer, on the same tokens
@@ -75,7 +90,7 @@ def compute_geometry(
     from dihal.plots import plot_proxies
 
     return GeometryResult(rows, positions, plan.anchors.numpy(), plan.pairs.numpy(),
-                          time.perf_counter() - t0, predictors=rivals,
+                          time.perf_counter() - t0, predictors=rivals, resamples=replicates,
                           plot_png=plot_proxies(rows, f"{backbone}: geometry proxies per layer"))
 
 
@@ -99,13 +114,56 @@ def score_summary(rows: list[dict], *, primary_norm: str = "none") -> dict:
             "spearman_vs_depth": vs_depth, "candidates": candidates}
 
 
-def score_layers(rows: list[dict], cfg: LayerScoreConfig, *, backbone: str) -> LayerScoreResult:
-    """The layer_score stage: S_l per normalisation over the candidate layers, l*, and how much
-    of the score is depth."""
+def l_star_stability(resamples: dict[str, list], candidates: list[int],
+                     selected: dict[str, int]) -> dict[str, dict]:
+    """How stable l* is over the geometry's token-bootstrap replicates (columns resample, layer,
+    norm, m_curv, m_mono, k_eff): per normalisation, each replicate's S_l over the candidate
+    layers (the same z-scores, ties to the shallower layer) and its l*; the fraction of
+    replicates that pick the full sample's l*, a 95 % interval of the picked layer, and the
+    share of each layer picked."""
+    import numpy as np
+
+    cols = {k: np.asarray(v) for k, v in resamples.items()}
+    if not len(cols.get("resample", [])):
+        return {}
+    cand = np.asarray(sorted(candidates))
+    out = {}
+    for norm, l_star in selected.items():
+        on = cols["norm"] == norm
+        n_rep = int(cols["resample"][on].max()) + 1
+        grid = {}
+        for k in _REPLICATED:
+            g = np.full((n_rep, int(cols["layer"].max()) + 1), np.nan)
+            g[cols["resample"][on], cols["layer"][on]] = cols[k][on]
+            grid[k] = g[:, cand]
+        ok = np.all([np.isfinite(g).all(axis=1) for g in grid.values()], axis=0)
+
+        def z(g):
+            sd = g.std(axis=1, keepdims=True)
+            return np.where(sd > 0, (g - g.mean(axis=1, keepdims=True)) / np.where(sd > 0, sd, 1), 0.0)
+
+        s = z(grid["m_curv"][ok]) + z(grid["m_mono"][ok]) - z(grid["k_eff"][ok])
+        picks = cand[np.argmax(s, axis=1)]  # the first maximum: ties go to the shallower layer
+        layers, counts = np.unique(picks, return_counts=True)
+        lo, hi = np.quantile(picks, [0.025, 0.975], method="inverted_cdf")
+        out[norm] = {"l_star": int(l_star), "same": float(np.mean(picks == l_star)),
+                     "low": int(lo), "high": int(hi), "replicates": int(ok.sum()),
+                     "dropped": int((~ok).sum()),
+                     "picks": {int(ll): round(float(c) / len(picks), 4)
+                               for ll, c in sorted(zip(layers, counts, strict=True),
+                                                   key=lambda t: (-t[1], t[0]))}}
+    return out
+
+
+def score_layers(rows: list[dict], cfg: LayerScoreConfig, *, backbone: str,
+                 resamples: dict[str, list] | None = None) -> LayerScoreResult:
+    """The layer_score stage: S_l per normalisation over the candidate layers, l*, how much of
+    the score is depth, and (with the geometry's token-bootstrap `resamples`) how stable l* is."""
     from dihal.plots import plot_scores
 
     s = score_summary(rows, primary_norm=cfg.primary_norm)
     title = f"{backbone}: layer score, l* = {s['l_star']} ({cfg.primary_norm})"
     return LayerScoreResult(rows=s["rows"], selected=s["selected"], l_star=s["l_star"],
                             primary_norm=cfg.primary_norm, spearman_vs_depth=s["spearman_vs_depth"],
+                            stability=l_star_stability(resamples or {}, s["candidates"], s["selected"]),
                             plot_png=plot_scores(s["rows"], s["selected"], title))

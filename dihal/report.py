@@ -23,6 +23,24 @@ def _locate_summary(x: ReportInputs) -> str:
                if depthy else "no normalisation's score is mostly depth (|Spearman with -l| < 0.8)."))
 
 
+def _stability_table(stability: dict[str, dict]) -> list[dict]:
+    return [{"normalisation": n, "l*": v["l_star"], "l* [95 %] over resamples": f"[{v['low']}, {v['high']}]",
+             "resamples picking l*": f"{v['same']:.0%} of {v['replicates']}",
+             "layers picked (share)": ", ".join(f"{ll}: {sh:.0%}" for ll, sh in list(v["picks"].items())[:4])}
+            for n, v in sorted(stability.items())]
+
+
+def _stability_summary(stability: dict[str, dict], n_resamples) -> str:
+    firm = [n for n, v in sorted(stability.items()) if v["same"] >= 0.9]
+    loose = [f"{n} ({v['same']:.0%})" for n, v in sorted(stability.items()) if v["same"] < 0.9]
+    return (f"Over {n_resamples} bootstrap resamples of the geometry tokens (the proxies recomputed "
+            "on each: covariance, and the anchors' and pairs' statistics, with the full sample's "
+            "neighbourhoods and preconditioner), "
+            + (f"l* is the same in at least 90 % of resamples under {', '.join(firm)}" if firm
+               else "l* is not the same in 90 % of resamples under any normalisation")
+            + (f"; it moves under {', '.join(loose)}." if loose else "."))
+
+
 def _number(v) -> float | None:
     return None if v is None or v != v else float(v)  # None and NaN: no number
 
@@ -228,6 +246,11 @@ def build_report(x: ReportInputs) -> ReportResult:
     r.table(table, ["layer"] + [f"{k}[{n}]" for n in norms for k in keys], ".3g")
     r.image(x.plots["proxies"], "Proxies against layer, per normalisation")
     r.image(x.plots["score"], "Layer score S_l and l* per normalisation")
+    if x.score.get("stability"):
+        r.p(_stability_summary(x.score["stability"], geo_cfg.get("n_resamples")))
+        r.table(_stability_table(x.score["stability"]),
+                ["normalisation", "l*", "l* [95 %] over resamples", "resamples picking l*",
+                 "layers picked (share)"])
     if x.predictor_rows:
         r.p("Rival predictors on the same tokens (dihal.predictors): distance and linear CKA "
             "from the condition hs[0], the block influence of ShortGPT, the cross-validated R^2 "

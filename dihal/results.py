@@ -112,6 +112,8 @@ class GeometryResult:
     plot_png: bytes = field(repr=False, default=b"")
     # the rival predictors of each candidate layer: {"layer", "cond_distance", "cond_cka", ...}
     predictors: list[dict] = field(default_factory=list)
+    # token-bootstrap replicates: columns resample, layer, norm, m_curv, m_mono, k_eff
+    resamples: dict[str, list] = field(default_factory=dict)
 
     def info(self) -> dict:
         return {"seconds": round(self.seconds, 2)}
@@ -129,14 +131,18 @@ class LayerScoreResult:
     primary_norm: str
     spearman_vs_depth: dict[str, float]
     plot_png: bytes = field(repr=False, default=b"")
+    # per normalisation: l* over the token-bootstrap replicates (dihal.locate.l_star_stability)
+    stability: dict[str, dict] = field(default_factory=dict)
 
     def info(self) -> dict:
         return {"l_star": self.l_star, "selected": self.selected,
-                "spearman_vs_depth": self.spearman_vs_depth}
+                "spearman_vs_depth": self.spearman_vs_depth, "stability": self.stability}
 
     def metadata(self) -> dict:
+        same = {f"l* same over resamples ({n})": v["same"] for n, v in self.stability.items()}
         return {"l_star": self.l_star, "primary_norm": self.primary_norm,
-                "l_star_by_norm": self.selected, "spearman_S_vs_depth": self.spearman_vs_depth}
+                "l_star_by_norm": self.selected, "spearman_S_vs_depth": self.spearman_vs_depth,
+                **same}
 
 
 @dataclass(frozen=True)

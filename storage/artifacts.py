@@ -348,13 +348,15 @@ class HiddenStates(WorkArtifact):
 
 class Geometry(Artifact):
     stage = "geometry"
-    files = ("geometry.parquet", "predictors.parquet", "positions.parquet", "plan.parquet",
-             "proxies.png")
+    files = ("geometry.parquet", "predictors.parquet", "resamples.parquet", "positions.parquet",
+             "plan.parquet", "proxies.png")
 
     def _write_files(self, directory: Path, result: GeometryResult) -> None:
         pos = result.positions
         write_table(directory / "geometry.parquet", result.rows)
         write_table(directory / "predictors.parquet", result.predictors)
+        write_table(directory / "resamples.parquet", result.resamples or {
+            "resample": [], "layer": [], "norm": [], "m_curv": [], "m_mono": [], "k_eff": []})
         write_table(directory / "positions.parquet", {
             "sample": list(range(len(pos))), "split": ["val"] * len(pos),
             "sequence": pos[:, 0].tolist(), "position": pos[:, 1].tolist()})
@@ -371,6 +373,10 @@ class Geometry(Artifact):
     def predictor_rows(self) -> list[dict]:
         """The rival predictors of each candidate layer (dihal.predictors)."""
         return read_rows(self.path("predictors.parquet"))
+
+    def resamples(self) -> dict[str, list]:
+        """The proxies' token-bootstrap replicates, as columns."""
+        return read_table(self.path("resamples.parquet")).to_pydict()
 
     def plot(self) -> bytes:
         return self.path("proxies.png").read_bytes()
@@ -690,12 +696,12 @@ def current_baselines(layout: ArtifactLayout, backbone: str, names: tuple[str, .
 
 
 def other_backbones(layout: ArtifactLayout, backbone: str) -> list[str]:
-    """The registry's other backbones whose layer score and bridgeability exist in `layout`."""
-    from dihal.registry import BACKBONES
-
-    return [b for b in BACKBONES if b != backbone
-            and LayerScore(layout, b).manifest() is not None
-            and Bridgeability(layout, b).manifest() is not None]
+    """The other backbones of the artifact root whose layer score and bridgeability exist
+    (found on disk: a folder of the root with both artifacts' manifests), sorted."""
+    return [d.name for d in sorted(Path(layout.root).iterdir())
+            if d.is_dir() and d.name != backbone and not d.name.startswith(".")
+            and LayerScore(layout, d.name).manifest() is not None
+            and Bridgeability(layout, d.name).manifest() is not None]
 
 
 def cross_backbone_artifacts(layout: ArtifactLayout, backbone: str) -> list[Artifact]:

@@ -101,7 +101,7 @@ def test_baselines_comparison_full_training_report(tiny):  # noqa: F811
         for needle in ("Locate", "bridgeability", "Full training", "diffusion-lm", "codar",
                        "depth (-l)", "data:image/png;base64,", "S_l (robust)", "-cond_distance",
                        "ridge_r2", "twonn_id", "What the sampler", "mean of samples [95 %]",
-                       "MAUVE [95 %]", "regression control"):
+                       "MAUVE [95 %]", "regression control", "resamples picking l*"):
             assert needle in text, needle
     assert "5. Across backbones" in md and "Only llama has been materialised here" in md
 

@@ -385,3 +385,62 @@ def test_malformed_inputs_are_rejected():
         monotonicity_quotients(x, plan.pairs[:, :1], 1e-3)
     with pytest.raises(ValueError, match="gamma_rel"):
         monotonicity_quotients(x, plan.pairs, 0.0)
+
+
+# ------------------------------------------------------------------------------ token bootstrap
+def test_weighted_quantile_is_the_quantile_of_the_expanded_multiset():
+    import numpy as np
+
+    from dihal.geometry import weighted_quantile
+
+    g = torch.Generator().manual_seed(0)
+    for m in (5, 6, 7):
+        v = torch.randn(m, dtype=torch.float64, generator=g)
+        w = torch.randint(0, 4, (30, m), generator=g).double()
+        got = weighted_quantile(v, w, 0.5).numpy()
+        want = [np.median(np.repeat(v.numpy(), w[b].int().numpy())) if w[b].sum() else np.nan
+                for b in range(30)]
+        np.testing.assert_allclose(got, want, rtol=0, atol=0)
+    nan_in = torch.tensor([1.0, float("nan"), 3.0], dtype=torch.float64)
+    assert weighted_quantile(nan_in, torch.ones(1, 3, dtype=torch.float64), 0.5).item() == 2.0
+
+
+def _spiked(n: int, d: int, seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    scale = torch.linspace(0.3, 1.0, d, dtype=torch.float64)
+    scale[0] = 12.0  # one direction dominates, as massive activations make it in real layers
+    return torch.randn(n, d, dtype=torch.float64, generator=g) * scale
+
+
+def test_unit_weights_reproduce_the_point_proxies():
+    from dihal.geometry import layer_proxies_resampled
+
+    cfg = GeometryConfig(n_tokens=300, n_anchors=100, k_neighbors=6, n_pairs=200)
+    x = _spiked(300, 80, 1)
+    plan = make_plan(300, cfg, torch.Generator().manual_seed(2))
+    rows, reps = layer_proxies_resampled(x, plan, cfg, torch.ones(1, 300, dtype=torch.float64))
+    for row in rows:
+        for key in ("m_curv", "m_mono", "k_eff"):
+            assert reps[row["norm"]][key][0].item() == pytest.approx(row[key], rel=1e-9), (row["norm"], key)
+
+
+def test_replicate_effective_rank_equals_the_resampled_covariance():
+    """k_eff of a replicate, computed in a small span plus one Krylov direction, against the
+    eigendecomposition of the covariance of the tokens actually drawn."""
+    from dihal.geometry import _spectrum, layer_proxies_resampled, resample_weights
+
+    cfg = GeometryConfig(n_tokens=400, n_anchors=100, k_neighbors=6, n_pairs=200)
+    g = torch.Generator().manual_seed(3)
+    x = _spiked(400, 120, 4)  # d > the span's 32 vectors
+    weights = resample_weights(400, 4, g)
+    assert torch.equal(weights.sum(1), torch.full((4,), 400.0, dtype=torch.float64))
+    rows, reps = layer_proxies_resampled(x, make_plan(400, cfg, g), cfg, weights)
+    for b in range(4):
+        drawn = x[torch.repeat_interleave(torch.arange(400), weights[b].long())]
+        spec = _spectrum(drawn)
+        assert reps["none"]["k_eff"][b].item() == pytest.approx(spec.trace / spec.lambda_max, rel=1e-6)
+        assert reps["none"]["tr_sigma"][b].item() == pytest.approx(spec.trace, rel=1e-9)
+        # rms is none rescaled by each replicate's own tr / d: same k_eff, curvature x tr / d
+        c = spec.trace / 120
+        assert reps["rms"]["m_curv"][b].item() == pytest.approx(reps["none"]["m_curv"][b].item() * c)
+    assert len({round(v, 9) for v in reps["none"]["k_eff"].tolist()}) == 4  # replicates differ

@@ -152,3 +152,22 @@ def test_depth_control():
     # bridgeability measured as a loss (lower = better) that grows with depth:
     # "shallower is better" ranks the layers perfectly against -loss
     assert spearman(depth_control(layers), [-0.1, -0.2, -0.4, -0.8]) == pytest.approx(1.0)
+
+
+def test_l_star_stability_counts_the_replicates_picks():
+    from dihal.locate import l_star_stability
+
+    # 3 candidate layers; curvature alone ranks them (mono, k_eff constant): replicates 0-6
+    # make layer 2 the best, 7-8 layer 3 and 9 layer 1
+    best = [2] * 7 + [3] * 2 + [1]
+    cols = {k: [] for k in ("resample", "layer", "norm", "m_curv", "m_mono", "k_eff")}
+    for b, top in enumerate(best):
+        for layer in (1, 2, 3):
+            for k, v in (("resample", b), ("layer", layer), ("norm", "none"),
+                         ("m_curv", 2.0 if layer == top else 1.0), ("m_mono", 0.5), ("k_eff", 3.0)):
+                cols[k].append(v)
+    got = l_star_stability(cols, [1, 2, 3], {"none": 2})["none"]
+    assert got["same"] == pytest.approx(0.7) and got["replicates"] == 10 and got["dropped"] == 0
+    assert got["picks"] == {2: 0.7, 3: 0.2, 1: 0.1}
+    assert (got["low"], got["high"]) == (1, 3)
+    assert l_star_stability({}, [1, 2, 3], {"none": 2}) == {}

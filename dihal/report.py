@@ -152,7 +152,25 @@ def _generation_summary(x: ReportInputs) -> str:
                                                              else "") +
              ("" if len(ranked) == others else "; the others cannot be ranked against it at "
               "this sample count"))
-    return line + "."
+    need = _samples_needed(dihal, [r for r in [ref, *bases] if r["model"] not in ranked],
+                           int(x.configs["eval"]["n_samples"]))
+    return line + "." + (f" Shrinking the intervals as 1/sqrt(n), separating it would take about "
+                         f"{need} samples per model." if need else "")
+
+
+def _samples_needed(row: dict, others: list[dict], n: int) -> str:
+    """"N for X, M for Y": samples per model at which `row`'s Gen.PPL interval and each other's
+    (from n samples each) would stop overlapping (dihal.uncertainty.samples_to_separate)."""
+    from dihal.uncertainty import samples_to_separate
+
+    parts = []
+    for o in others:
+        v = [_number(r.get(f"gen_ppl{e}")) for r in (row, o) for e in ("", "_low", "_high")]
+        if None in v:
+            continue
+        need = samples_to_separate(v[0], (v[1], v[2]), v[3], (v[4], v[5]), n)
+        parts.append(f"{need} for {o['model']}" if need else f"no count for {o['model']} (equal)")
+    return ", ".join(parts)
 
 
 def _full_training_summary(x: ReportInputs) -> str:

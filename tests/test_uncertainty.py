@@ -92,3 +92,15 @@ def test_bridgeability_table_rivals_orientation_and_standing_against_depth():
     # a rival table that lacks a swept layer is refused
     with pytest.raises(ValueError, match="lack swept layers"):
         bridgeability_table(_layers(losses), score, rivals[1:], n_boot=10)
+
+
+def test_samples_to_separate_scales_the_facing_half_widths():
+    from dihal.uncertainty import samples_to_separate
+
+    # 100 [90, 110] vs 130 [115, 150] from 64 samples: facing half-widths 10 + 15 = 25 > gap 30?
+    # no: 25 < 30, already apart
+    assert samples_to_separate(100, (90, 110), 130, (115, 150), 64) == 64
+    # 100 [80, 125] vs 130 [110, 160]: 25 + 20 = 45 over a gap of 30 -> 64 * 1.5^2 = 144
+    assert samples_to_separate(100, (80, 125), 130, (110, 160), 64) == 144
+    assert samples_to_separate(130, (110, 160), 100, (80, 125), 64) == 144  # symmetric
+    assert samples_to_separate(100, (80, 125), 100, (90, 110), 64) is None

@@ -40,12 +40,13 @@ CODE_VERSIONS = {
     "bridge_sweep": "2",  # 2: validation loss at initialisation recorded
     "bridgeability": "2",  # 2: rival predictors, intervals, standing against depth
     "bridge": "3",  # 2: train_tokens = sequences consumed x length; 3: init validation loss
-    "eval": "3",  # 2: rows carry their role, the judge's name; 3: mean-of-samples Gen.PPL, intervals
+    "eval": "4",  # 2: rows carry their role, the judge's name; 3: mean-of-samples Gen.PPL,
+    # intervals; 4: the backbone sampled with the step's threads (MAUVE no longer drops them to 1)
     "regression_sweep": "1",
-    "sampler_steps": "1",
+    "sampler_steps": "2",  # 2: measured with the step's threads (as eval 4)
     "baseline": "3",  # 2: trained by the bridge's loop (one trainer); 3: as eval 3
     "comparison": "3",  # 2: rows carry their role; 3: as eval 3
-    "full_training": "2",  # 2: as eval 3
+    "full_training": "3",  # 2: as eval 3; 3: as eval 4
     "report": "5",  # 3: built from typed inputs; 4: rival predictors and intervals; 5: across backbones
 }
 RESOURCES = {"storage", "backbones", "compute", "judge"}

@@ -193,11 +193,19 @@ def mauve_interval(p_features, q_features, *, seed: int = 0, n_boot: int = 1000,
 
     from dihal.uncertainty import resample_indices
 
-    faiss.omp_set_num_threads(1)  # deterministic k-means, and fast on a shared CPU
     p, q = np.asarray(p_features, dtype=np.float64), np.asarray(q_features, dtype=np.float64)
-    out = mauve.compute_mauve(p_features=p, q_features=q, seed=seed, verbose=False)
-    k = int(out.num_buckets)
-    p_lab, q_lab = _mauve_labels(p, q, k, seed)
+    # one OpenMP thread for faiss's k-means (deterministic, and fast on a shared CPU); the
+    # setting is the process's OpenMP one, which torch shares: put it back, or every torch op
+    # after the first MAUVE (the backbone's sampling in eval, the sampler curve) runs on one
+    # thread, slower and with other float sums (other samples)
+    threads = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(1)
+    try:
+        out = mauve.compute_mauve(p_features=p, q_features=q, seed=seed, verbose=False)
+        k = int(out.num_buckets)
+        p_lab, q_lab = _mauve_labels(p, q, k, seed)
+    finally:
+        faiss.omp_set_num_threads(threads)
 
     def hist(labels):
         counts = np.bincount(labels, minlength=k).astype(np.float64)

@@ -121,3 +121,19 @@ def test_mauve_interval_matches_mauve_text_and_separates_distributions():
     assert shifted["mauve"] == ref.mauve
     assert _mauve_of_histograms(ref.p_hist, ref.q_hist) == pytest.approx(ref.mauve, abs=1e-12)
     assert mauve_interval(shifted_p, q, seed=3, n_boot=200) == shifted  # seeded
+
+
+def test_mauve_leaves_torch_thread_count_as_it_was():
+    """faiss sets the process's OpenMP thread count, which torch shares: MAUVE must put it
+    back, or everything after it (the backbone's samples in eval) runs on one thread."""
+    import numpy as np
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        rng = np.random.default_rng(1)
+        mauve_interval(rng.normal(size=(40, 8)), rng.normal(size=(40, 8)), seed=0, n_boot=20)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)

@@ -21,7 +21,7 @@ BAD = {
     dc.GeometryConfig: {
         "n_tokens": [1], "n_anchors": [0], "k_neighbors": [1], "n_pairs": [0],
         "gamma_rel": [0.0, math.inf, True], "mono_stat": ["mean"], "normalizations": [("l2",), ()],
-        "seed": [-1],
+        "seed": [-1], "n_resamples": [-1, 1.5],
     },
     dc.BridgeProtocol: {
         "d_model": [0], "n_layers": [0], "n_heads": [0], "mlp_ratio": [0.0], "lr": [0.0, -1e-3, math.inf],

@@ -22,8 +22,8 @@ def calls(monkeypatch):
     (["--backbone", "llama", "--layers", "32"], "32 out of range: llama has 32 layers, the "
                                                 "candidate layers are 1..31"),
     (["--layers", "1,x"], "give comma-separated integers (smollm2 has 30 layers"),
-    (["--backbone", "gpt2"], "unknown backbone 'gpt2': known backbones are ['llama', 'qwen', "
-                             "'smollm2']"),
+    (["--backbone", "gpt2"], "unknown backbone 'gpt2': known backbones are ['gemma3', 'llama', "
+                             "'qwen', 'smollm2']"),
     (["--baselines", "sed,foo"], "unknown foo; the baselines are diffusion-lm, sed, ld4lg, codar"),
     (["--sweep-count", "0"], "--sweep-count 0: give at least 3"),
     (["--workers", "0"], "--workers 0: give at least 1"),

@@ -360,15 +360,13 @@ def weighted_quantile(values: torch.Tensor, weights: torch.Tensor, q: float) -> 
     return torch.where(cum[:, -1] > 0, out, torch.full_like(out, float("nan")))
 
 
-def _replicate_lambda_max(x64: torch.Tensor, spec: _Spectrum, w: torch.Tensor,
-                          mu: torch.Tensor) -> torch.Tensor:
+def _replicate_lambda_max(x64: torch.Tensor, basis: torch.Tensor, y: torch.Tensor,
+                          w: torch.Tensor, mu: torch.Tensor) -> torch.Tensor:
     """lambda_max of each replicate's weighted covariance (rows of w: token multiplicities, mu:
     their weighted means), by Rayleigh-Ritz in the span of the full sample's RESAMPLE_RANK
     leading eigenvectors plus, per replicate, the residual of its Ritz vector there (one block
-    Krylov step: the direction the span misses most)."""
-    n, d = x64.shape
-    basis = spec.evecs[:, -min(d, RESAMPLE_RANK):]  # (d, r)
-    y = x64 @ basis  # (n, r)
+    Krylov step: the direction the span misses most). basis: those eigenvectors (d, r); y:
+    x64 @ basis."""
     total = w.sum(dim=1)  # (b,)
 
     def cov_times(v: torch.Tensor, xv: torch.Tensor) -> torch.Tensor:
@@ -417,7 +415,9 @@ def resampled_proxies(x64: torch.Tensor, plan: GeometryPlan, cfg: GeometryConfig
     total = w.sum(dim=1)  # n for every bootstrap row
     mu = w @ x64 / total[:, None]  # (B, d)
     tr = (w @ x64.square().sum(dim=1) - total * mu.square().sum(dim=1)) / (total - 1)
-    lam = torch.cat([_replicate_lambda_max(x64, spec, w[lo : lo + 16], mu[lo : lo + 16])
+    basis = spec.evecs[:, -min(d, RESAMPLE_RANK):]  # (d, r), projected once for every chunk
+    y = x64 @ basis
+    lam = torch.cat([_replicate_lambda_max(x64, basis, y, w[lo : lo + 16], mu[lo : lo + 16])
                      for lo in range(0, w.shape[0], 16)])
     if cfg.mono_stat == "min_eig":
         m_mono = 1.0 / (lam + cfg.gamma_rel * tr / d)

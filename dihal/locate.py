@@ -123,6 +123,8 @@ def l_star_stability(resamples: dict[str, list], candidates: list[int],
     share of each layer picked."""
     import numpy as np
 
+    from dihal.score import zscore
+
     cols = {k: np.asarray(v) for k, v in resamples.items()}
     if not len(cols.get("resample", [])):
         return {}
@@ -138,9 +140,8 @@ def l_star_stability(resamples: dict[str, list], candidates: list[int],
             grid[k] = g[:, cand]
         ok = np.all([np.isfinite(g).all(axis=1) for g in grid.values()], axis=0)
 
-        def z(g):
-            sd = g.std(axis=1, keepdims=True)
-            return np.where(sd > 0, (g - g.mean(axis=1, keepdims=True)) / np.where(sd > 0, sd, 1), 0.0)
+        def z(g):  # the score's own z-scores, one replicate (row) at a time
+            return np.apply_along_axis(zscore, 1, g)
 
         s = z(grid["m_curv"][ok]) + z(grid["m_mono"][ok]) - z(grid["k_eff"][ok])
         picks = cand[np.argmax(s, axis=1)]  # the first maximum: ties go to the shallower layer

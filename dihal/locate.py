@@ -15,10 +15,9 @@ import torch
 
 from dihal.config import LayerScoreConfig
 from dihal.geometry import GeometryConfig, layer_proxies_resampled, make_plan, resample_weights
-from dihal.predictors import layer_predictors
+from dihal.predictors import RidgeFolds, layer_predictors
 from dihal.results import GeometryResult, LayerScoreResult
 from dihal.seeds import derive_seed
-
 
 _REPLICATED = ("m_curv", "m_mono", "k_eff")  # the proxies the score is made of
 
@@ -61,7 +60,7 @@ def compute_geometry(
     replicates: dict[str, list] = {k: [] for k in ("resample", "layer", "norm", *_REPLICATED)}
     rows: list[dict] = []
     rivals: list[dict] = []
-    x0 = prev = None
+    x0 = prev = ridge = None
     t0 = time.perf_counter()
     for layer in range(n_layers):
         states = reader.layer(split, layer)  # (n_seq, seq_len, d), stored dtype
@@ -81,9 +80,10 @@ def compute_geometry(
             for k in _REPLICATED:
                 replicates[k] += rep[k].tolist()
         if layer == 0:
-            x0 = x
+            x0, ridge = x, RidgeFolds(x, seed=cfg.seed)
         else:  # the rival predictors of a candidate layer, on the same tokens
-            rivals.append({"layer": layer, **layer_predictors(x0, prev, x, seed=cfg.seed)})
+            rivals.append({"layer": layer, **layer_predictors(x0, prev, x, seed=cfg.seed,
+                                                             ridge=ridge)})
         prev = x
         if progress:
             progress(f"geometry layer {layer + 1}/{n_layers} ({time.perf_counter() - t0:.1f} s)")

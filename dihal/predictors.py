@@ -85,12 +85,21 @@ def ridge_fit(x: torch.Tensor, y: torch.Tensor, alphas=RIDGE_ALPHAS) -> tuple[fl
     residual sum of squares is ||y||^2 - sum_k (2 f_k - f_k^2) ||(U^T y)_k||^2 with
     f_k = s_k^2 / (s_k^2 + alpha), and GCV = n RSS / (n - sum_k f_k)^2.
     Returns (alpha, coefficients (d_x, d_y), intercept (d_y,))."""
+    return _ridge_solve(x, *_gram_eigh(x), y, alphas)
+
+
+def _gram_eigh(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """x^T x = V diag(s^2) V^T: (s^2 clamped at 0, V)."""
+    s2, v = torch.linalg.eigh(x.T @ x)
+    return s2.clamp_min(0.0), v
+
+
+def _ridge_solve(x: torch.Tensor, s2: torch.Tensor, v: torch.Tensor, y: torch.Tensor,
+                 alphas) -> tuple[float, torch.Tensor, torch.Tensor]:
+    """ridge_fit with x's Gram eigendecomposition (s2, v) already made."""
     mean = y.mean(0)
     yc = y - mean
-    # x^T x = V diag(s^2) V^T; V^T x^T y = diag(s) U^T y: no n x k factor is formed
-    s2, v = torch.linalg.eigh(x.T @ x)
-    s2 = s2.clamp_min(0.0)
-    vxy = v.T @ (x.T @ yc)  # (d_x, d_y)
+    vxy = v.T @ (x.T @ yc)  # (d_x, d_y) = diag(s) U^T y: no n x k factor is formed
     live = s2 > s2.max() * 1e-12
     energy = torch.where(live, vxy.square().sum(1) / torch.where(live, s2, 1.0), 0.0)
     total = float(yc.square().sum())
@@ -107,32 +116,55 @@ def ridge_fit(x: torch.Tensor, y: torch.Tensor, alphas=RIDGE_ALPHAS) -> tuple[fl
     return alpha, coef, mean
 
 
+class RidgeFolds:
+    """Cross-validated ridge R^2 of one condition c against any number of targets (ridge_cv_r2):
+    `folds` shuffled folds (scikit-learn's KFold, seeded); in each, c is standardised on the
+    training part and alpha is chosen by GCV on that part only (ridge_fit); R^2 on the held-out
+    part, averaged uniformly over the target's dimensions (constant ones excluded), then over
+    folds. The folds, c's standardisation and its Gram eigendecomposition are made once here:
+    the condition is the same for every layer, only the target changes."""
+
+    def __init__(self, c: torch.Tensor, *, folds: int = RIDGE_FOLDS, alphas=RIDGE_ALPHAS,
+                 seed: int = 0):
+        from sklearn.model_selection import KFold
+
+        x = c.to(torch.float64)
+        if x.ndim != 2 or x.shape[0] < 2 * folds:
+            raise ValueError(f"ridge R^2 needs >= {2 * folds} rows of an (n, d) condition, got "
+                             f"{tuple(x.shape)}")
+        self.n, self.alphas, self._folds = x.shape[0], alphas, []
+        for train, test in KFold(folds, shuffle=True, random_state=seed).split(x.numpy()):
+            train, test = torch.from_numpy(train), torch.from_numpy(test)
+            mu, sd = x[train].mean(0), x[train].std(0)
+            sd = torch.where(sd > 0, sd, torch.ones_like(sd))
+            x_train = (x[train] - mu) / sd
+            self._folds.append((train, test, x_train, (x[test] - mu) / sd, *_gram_eigh(x_train)))
+
+    def r2(self, h: torch.Tensor) -> float:
+        y = h.to(torch.float64)
+        if y.ndim != 2 or y.shape[0] != self.n:
+            raise ValueError(f"ridge R^2 needs {self.n} target rows paired with the condition's, "
+                             f"got {tuple(y.shape)}")
+        scores = []
+        for train, test, x_train, x_test, s2, v in self._folds:
+            _, coef, icpt = _ridge_solve(x_train, s2, v, y[train], self.alphas)
+            pred, truth = x_test @ coef + icpt, y[test]
+            sst = (truth - truth.mean(0)).square().sum(0)
+            keep = sst > 0
+            if not keep.any():
+                raise ValueError("ridge R^2 is undefined: the target is constant on a held-out fold")
+            sse = (truth - pred).square().sum(0)
+            scores.append(float((1.0 - sse[keep] / sst[keep]).mean()))
+        return float(sum(scores) / len(scores))
+
+
 def ridge_cv_r2(c: torch.Tensor, h: torch.Tensor, *, folds: int = RIDGE_FOLDS,
                 alphas=RIDGE_ALPHAS, seed: int = 0) -> float:
-    """Cross-validated R^2 of ridge regression c -> h: `folds` shuffled folds (scikit-learn's
-    KFold, seeded); in each, c is standardised on the training part and alpha is chosen by
-    GCV on that part only (ridge_fit); R^2 on the held-out part, averaged uniformly over h's
-    dimensions (constant ones excluded), then over folds."""
-    from sklearn.model_selection import KFold
-
-    x, y = c.to(torch.float64), h.to(torch.float64)
-    if x.ndim != 2 or y.ndim != 2 or x.shape[0] != y.shape[0] or x.shape[0] < 2 * folds:
-        raise ValueError(f"ridge R^2 needs >= {2 * folds} paired rows, got {tuple(x.shape)} and "
-                         f"{tuple(y.shape)}")
-    scores = []
-    for train, test in KFold(folds, shuffle=True, random_state=seed).split(x.numpy()):
-        train, test = torch.from_numpy(train), torch.from_numpy(test)
-        mu, sd = x[train].mean(0), x[train].std(0)
-        sd = torch.where(sd > 0, sd, torch.ones_like(sd))
-        _, coef, icpt = ridge_fit((x[train] - mu) / sd, y[train], alphas)
-        pred, truth = ((x[test] - mu) / sd) @ coef + icpt, y[test]
-        sst = (truth - truth.mean(0)).square().sum(0)
-        keep = sst > 0
-        if not keep.any():
-            raise ValueError("ridge R^2 is undefined: the target is constant on a held-out fold")
-        sse = (truth - pred).square().sum(0)
-        scores.append(float((1.0 - sse[keep] / sst[keep]).mean()))
-    return float(sum(scores) / len(scores))
+    """Cross-validated R^2 of ridge regression c -> h (RidgeFolds)."""
+    if h.ndim != 2 or c.shape[0] != h.shape[0] or c.shape[0] < 2 * folds:
+        raise ValueError(f"ridge R^2 needs >= {2 * folds} paired rows, got {tuple(c.shape)} and "
+                         f"{tuple(h.shape)}")
+    return RidgeFolds(c, folds=folds, alphas=alphas, seed=seed).r2(h)
 
 
 def two_nearest(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -188,14 +220,15 @@ def massive_share(x: torch.Tensor, fraction: float = MASSIVE_FRACTION) -> float:
 
 
 def layer_predictors(x0: torch.Tensor, prev: torch.Tensor, x: torch.Tensor, *,
-                     seed: int = 0) -> dict[str, float]:
+                     seed: int = 0, ridge: RidgeFolds | None = None) -> dict[str, float]:
     """Every rival predictor of one candidate layer, from the sampled states of the condition
-    (layer 0), the layer below and the layer itself (same tokens, same order)."""
+    (layer 0), the layer below and the layer itself (same tokens, same order). `ridge`: the
+    condition's RidgeFolds (made with `seed`), shared by the layers."""
     return {
         "cond_distance": cosine_distance(x0, x),
         "cond_cka": linear_cka(x0, x),
         "block_influence": cosine_distance(prev, x),
-        "ridge_r2": ridge_cv_r2(x0, x, seed=seed),
+        "ridge_r2": (ridge or RidgeFolds(x0, seed=seed)).r2(x),
         "twonn_id": twonn_dimension(x),
         "massive_share": massive_share(x),
     }

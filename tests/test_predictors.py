@@ -11,6 +11,7 @@ import torch
 from dihal.predictors import (
     ORIENTATION,
     PREDICTORS,
+    RidgeFolds,
     cosine_distance,
     layer_predictors,
     linear_cka,
@@ -62,6 +63,17 @@ def test_ridge_r2_separates_linear_from_unrelated_targets():
     assert ridge_cv_r2(c, c @ w + noise, seed=3) == ridge_cv_r2(c, c @ w + noise, seed=3)
     with pytest.raises(ValueError, match="paired rows"):
         ridge_cv_r2(c[:5], c[:5])
+
+
+def test_one_conditions_folds_serve_every_target_with_the_same_numbers():
+    """RidgeFolds (made once per geometry, for the condition) gives what a fresh ridge_cv_r2
+    gives for each layer, bit for bit, and refuses a target of other tokens."""
+    c = randn(600, 10, 4)
+    folds = RidgeFolds(c, seed=2)
+    for target in (c @ randn(10, 5, 5) + 0.1 * randn(600, 5, 6), randn(600, 7, 7)):
+        assert folds.r2(target) == ridge_cv_r2(c, target, seed=2)
+    with pytest.raises(ValueError, match="600 target rows"):
+        folds.r2(randn(599, 5, 8))
 
 
 def test_ridge_fit_matches_scikit_learn_and_gcv_picks_a_sensible_alpha():

@@ -34,7 +34,7 @@ from storage.manifest import canonical
 CODE_VERSIONS = {
     "corpus": "1",
     "sequences": "1",
-    "hidden_states": "1",
+    "hidden_states": "2",  # 2: the held-out split keeps the backbone's next-token reference
     "geometry": "3",  # 2: the robust normalisation and the rival predictors; 3: token bootstrap
     "layer_score": "2",  # 2: l*'s stability over the token bootstrap
     "bridge_sweep": "2",  # 2: validation loss at initialisation recorded
@@ -43,7 +43,8 @@ CODE_VERSIONS = {
     "eval": "4",  # 2: rows carry their role, the judge's name; 3: mean-of-samples Gen.PPL,
     # intervals; 4: the backbone sampled with the step's threads (MAUVE no longer drops them to 1)
     "regression_sweep": "1",
-    "sampler_steps": "2",  # 2: measured with the step's threads (as eval 4)
+    "sampler_steps": "3",  # 2: measured with the step's threads (as eval 4); 3: the trained K's
+    # row is the bridge's own measurement
     "baseline": "3",  # 2: trained by the bridge's loop (one trainer); 3: as eval 3
     "comparison": "3",  # 2: rows carry their role; 3: as eval 3
     "full_training": "3",  # 2: as eval 3; 3: as eval 4

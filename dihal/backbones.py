@@ -192,10 +192,13 @@ class Backbone:
         return self.decoder.embed_tokens(input_ids.to(self.device))
 
     @torch.no_grad()
-    def hidden_states(self, input_ids: torch.Tensor) -> torch.Tensor:
-        """hs[0..N-1] stacked: (N, B, T, d). The final-normed last entry of HF is dropped."""
+    def hidden_states(self, input_ids: torch.Tensor, *, final: bool = False):
+        """hs[0..N-1] stacked: (N, B, T, d). The final-normed last entry of HF is dropped; with
+        `final`, (hs, the final-normed states (B, T, d)) from the same forward pass, which the
+        LM head (`head`) turns into the backbone's logits."""
         out = self.decoder(input_ids=input_ids.to(self.device), output_hidden_states=True)
-        return torch.stack(out.hidden_states[: self.n_layers])
+        hs = torch.stack(out.hidden_states[: self.n_layers])
+        return (hs, out.last_hidden_state) if final else hs
 
     @torch.no_grad()
     def lower_states(self, input_ids: torch.Tensor, layer: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -3,7 +3,9 @@
 The sampler-steps curve re-measures one trained bridge with K = 1, 2, 4, 8, 16 steps of its
 deterministic sampler: reconstruction error and the hybrid's next-token NLL and top-1 agreement
 on the held-out sequences (as the sweep measures them), and the hybrid's generation latency per
-token. The bridge is not retrained: only the sampler changes. Pure compute, no Dagster.
+token. The bridge is not retrained: only the sampler changes. The row of the K the bridge was
+trained with is the bridge's own measurement (its metrics), not a second one. Pure compute, no
+Dagster.
 """
 
 from __future__ import annotations
@@ -21,7 +23,14 @@ def sampler_steps_curve(backbone, trained: TrainedBridge, reader, cfg: SamplerCu
     """The bridge `trained` (at its layer) measured with each K in cfg.steps."""
     from dihal.bridge import BrownianBridge
     from dihal.hybrid import Hybrid
-    from dihal.replace import LayerData, check_candidate, held_out, measure_bridge, restore_bridge
+    from dihal.replace import (
+        LayerData,
+        check_candidate,
+        held_out,
+        held_out_reference,
+        measure_bridge,
+        restore_bridge,
+    )
 
     bridge = restore_bridge(trained, device=str(backbone.device))
     protocol = BridgeProtocol(**trained.hparams["protocol"])
@@ -30,14 +39,18 @@ def sampler_steps_curve(backbone, trained: TrainedBridge, reader, cfg: SamplerCu
     val, val_ids = held_out(reader, layer, protocol, bridge["cond_std"], bridge["target_std"])
     data = LayerData(layer=layer, train=None, val=val, cond_std=bridge["cond_std"],
                      target_std=bridge["target_std"], val_ids=val_ids,
-                     first_state=bridge["first_state"])
+                     first_state=bridge["first_state"], reference=held_out_reference(reader, protocol))
     rows = []
     for k in cfg.steps:
         if progress:
             progress(f"layer {layer}: sampler with K = {k} steps")
         t0 = time.perf_counter()
-        measured = measure_bridge(backbone, bridge["denoiser"], data, replace(protocol, steps=k),
-                                  val_loss=trained.metrics.val_loss if trained.metrics else None)
+        reused = k == protocol.steps and trained.metrics is not None
+        if reused:  # the bridge was measured with its own K, on these sequences, when trained
+            measured = trained.metrics.to_dict()
+        else:
+            measured = measure_bridge(backbone, bridge["denoiser"], data, replace(protocol, steps=k),
+                                      val_loss=trained.metrics.val_loss if trained.metrics else None)
         measure_s = time.perf_counter() - t0
         hybrid = Hybrid(backbone, bridge["denoiser"], BrownianBridge(sigma=protocol.sigma),
                         bridge["cond_std"], bridge["target_std"], layer, steps=k,
@@ -47,5 +60,6 @@ def sampler_steps_curve(backbone, trained: TrainedBridge, reader, cfg: SamplerCu
                      "hybrid_nll": measured["hybrid_nll"], "backbone_nll": measured["backbone_nll"],
                      "top1_agreement": measured["top1_agreement"],
                      "ms_per_token": gen.timing()["ms_per_token"],
-                     "measure_seconds": measure_s, "trained_steps": protocol.steps})
+                     "measure_seconds": measure_s, "trained_steps": protocol.steps,
+                     "from_bridge_metrics": reused})
     return SamplerCurveResult(rows=rows, layer=layer)

@@ -1,7 +1,9 @@
 """Dump hidden states hs[0..N-1] of tokenised sequences, batch by batch, resumably.
 
 Every layer of the held-out split is stored (the geometry sample and the bridges' validation
-data). The training split's states are stored too unless ExtractConfig.store_train is False
+data), with the backbone's own next-token reference on it from the same forward pass (its top-1
+token and the NLL of the actual next token: `next_token_reference`), which every bridge
+measurement compares against instead of running the backbone again. The training split's states are stored too unless ExtractConfig.store_train is False
 (bounded storage: the dump does not grow with the training budget); then a bridge's training
 pairs (hs[0], hs[l]) are computed when it trains, by the backbone's first l blocks
 (`layer_pairs`), in the same batches and rounded to the same storage dtype as the dump: the
@@ -103,14 +105,21 @@ def extract_hidden_states(
                     lo = b * cfg.batch_size
                     batch = torch.as_tensor(ids[lo : lo + cfg.batch_size], dtype=torch.long)
                     t0 = time.perf_counter()
-                    hs = backbone.hidden_states(batch).float()
+                    reference = None
+                    if split in getattr(writer, "reference_splits", ()):
+                        hs, final = backbone.hidden_states(batch, final=True)
+                        reference = next_token_reference(backbone, final, batch, split=split,
+                                                         first_seq=lo)
+                    else:
+                        hs = backbone.hidden_states(batch)
+                    hs = hs.float()
                     report.forward_s += time.perf_counter() - t0
                     amax = check_states(hs, cfg.dtype, split=split, first_seq=lo)
                     report.max_abs = max(report.max_abs, amax)
                     arr = hs.to(getattr(torch, cfg.dtype)).cpu().numpy()
                     if pending is not None:
                         pending.result()  # one write in flight at most: memory bounded
-                    pending = pool.submit(writer.write_batch, split, b, arr)
+                    pending = pool.submit(writer.write_batch, split, b, arr, reference)
                     report.tokens += batch.numel()
                     report.batches_written += 1
                     if progress:
@@ -124,6 +133,32 @@ def extract_hidden_states(
                 pending.result()
     report.wall_s = time.perf_counter() - t_start
     return report
+
+
+@torch.no_grad()
+def next_token_reference(backbone, final: torch.Tensor, ids: torch.Tensor, *, split: str = "val",
+                         first_seq: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """The backbone's own next-token prediction on a batch, from its final-normed states
+    `final` (B, T, d) of the same forward pass: its top-1 token at every position (B, T) int32,
+    and the NLL (nats) of the actual next token (B, T-1) float32. The bridges measure top-1
+    agreement and the backbone's NLL against it instead of running the backbone again. One
+    sequence's logits are held at a time (a 262k vocabulary makes a batch's large)."""
+    import torch.nn.functional as F
+
+    n, seq_len = ids.shape
+    top = np.empty((n, seq_len), dtype=np.int32)
+    nll = np.empty((n, seq_len - 1), dtype=np.float32)
+    for i in range(n):
+        logits = backbone.head(final[i]).float()
+        top[i] = logits.argmax(-1).cpu().numpy()
+        nll[i] = F.cross_entropy(logits[:-1], ids[i, 1:].to(logits.device),
+                                 reduction="none").cpu().numpy()
+    if not np.isfinite(nll).all():
+        b, pos = (int(v) for v in np.argwhere(~np.isfinite(nll))[0])
+        raise StateValueError(
+            f"non-finite next-token NLL of the backbone at {split} sequence {first_seq + b}, "
+            f"position {pos}: check its dtype and weights. Batches before this one are kept.")
+    return top, nll
 
 
 def dump_hidden_states(backbone, sequences: dict[str, np.ndarray], writer, cfg: ExtractConfig,

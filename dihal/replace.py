@@ -52,6 +52,9 @@ class LayerData:
     target_std: Standardizer
     val_ids: torch.Tensor  # (n_val, T) the held-out tokens
     first_state: torch.Tensor | None  # raw h_l at position 0 (BOS), pinned in the hybrid
+    # the backbone's own (top-1 (n_val, T), next-token NLL (n_val, T-1)) on val_ids, from the
+    # dump (held_out_reference); None: measure_bridge runs the backbone itself
+    reference: tuple[torch.Tensor, torch.Tensor] | None = None
 
 
 def check_candidate(reader, layer: int) -> None:
@@ -90,7 +93,8 @@ def load_layer_data(reader, layer: int, protocol: BridgeProtocol,
     zc_tr, zh_tr = _standardise(c_tr, h_tr, cond_std, target_std, protocol)
     val, val_ids = held_out(reader, layer, protocol, cond_std, target_std)
     return LayerData(layer=layer, train=BridgeData(zc_tr, zh_tr, m_tr), val=val, cond_std=cond_std,
-                     target_std=target_std, val_ids=val_ids, first_state=first_state)
+                     target_std=target_std, val_ids=val_ids, first_state=first_state,
+                     reference=held_out_reference(reader, protocol))
 
 
 def _loss_mask(x: torch.Tensor, protocol: BridgeProtocol) -> torch.Tensor:
@@ -118,6 +122,16 @@ def held_out(reader, layer: int, protocol: BridgeProtocol, cond_std: Standardize
     zc, zh = _standardise(c_va, h_va, cond_std, target_std, protocol)
     ids = np.asarray(reader.input_ids("val")[: protocol.eval_sequences], dtype=np.int64)
     return BridgeData(zc, zh, _loss_mask(c_va, protocol)), torch.from_numpy(ids)
+
+
+def held_out_reference(reader, protocol: BridgeProtocol) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The backbone's next-token reference on the held-out sequences `held_out` returns, as
+    the dump keeps it (top-1 tokens, next-token NLL); None for a dump without one."""
+    ref = reader.reference("val", protocol.eval_sequences)
+    if ref is None:
+        return None
+    top, nll = (torch.from_numpy(np.asarray(a)) for a in ref)
+    return top.long(), nll.double()
 
 
 def train_config_of(protocol: BridgeProtocol, device: str, regression: bool = False):
@@ -157,8 +171,10 @@ def measure_bridge(backbone, denoiser, data: LayerData, protocol: BridgeProtocol
     """Bridgeability of one layer: validation loss (fixed t grid and noise, standardised
     units; `val_loss` when the trainer already measured it), full-sampler relative
     reconstruction error, and the hybrid's next-token NLL and top-1 agreement with the
-    backbone on held-out text."""
-    from dihal.hybrid import Hybrid, next_token_nll, top1_agreement
+    backbone on held-out text. The backbone's side (its top-1 tokens and NLL) is
+    `data.reference`, kept by the dump from its own forward pass; without one, the backbone
+    runs here."""
+    from dihal.hybrid import Hybrid, next_token_nll
 
     process = BrownianBridge(sigma=protocol.sigma)
     denoiser.eval()
@@ -176,11 +192,16 @@ def measure_bridge(backbone, denoiser, data: LayerData, protocol: BridgeProtocol
     for lo in range(0, len(data.val_ids), batch_size):
         ids = data.val_ids[lo : lo + batch_size].to(backbone.device)
         lh = hybrid.logits(ids).float()
-        lb = backbone.model(ids).logits.float()
         w = ids.shape[0]
+        if data.reference is None:
+            lb = backbone.model(ids).logits.float()
+            nll_b += next_token_nll(lambda _, x=lb: x, ids) * w
+            top_b = lb.argmax(-1)
+        else:
+            nll_b += float(data.reference[1][lo : lo + w].mean()) * w
+            top_b = data.reference[0][lo : lo + w].to(lh.device)
         nll_h += next_token_nll(lambda _, x=lh: x, ids) * w
-        nll_b += next_token_nll(lambda _, x=lb: x, ids) * w
-        agree += top1_agreement(lh, lb) * w
+        agree += float((lh.argmax(-1) == top_b).float().mean()) * w
         n += w
     out.update({"hybrid_nll": nll_h / n, "backbone_nll": nll_b / n, "top1_agreement": agree / n,
                 "hybrid_ppl": math.exp(nll_h / n), "backbone_ppl": math.exp(nll_b / n)})

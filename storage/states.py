@@ -2,8 +2,11 @@
 
 Layout of ``states.zarr`` (Zarr v3): ``states/<split>`` of shape (n_layers, n_seq, seq_len, d),
 chunked (1, batch, seq_len, d) so that one batch of one layer is one chunk file;
-``input_ids/<split>`` (n_seq, seq_len) int32, the tokens the states belong to; group attributes
-record the backbone (id, revision, shapes). Progress lives
+``input_ids/<split>`` (n_seq, seq_len) int32, the tokens the states belong to; for the
+held-out split, the backbone's own next-token reference from the same forward pass,
+``argmax/<split>`` (n_seq, seq_len) int32 (its top-1 token) and ``nll/<split>`` (n_seq,
+seq_len - 1) float32 (the NLL of the actual next token), chunked by batch like the states;
+group attributes record the backbone (id, revision, shapes). Progress lives
 in ``progress.json`` beside it (written atomically after each batch's chunks are on disk); a
 resumed dump skips the batches it lists and rewrites any batch that was cut off half way.
 """
@@ -20,6 +23,10 @@ from dihal.results import StateSpec  # noqa: F401 (re-exported)
 
 STATES = "states.zarr"
 PROGRESS = "progress.json"
+REFERENCE_SPLITS = ("val",)  # the splits whose next-token reference the dump keeps
+# the reference arrays: name -> (dtype, fill value: never a real value, so a chunk that is not
+# there cannot read back as data, and positions per sequence, relative to seq_len)
+REFERENCE = {"argmax": ("int32", -1, 0), "nll": ("float32", float("nan"), -1)}
 
 
 class StateWriter:
@@ -34,6 +41,9 @@ class StateWriter:
 
         self.workdir = Path(workdir)
         self.spec = spec
+        # the held-out split keeps the backbone's next-token reference (sequences of >= 2 tokens)
+        self.reference_splits = tuple(s for s in REFERENCE_SPLITS
+                                      if s in spec.n_seq and spec.seq_len >= 2)
         self.fingerprint = fingerprint
         progress = self._read_progress()
         if progress is None or progress.get("fingerprint") != fingerprint:
@@ -58,6 +68,14 @@ class StateWriter:
                     compressors=None,
                     fill_value=0,
                 )
+                if split in self.reference_splits:
+                    for name, (dtype, fill, extra) in REFERENCE.items():
+                        zarr.create_array(
+                            store=str(self.workdir / STATES), name=f"{name}/{split}",
+                            shape=(n, spec.seq_len + extra),
+                            chunks=(spec.batch_size, spec.seq_len + extra), dtype=dtype,
+                            compressors=None, fill_value=fill,
+                            config={"write_empty_chunks": True})
             zarr.open_group(str(self.workdir / STATES), mode="r+").attrs.update(attrs)
             progress = {"fingerprint": fingerprint, "done": {s: [] for s in spec.n_seq}}
             atomic_write_json(self.workdir / PROGRESS, progress)
@@ -79,9 +97,17 @@ class StateWriter:
     def n_done(self) -> int:
         return sum(len(v) for v in self._done.values())
 
-    def write_batch(self, split: str, batch: int, states) -> None:
-        """Write states (n_layers, b, seq_len, hidden) of one batch, then record it as done."""
+    def write_batch(self, split: str, batch: int, states, reference=None) -> None:
+        """Write states (n_layers, b, seq_len, hidden) of one batch, and for a reference split
+        its next-token `reference` (argmax (b, seq_len), nll (b, seq_len - 1): extract's
+        next_token_reference), then record the batch as done."""
         start = batch * self.spec.batch_size
+        if split in self.reference_splits:
+            if reference is None:
+                raise ValueError(f"the {split} split keeps the backbone's next-token reference: "
+                                 "write_batch needs it (dihal.extract.next_token_reference)")
+            for name, values in zip(REFERENCE, reference, strict=True):
+                self._group[name][split][start : start + len(values)] = values
         self._group["states"][split][:, start : start + states.shape[1]] = states
         self._done[split].add(batch)
         atomic_write_json(
@@ -105,11 +131,19 @@ def chunk_key(split: str, layer: int, batch: int) -> str:
     return f"{STATES}/states/{split}/c/{layer}/{batch}/0/0"
 
 
-def parse_chunk_key(rel: str) -> tuple[str, int, int] | None:
-    """(split, layer, batch) of a chunk file, or None for any other file of the dump."""
+def reference_chunk_key(name: str, split: str, batch: int) -> str:
+    """The file of one batch of a next-token reference array (REFERENCE) inside the dump."""
+    return f"{STATES}/{name}/{split}/c/{batch}/0"
+
+
+def parse_chunk_key(rel: str) -> tuple[str, int | None, int] | None:
+    """(split, layer, batch) of a chunk file (layer None for a reference chunk), or None for
+    any other file of the dump."""
     parts = rel.split("/")
     if len(parts) == 8 and parts[:2] == [STATES, "states"] and parts[3] == "c":
         return parts[2], int(parts[4]), int(parts[5])
+    if len(parts) == 6 and parts[0] == STATES and parts[1] in REFERENCE and parts[3] == "c":
+        return parts[2], None, int(parts[4])
     return None
 
 
@@ -135,6 +169,9 @@ def reopen_for_repair(directory: Path, workdir: Path, fingerprint: str,
         for b in bad.get(split, ()):
             for layer in range(reader.n_layers()):
                 (directory / chunk_key(split, layer, b)).unlink(missing_ok=True)
+            if reader.has_reference(split):
+                for name in REFERENCE:
+                    (directory / reference_chunk_key(name, split, b)).unlink(missing_ok=True)
     if workdir.exists():
         shutil.rmtree(workdir)
     replace_dir(directory, workdir)
@@ -180,34 +217,59 @@ class StateReader:
     def _check_chunks(self) -> None:
         import numpy as np
 
-        problems = []
+        def check(arr, keys) -> None:
+            size = int(np.prod(arr.chunks)) * arr.dtype.itemsize
+            for key in keys:
+                f = self.directory / key
+                if not f.is_file():
+                    problems.append(f"{key}: missing")
+                elif f.stat().st_size != size:
+                    problems.append(f"{key}: {f.stat().st_size} bytes, expected {size}")
+
+        problems: list[str] = []
         for split in self.splits:
             arr = self.array(split)
             n_layers, n_seq = arr.shape[:2]
-            size = int(np.prod(arr.chunks)) * arr.dtype.itemsize
-            for layer in range(n_layers):
-                for b in range(-(-n_seq // arr.chunks[1])):
-                    f = self.directory / chunk_key(split, layer, b)
-                    if not f.is_file():
-                        problems.append(f"{chunk_key(split, layer, b)}: missing")
-                    elif f.stat().st_size != size:
-                        problems.append(f"{chunk_key(split, layer, b)}: {f.stat().st_size} bytes, "
-                                        f"expected {size}")
+            batches = range(-(-n_seq // arr.chunks[1]))
+            check(arr, [chunk_key(split, layer, b) for layer in range(n_layers) for b in batches])
+            if self.has_reference(split):
+                for name in REFERENCE:
+                    check(self._group[name][split],
+                          [reference_chunk_key(name, split, b) for b in batches])
         if problems:
             self._damaged(problems)
 
-    def _verify_layer(self, split: str, layer: int) -> None:
-        if self._files is None or (split, layer) in self._verified:
+    def _verify(self, prefix: str, what: str) -> None:
+        """The chunks under `prefix` against their recorded digests, once per reader."""
+        if self._files is None or prefix in self._verified:
             return
         from storage.manifest import check_files
 
-        prefix = f"{STATES}/states/{split}/c/{layer}/"
         mine = {k: v for k, v in self._files.items() if k.startswith(prefix)}
         if not mine:
-            self._damaged([f"{prefix}: no digests recorded for this layer"])
+            self._damaged([f"{prefix}: no digests recorded for {what}"])
         if problems := check_files(self.directory, mine, digests=True):
             self._damaged(problems)
-        self._verified.add((split, layer))
+        self._verified.add(prefix)
+
+    def _verify_layer(self, split: str, layer: int) -> None:
+        self._verify(f"{STATES}/states/{split}/c/{layer}/", "this layer")
+
+    def has_reference(self, split: str) -> bool:
+        """Whether the dump keeps the backbone's next-token reference for `split` (dumps of
+        hidden_states code version 1 do not)."""
+        return all(name in self._group and split in self._group[name].array_keys()
+                   for name in REFERENCE)
+
+    def reference(self, split: str, n: int | None = None):
+        """The backbone's own next-token reference for the first `n` sequences of `split`:
+        (argmax (n, seq_len) int32, nll (n, seq_len - 1) float32), checked against the
+        manifest's digests first; None where the dump does not keep one."""
+        if not self.has_reference(split):
+            return None
+        for name in REFERENCE:
+            self._verify(f"{STATES}/{name}/{split}/c/", f"the {name} reference")
+        return tuple(self._group[name][split][:n] for name in REFERENCE)
 
     @property
     def splits(self) -> list[str]:

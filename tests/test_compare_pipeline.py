@@ -32,14 +32,15 @@ def test_baselines_comparison_full_training_report(tiny):  # noqa: F811
     res, err = _mat(defs, inst, ["bridgeability_llama", "bridge_llama", "eval_llama",
                                  "sampler_steps_llama"], ops)
     assert res.success, err
-    # the sampler-steps curve re-measures the bridge at l*: at its trained K it gives the
-    # bridge's own numbers back
+    # the sampler-steps curve re-measures the bridge at l*; at its trained K the row is the
+    # bridge's own measurement (test_extract checks that measuring again gives it back)
     curve = read_manifest(root / "llama" / "sampler_steps").info
     trained = read_manifest(root / "llama" / "bridge").info["metrics"]
     assert [r["steps"] for r in curve["rows"]] == [1, 2, 4] and curve["layer"] == trained["layer"]
     at_trained = curve["rows"][2]
     for key in ("recon_error", "hybrid_nll", "top1_agreement"):
         assert at_trained[key] == trained[key], key
+    assert [r["from_bridge_metrics"] for r in curve["rows"]] == [False, False, True]
     assert all(r["ms_per_token"] > 0 for r in curve["rows"])
     assert len({r["hybrid_nll"] for r in curve["rows"]}) == 3
     # the eval rows carry both Gen.PPL conventions and intervals over samples

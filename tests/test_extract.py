@@ -109,3 +109,73 @@ def test_nan_backbone_stops_the_dump_and_keeps_earlier_batches(tiny_backbone, tm
     with pytest.raises(StateValueError, match="layer 2, train sequence 4"):
         extract_hidden_states(tiny_backbone, seqs, w, ExtractConfig(batch_size=2))
     assert sorted(w._done["train"]) == [0, 1]
+
+
+def _dump(bb, seqs, path, batch=2):
+    w = _writer(path / "work", bb, seqs, batch)
+    extract_hidden_states(bb, seqs, w, ExtractConfig(batch_size=batch))
+    w.finalize(path / "final")
+    return path / "final"
+
+
+def test_the_dump_keeps_the_backbones_own_next_token_reference(tiny_backbone, tmp_path):
+    """argmax/val and nll/val are the backbone's full forward's top-1 tokens and next-token
+    NLL (what a bridge's measurement compares against); the training split keeps none."""
+    import torch.nn.functional as F
+
+    seqs = _sequences(tiny_backbone)
+    r = StateReader(_dump(tiny_backbone, seqs, tmp_path))
+    ids = torch.as_tensor(seqs["val"])
+    with torch.no_grad():
+        logits = tiny_backbone.model(ids).logits.float()
+    want_nll = F.cross_entropy(logits[:, :-1].flatten(0, 1), ids[:, 1:].flatten(), reduction="none")
+    top, nll = r.reference("val")
+    np.testing.assert_array_equal(top, logits.argmax(-1).numpy())
+    np.testing.assert_allclose(nll, want_nll.view(3, 9).numpy(), rtol=1e-5, atol=1e-6)
+    top2, nll2 = r.reference("val", 2)
+    assert top2.shape == (2, 10) and nll2.shape == (2, 9) and top.dtype == np.int32
+    assert r.reference("train") is None and not r.has_reference("train")
+
+
+def test_a_missing_or_changed_reference_chunk_is_damage_not_data(tiny_backbone, tmp_path):
+    from dihal.errors import CorruptArtifactError
+    from storage.manifest import digest_files
+    from storage.states import reference_chunk_key
+
+    seqs = _sequences(tiny_backbone)
+    final = _dump(tiny_backbone, seqs, tmp_path)
+    files = digest_files(final)
+    chunk = final / reference_chunk_key("nll", "val", 1)
+    data = bytearray(chunk.read_bytes())
+    data[0] ^= 0xFF
+    chunk.write_bytes(bytes(data))
+    reader = StateReader(final, files)  # same size: opening passes, reading does not
+    with pytest.raises(CorruptArtifactError, match="nll/val/c/1/0: content changed"):
+        reader.reference("val")
+    chunk.unlink()
+    with pytest.raises(CorruptArtifactError, match="nll/val/c/1/0: missing"):
+        StateReader(final)
+
+
+def test_measuring_against_the_dumps_reference_gives_the_backbones_own_numbers(tiny_backbone, tmp_path):
+    """measure_bridge with the dump's reference (no backbone forward) reports what it reports
+    when it runs the backbone itself."""
+    from dataclasses import replace
+
+    from dihal.config import BridgeProtocol
+    from dihal.replace import _pairs, load_layer_data, measure_bridge, train_layer_bridge
+
+    seqs = _sequences(tiny_backbone, n_train=8, n_val=6)
+    r = StateReader(_dump(tiny_backbone, seqs, tmp_path))
+    protocol = BridgeProtocol(d_model=32, n_layers=1, n_heads=2, batch_size=4, steps=2,
+                              eval_sequences=5, pin_first=False, epochs=30.0, lr=1e-2)
+    data = load_layer_data(r, 2, protocol, _pairs(r, "train", 2))  # random tokens: no BOS pin
+    assert data.reference is not None and data.reference[0].shape == (5, 10)
+    denoiser = train_layer_bridge(data, protocol, tmp_path / "ckpt")[0]
+    kept = measure_bridge(tiny_backbone, denoiser, data, protocol, batch_size=2)
+    ran = measure_bridge(tiny_backbone, denoiser, replace(data, reference=None), protocol,
+                         batch_size=2)
+    assert kept.keys() == ran.keys()
+    for key, value in ran.items():
+        assert kept[key] == pytest.approx(value, rel=1e-5), key
+    assert 0 < kept["top1_agreement"] < 1, kept  # trained a little: agrees somewhere, not everywhere

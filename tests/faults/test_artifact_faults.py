@@ -12,9 +12,10 @@ import pytest
 
 from dihal.errors import CorruptArtifactError
 from storage import HiddenStates
-from storage.states import chunk_key, parse_chunk_key
+from storage.states import chunk_key, parse_chunk_key, reference_chunk_key
 
 CHUNK = chunk_key("val", 2, 1)  # layer 2, second batch of the held-out split (the one stored)
+REFERENCE_CHUNK = reference_chunk_key("argmax", "val", 1)  # the backbone's top-1, same batch
 
 
 def _digest(path) -> str:
@@ -25,12 +26,13 @@ def _mtimes(folder) -> dict:
     return {p: p.stat().st_mtime_ns for p in folder.rglob("*") if p.is_file()}
 
 
-def test_missing_state_chunk_is_found_and_only_its_batch_is_rewritten(world):
+@pytest.mark.parametrize("key", [CHUNK, REFERENCE_CHUNK])
+def test_missing_state_chunk_is_found_and_only_its_batch_is_rewritten(world, key):
     states = world.path("hidden_states")
-    chunk = states / CHUNK
+    chunk = states / key
     original = chunk.read_bytes()
     chunk.unlink()
-    with pytest.raises(CorruptArtifactError, match=f"{CHUNK}: missing"):
+    with pytest.raises(CorruptArtifactError, match=f"{key}: missing"):
         HiddenStates(world.root, "llama").reader()
     # every chunk of the other batches must survive the repair untouched
     others = {p: t for p, t in _mtimes(states).items()
@@ -180,16 +182,17 @@ def test_interrupted_dump_resumes_to_the_same_states(world, monkeypatch):
     from storage.states import StateWriter
 
     reference = {p.relative_to(world.path("hidden_states")): p.read_bytes()
-                 for p in world.path("hidden_states", "states.zarr", "states").rglob("*")
-                 if p.is_file() and "/c/" in str(p)}
+                 for p in world.path("hidden_states", "states.zarr").rglob("*")
+                 if p.is_file() and "/c/" in str(p)}  # the states and the next-token reference
+    assert any("/argmax/" in str(p) for p in reference)
     shutil.rmtree(world.path("hidden_states"))
     real, calls = StateWriter.write_batch, []
 
-    def interrupt(self, split, batch, states):
+    def interrupt(self, split, batch, states, reference=None):
         if len(calls) == 1:
             raise RuntimeError("killed after one batch")
         calls.append(batch)
-        real(self, split, batch, states)
+        real(self, split, batch, states, reference)
 
     monkeypatch.setattr(StateWriter, "write_batch", interrupt)
     res, err = world.materialize(["hidden_states_llama"])

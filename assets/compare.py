@@ -22,8 +22,8 @@ from storage import (
     Report,
     SamplerCurve,
     Sequences,
-    current_baselines,
     cross_backbone_artifacts,
+    current_baselines,
     report_inputs,
 )
 

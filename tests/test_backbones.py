@@ -6,7 +6,6 @@ import torch
 from dihal.backbones import get_spec, load_backbone, resolve_weights
 from dihal.errors import BackboneNotFoundError, LayerIndexError, UnknownBackboneError
 
-
 ARCHS = [("llama", "tiny_llama_dir", "LlamaForCausalLM"), ("qwen", "tiny_qwen_dir", "Qwen3ForCausalLM"),
          ("gemma3", "tiny_gemma_dir", "Gemma3ForCausalLM")]
 

@@ -48,7 +48,8 @@ CODE_VERSIONS = {
     "baseline": "3",  # 2: trained by the bridge's loop (one trainer); 3: as eval 3
     "comparison": "3",  # 2: rows carry their role; 3: as eval 3
     "full_training": "3",  # 2: as eval 3; 3: as eval 4
-    "report": "5",  # 3: built from typed inputs; 4: rival predictors and intervals; 5: across backbones
+    "report": "6",  # 3: built from typed inputs; 4: rival predictors and intervals; 5: across
+    # backbones; 6: a lone backbone's report suggests another one, not itself
 }
 RESOURCES = {"storage", "backbones", "compute", "judge"}
 # A stage's step holds a whole device while it computes (StageRun.computing): on a Dask cluster it

@@ -375,10 +375,11 @@ def next_token_nll(
 
 
 def top1_agreement(
-    hybrid_logits: Tensor, backbone_logits: Tensor, mask: Tensor | None = None
+    hybrid_logits: Tensor, backbone_top1: Tensor, mask: Tensor | None = None
 ) -> float:
-    """The fraction of positions whose most likely next token is the same under both."""
-    same = hybrid_logits.argmax(-1) == backbone_logits.to(hybrid_logits.device).argmax(-1)
+    """The fraction of positions whose most likely next token under the hybrid is the
+    backbone's (`backbone_top1` (B, T): the argmax of its logits, as the dump keeps it)."""
+    same = hybrid_logits.argmax(-1) == backbone_top1.to(hybrid_logits.device)
     if mask is not None:
         same = same[mask.to(same.device)]
     return float(same.float().mean())

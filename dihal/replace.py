@@ -174,7 +174,7 @@ def measure_bridge(backbone, denoiser, data: LayerData, protocol: BridgeProtocol
     backbone on held-out text. The backbone's side (its top-1 tokens and NLL) is
     `data.reference`, kept by the dump from its own forward pass; without one, the backbone
     runs here."""
-    from dihal.hybrid import Hybrid, next_token_nll
+    from dihal.hybrid import Hybrid, next_token_nll, top1_agreement
 
     process = BrownianBridge(sigma=protocol.sigma)
     denoiser.eval()
@@ -199,9 +199,9 @@ def measure_bridge(backbone, denoiser, data: LayerData, protocol: BridgeProtocol
             top_b = lb.argmax(-1)
         else:
             nll_b += float(data.reference[1][lo : lo + w].mean()) * w
-            top_b = data.reference[0][lo : lo + w].to(lh.device)
+            top_b = data.reference[0][lo : lo + w]
         nll_h += next_token_nll(lambda _, x=lh: x, ids) * w
-        agree += float((lh.argmax(-1) == top_b).float().mean()) * w
+        agree += top1_agreement(lh, top_b) * w
         n += w
     out.update({"hybrid_nll": nll_h / n, "backbone_nll": nll_b / n, "top1_agreement": agree / n,
                 "hybrid_ppl": math.exp(nll_h / n), "backbone_ppl": math.exp(nll_b / n)})

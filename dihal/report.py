@@ -233,8 +233,13 @@ def _cross_backbone_section(r: Document, x: ReportInputs) -> None:
     r.table(spearman, list(spearman[0]))
     if len(names) == 1:
         r.p(f"Only {names[0]} has been materialised here; materialise another backbone (for "
-            "example `python -m pipeline.main --backbone gemma3`) and this report again to "
-            "compare them.")
+            f"example `python -m pipeline.main --backbone {another_backbone(names[0])}`) and "
+            "this report again to compare them.")
+
+
+def another_backbone(name: str) -> str:
+    """An embedded backbone other than `name`, to suggest beside it (both run offline)."""
+    return "smollm2" if name == "gemma3" else "gemma3"
 
 
 def build_report(x: ReportInputs) -> ReportResult:

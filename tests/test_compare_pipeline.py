@@ -5,6 +5,7 @@ import json
 
 import dagster as dg
 
+from dihal.report import another_backbone
 from storage import read_manifest
 from tests.test_pipeline import TINY_RUN
 from tests.test_replace_pipeline import _mat, tiny  # noqa: F401 (fixture)
@@ -105,6 +106,9 @@ def test_baselines_comparison_full_training_report(tiny):  # noqa: F811
                        "MAUVE [95 %]", "regression control", "resamples picking l*"):
             assert needle in text, needle
     assert "5. Across backbones" in md and "Only llama has been materialised here" in md
+    # it suggests an embedded backbone other than itself (gemma3's report once suggested gemma3)
+    assert "`python -m pipeline.main --backbone gemma3`" in md
+    assert {another_backbone(b) for b in ("gemma3", "smollm2")} == {"smollm2", "gemma3"}
 
     # a second backbone's artifacts appear (copied, as if materialised): the report is made
     # again (its fingerprint includes them) and its cross-backbone table has both lines

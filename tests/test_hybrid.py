@@ -81,7 +81,7 @@ def test_hybrid_with_an_exact_bridge_reproduces_the_backbone(tiny_backbone, stds
     ids = torch.randint(4, len(bb.tokenizer), (2, 9), generator=torch.Generator().manual_seed(3))
     full = bb.model(ids).logits
     torch.testing.assert_close(hybrid.logits(ids), full, rtol=0, atol=1e-4)
-    assert top1_agreement(hybrid.logits(ids), full) == 1.0
+    assert top1_agreement(hybrid.logits(ids), full.argmax(-1)) == 1.0
     assert next_token_nll(hybrid.logits, ids) == pytest.approx(
         next_token_nll(lambda x: bb.model(x).logits, ids), abs=1e-5)
 
@@ -177,8 +177,8 @@ def test_next_token_nll_and_top1_agreement_by_hand(tiny_backbone):
     assert next_token_nll(uniform, ids % 8, mask) == pytest.approx(torch.log(torch.tensor(8.0)).item())
     a = torch.tensor([[[0.0, 1.0], [1.0, 0.0], [1.0, 0.0], [0.0, 1.0]]])
     b = torch.tensor([[[0.0, 2.0], [0.0, 2.0], [3.0, 0.0], [3.0, 0.0]]])
-    assert top1_agreement(a, b) == 0.5
-    assert top1_agreement(a, b, torch.tensor([[True, False, True, False]])) == 1.0
+    assert top1_agreement(a, b.argmax(-1)) == 0.5
+    assert top1_agreement(a, b.argmax(-1), torch.tensor([[True, False, True, False]])) == 1.0
 
 
 class Recording(Counting):

@@ -40,8 +40,9 @@ CODE_VERSIONS = {
     "bridge_sweep": "2",  # 2: validation loss at initialisation recorded
     "bridgeability": "2",  # 2: rival predictors, intervals, standing against depth
     "bridge": "3",  # 2: train_tokens = sequences consumed x length; 3: init validation loss
-    "eval": "4",  # 2: rows carry their role, the judge's name; 3: mean-of-samples Gen.PPL,
-    # intervals; 4: the backbone sampled with the step's threads (MAUVE no longer drops them to 1)
+    "eval": "5",  # 2: rows carry their role, the judge's name; 3: mean-of-samples Gen.PPL,
+    # intervals; 4: the backbone sampled with the step's threads (MAUVE no longer drops them to 1);
+    # 5: rows record the CPU kernels (torch's CPU capability) beside the threads
     "regression_sweep": "1",
     "sampler_steps": "3",  # 2: measured with the step's threads (as eval 4); 3: the trained K's
     # row is the bridge's own measurement
@@ -49,7 +50,8 @@ CODE_VERSIONS = {
     "comparison": "3",  # 2: rows carry their role; 3: as eval 3
     "full_training": "3",  # 2: as eval 3; 3: as eval 4
     "report": "6",  # 3: built from typed inputs; 4: rival predictors and intervals; 5: across
-    # backbones; 6: a lone backbone's report suggests another one, not itself
+    # backbones; 6: a lone backbone's report suggests another one, not itself; the CPU kernels
+    # the samples were drawn with
 }
 RESOURCES = {"storage", "backbones", "compute", "judge"}
 # A stage's step holds a whole device while it computes (StageRun.computing): on a Dask cluster it

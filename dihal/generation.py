@@ -80,11 +80,15 @@ def evaluate_generation(backbone, trained: TrainedBridge, judge, cfg: EvalConfig
                     eta=cfg.eta, first_state=bridge["first_state"])
     kw = dict(temperature=cfg.temperature, seed=cfg.seed, batch_size=cfg.batch_size, cached=True)
     rows, samples = [], []
-    # On the CPU the samples depend on the thread count: float sums in another order move the
+    # On the CPU the samples depend on the thread count and on the vector instructions torch's
+    # kernels use (AVX-512, AVX2, ...: its CPU capability): float sums in another order move the
     # logits by ~1e-6, enough to flip an occasional sampled token (SmolLM2, 64 x 64 tokens: 2 of
-    # 64 backbone samples differ between 1 and 2 threads). Same config and threads: the same
-    # samples, bit for bit. Recorded with each row.
-    threads = torch.get_num_threads() if backbone.device.type == "cpu" else 0
+    # 64 backbone samples differ between 1 and 2 threads, and between AVX-512 and AVX2 kernels,
+    # which moved DiHAL's Gen.PPL from 779.8 to 894.8 between two machines). Same config, threads
+    # and kernels: the same samples, bit for bit. Both are recorded with each row.
+    on_cpu = backbone.device.type == "cpu"
+    threads = torch.get_num_threads() if on_cpu else 0
+    kernels = torch.backends.cpu.get_cpu_capability() if on_cpu else "n/a (GPU)"
     models = [(f"DiHAL (l={layer})", "dihal", lambda: hybrid.decode(cfg.n_samples, cfg.length, **kw))]
     if with_backbone:
         models.append(("backbone (AR reference)", "backbone",
@@ -100,7 +104,8 @@ def evaluate_generation(backbone, trained: TrainedBridge, judge, cfg: EvalConfig
         rows.append({"model": name, "role": role,
                      **text_metrics(texts, judge, seed=cfg.seed, reference=reference),
                      "ms_per_token": timing["ms_per_token"], "ms_per_step": timing["ms_per_step"],
-                     "n_samples": cfg.n_samples, "length": cfg.length, "cpu_threads": threads})
+                     "n_samples": cfg.n_samples, "length": cfg.length, "cpu_threads": threads,
+                     "cpu_kernels": kernels})
         samples += [{"model": name, "index": i, "seed": cfg.seed, "text": t}
                     for i, t in enumerate(texts)]
     if with_backbone:

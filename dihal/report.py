@@ -337,10 +337,12 @@ def build_report(x: ReportInputs) -> ReportResult:
         r.p(f"Not run: {', '.join(cmp_['missing'])}.")
     judge = x.evaluation["judge"]
     r.p("Samples are scored by the judge below, the same for every model:")
-    threads = x.evaluation["rows"][0].get("cpu_threads")
+    first = x.evaluation["rows"][0]
     r.table(_key_value({**judge, "samples": ev_cfg["n_samples"], "length": ev_cfg["length"],
                         "temperature": ev_cfg["temperature"], "seed": ev_cfg["seed"],
-                        "CPU threads while sampling (0: GPU)": threads}),
+                        "CPU threads while sampling (0: GPU)": first.get("cpu_threads"),
+                        "CPU kernels while sampling (torch's CPU capability)":
+                            first.get("cpu_kernels", "not recorded")}),
             ["setting", "value"])
     r.table([{"model": e["model"], "ms per token": e["ms_per_token"],
               "vs backbone": e["latency_vs_backbone"]} for e in x.evaluation["rows"]],

@@ -1,7 +1,8 @@
 """The same eval config gives the same samples and scores in any fresh process on one machine
 (issue 10): whatever PYTHONHASHSEED, whatever the global torch/Python/NumPy RNGs went through
-before; with another torch thread count the same samples, and scores equal to 1e-6 (the device
-lease fixes the thread count per worker count, so a rerun of one config gets the same one).
+before; with another torch thread count, or torch's CPU kernels capped at another instruction
+set, the same samples, and scores equal to 1e-6 (the device lease fixes the thread count per
+worker count, so a rerun of one config gets the same one; each row records threads and kernels).
 A different seed gives different samples.
 
 Each run is a fresh interpreter (this file run as a script) that builds a bridge in code for the
@@ -27,9 +28,12 @@ CONFIGS = [dict(n_samples=6, length=10, batch_size=4, eta=eta) for eta in (0.0, 
 
 
 def _run(model_dir: Path, cache_dir: Path, *, hash_seed: int, disturb: int,
-         threads: int) -> dict:
+         threads: int, kernels: str | None = None) -> dict:
     env = {**os.environ, "PYTHONHASHSEED": str(hash_seed), "HF_HUB_OFFLINE": "1",
            "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    env.pop("ATEN_CPU_CAPABILITY", None)
+    if kernels:  # torch's CPU kernels capped at this instruction set
+        env["ATEN_CPU_CAPABILITY"] = kernels
     out = subprocess.run(
         [sys.executable, __file__, str(model_dir), str(cache_dir), str(disturb), str(threads)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
@@ -47,11 +51,18 @@ def test_same_config_same_samples_in_fresh_processes(tiny_llama_dir, tmp_path):
     # kernels split their work by thread). On this tiny model the texts stay the same and the
     # scores agree to 1e-6; on SmolLM2 the logits move enough to flip an occasional sampled
     # token (2 of 64 backbone samples of 64 tokens differ between 1 and 2 threads), which is
-    # why each row records its thread count
-    c = _run(tiny_llama_dir, tmp_path / "c", hash_seed=0, disturb=0, threads=2)
+    # why each row records its thread count. The same holds for the vector instructions of
+    # torch's kernels (AVX-512 against AVX2 moved 2 of 64 SmolLM2 backbone samples, and DiHAL's
+    # Gen.PPL from 779.8 to 894.8, between two machines): each row records them too. Run c
+    # also caps the kernels at the baseline ("default") instruction set.
+    c = _run(tiny_llama_dir, tmp_path / "c", hash_seed=0, disturb=0, threads=2, kernels="default")
+    import torch
+
+    here = torch.backends.cpu.get_cpu_capability()
     for seed in a:
         for x, y in zip(a[seed], c[seed], strict=True):
             assert x["threads"] == [1, 1] and y["threads"] == [2, 2]
+            assert x["kernels"] == [here] * 2 and y["kernels"] == ["DEFAULT"] * 2
             assert x["texts"] == y["texts"]
             for role, metrics in x["metrics"].items():
                 for key, value in metrics.items():
@@ -135,6 +146,7 @@ def main(model_dir: str, cache_dir: str, disturb: str, threads: str) -> None:
                                         ("gen_ppl", "judge_tokens", "diversity", "mean_length")}
                             for r in res.rows},
                 "threads": [r["cpu_threads"] for r in res.rows],
+                "kernels": [r["cpu_kernels"] for r in res.rows],
             })
     print(json.dumps(results))
 

@@ -3,11 +3,11 @@
 Every layer of the held-out split is stored (the geometry sample and the bridges' validation
 data), with the backbone's own next-token reference on it from the same forward pass (its top-1
 token and the NLL of the actual next token: `next_token_reference`), which every bridge
-measurement compares against instead of running the backbone again. The training split's states are stored too unless ExtractConfig.store_train is False
-(bounded storage: the dump does not grow with the training budget); then a bridge's training
-pairs (hs[0], hs[l]) are computed when it trains, by the backbone's first l blocks
-(`layer_pairs`), in the same batches and rounded to the same storage dtype as the dump: the
-values are identical to a stored dump's.
+measurement compares against instead of running the backbone again. The training split's
+states are stored too unless ExtractConfig.store_train is False (bounded storage: the dump
+does not grow with the training budget); then a bridge's training pairs (hs[0], hs[l]) are
+computed when it trains, by the backbone's first l blocks (`layer_pairs`), in the same batches
+and rounded to the same storage dtype as the dump: the values are identical to a stored dump's.
 
 The forward pass of batch i+1 overlaps with the write of batch i (a one-slot writer thread),
 so the dump runs at close to the speed of the bare forward pass. Every batch is checked before
@@ -106,7 +106,7 @@ def extract_hidden_states(
                     batch = torch.as_tensor(ids[lo : lo + cfg.batch_size], dtype=torch.long)
                     t0 = time.perf_counter()
                     reference = None
-                    if split in getattr(writer, "reference_splits", ()):
+                    if split in writer.reference_splits:
                         hs, final = backbone.hidden_states(batch, final=True)
                         reference = next_token_reference(backbone, final, batch, split=split,
                                                          first_seq=lo)

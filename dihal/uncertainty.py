@@ -110,7 +110,10 @@ def samples_to_separate(a: float, a_ci: tuple[float, float], b: float, b_ci: tup
     """About how many samples (each model's) would make the 95 % intervals of two estimates
     from n samples each stop overlapping, with each interval's half-width facing the other
     shrinking as 1/sqrt(n). n itself where they are already apart; None where the estimates are
-    equal (no sample count separates them)."""
+    equal (no sample count separates them).
+
+    Superseded by samples_for_power (a count with 80 % power on the paired difference, not
+    the count at which two intervals just touch); kept while dihal/report.py still calls it."""
     if a == b:
         return None
     lo, hi = (a, b) if a < b else (b, a)
@@ -463,3 +466,79 @@ def oracle_by_measures(layers: Sequence[dict], measures: Sequence[str] = ("val_l
     oracles = {b["oracle"] for b in by.values()}
     worsts = {b["worst"] for b in by.values()}
     return {"by": by, "oracle_disagree": len(oracles) > 1, "worst_disagree": len(worsts) > 1}
+
+
+# ---------------------------------------------------------------------------------------------
+# Power: how many samples per model would tell two models apart (replaces samples_to_separate)
+# ---------------------------------------------------------------------------------------------
+
+POWER = 0.8
+
+
+def _t_power(n: int, effect: float, alpha: float) -> float:
+    """Power of the two-sided one-sample (paired) t-test at n samples for a standardised
+    effect mean / sd: P(|T| > t_crit), T noncentral t with n - 1 degrees of freedom and
+    noncentrality effect * sqrt(n)."""
+    from scipy.stats import nct, t
+
+    crit = float(t.ppf(1 - alpha / 2, n - 1))
+    nc = abs(effect) * math.sqrt(n)
+    return float(nct.sf(crit, n - 1, nc) + nct.cdf(-crit, n - 1, nc))
+
+
+def samples_for_power(differences: Sequence[float], *, level: float = LEVEL,
+                      power: float = POWER, max_n: int = 10_000_000) -> dict:
+    """Samples per model that a two-sided paired t-test at level `level` needs to detect the
+    observed mean paired difference with probability `power`, taking the observed standard
+    deviation of the differences as the truth. `differences` are per-sample differences of
+    two models' samples paired by index (e.g. per-sample log-PPL, A - B, samples drawn with
+    the same per-sample seeds). n_normal is the normal formula ((z_{1-a/2} + z_power) sd /
+    mean)^2; n the exact noncentral-t count (smallest n >= 2 reaching `power`).
+    {"n", "n_normal", "mean", "sd", "effect", "observed_n", "power_at_observed"}; n is None
+    where the mean difference is 0 (no count detects it) or over `max_n`. Covered by
+    test_samples_for_power_*."""
+    from scipy.stats import norm
+
+    d = np.asarray(differences, dtype=np.float64)
+    if d.ndim != 1 or d.size < 2 or not np.all(np.isfinite(d)):
+        raise ValueError(f"need >= 2 finite paired differences, got shape {d.shape}")
+    if not (0 < level < 1 and 0 < power < 1):
+        raise ValueError(f"level and power must lie in (0, 1), got {level}, {power}")
+    mean, sd = float(d.mean()), float(d.std(ddof=1))
+    alpha = 1 - level
+    out = {"mean": mean, "sd": sd, "observed_n": int(d.size), "n": None,
+           "n_normal": float("nan"), "effect": float("nan"), "power_at_observed": float("nan")}
+    if mean == 0:
+        return out
+    if sd == 0:  # every pair differs by the same amount: two samples show it
+        return {**out, "n": 2, "n_normal": 0.0, "effect": math.copysign(math.inf, mean),
+                "power_at_observed": 1.0}
+    effect = mean / sd
+    z = float(norm.ppf(1 - alpha / 2) + norm.ppf(power))
+    n_normal = (z / effect) ** 2
+    if n_normal > max_n:
+        return {**out, "n_normal": n_normal, "effect": effect,
+                "power_at_observed": _t_power(d.size, effect, alpha)}
+    n = max(2, math.ceil(n_normal))
+    while n <= max_n and _t_power(n, effect, alpha) < power:
+        n += max(1, n // 50)  # the t count exceeds the normal one by a few samples
+    while n > 2 and _t_power(n - 1, effect, alpha) >= power:
+        n -= 1  # back to the smallest count that reaches the power
+    return {**out, "n": n if n <= max_n else None, "n_normal": n_normal, "effect": effect,
+            "power_at_observed": _t_power(d.size, effect, alpha)}
+
+
+def paired_log_ppl_differences(per_text_a: Sequence[tuple[float, int]],
+                               per_text_b: Sequence[tuple[float, int]]) -> np.ndarray:
+    """Per-sample log-perplexity differences nll_a / n_a - nll_b / n_b of two models' samples
+    paired by index (GenPPL.per_text: (NLL in nats, judge tokens)); the input of
+    samples_for_power. Samples must be paired one to one and every one scored. Covered by
+    test_samples_for_power_from_per_text."""
+    if len(per_text_a) != len(per_text_b):
+        raise ValueError(f"{len(per_text_a)} vs {len(per_text_b)} scored samples: pairing by "
+                         "index needs the same samples (no empty one skipped) on both sides")
+    a = np.array([nll / n if n > 0 else np.nan for nll, n in per_text_a], dtype=np.float64)
+    b = np.array([nll / n if n > 0 else np.nan for nll, n in per_text_b], dtype=np.float64)
+    if not (np.all(np.isfinite(a)) and np.all(np.isfinite(b))):
+        raise ValueError("a sample with no judge token has no log-PPL: drop the pair first")
+    return a - b

@@ -413,3 +413,54 @@ def test_oracle_by_measures_agree_and_disagree():
     assert tied["by"]["hybrid_nll"] == {"oracle": 1, "worst": 1}
     with pytest.raises(ValueError, match="hybrid_nll"):
         oracle_by_measures([{"layer": 1, "val_loss": 1.0}])
+
+
+# ---------------------------------------------------------------- power
+
+def _exact(mean, sd, n=200, seed=0):
+    z = np.random.default_rng(seed).normal(size=n)
+    return mean + sd * (z - z.mean()) / z.std(ddof=1)
+
+
+def test_samples_for_power_known_normal_case():
+    from dihal.uncertainty import samples_for_power
+
+    # effect 0.5, two-sided 5 %, 80 % power: normal formula (1.96 + 0.8416)^2 / 0.25 = 31.4;
+    # the paired t-test needs 34 (the textbook / G*Power value)
+    out = samples_for_power(_exact(0.5, 1.0))
+    assert out["n_normal"] == pytest.approx(31.395, abs=0.01)
+    assert out["n"] == 34 and out["effect"] == pytest.approx(0.5)
+    # the sign does not matter; a larger spread needs quadratically more samples
+    assert samples_for_power(_exact(-0.5, 1.0))["n"] == 34
+    assert samples_for_power(_exact(0.25, 1.0))["n_normal"] == pytest.approx(4 * 31.395, abs=0.05)
+    # 90 % power at 1 %: (2.5758 + 1.2816)^2 / 0.25 = 59.5
+    assert samples_for_power(_exact(0.5, 1.0), level=0.99, power=0.9)["n_normal"] == (
+        pytest.approx(59.52, abs=0.02))
+    assert samples_for_power(_exact(0.0, 1.0))["n"] is None
+    assert samples_for_power([0.3, 0.3, 0.3])["n"] == 2
+    # already 200 samples at effect 0.5: the observed power is essentially 1
+    assert out["power_at_observed"] > 0.99
+    with pytest.raises(ValueError, match="paired differences"):
+        samples_for_power([1.0])
+
+
+def test_samples_for_power_reaches_its_power_by_simulation():
+    """At the computed n, a simulated paired t-test rejects in about 80 % of runs."""
+    from dihal.uncertainty import samples_for_power
+
+    n = samples_for_power(_exact(0.4, 1.0))["n"]
+    rng = np.random.default_rng(8)
+    hits = [stats.ttest_1samp(rng.normal(0.4, 1.0, size=n), 0.0).pvalue < 0.05
+            for _ in range(2000)]
+    assert np.mean(hits) == pytest.approx(0.8, abs=0.03)
+
+
+def test_samples_for_power_from_per_text():
+    from dihal.uncertainty import paired_log_ppl_differences
+
+    d = paired_log_ppl_differences([(10.0, 5), (6.0, 3)], [(4.0, 4), (3.0, 3)])
+    assert d.tolist() == pytest.approx([1.0, 1.0])
+    with pytest.raises(ValueError, match="pairing"):
+        paired_log_ppl_differences([(1.0, 1)], [])
+    with pytest.raises(ValueError, match="no judge token"):
+        paired_log_ppl_differences([(0.0, 0)], [(1.0, 1)])

@@ -207,6 +207,12 @@ def paired_spearman_difference(x_a, x_b, y, *, n_boot: int = N_BOOT, seed: int =
     interval's bound reaches 0 (so p < 1 - level exactly when the interval excludes 0, up to
     the replicates' resolution; never below 1 / n_boot).
 
+    Measured (200 simulated 10-layer sweeps, tests/test_uncertainty.py's generators): with
+    a predictor truly better than depth (Spearman 0.98 vs 0.67) the percentile test says
+    "above" in 55 % of runs, BCa in 58.5 %, the overlap of two separate intervals in 17.5 %;
+    under the null any verdict came out in 3 % (percentile) and 8.5 % (BCa) of runs at the
+    two-sided 5 % level: at ten layers BCa is too liberal, so percentile is the default.
+
     Returns {"rho_a", "rho_b", "diff", "low", "high", "p", "undefined"} (`undefined`:
     resamples with a constant side, left out). Covered by tests/test_uncertainty.py
     test_paired_difference_* and test_paired_test_power_and_level_by_simulation."""
@@ -542,3 +548,35 @@ def paired_log_ppl_differences(per_text_a: Sequence[tuple[float, int]],
     if not (np.all(np.isfinite(a)) and np.all(np.isfinite(b))):
         raise ValueError("a sample with no judge token has no log-PPL: drop the pair first")
     return a - b
+
+
+def log_ppl_difference(per_text_a: Sequence[tuple[float, int]],
+                       per_text_b: Sequence[tuple[float, int]], *, paired: bool = False,
+                       n_boot: int = N_BOOT, seed: int = 0, level: float = LEVEL) -> dict:
+    """log Gen.PPL(A) - log Gen.PPL(B), token-weighted (total NLL / total judge tokens, from
+    GenPPL.per_text), with a percentile bootstrap interval and the p-value by inversion:
+    each side's samples resampled independently (different models' samples), or with
+    `paired` the same indices on both sides (samples paired one to one, equal counts).
+    {"diff", "ratio" (Gen.PPL A / B), "low", "high", "p", "verdict"}: verdict "above" when A's
+    Gen.PPL is higher beyond the level, "below" when lower (paired_verdict; correct p over a
+    family with holm first when several pairs are read together). Covered by
+    test_log_ppl_difference_*."""
+    a = np.asarray(per_text_a, dtype=np.float64).reshape(-1, 2)
+    b = np.asarray(per_text_b, dtype=np.float64).reshape(-1, 2)
+    if a.shape[0] < 2 or b.shape[0] < 2 or (a[:, 1] <= 0).any() or (b[:, 1] <= 0).any():
+        raise ValueError("need >= 2 scored samples a side, each with >= 1 judge token")
+    if paired and a.shape[0] != b.shape[0]:
+        raise ValueError(f"paired samples need equal counts, got {a.shape[0]} and {b.shape[0]}")
+
+    def log_ppl(rows, idx):
+        return rows[idx, 0].sum(axis=-1) / rows[idx, 1].sum(axis=-1)
+
+    diff = float(log_ppl(a, np.arange(len(a))) - log_ppl(b, np.arange(len(b))))
+    ia = resample_indices(len(a), n_boot, seed)
+    ib = ia if paired else resample_indices(len(b), n_boot, seed + 1)
+    boot = log_ppl(a, ia) - log_ppl(b, ib)
+    lo, hi = _percentile_interval(boot, level)
+    alpha = _lower_tail_level(boot, diff, None, 0.0)
+    p = min(1.0, 2 * min(alpha, 1 - alpha))
+    return {"diff": diff, "ratio": math.exp(diff), "low": lo, "high": hi, "p": p,
+            "verdict": paired_verdict(diff, p, level)}

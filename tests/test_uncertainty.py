@@ -464,3 +464,29 @@ def test_samples_for_power_from_per_text():
         paired_log_ppl_differences([(1.0, 1)], [])
     with pytest.raises(ValueError, match="no judge token"):
         paired_log_ppl_differences([(0.0, 0)], [(1.0, 1)])
+
+
+def test_log_ppl_difference_every_verdict():
+    from dihal.uncertainty import log_ppl_difference
+
+    rng = np.random.default_rng(9)
+
+    def side(mean_nll, n=64):  # per-sample (NLL, tokens): tokens 20..40, NLL per token ~ mean
+        tok = rng.integers(20, 41, size=n)
+        return [(float(t * (mean_nll + 0.3 * rng.normal())), int(t)) for t in tok]
+
+    low, high, same = side(3.0), side(3.5), side(3.0)
+    up = log_ppl_difference(high, low, n_boot=800)
+    assert up["verdict"] == "above" and up["ratio"] == pytest.approx(math.exp(up["diff"]))
+    nll = sum(x for x, _ in high) / sum(t for _, t in high) - sum(
+        x for x, _ in low) / sum(t for _, t in low)
+    assert up["diff"] == pytest.approx(nll) and up["low"] <= up["diff"] <= up["high"]
+    assert log_ppl_difference(low, high, n_boot=800)["verdict"] == "below"
+    assert log_ppl_difference(low, same, n_boot=800)["verdict"] == "not distinguishable"
+    # paired on identical samples: every replicate's difference is 0
+    z = log_ppl_difference(low, low, paired=True, n_boot=100)
+    assert (z["diff"], z["low"], z["high"], z["verdict"]) == (0.0, 0.0, 0.0, "not distinguishable")
+    with pytest.raises(ValueError, match="equal counts"):
+        log_ppl_difference(low, low[:-1], paired=True)
+    with pytest.raises(ValueError, match="judge token"):
+        log_ppl_difference(low, [(1.0, 0), (1.0, 1)])

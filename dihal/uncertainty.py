@@ -300,15 +300,28 @@ def paired_standing(predictors: dict[str, Sequence[float]], reference: Sequence[
     Spearman correlations with its interval and p-value, Holm's correction over the whole
     family (predictors x targets), the verdict from the corrected p-value, and the partial
     Spearman of the predictor given the reference. Values are oriented (higher = predicts
-    higher target). One dict per (predictor, target): predictor, target, rho, rho_reference,
+    higher target). A target given as (layers, seeds) (NaN where a layer has fewer seeds) is
+    compared on its per-layer seed means with the two-level resample (layers, then seeds:
+    two_level_paired_difference, two_level_partial_spearman; `method` then must be
+    "percentile"). One dict per (predictor, target): predictor, target, rho, rho_reference,
     diff, low, high, p, p_holm, verdict, partial, partial_low, partial_high. Covered by
-    test_paired_standing_corrects_over_the_family."""
+    test_paired_standing_corrects_over_the_family and
+    test_paired_standing_gives_every_verdict_on_hand_made_layers."""
     rows = []
     for tname, y in targets.items():
+        seeds = np.ndim(y) == 2
+        if seeds and method != "percentile":
+            raise ValueError("a (layers, seeds) target takes the percentile interval only")
         for pname, x in predictors.items():
-            d = paired_spearman_difference(x, reference, y, n_boot=n_boot, seed=seed,
-                                           level=level, method=method)
-            pc = partial_spearman(x, y, reference, n_boot=n_boot, seed=seed, level=level)
+            if seeds:
+                d = two_level_paired_difference(x, reference, y, n_boot=n_boot, seed=seed,
+                                                level=level)
+                pc = two_level_partial_spearman(x, y, reference, n_boot=n_boot, seed=seed,
+                                                level=level)
+            else:
+                d = paired_spearman_difference(x, reference, y, n_boot=n_boot, seed=seed,
+                                               level=level, method=method)
+                pc = partial_spearman(x, y, reference, n_boot=n_boot, seed=seed, level=level)
             rows.append({"predictor": pname, "target": tname, "rho": d["rho_a"],
                          "rho_reference": d["rho_b"], "diff": d["diff"], "low": d["low"],
                          "high": d["high"], "p": d["p"], "partial": pc["partial"],
@@ -413,6 +426,22 @@ def two_level_paired_difference(x_a: Sequence[float], x_b: Sequence[float], valu
         p = min(1.0, 2 * min(alpha, 1 - alpha))
     return {"rho_a": rho_a, "rho_b": rho_b, "diff": rho_a - rho_b, "low": lo, "high": hi,
             "p": p}
+
+
+def two_level_partial_spearman(x: Sequence[float], values, z: Sequence[float], *,
+                               n_boot: int = N_BOOT, seed: int = 0, level: float = LEVEL) -> dict:
+    """partial_spearman of x with the per-layer seed means of `values` (layers, seeds) given
+    z, its interval from the two-level resample (seed_resample_means). {"partial", "low",
+    "high", "undefined"}. Covered by test_two_level_partial_spearman_matches_one_level."""
+    v, _ = _seed_table(values)
+    x = _check_layers("the predictor", x, v.shape[0])
+    z = _check_layers("the control", z, v.shape[0])
+    mean = np.nanmean(v, axis=1)
+    point = float(_partial_rows(x[None], mean[None], z[None])[0])
+    idx, means = seed_resample_means(v, n_boot=n_boot, seed=seed)
+    boot = _partial_rows(x[idx], means, z[idx])
+    lo, hi = _percentile_interval(boot, level)
+    return {"partial": point, "low": lo, "high": hi, "undefined": int(np.isnan(boot).sum())}
 
 
 def seed_oracle(values, layers: Sequence[int], *, l_star: int | None = None,

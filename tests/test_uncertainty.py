@@ -490,3 +490,35 @@ def test_log_ppl_difference_every_verdict():
         log_ppl_difference(low, low[:-1], paired=True)
     with pytest.raises(ValueError, match="judge token"):
         log_ppl_difference(low, [(1.0, 0), (1.0, 1)])
+
+
+def test_two_level_partial_spearman_matches_one_level():
+    from dihal.uncertainty import partial_spearman, two_level_partial_spearman
+
+    rng = np.random.default_rng(12)
+    z = np.arange(10.0)
+    y = z + 3 * rng.normal(size=10)
+    x = y + rng.normal(size=10)
+    one = partial_spearman(x, y, z, n_boot=500, seed=4)
+    # seeds that agree: the same resamples, the same numbers
+    same = two_level_partial_spearman(x, np.repeat(y[:, None], 2, axis=1), z, n_boot=500, seed=4)
+    assert same == pytest.approx(one)
+    noisy = y[:, None] + 3.0 * rng.normal(size=(10, 3))
+    noisy -= noisy.mean(axis=1, keepdims=True) - y[:, None]
+    two = two_level_partial_spearman(x, noisy, z, n_boot=500, seed=4)
+    assert two["partial"] == pytest.approx(one["partial"]) and two["low"] < one["low"]
+
+
+def test_paired_standing_with_seed_targets_uses_the_two_level_resample():
+    from dihal.uncertainty import paired_standing, two_level_paired_difference
+
+    rng = np.random.default_rng(13)
+    a, depth, y = _better_than_depth(rng)
+    seeds = y[:, None] + rng.normal(size=(10, 3))
+    rows = paired_standing({"a": a}, depth, {"-nll": seeds}, n_boot=400, seed=2)
+    d = two_level_paired_difference(a, depth, seeds, n_boot=400, seed=2)
+    assert (rows[0]["diff"], rows[0]["low"], rows[0]["high"], rows[0]["p"]) == pytest.approx(
+        (d["diff"], d["low"], d["high"], d["p"]))
+    assert rows[0]["verdict"] in ("above", "not distinguishable")
+    with pytest.raises(ValueError, match="percentile"):
+        paired_standing({"a": a}, depth, {"-nll": seeds}, n_boot=10, method="bca")

@@ -18,8 +18,8 @@ from dihal.baselines.schedules import (
     v_target,
     x0_from_v,
 )
-from dihal.bridge.checkpoint import latest_checkpoint, list_checkpoints, load_into
 from dihal.bridge.denoiser import DenoiserConfig, build_denoiser
+from dihal.checkpoint import latest_checkpoint, list_checkpoints, load_into
 from dihal.errors import CheckpointMismatchError, TrainingError
 from dihal.training import TrainConfig, sample_budget, train_model
 

@@ -11,10 +11,10 @@ from dataclasses import asdict
 import pytest
 import torch
 
-from dihal.bridge.checkpoint import latest_checkpoint, list_checkpoints, save_checkpoint
 from dihal.bridge.denoiser import DenoiserConfig, build_denoiser
 from dihal.bridge.measures import validation_loss
 from dihal.bridge.train import BridgeTrainingError, bridge_training_loss, train_bridge
+from dihal.checkpoint import latest_checkpoint, list_checkpoints, save_checkpoint
 from dihal.config import BridgeProtocol
 from dihal.errors import CheckpointMismatchError, DihalError, TrainingError
 from dihal.training import TrainConfig, train_model

@@ -6,7 +6,12 @@ noise of every step (a generator seeded from (seed, step, rank)), the optimiser 
 (a pure function of the step), the budget (`epochs` passes over the training set -> sequences
 -> steps), bf16 autocast, and the checks (non-finite loss or gradient; resuming only under the
 protocol that wrote the checkpoint). Because no random state lives outside the step number, a
-run resumed from a checkpoint ends with exactly the weights of an uninterrupted run.
+run resumed from a checkpoint ends with exactly the weights of an uninterrupted run. The
+checkpoints are `dihal.checkpoint`'s: verified against their digests before a resume, a damaged
+one passed over (with its reason to the caller's `warn`) for the previous one or a fresh start.
+
+`Trainer` is the loop, one method per concern (resume, train_step, log, record_validation,
+checkpoint, finish); `train_model` is its one-call form.
 
 The loss is `loss_terms(model, indices, generator, device) -> (total, count)`: the summed loss
 over this process's share of the batch (`indices` into the training set) and the number of

@@ -83,7 +83,8 @@ def baseline(name: str):
         from dihal.baselines.diffusion_lm import DiffusionLMConfig
         kwargs["config"] = DiffusionLMConfig(embed_dim=D)
     elif name == "ld4lg":
-        from dihal.baselines.ld4lg import DecoderConfig, LD4LGConfig
+        from dihal.baselines.decoder import DecoderConfig
+        from dihal.baselines.ld4lg import LD4LGConfig
         kwargs["config"] = LD4LGConfig(n_latents=4, d_latent=16, d_ae=32, ae_heads=2,
                                        encoder_layers=1, resampler_layers=1,
                                        decoder=DecoderConfig(d_model=32, n_layers=1, n_heads=2))
@@ -91,7 +92,7 @@ def baseline(name: str):
                                 0).param_count()
     elif name == "codar":
         from dihal.baselines.codar import CoDARConfig
-        from dihal.baselines.ld4lg import DecoderConfig
+        from dihal.baselines.decoder import DecoderConfig
         kwargs["config"] = CoDARConfig(decoder=DecoderConfig(d_model=32, n_layers=1, n_heads=2))
         target = build_denoiser(DenoiserConfig(d_in=D, d_model=32, n_layers=2, n_heads=1),
                                 0).param_count()

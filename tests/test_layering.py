@@ -170,6 +170,24 @@ def test_the_cycle_finder_finds_a_cycle_through_a_package_init(tmp_path):
     assert find_cycle(import_graph(pkg)) is None
 
 
+def test_no_baseline_recipe_borrows_from_another():
+    """What the baselines share lives in shared modules (base, common, decoder, schedules), and
+    every recipe's `build` is the one shared construction."""
+    import importlib
+
+    from dihal.baselines import common
+    from dihal.registry import BASELINE_SPECS
+
+    recipes = {f"dihal.baselines.{spec.module}" for spec in BASELINE_SPECS.values()}
+    assert len(recipes) == 4
+    borrowed = [(r, m) for r in sorted(recipes)
+                for m in _imports(ROOT / (r.replace(".", "/") + ".py")) if m in recipes]
+    assert borrowed == []
+    for r in recipes:
+        build = importlib.import_module(r).build
+        assert build.func is common.build and build.args[0].__module__ == r
+
+
 def test_asset_bodies_are_short_wiring():
     """Every asset function stays within 25 lines and does no arithmetic of its own."""
     long, arithmetic = [], []

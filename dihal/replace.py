@@ -150,18 +150,19 @@ def train_layer_bridge(
     device: str = "cpu",
     progress: Callable[[dict], None] | None = None,
     regression: bool = False,
+    warn: Callable[[str], None] | None = None,
 ):
     """Build the protocol's denoiser (seeded the same for every layer), measure its validation
     loss at initialisation, and train it; resumes from ckpt_dir. With `regression`, the same
     network, loss and budget trained only at t = 1 (EndpointRegression: h_l from c directly).
-    Returns (denoiser, TrainResult, validation loss at initialisation)."""
+    `warn` gets the reason a damaged checkpoint is passed over (train_model's). Returns (denoiser, TrainResult, validation loss at initialisation)."""
     cfg = protocol.denoiser_config(data.train.dim, data.train.seq_len)
     denoiser = build_denoiser(cfg, seed=derive_seed(protocol.seed, "denoiser-init")).to(device)
     process = (EndpointRegression if regression else BrownianBridge)(sigma=protocol.sigma)
     tcfg = train_config_of(protocol, device, regression)
     init_val_loss = validation_loss(denoiser, data.val, process, tcfg.val_t_grid, seed=protocol.seed)
     result = train_bridge(denoiser, data.train, data.val, process, tcfg, Path(ckpt_dir),
-                          progress=progress)
+                          progress=progress, warn=warn)
     return denoiser, result, init_val_loss
 
 
@@ -307,13 +308,15 @@ def bridgeability(swept: list[BridgeMetrics], score_rows: list[dict], l_star: in
 def train_layer(backbone, reader, layer: int, protocol: BridgeProtocol, ckpt_dir: Path, *,
                 train_ids: np.ndarray, extract: ExtractConfig, device: str = "cpu",
                 progress: Callable[[dict], None] | None = None,
-                log: Callable[[str], None] | None = None, regression: bool = False) -> TrainedBridge:
+                log: Callable[[str], None] | None = None, regression: bool = False,
+                warn: Callable[[str], None] | None = None) -> TrainedBridge:
     """The bridge stage (sweep partitions, the bridge at l*, full training): the training pairs
     from the dump of `reader`, or, where it did not store the training split, computed for
     `train_ids` with the backbone's first `layer` blocks (as the dump was made, under
     `extract`); train a bridge hs[0] -> h_layer under `protocol` (resuming from `ckpt_dir`),
     measure its bridgeability and package it for saving. With `regression`: the regression
-    control instead (train_layer_bridge; `protocol.steps` must then be 1)."""
+    control instead (train_layer_bridge; `protocol.steps` must then be 1). `warn` gets the
+    reason a damaged checkpoint is passed over (default: a RuntimeWarning)."""
     if regression and protocol.steps != 1:
         raise ValueError(f"the regression control predicts in one step: steps must be 1, got "
                          f"{protocol.steps}")
@@ -331,7 +334,8 @@ def train_layer(backbone, reader, layer: int, protocol: BridgeProtocol, ckpt_dir
     data = load_layer_data(reader, layer, protocol, pairs)
     del pairs
     denoiser, result, init_val_loss = train_layer_bridge(data, protocol, ckpt_dir, device=device,
-                                                         progress=progress, regression=regression)
+                                                         progress=progress, regression=regression,
+                                                         warn=warn)
     measured = measure_bridge(backbone, denoiser.to(backbone.device), data, protocol,
                                val_loss=result.val_loss)
     tcfg = train_config_of(protocol, device, regression)

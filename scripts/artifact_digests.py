@@ -1,0 +1,159 @@
+"""Materialise the tiny world (the tests' tiny llama, a generated corpus, the tiny configs of
+tests/test_compare_pipeline.py) into a work folder and print the sha256 of every artifact file, to show
+that a refactoring leaves every artifact bit-identical:
+
+    PYTHONPATH=$PWD python scripts/artifact_digests.py /tmp/digests > after.txt
+
+The folder is cleared first. Manifests record the paths of the model and the corpus, so compare
+two runs made in the SAME folder (one after the other), e.g. with the code of the base commit
+first (PYTHONPATH pointing at a `git worktree add` of it) and of the branch second.
+
+One line per file: `<raw sha256>  <stable sha256>  <path>`. The two digests are equal except
+where a file embeds wall-clock measurements, which legitimately differ between any two runs:
+- manifests record the stages' durations and speeds in their info (BridgeMetrics.seconds,
+  GeometryResult seconds, the dump's tokens_per_s, ms_per_token and latency_vs_backbone of
+  every generation row, train_seconds of the baselines, the sampler curve's measure_seconds),
+  and the digests of their own files (some of which hold those times);
+- eval.parquet, comparison.parquet, full_training.parquet and the sampler curve.parquet hold
+  the generation latency (ms_per_token, ms_per_step, latency_vs_backbone, seconds...).
+For those the stable digest is taken with the timing fields removed (JSON keys, Parquet
+columns) and, in a manifest's file record, with the stable digest of each recorded file in
+place of its raw one. An artifact's .verified marker (when its digests were last checked), the
+`<artifact>.lock` files (the last writer's pid, host and start time) and the device leases
+(.devices) are wall-clock records, not results, and are not listed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import sys
+from pathlib import Path
+
+TIMING = re.compile(r"seconds|ms_per_|tokens_per_s|latency|wall_s|elapsed_s|forward_s")
+SWEEP_LAYERS = ("1", "2", "3")
+BASELINES = ("diffusion-lm", "sed", "ld4lg", "codar")
+# markers and folders that hold wall-clock times or host state, not results: when the digests
+# were last checked, a reader's damage note, the device leases
+WALL_CLOCK = {".verified", ".damaged", ".devices"}
+
+
+def materialise(work: Path) -> Path:
+    """Build the tiny model and corpus under `work` and materialise every asset of the tiny
+    llama's graph; the artifact root."""
+    import dagster as dg
+
+    from pipeline.definitions import build_definitions
+    from resources import BackboneResource, ComputeResource, JudgeResource, StorageResource
+    from tests.test_compare_pipeline import EVAL, PROTOCOL
+    from tests.test_pipeline import TINY_RUN
+    from tests.tiny import build_model, make_docs, write_shard
+
+    (work / "corpus").mkdir(parents=True)
+    shard = write_shard(work / "corpus" / "s0.json.gz", make_docs(120))
+    model = build_model(work / "model", "llama")
+    root = work / "artifacts"
+    defs = build_definitions(("llama",), n_layers={"llama": 4}, resources={
+        "storage": StorageResource(root=str(root)),
+        "backbones": BackboneResource(paths={"llama": str(model)}),
+        "compute": ComputeResource(device="cpu", threads=1),
+        "judge": JudgeResource(name=str(model)),
+    })
+    # the configs of tests/test_compare_pipeline.py (a denoiser the baselines can match)
+    ops = {**TINY_RUN, "corpus": {"config": {"paths": [str(shard)]}},
+           "bridge_sweep_llama": {"config": PROTOCOL},
+           "bridge_llama": {"config": {**PROTOCOL, "epochs": 2.0}},
+           "eval_llama": {"config": EVAL}, "full_training_llama": {"config": EVAL},
+           "sampler_steps_llama": {"config": {"steps": [1, 2, 4], "n_samples": 2, "length": 4}},
+           "baseline_llama": {"config": {"n_samples": 4, "length": 8}}}
+    inst = dg.DagsterInstance.ephemeral()
+
+    def run(keys: list[str], partition: str | None = None) -> None:
+        res = dg.materialize(
+            list(defs.assets) + list(defs.asset_checks), selection=keys, partition_key=partition,
+            instance=inst, resources=defs.resources, raise_on_error=False,
+            run_config={"ops": {k: v for k, v in ops.items() if k in keys}})
+        if not res.success:
+            errors = [e.step_failure_data.error.to_string() for e in res.all_events
+                      if e.event_type_value == "STEP_FAILURE"]
+            raise SystemExit(f"materialising {keys} [{partition}] failed:\n" + "\n".join(errors))
+
+    run(["corpus", "sequences_llama", "hidden_states_llama", "geometry_llama",
+         "layer_score_llama"])
+    for layer in SWEEP_LAYERS:
+        run(["bridge_sweep_llama"], layer)
+    for layer in SWEEP_LAYERS:
+        run(["regression_sweep_llama"], layer)
+    run(["bridgeability_llama", "bridge_llama", "eval_llama", "sampler_steps_llama"])
+    for name in BASELINES:
+        run(["baseline_llama"], name)
+    run(["comparison_llama", "full_training_llama", "report_llama"])
+    return root
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _untimed(obj):
+    """`obj` (JSON) without the keys that hold wall-clock measurements, at any depth."""
+    if isinstance(obj, dict):
+        return {k: _untimed(v) for k, v in obj.items() if not TIMING.search(str(k))}
+    if isinstance(obj, list):
+        return [_untimed(v) for v in obj]
+    return obj
+
+
+def stable_digest(path: Path, stable_of: dict[Path, str]) -> str:
+    """The file's sha256 with its timing fields removed (Parquet columns, JSON keys; for a
+    manifest, its record of each file by that file's stable digest)."""
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        table = pq.read_table(path)
+        timed = [c for c in table.column_names if TIMING.search(c)]
+        if not timed:
+            return _sha(path.read_bytes())
+        rows = table.drop(timed).to_pylist()
+        return _sha(json.dumps(rows, sort_keys=True, default=repr).encode())
+    if path.name == "manifest.json":
+        raw = json.loads(path.read_text())
+        files = {rel: [size, stable_of.get(path.parent / rel, sha)]
+                 for rel, (size, sha) in raw.get("files", {}).items()}
+        raw = {**_untimed({k: v for k, v in raw.items() if k != "files"}), "files": files}
+        return _sha(json.dumps(raw, sort_keys=True).encode())
+    return _sha(path.read_bytes())
+
+
+def digests(root: Path) -> list[tuple[str, str, str]]:
+    """(raw, stable, path relative to root) of every artifact file, manifests last in each
+    folder (they refer to the others' stable digests)."""
+    files = sorted(p for p in root.rglob("*") if p.is_file() and p.suffix != ".lock"
+                   and not set(p.relative_to(root).parts) & WALL_CLOCK)
+    stable_of: dict[Path, str] = {}
+    for f in sorted(files, key=lambda p: p.name == "manifest.json"):
+        stable_of[f] = stable_digest(f, stable_of)
+    return [(_sha(f.read_bytes()), stable_of[f], f.relative_to(root).as_posix()) for f in files]
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) != 1:
+        raise SystemExit("usage: artifact_digests.py WORK_FOLDER (cleared, then filled)")
+    work = Path(argv[0]).resolve()
+    if work.exists():
+        shutil.rmtree(work)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    import torch
+
+    torch.set_num_threads(1)
+    root = materialise(work)
+    for raw, stable, rel in digests(root):
+        print(f"{raw}  {stable}  {rel}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -59,10 +59,11 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
           history="2: trained by the bridge's loop (one trainer); 3: as eval 3"),
     Stage("comparison", "3", "Comparison", history="2: rows carry their role; 3: as eval 3"),
     Stage("full_training", "3", "FullTraining", history="2: as eval 3; 3: as eval 4"),
-    Stage("report", "6", "Report",
+    Stage("report", "7", "Report",
           history="3: built from typed inputs; 4: rival predictors and intervals; 5: across "
           "backbones; 6: a lone backbone's report suggests another one, not itself; the CPU "
-          "kernels the samples were drawn with"),
+          "kernels the samples were drawn with; 7: opens on its answers, each linking to its "
+          "section; one proxy table per normalisation"),
 )}
 
 CODE_VERSIONS = {name: s.code_version for name, s in STAGES.items()}

@@ -50,10 +50,10 @@ def materialise(work: Path) -> Path:
     from resources import BackboneResource, ComputeResource, JudgeResource, StorageResource
     from tests.test_compare_pipeline import EVAL, PROTOCOL
     from tests.test_pipeline import TINY_RUN
-    from tests.tiny import build_model, make_docs, write_shard
+    from tests.tiny import build_model, make_docs
 
     (work / "corpus").mkdir(parents=True)
-    shard = write_shard(work / "corpus" / "s0.json.gz", make_docs(120))
+    shard = write_shard(work / "corpus" / "s0.json.gz", make_docs(120))  # the tests' corpus
     model = build_model(work / "model", "llama")
     root = work / "artifacts"
     defs = build_definitions(("llama",), n_layers={"llama": 4}, resources={
@@ -92,6 +92,16 @@ def materialise(work: Path) -> Path:
         run(["baseline_llama"], name)
     run(["comparison_llama", "full_training_llama", "report_llama"])
     return root
+
+
+def write_shard(path: Path, docs: list[dict]) -> Path:
+    """tests.tiny.write_shard with the gzip header's time fixed (0): the corpus records the
+    shard's digest, which every fingerprint downstream includes."""
+    import gzip
+
+    with open(path, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as fh:
+        fh.write("".join(json.dumps(d) + "\n" for d in docs).encode("utf-8"))
+    return path
 
 
 def _sha(data: bytes) -> str:

@@ -17,8 +17,9 @@ where a file embeds wall-clock measurements, which legitimately differ between a
 - eval.parquet, comparison.parquet, full_training.parquet and the sampler curve.parquet hold
   the generation latency (ms_per_token, ms_per_step, latency_vs_backbone, seconds...).
 For those the stable digest is taken with the timing fields removed (JSON keys, Parquet
-columns) and, in a manifest's file record, with the stable digest of each recorded file in
-place of its raw one. An artifact's .verified marker (when its digests were last checked), the
+columns) and, in a manifest's file record, with the stable digest of each recorded file that
+holds times in place of its raw digest and size (the Parquet encoding of other numbers makes the
+size vary too). An artifact's .verified marker (when its digests were last checked), the
 `<artifact>.lock` files (the last writer's pid, host and start time) and the device leases
 (.devices) are wall-clock records, not results, and are not listed.
 """
@@ -117,36 +118,40 @@ def _untimed(obj):
     return obj
 
 
-def stable_digest(path: Path, stable_of: dict[Path, str]) -> str:
+def stable_digest(path: Path, timed: dict[Path, str]) -> str:
     """The file's sha256 with its timing fields removed (Parquet columns, JSON keys; for a
-    manifest, its record of each file by that file's stable digest)."""
+    manifest, its record of each file in `timed` (files that hold times -> their stable digest)
+    by that file's stable digest)."""
     if path.suffix == ".parquet":
         import pyarrow.parquet as pq
 
         table = pq.read_table(path)
-        timed = [c for c in table.column_names if TIMING.search(c)]
-        if not timed:
+        times = [c for c in table.column_names if TIMING.search(c)]
+        if not times:
             return _sha(path.read_bytes())
-        rows = table.drop(timed).to_pylist()
+        rows = table.drop(times).to_pylist()
         return _sha(json.dumps(rows, sort_keys=True, default=repr).encode())
     if path.name == "manifest.json":
         raw = json.loads(path.read_text())
-        files = {rel: [size, stable_of.get(path.parent / rel, sha)]
-                 for rel, (size, sha) in raw.get("files", {}).items()}
+        files = {rel: ["size varies with the times", timed[path.parent / rel]]
+                 if path.parent / rel in timed else record
+                 for rel, record in raw.get("files", {}).items()}
         raw = {**_untimed({k: v for k, v in raw.items() if k != "files"}), "files": files}
         return _sha(json.dumps(raw, sort_keys=True).encode())
     return _sha(path.read_bytes())
 
 
 def digests(root: Path) -> list[tuple[str, str, str]]:
-    """(raw, stable, path relative to root) of every artifact file, manifests last in each
-    folder (they refer to the others' stable digests)."""
+    """(raw, stable, path relative to root) of every artifact file, manifests last (they
+    record the others)."""
     files = sorted(p for p in root.rglob("*") if p.is_file() and p.suffix != ".lock"
                    and not set(p.relative_to(root).parts) & WALL_CLOCK)
-    stable_of: dict[Path, str] = {}
+    raw = {f: _sha(f.read_bytes()) for f in files}
+    timed: dict[Path, str] = {}  # the files that hold times -> their stable digest
     for f in sorted(files, key=lambda p: p.name == "manifest.json"):
-        stable_of[f] = stable_digest(f, stable_of)
-    return [(_sha(f.read_bytes()), stable_of[f], f.relative_to(root).as_posix()) for f in files]
+        if (stable := stable_digest(f, timed)) != raw[f]:
+            timed[f] = stable
+    return [(raw[f], timed.get(f, raw[f]), f.relative_to(root).as_posix()) for f in files]
 
 
 def main(argv: list[str]) -> None:

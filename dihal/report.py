@@ -193,6 +193,10 @@ def cross_backbone_tables(summaries: list[dict]) -> tuple[list[dict], list[dict]
     judge): (one row per backbone: l* per normalisation, oracle, worst, hybrid and backbone
     Gen.PPL with the judge; one row per predictor: its Spearman vs -val loss on each backbone,
     with the interval and its standing against depth)."""
+    return _backbone_lines(summaries), _predictor_lines(summaries)
+
+
+def _backbone_lines(summaries: list[dict]) -> list[dict]:
     norms = sorted({n for s in summaries for n in s["selected"]})
     main = []
     for s in summaries:
@@ -205,12 +209,13 @@ def cross_backbone_tables(summaries: list[dict]) -> tuple[list[dict], list[dict]
                                         else "not evaluated"),
             "judge": s["judge"] or "",
         })
-    predictors: list[str] = []
-    for s in summaries:
-        predictors += [r["predictor"] for r in s["bridgeability"]["spearman"]
-                       if r["predictor"] not in predictors]
+    return main
+
+
+def _predictor_lines(summaries: list[dict]) -> list[dict]:
     typed = {s["backbone"]: {r.predictor: r for r in spearman_rows(s["bridgeability"]["spearman"])}
              for s in summaries}
+    predictors = list(dict.fromkeys(p for rows in typed.values() for p in rows))
     spearman = []
     for p in predictors:
         row = {"predictor": p}
@@ -220,7 +225,7 @@ def cross_backbone_tables(summaries: list[dict]) -> tuple[list[dict], list[dict]
             standing = got.vs_depth if got else ""
             row[b] = f"{cell} ({standing})" if standing in (ABOVE, BELOW) else cell
         spearman.append(row)
-    return main, spearman
+    return spearman
 
 
 def _cross_backbone_section(r: Document, x: ReportInputs) -> None:

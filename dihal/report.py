@@ -327,9 +327,10 @@ def answer_generation(x: ReportInputs) -> tuple[str, str]:
     if bases:
         beaten = [r.name for r in bases if dihal.gen_ppl.value < r.gen_ppl.value]
         clear = [r.name for r in bases if r.name in beaten and dihal.gen_ppl.separated_from(r.gen_ppl)]
-        line += (f"; it is lower than {len(beaten)} of {len(bases)} baselines at the matched "
-                 f"budget" + (f" ({', '.join(beaten)})" if beaten else "")
-                 + f", beyond the intervals for {len(clear)}")
+        line += (f"; at the matched budget it is lower than {len(beaten)} of {len(bases)} "
+                 f"baselines' ({', '.join(beaten)}), beyond the intervals for {len(clear)} of "
+                 "them" if beaten else f"; at the matched budget it is lower than none of the "
+                 f"{len(bases)} baselines'")
     else:
         line += "; no baseline was compared"
     return line + ".", GENERATION

@@ -123,13 +123,21 @@ def test_bridge_against_regression_each_way(nlls, says):
     assert says in text and anchor == REGRESSION
 
 
+def text_of(comparison):
+    return answer_generation(inputs(comparison=comparison))[0]
+
+
 def test_generation_against_backbone_and_baselines_each_way():
     text, anchor = answer_generation(inputs())
     assert anchor == GENERATION
     assert "DiHAL's Gen.PPL is 50.0 [45.0, 55.0], higher than the backbone's 30.0 [28.0, 32.0] " \
            "(the intervals are separated)" in text
-    assert "lower than 2 of 2 baselines at the matched budget (sed, codar), beyond the " \
-           "intervals for 1" in text
+    assert "; at the matched budget it is lower than 2 of 2 baselines' (sed, codar), beyond " \
+           "the intervals for 1 of them." in text
+    worse = [_gen("dihal", "dihal", 90.0, 85.0, 95.0), _gen("backbone", "backbone", 30.0, 28.0, 32.0),
+             _gen("sed", "baseline", 80.0, 70.0, 90.0)]
+    assert text_of(worse).endswith("; at the matched budget it is lower than none of the 1 "
+                                   "baselines'.")
     close = [_gen("dihal", "dihal", 29.0, 20.0, 40.0), _gen("backbone", "backbone", 30.0, 28.0, 32.0)]
     text, _ = answer_generation(inputs(comparison=close))
     assert "lower than the backbone's" in text and "(the intervals overlap)" in text

@@ -30,6 +30,7 @@ from dihal.bridge import (
 )
 from dihal.config import MIN_SWEPT_LAYERS, BridgeProtocol, ExtractConfig  # noqa: F401
 from dihal.results import BridgeabilityResult, BridgeMetrics, TrainedBridge
+from dihal.rows import DEPTH, TARGETS, RegressionRow, Spearman, SpearmanRow
 from dihal.seeds import derive_seed
 
 
@@ -209,10 +210,6 @@ def measure_bridge(backbone, denoiser, data: LayerData, protocol: BridgeProtocol
     return out
 
 
-TARGETS = ("val_loss", "recon_error", "hybrid_nll")
-DEPTH = "depth (-l)"
-
-
 def _predictor_values(layers: list[int], score_rows: list[dict],
                       predictor_rows: list[dict]) -> dict[str, list[float]]:
     """{predictor name: its oriented value at each swept layer}: S_l per normalisation, the
@@ -242,7 +239,7 @@ def bridgeability_table(layer_rows: list[dict], score_rows: list[dict],
     rival predictors) against -val_loss, -recon_error and -hybrid_nll over the swept layers,
     each with a bootstrap interval over layers (the same resamples for every predictor) and
     its standing against depth: "above" / "below" when the intervals do not overlap, else
-    "not distinguishable"."""
+    "not distinguishable". "rows": one dihal.rows.SpearmanRow per predictor."""
     from dihal.uncertainty import compare_intervals, spearman_interval
 
     layers = sorted(r["layer"] for r in layer_rows)
@@ -251,36 +248,24 @@ def bridgeability_table(layer_rows: list[dict], score_rows: list[dict],
     preds = _predictor_values(layers, score_rows, predictor_rows)
     stats = {(p, m): spearman_interval(v, t, n_boot=n_boot, seed=seed)
              for p, v in preds.items() for m, t in targets.items()}
-    rows = []
-    for p in preds:
-        row = {"predictor": p}
-        for m in TARGETS:
-            st, depth = stats[(p, m)], stats[(DEPTH, m)]
-            row.update({f"spearman_vs_-{m}": st["rho"], f"low_vs_-{m}": st["low"],
-                        f"high_vs_-{m}": st["high"],
-                        f"vs_depth_-{m}": "" if p == DEPTH else compare_intervals(
-                            (st["low"], st["high"]), (depth["low"], depth["high"]))})
-        rows.append(row)
+
+    def standing(p: str, m: str) -> Spearman:
+        st, depth = stats[(p, m)], stats[(DEPTH, m)]
+        return Spearman(st["rho"], st["low"], st["high"], "" if p == DEPTH else compare_intervals(
+            (st["low"], st["high"]), (depth["low"], depth["high"])))
+
+    table = [SpearmanRow(p, {m: standing(p, m) for m in TARGETS}) for p in preds]
     oracle = min(layers, key=lambda ll: by_layer[ll]["val_loss"])
     worst = max(layers, key=lambda ll: by_layer[ll]["val_loss"])
-    return {"rows": rows, "layers": layers, "oracle": oracle, "worst": worst}
+    return {"rows": table, "layers": layers, "oracle": oracle, "worst": worst}
 
 
-def regression_table(swept: list[BridgeMetrics], controls: list[BridgeMetrics]) -> list[dict]:
+def regression_table(swept: list[BridgeMetrics], controls: list[BridgeMetrics]) -> list[RegressionRow]:
     """The diffusion bridge against its regression control at each layer that has both: the
     reconstruction error, hybrid NLL and top-1 agreement of each, and which is better."""
     control = {m.layer: m for m in controls}
-    rows = []
-    for b in sorted(swept, key=lambda m: m.layer):
-        if (r := control.get(b.layer)) is None:
-            continue
-        rows.append({"layer": b.layer, "bridge_recon_error": b.recon_error,
-                     "regression_recon_error": r.recon_error, "bridge_hybrid_nll": b.hybrid_nll,
-                     "regression_hybrid_nll": r.hybrid_nll, "bridge_top1": b.top1_agreement,
-                     "regression_top1": r.top1_agreement, "regression_mse": r.val_loss,
-                     "bridge_better_nll": b.hybrid_nll < r.hybrid_nll,
-                     "bridge_better_recon": b.recon_error < r.recon_error})
-    return rows
+    return [RegressionRow.of(b, control[b.layer])
+            for b in sorted(swept, key=lambda m: m.layer) if b.layer in control]
 
 
 def bridgeability(swept: list[BridgeMetrics], score_rows: list[dict], l_star: int, *,

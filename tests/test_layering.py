@@ -30,7 +30,7 @@ def test_dihal_imports_no_layer_above_it():
 
 
 def test_storage_imports_only_the_leaf_modules_of_dihal():
-    allowed = {"dihal.results", "dihal.atomic", "dihal.errors"}
+    allowed = {"dihal.results", "dihal.rows", "dihal.stages", "dihal.atomic", "dihal.errors"}
     used = {m for f in (ROOT / "storage").rglob("*.py") for m in _imports(f) if m.startswith("dihal")}
     assert used and used <= allowed, used - allowed
     # and those leaves import nothing of the project but each other
@@ -47,7 +47,7 @@ def test_no_artifact_file_name_is_spelled_outside_storage():
     assert {"proxies.png", "bridge.safetensors", "samples.jsonl", "report.html"} <= names
     # the Zarr store is the hidden-states artifact's own module; the training checkpoint is the
     # trainer's own format (dihal.checkpoint)
-    own = {ROOT / "storage" / "artifacts.py", ROOT / "storage" / "states.py",
+    own = {*(ROOT / "storage" / "artifacts").glob("*.py"), ROOT / "storage" / "states.py",
            ROOT / "dihal" / "checkpoint.py"}
     hits = []
     for top in ("dihal", "assets", "pipeline", "resources", "storage"):
@@ -265,3 +265,28 @@ def test_readme_defaults_match_the_config_dataclasses():
             assert defaults["primary_norm"] == value
             checked += 1
     assert checked >= 25
+
+
+def test_each_stage_is_named_once_and_the_rest_derives_from_it():
+    """dihal.stages names every stage once: its artifact kind carries that stage, the code
+    versions, profiles' stages, run configs and asset keys come from the same table."""
+    from assets._stage import CODE_VERSIONS
+    from assets.configs import RUN_CONFIGS
+    from dihal import config
+    from dihal.profiles import STAGE_CONFIGS
+    from dihal.stages import STAGES, asset_key
+    from storage import artifacts
+
+    for name, s in STAGES.items():
+        kind = getattr(artifacts, s.kind)
+        assert kind.stage == name and CODE_VERSIONS[name] == s.code_version, name
+        assert kind(ROOT, "b").asset == asset_key(name, "b") == f"{name}_b"
+        if s.config:
+            assert STAGE_CONFIGS[name] is getattr(config, s.config)
+            assert RUN_CONFIGS[name].__name__ == s.run_config
+            assert RUN_CONFIGS[name].dihal_class is getattr(config, s.config)
+    assert set(STAGE_CONFIGS) == set(RUN_CONFIGS) == {n for n, s in STAGES.items() if s.config}
+    with pytest.raises(KeyError, match="unknown stage"):
+        asset_key("no_such_stage", "b")
+    with pytest.raises(TypeError, match="not a stage of dihal.stages"):
+        type("Stray", (artifacts.Artifact,), {"stage": "no_such_stage"})

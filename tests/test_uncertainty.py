@@ -10,6 +10,7 @@ from scipy import stats
 
 from dihal.predictors import ORIENTATION
 from dihal.replace import DEPTH, bridgeability_table
+from dihal.rows import SpearmanRow
 from dihal.uncertainty import (
     bootstrap_interval,
     compare_intervals,
@@ -81,13 +82,20 @@ def test_bridgeability_table_rivals_orientation_and_standing_against_depth():
     rivals = [{"layer": ll, **{name: float(rng.normal()) for name in ORIENTATION},
                "cond_distance": 0.05 * ll} for ll in layers]
     table = bridgeability_table(_layers(losses), score, rivals, n_boot=500)
-    rows = {r["predictor"]: r for r in table["rows"]}
+    rows = {r.predictor: r.of("val_loss") for r in table["rows"]}
     assert set(rows) == {"S_l (none)", DEPTH, *(("-" if s < 0 else "") + n
                                                  for n, s in ORIENTATION.items())}
-    assert rows[DEPTH]["spearman_vs_-val_loss"] == 1.0 and rows[DEPTH]["vs_depth_-val_loss"] == ""
-    assert rows["-cond_distance"]["spearman_vs_-val_loss"] == 1.0
-    assert rows["-cond_distance"]["vs_depth_-val_loss"] == "not distinguishable"
-    assert rows["S_l (none)"]["vs_depth_-val_loss"] == "below"
+    assert rows[DEPTH].rho == 1.0 and rows[DEPTH].vs_depth == ""
+    assert rows["-cond_distance"].rho == 1.0
+    assert rows["-cond_distance"].vs_depth == "not distinguishable"
+    assert rows["S_l (none)"].vs_depth == "below"
+    # the typed row is written as the columns it always had, and read back from them
+    first = table["rows"][0].to_dict()
+    assert list(first) == ["predictor"] + [c.format(m) for m in ("val_loss", "recon_error",
+                                                                 "hybrid_nll")
+                                           for c in ("spearman_vs_-{}", "low_vs_-{}",
+                                                     "high_vs_-{}", "vs_depth_-{}")]
+    assert SpearmanRow.from_dict(first) == table["rows"][0]
     assert table["oracle"] == 1 and table["worst"] == 10
     # a rival table that lacks a swept layer is refused
     with pytest.raises(ValueError, match="lack swept layers"):

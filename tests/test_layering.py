@@ -237,7 +237,7 @@ def test_one_list_of_backbones_and_of_baselines():
     assert tuple(VERSIONS) == BASELINES
 
 
-# README "Run config per asset": which dataclass each bullet documents
+# docs/configuration.md "Run config per asset": which dataclass each bullet documents
 README_SECTIONS = {
     "corpus": "CorpusConfig", "sequences_<b>": "SequenceConfig", "hidden_states_<b>": "ExtractConfig",
     "geometry_<b>": "GeometryConfig", "layer_score_<b>": "LayerScoreConfig",
@@ -249,8 +249,8 @@ README_SECTIONS = {
 def test_readme_defaults_match_the_config_dataclasses():
     from dihal import config
 
-    text = (ROOT / "README.md").read_text()
-    section = text[text.index("Run config per asset"):text.index("### Real backbones")]
+    text = (ROOT / "docs" / "configuration.md").read_text()
+    section = text[text.index("Run config per asset"):text.index("## Real backbones")]
     bullets = re.split(r"\n- ", section)[1:]
     checked = 0
     for bullet in bullets:

@@ -61,6 +61,10 @@ class StageRun:
     def log(self, msg: str) -> None:
         self.context.log.info(msg)
 
+    def warn(self, msg: str) -> None:
+        """A warning in the run's event log (a damaged checkpoint's fallback, with its reason)."""
+        self.context.log.warning(msg)
+
     def throttled(self, every: float = 5.0) -> Callable[[str], None]:
         """log, at most once every `every` seconds (progress of long loops)."""
         last = [0.0]

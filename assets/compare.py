@@ -54,7 +54,8 @@ def compare_assets(backbone: str) -> list:
             ref = reference_budget(br.read().metrics, bm.config["steps"], sm.config["seq_len"])
             return stage(name, run.model(), torch.as_tensor(seqs.token_ids()["train"]), ref,
                          bm.config, cfg, out.workdir, run.judge(), progress=run.throttled(),
-                         device=run.device(), reference_texts=reference_texts(run, cfg.length))
+                         device=run.device(), reference_texts=reference_texts(run, cfg.length),
+                         warn=run.warn)
 
         return run.produce(out, {"name": name, **cfg.__dict__}, [seqs, br], compute,
                            judge=run.judge_name(), recipe_version=VERSIONS[name])

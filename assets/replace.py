@@ -48,7 +48,8 @@ def trainer(run: StageRun, art: BridgeRun, layer: int, protocol, regression: boo
         return train_layer(run.model(), states.reader(), layer, protocol, art.checkpoints,
                            train_ids=run.art(Sequences).token_ids()["train"],
                            extract=ExtractConfig(**dump.config), device=run.device(),
-                           progress=progress, log=run.throttled(), regression=regression)
+                           progress=progress, log=run.throttled(), regression=regression,
+                           warn=run.warn)
 
     return compute
 

@@ -30,6 +30,16 @@ from dihal.errors import StateValueError
 from dihal.results import HiddenStatesResult, StateSpec
 
 
+def stack_on_one_device(states, device: torch.device | str | None = None) -> torch.Tensor:
+    """torch.stack of `states` on one device (default: the first state's). A backbone spread
+    over several GPUs (device_map="auto") returns each block's states on that block's GPU:
+    accelerate gathers the outputs of the outer model only, and DiHAL calls its inner decoder
+    (and hooks inside it). A state already on `device` is not copied."""
+    states = list(states)
+    device = torch.device(device) if device is not None else states[0].device
+    return torch.stack([s.to(device) for s in states])
+
+
 def stored(sequences: dict[str, np.ndarray], cfg: ExtractConfig) -> dict[str, np.ndarray]:
     """The sequences whose states the dump keeps (every layer): all, or the held-out split."""
     return dict(sequences) if cfg.store_train else {"val": sequences["val"]}
@@ -187,7 +197,7 @@ def layer_pairs(backbone, ids: np.ndarray, layer: int, cfg: ExtractConfig, *,
     for lo in range(0, n, cfg.batch_size):
         batch = torch.as_tensor(ids[lo : lo + cfg.batch_size], dtype=torch.long)
         c_b, h_b = backbone.lower_states(batch, layer)
-        both = torch.stack([c_b.float(), h_b.float()])
+        both = stack_on_one_device([c_b.float(), h_b.float()])  # c_b and h_b: each its GPU
         check_states(both, cfg.dtype, split="train", first_seq=lo, layers=(0, layer))
         c[lo : lo + len(batch)] = both[0].to(store).cpu().float()
         h[lo : lo + len(batch)] = both[1].to(store).cpu().float()

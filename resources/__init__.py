@@ -69,7 +69,10 @@ class BackboneResource(dg.ConfigurableResource):
 
     paths: dict[str, str] = {}
     offline: bool = os.environ.get("HF_HUB_OFFLINE", "1") not in ("0", "false", "False")
-    device_map: str | None = None  # "auto" spreads an 8B backbone over several GPUs
+    # "auto" spreads an 8B backbone over several GPUs (dihal.backbones.DEVICE_MAPS); unset: the
+    # step's one device. The driver's environment carries it to every step (DIHAL_DEVICE_MAP);
+    # the placement is recorded in the backbone info of the dump.
+    device_map: str | None = os.environ.get("DIHAL_DEVICE_MAP") or None
 
     def resolve(self, name: str, layout: ArtifactLayout):
         from dihal.backbones import get_spec, resolve_weights

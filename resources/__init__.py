@@ -24,6 +24,9 @@ class StorageResource(dg.ConfigurableResource):
     verify_every_hours: float = float(os.environ.get("DIHAL_VERIFY_EVERY_HOURS", "24"))
 
     def layout(self) -> ArtifactLayout:
+        from storage.locks import check_shared_root
+
+        check_shared_root(Path(self.root))  # on a Dask cluster: an absolute, shared root
         return ArtifactLayout(Path(self.root))
 
 

@@ -223,7 +223,8 @@ class Backbone:
         LM head (`head`) turns into the backbone's logits."""
         from dihal.extract import stack_on_one_device
 
-        out = self.decoder(input_ids=input_ids.to(self.device), output_hidden_states=True)
+        out = self.decoder(input_ids=input_ids.to(self.device), output_hidden_states=True,
+                           use_cache=False)  # no KV cache: N/2 states' worth at 8B, unused
         # with device_map, each state is on its block's GPU: gathered on the embedding's
         hs = stack_on_one_device(out.hidden_states[: self.n_layers])
         return (hs, out.last_hidden_state) if final else hs
@@ -247,7 +248,8 @@ class Backbone:
         if layer:
             hooks.append(self.decoder.layers[layer - 1].register_forward_hook(stop))
         try:
-            self.decoder(input_ids=input_ids.to(self.device), output_hidden_states=True)
+            # no tuple of states and no KV cache: the hooks take the two states needed
+            self.decoder(input_ids=input_ids.to(self.device), use_cache=False)
         except _StopForward:
             pass
         finally:

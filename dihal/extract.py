@@ -52,21 +52,24 @@ def check_states(states: torch.Tensor, dtype: str, *, split: str, first_seq: int
     `layers` names the layer of each row of `states` (default: row i is layer i). Returns the
     largest absolute value (for the overflow headroom record)."""
     name = (lambda i: layers[i]) if layers is not None else (lambda i: i)
-    finite = torch.isfinite(states)
-    if not bool(finite.all()):
-        row, b, pos = (int(v) for v in (~finite).nonzero()[0][:3])
-        layer = name(row)
-        raise StateValueError(
-            f"non-finite hidden state at layer {layer}, {split} sequence {first_seq + b}, "
-            f"position {pos}. The backbone produced NaN/inf: check its dtype (float32 on CPU, "
-            "bfloat16 rather than float16 on GPU) and the weights. Batches before this one "
-            "are kept."
-        )
-    amax = float(states.abs().amax())
+    # Row by row: torch.isfinite and abs() allocate 7 and 4 bytes per element, which over all
+    # N layers of a batch at once would be the dump's peak device memory (dihal.capacity).
+    for row in range(states.shape[0]):
+        finite = torch.isfinite(states[row])
+        if not bool(finite.all()):
+            b, pos = (int(v) for v in (~finite).nonzero()[0][:2])
+            raise StateValueError(
+                f"non-finite hidden state at layer {name(row)}, {split} sequence "
+                f"{first_seq + b}, position {pos}. The backbone produced NaN/inf: check its "
+                "dtype (float32 on CPU, bfloat16 rather than float16 on GPU) and the weights. "
+                "Batches before this one are kept."
+            )
+        del finite
+    per_layer = [float(states[row].abs().amax()) for row in range(states.shape[0])]
+    amax = max(per_layer)
     limit = DTYPE_MAX[dtype]
     if amax > limit:
-        per_layer = states.abs().flatten(1).amax(1)
-        layer = name(int(torch.nonzero(per_layer > limit)[0]))
+        layer = name(next(i for i, a in enumerate(per_layer) if a > limit))
         raise StateValueError(
             f"hidden state magnitude {amax:.1f} at layer {layer} ({split} batch from sequence "
             f"{first_seq}) overflows {dtype} (max {limit:.0f}). Store float32 instead "

@@ -51,10 +51,13 @@ class ComputeResource(dg.ConfigurableResource):
         return self.device
 
     def lease(self, lock_dir: Path, log=None):
-        """A context manager holding one device slot (dihal.devices.lease) for a step."""
+        """A context manager holding one device slot (dihal.devices.lease) for a step; on a
+        GPU, with deterministic kernels (dihal.determinism)."""
+        from dihal.determinism import deterministic_cuda
         from dihal.devices import lease, slots
 
-        return lease(lock_dir, slots(self.device, self.workers, self.threads), log=log)
+        return deterministic_cuda(
+            lease(lock_dir, slots(self.device, self.workers, self.threads), log=log), log=log)
 
     def torch_dtype(self, device: str | None = None):
         import torch

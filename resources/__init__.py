@@ -55,7 +55,9 @@ class ComputeResource(dg.ConfigurableResource):
         GPU, with deterministic kernels (dihal.determinism)."""
         from dihal.determinism import deterministic_cuda
         from dihal.devices import lease, slots
+        from storage.locks import check_flock
 
+        check_flock(lock_dir)  # a clear refusal where the file system cannot flock
         return deterministic_cuda(
             lease(lock_dir, slots(self.device, self.workers, self.threads), log=log), log=log)
 

@@ -153,6 +153,34 @@ def holder(directory: Path) -> dict | None:
         return None
 
 
+def _unsupported(path: Path, exc: OSError) -> LockUnsupportedError:
+    mount = mount_of(path)
+    return LockUnsupportedError(
+        f"cannot lock {path}: flock fails on this file system ({mount or 'unknown'}: "
+        f"{os.strerror(exc.errno)}), so one writer per artifact (and one step per device) cannot "
+        f"be ensured. Fix: {_fix_for(mount)}; or set DIHAL_ARTIFACTS to a local disk when one "
+        "host does the work.")
+
+
+def check_flock(directory: Path) -> None:
+    """Refuse, with LockUnsupportedError, a folder whose file system cannot flock: the device
+    slots (dihal.devices) lock files there before any artifact lock is taken."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / ".flock-probe"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        pass  # another process probes at this moment: flock works
+    except OSError as exc:
+        if exc.errno not in UNSUPPORTED:
+            raise
+        raise _unsupported(path, exc) from exc
+    finally:
+        os.close(fd)
+
+
 @contextlib.contextmanager
 def artifact_lock(directory: Path, what: str) -> Iterator[None]:
     """Hold the writer's lock of `directory` for the duration, or raise ArtifactLockedError."""
@@ -174,12 +202,7 @@ def artifact_lock(directory: Path, what: str) -> Iterator[None]:
         except OSError as exc:
             if exc.errno not in UNSUPPORTED:
                 raise
-            mount = mount_of(path)
-            raise LockUnsupportedError(
-                f"cannot lock {path}: flock fails on this file system ({mount or 'unknown'}: "
-                f"{os.strerror(exc.errno)}), so one writer per artifact cannot be ensured. Fix: "
-                f"{_fix_for(mount)}; or set DIHAL_ARTIFACTS to a local disk when one host does "
-                "the work.") from exc
+            raise _unsupported(path, exc) from exc
         os.ftruncate(fd, 0)
         os.write(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
                                  "since": time.time(), "what": what}).encode())

@@ -131,3 +131,22 @@ def test_a_dask_worker_counts_as_a_distributed_engine(monkeypatch):
     assert not locks.distributed_engine()
     monkeypatch.setitem(sys.modules, "distributed", SimpleNamespace(get_worker=lambda: object()))
     assert locks.distributed_engine()
+
+
+def test_device_slots_refuse_a_file_system_without_flock(tmp_path, monkeypatch):
+    """The step's device lease (dihal.devices) flocks files under the artifact root before any
+    artifact lock: the compute resource probes the folder first."""
+    from resources import ComputeResource
+
+    _mounted_as(monkeypatch, tmp_path, "lustre")
+
+    def flock(fd, op):
+        raise OSError(errno.ENOSYS, os.strerror(errno.ENOSYS))
+
+    monkeypatch.setattr(fcntl, "flock", flock)
+    with pytest.raises(LockUnsupportedError, match=r"lustre at .*-o flock"):
+        with ComputeResource(device="cpu").lease(tmp_path / ".devices"):
+            pytest.fail("the step ran without a device lock")
+    monkeypatch.undo()
+    with ComputeResource(device="cpu", workers=1).lease(tmp_path / ".devices") as slot:
+        assert slot.device == "cpu"

@@ -42,8 +42,8 @@ BACKBONE_CONFIGS = {
 }
 # Two device layouts. A "24 GB" card shows 22.5-24 GiB; capping the weights at 22 GiB keeps
 # headroom, and the balanced map puts at most ~8.4 GiB of an 8B model on each card, so at least
-# ~14 GiB per card remain for the CUDA context (~1 GiB) and activations (the extraction's
-# estimate: ~2.5 GiB at batch 64). The 141 GB one is an H200 (it shows about 140 GiB); at 8B the
+# ~14 GiB per card remain for the CUDA context (~1 GiB) and activations (the dump's: ~6.1 GiB
+# at batch 64, dump_phase_bytes, on the card of the embedding, where the states are gathered). The 141 GB one is an H200 (it shows about 140 GiB); at 8B the
 # difference does not matter: the weights take 15 GiB.
 MAX_MEMORY = {
     "1x141GB": {0: "141GiB", "cpu": "128GiB"},

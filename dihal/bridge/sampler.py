@@ -21,10 +21,9 @@ from torch import Tensor, nn
 
 from dihal.bridge.denoiser import KVCache
 from dihal.bridge.process import BrownianBridge
+from dihal.config import DEFAULT_SAMPLER_RULE as DEFAULT_RULE
+from dihal.config import SAMPLER_RULES
 from dihal.seeds import derive_seed
-
-SAMPLER_RULES = ("ancestral", "marginal")
-DEFAULT_RULE = "ancestral"
 
 
 def time_grid(steps: int) -> list[tuple[float, float]]:

@@ -171,3 +171,23 @@ def test_hybrids_of_saved_bridges(tiny_backbone):
     assert reg.steps == 1 and type(reg.process).__name__ == "EndpointRegression"
     with pytest.raises(ValueError, match="needs a regression control"):
         regression_hybrid(bb, _trained(bb))
+
+
+def test_controls_are_sampled_and_scored_by_the_eval_code(tiny_backbone, tiny_llama_dir, tmp_path):
+    """sample_and_score: every control's samples go through the same judge and metric code as
+    DiHAL's row, with the same sample count and timing fields."""
+    from dihal.config import EvalConfig
+    from dihal.generation import sample_and_score
+    from dihal.judge import load_judge
+
+    bb = tiny_backbone
+    judge = load_judge(str(tiny_llama_dir), cache_dir=tmp_path / "judge")
+    cfg = EvalConfig(n_samples=3, length=6, batch_size=2)
+    kw = dict(temperature=cfg.temperature, seed=cfg.seed, batch_size=cfg.batch_size)
+    models = [("DiHAL", "dihal", lambda: bridge_hybrid(bb, _trained(bb)).decode(3, 6, **kw)),
+              ("layer-drop", "control", lambda: layer_drop_hybrid(bb, LAYER).decode(3, 6, **kw))]
+    rows, samples = sample_and_score(bb, models, judge, cfg)
+    assert [r["model"] for r in rows] == ["DiHAL", "layer-drop"]
+    assert rows[0].keys() == rows[1].keys() and all(r["n_samples"] == 3 for r in rows)
+    assert all(r["gen_ppl"] > 0 and r["ms_per_token"] > 0 for r in rows)
+    assert len(samples) == 6 and {s["model"] for s in samples} == {"DiHAL", "layer-drop"}

@@ -173,22 +173,29 @@ def cost_rows(subjects: Sequence[CostSubject], *, n: int = 4, length: int = 32, 
     """Per model: FLOPs per generated token (counted over one cached decode of `flop_length`
     tokens, default `length`) and measured ms per token (cached decode of n sequences x
     `length` tokens in one batch, temperature 1, median of `repeats` after a warm-up), with
-    both relative to the first subject (the backbone, by convention)."""
+    both relative to the first subject (the backbone, by convention). The timed runs go round
+    the models `repeats` times (not one model's repeats after another's), so that a change of
+    load on a shared machine falls on every model alike."""
     if not subjects:
         raise ValueError("cost_rows needs at least one model")
     if repeats < 1 or n < 1 or length < 1:
         raise ValueError(f"n, length and repeats must be >= 1, got {n}, {length}, {repeats}")
     flop_length = flop_length or length
     kw = dict(temperature=1.0, seed=seed, cached=True)
-    rows = []
+    flops = [count_flops(lambda s=s: s.decode(1, flop_length, batch_size=1, **kw))[0]
+             for s in subjects]
     for s in subjects:
-        flops = count_flops(lambda s=s: s.decode(1, flop_length, batch_size=1, **kw))[0]
         s.decode(n, min(4, length), batch_size=n, **kw)  # warm-up
-        times = sorted(_timed(lambda s=s: s.decode(n, length, batch_size=n, **kw))
-                       for _ in range(repeats))
+    times: list[list[float]] = [[] for _ in subjects]
+    for _ in range(repeats):
+        for i, s in enumerate(subjects):
+            times[i].append(_timed(lambda s=s: s.decode(n, length, batch_size=n, **kw)))
+    rows = []
+    for s, f, t in zip(subjects, flops, times, strict=True):
+        t = sorted(t)
         rows.append({"model": s.name, "layer": s.layer, "K": s.steps,
-                     "flops_per_token": flops / flop_length,
-                     "ms_per_token": 1e3 * times[len(times) // 2] / (n * length)})
+                     "flops_per_token": f / flop_length,
+                     "ms_per_token": 1e3 * t[len(t) // 2] / (n * length)})
     base = rows[0]
     for r in rows:
         r["flops_vs_backbone"] = r["flops_per_token"] / base["flops_per_token"]

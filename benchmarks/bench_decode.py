@@ -9,6 +9,11 @@ inserted at layer 3, K = 16 sampler steps. Sampled the same way (temperature 1, 
 and, for the cached hybrid, the time split between the 16 denoiser passes and the 27 upper
 layers. Each row is the median of --repeats runs after a warm-up.
 
+Against the FLOP model (issue 20, dihal/cost.py): the FLOPs per generated token of the backbone
+and of the hybrid, counted by torch's FlopCounterMode over a cached decode of --length tokens,
+and the hybrid's measured time per token relative to the backbone's over what its FLOPs predict
+(target: within 1.15x).
+
     .venv/bin/python benchmarks/bench_decode.py [--n 4] [--length 64] [--steps 16] [--layer 3]
         [--threads 0] [--repeats 3] [--max-len 1024]
 """
@@ -25,6 +30,7 @@ import torch
 
 from dihal.backbones import load_backbone
 from dihal.bridge import BrownianBridge, DenoiserConfig, Standardizer, build_denoiser
+from dihal.cost import backbone_flop_model, with_bridge
 from dihal.hybrid import Generation, Hybrid, autoregress, decode_backbone
 
 TEXT = (
@@ -69,6 +75,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch default)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--skip-uncached", action="store_true")
+    parser.add_argument("--target", type=float, default=1.15,
+                        help="the time ratio over the FLOP ratio must lie within this factor")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -122,6 +130,22 @@ def main() -> None:
             f"| {name} | {1e3 * g.seconds_per_token:.2f} | {1e3 * g.seconds_per_step:.1f} | "
             f"{g.tokens_per_s:.1f} | {g.seconds_per_token / base:.2f} |"
         )
+    t0 = time.perf_counter()
+    flops = with_bridge(backbone_flop_model(bb, args.length), denoiser, args.length)
+    count_s = time.perf_counter() - t0
+    f_bb, f_hy = flops.backbone(), flops.hybrid(args.layer, args.steps)
+    predicted = f_hy / f_bb
+    measured = rows[1][1].seconds_per_token / base
+    off = measured / predicted
+    within = 1 / args.target <= off <= args.target
+    print(f"\nFLOPs per generated token (torch FlopCounterMode, cached decode of {args.length} "
+          f"tokens, counted in {count_s:.1f} s): backbone {f_bb / 1e6:.1f} M (blocks "
+          f"{sum(flops.block_flops) / 1e6:.1f} M, head {flops.head_flops / 1e6:.1f} M); hybrid "
+          f"{f_hy / 1e6:.1f} M ({args.steps} x {flops.denoiser_step_flops / 1e6:.2f} M denoiser "
+          f"+ {flops.upper(args.layer) / 1e6:.1f} M upper layers and head)")
+    print(f"hybrid / backbone: FLOPs {predicted:.3f}, measured time {measured:.3f}; time over "
+          f"FLOPs {off:.3f}: {'within' if within else 'OUTSIDE'} {args.target}x; break-even at "
+          f"layer {args.layer}: K <= {flops.max_cheaper_steps(args.layer)}")
     steps = args.length  # decoding steps of the one batch
     other = split.seconds - totals["bridge"] - totals["upper"]
     print(

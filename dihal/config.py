@@ -12,6 +12,10 @@ NORMALIZATIONS = ("none", "rms", "standardize", "robust")
 MONO_STATS = ("median", "q05", "min_eig")
 DTYPE_MAX = {"float16": 65504.0, "float32": 3.4028234663852886e38}
 MIN_SWEPT_LAYERS = 3  # bridgeability needs at least this many swept layers
+# The bridge sampler's update rules (dihal.bridge.sampler; METHOD.md section 2): the posterior
+# step ("ancestral", the default until measured otherwise) and the marginal-preserving one.
+SAMPLER_RULES = ("ancestral", "marginal")
+DEFAULT_SAMPLER_RULE = "ancestral"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -265,6 +269,8 @@ class SamplerCurveConfig:
     n_samples: int = 8
     length: int = 32
     seed: int = 0
+    # the sampler rules measured, each at every K (SAMPLER_RULES)
+    rules: tuple[str, ...] = ("ancestral",)
 
     def __post_init__(self) -> None:
         steps = tuple(self.steps) if isinstance(self.steps, tuple | list) else None
@@ -272,6 +278,10 @@ class SamplerCurveConfig:
                 or not all(isinstance(k, int) and not isinstance(k, bool) and k >= 1 for k in steps)):
             raise _invalid(self, "steps", "a non-empty tuple of distinct ints >= 1")
         object.__setattr__(self, "steps", steps)
+        rules = tuple(self.rules) if isinstance(self.rules, tuple | list) else None
+        if not rules or len(set(rules)) != len(rules) or not set(rules) <= set(SAMPLER_RULES):
+            raise _invalid(self, "rules", f"a non-empty tuple of distinct rules from {SAMPLER_RULES}")
+        object.__setattr__(self, "rules", rules)
         _ints(self, 1, "n_samples", "length")
         _ints(self, 0, "seed")
 

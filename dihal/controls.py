@@ -1,9 +1,10 @@
 """Controls for the bridge itself (issue 10): what the number of sampler steps K buys at l*.
 
 The sampler-steps curve re-measures one trained bridge with K = 1, 2, 4, 8, 16 steps of its
-deterministic sampler: reconstruction error and the hybrid's next-token NLL and top-1 agreement
-on the held-out sequences (as the sweep measures them), and the hybrid's generation latency per
-token. The bridge is not retrained: only the sampler changes. The row of the K the bridge was
+deterministic sampler, under each update rule asked for (cfg.rules: ancestral, marginal):
+reconstruction error and the hybrid's next-token NLL and top-1 agreement on the held-out
+sequences (as the sweep measures them), and the hybrid's generation latency per token;
+`choose_steps` picks the (rule, K) of lowest held-out hybrid NLL. The bridge is not retrained: only the sampler changes. The row of the K the bridge was
 trained with is the bridge's own measurement (its metrics), not a second one. Pure compute, no
 Dagster.
 """
@@ -14,6 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
+from dihal.config import DEFAULT_SAMPLER_RULE as DEFAULT_RULE
 from dihal.config import BridgeProtocol, SamplerCurveConfig
 from dihal.results import SamplerCurveResult, TrainedBridge
 
@@ -41,25 +43,41 @@ def sampler_steps_curve(backbone, trained: TrainedBridge, reader, cfg: SamplerCu
                      target_std=bridge["target_std"], val_ids=val_ids,
                      first_state=bridge["first_state"], reference=held_out_reference(reader, protocol))
     rows = []
-    for k in cfg.steps:
-        if progress:
-            progress(f"layer {layer}: sampler with K = {k} steps")
-        t0 = time.perf_counter()
-        reused = k == protocol.steps and trained.metrics is not None
-        if reused:  # the bridge was measured with its own K, on these sequences, when trained
-            measured = trained.metrics.to_dict()
-        else:
-            measured = measure_bridge(backbone, bridge["denoiser"], data, replace(protocol, steps=k),
-                                      val_loss=trained.metrics.val_loss if trained.metrics else None)
-        measure_s = time.perf_counter() - t0
-        hybrid = Hybrid(backbone, bridge["denoiser"], BrownianBridge(sigma=protocol.sigma),
-                        bridge["cond_std"], bridge["target_std"], layer, steps=k,
-                        first_state=bridge["first_state"])
-        gen = hybrid.decode(cfg.n_samples, cfg.length, seed=cfg.seed, batch_size=cfg.n_samples)
-        rows.append({"steps": k, "recon_error": measured["recon_error"],
-                     "hybrid_nll": measured["hybrid_nll"], "backbone_nll": measured["backbone_nll"],
-                     "top1_agreement": measured["top1_agreement"],
-                     "ms_per_token": gen.timing()["ms_per_token"],
-                     "measure_seconds": measure_s, "trained_steps": protocol.steps,
-                     "from_bridge_metrics": reused})
+    for rule in cfg.rules:
+        for k in cfg.steps:
+            if progress:
+                progress(f"layer {layer}: sampler with K = {k} steps, {rule} rule")
+            t0 = time.perf_counter()
+            # the bridge was measured with its own K and the default rule, on these sequences,
+            # when trained
+            reused = k == protocol.steps and rule == DEFAULT_RULE and trained.metrics is not None
+            if reused:
+                measured = trained.metrics.to_dict()
+            else:
+                measured = measure_bridge(
+                    backbone, bridge["denoiser"], data, replace(protocol, steps=k),
+                    val_loss=trained.metrics.val_loss if trained.metrics else None, rule=rule)
+            measure_s = time.perf_counter() - t0
+            hybrid = Hybrid(backbone, bridge["denoiser"], BrownianBridge(sigma=protocol.sigma),
+                            bridge["cond_std"], bridge["target_std"], layer, steps=k,
+                            first_state=bridge["first_state"], rule=rule)
+            gen = hybrid.decode(cfg.n_samples, cfg.length, seed=cfg.seed, batch_size=cfg.n_samples)
+            rows.append({"steps": k, "rule": rule, "recon_error": measured["recon_error"],
+                         "hybrid_nll": measured["hybrid_nll"],
+                         "backbone_nll": measured["backbone_nll"],
+                         "top1_agreement": measured["top1_agreement"],
+                         "ms_per_token": gen.timing()["ms_per_token"],
+                         "measure_seconds": measure_s, "trained_steps": protocol.steps,
+                         "from_bridge_metrics": reused})
     return SamplerCurveResult(rows=rows, layer=layer)
+
+
+def choose_steps(rows: list[dict]) -> dict:
+    """The (rule, K) of lowest held-out hybrid NLL on a sampler-steps curve (`rows` of
+    `sampler_steps_curve`; rows without a rule are the default rule's), with its NLL; ties
+    go to the smaller K (cheaper)."""
+    if not rows:
+        raise ValueError("choose_steps needs at least one row of the sampler-steps curve")
+    best = min(rows, key=lambda r: (r["hybrid_nll"], r["steps"]))
+    return {"rule": best.get("rule", DEFAULT_RULE), "steps": best["steps"],
+            "hybrid_nll": best["hybrid_nll"]}

@@ -79,20 +79,37 @@ def evaluate_generation(backbone, trained: TrainedBridge, judge, cfg: EvalConfig
                     bridge["cond_std"], bridge["target_std"], layer, steps=proto["steps"],
                     eta=cfg.eta, first_state=bridge["first_state"])
     kw = dict(temperature=cfg.temperature, seed=cfg.seed, batch_size=cfg.batch_size, cached=True)
-    rows, samples = [], []
     # On the CPU the samples depend on the thread count and on the vector instructions torch's
     # kernels use (AVX-512, AVX2, ...: its CPU capability): float sums in another order move the
     # logits by ~1e-6, enough to flip an occasional sampled token (SmolLM2, 64 x 64 tokens: 2 of
     # 64 backbone samples differ between 1 and 2 threads, and between AVX-512 and AVX2 kernels,
     # which moved DiHAL's Gen.PPL from 779.8 to 894.8 between two machines). Same config, threads
     # and kernels: the same samples, bit for bit. Both are recorded with each row.
-    on_cpu = backbone.device.type == "cpu"
-    threads = torch.get_num_threads() if on_cpu else 0
-    kernels = torch.backends.cpu.get_cpu_capability() if on_cpu else "n/a (GPU)"
     models = [(f"DiHAL (l={layer})", "dihal", lambda: hybrid.decode(cfg.n_samples, cfg.length, **kw))]
     if with_backbone:
         models.append(("backbone (AR reference)", "backbone",
                        lambda: decode_backbone(backbone, cfg.n_samples, cfg.length, **kw)))
+    rows, samples = sample_and_score(backbone, models, judge, cfg, progress, reference=reference)
+    if with_backbone:
+        hyb, ref = rows
+        hyb["latency_vs_backbone"] = hyb["ms_per_step"] / ref["ms_per_step"]
+        ref["latency_vs_backbone"] = 1.0
+    return EvalResult(rows=rows, samples=samples, judge=judge.info(), layer=layer)
+
+
+def sample_and_score(backbone, models: list[tuple[str, str, Callable]], judge, cfg: EvalConfig,
+                     progress: Callable[[str], None] | None = None, *,
+                     reference=None) -> tuple[list[dict], list[dict]]:
+    """(rows, samples) of each (name, role, decode) in `models`: `decode()` returns a
+    dihal.hybrid.Generation of cfg.n_samples x cfg.length tokens (e.g. `lambda:
+    model.decode(cfg.n_samples, cfg.length, temperature=cfg.temperature, seed=cfg.seed,
+    batch_size=cfg.batch_size)` for DiHAL's hybrid or a control hybrid of
+    dihal.control_hybrids); every model's texts are cut at EOS and scored by the same judge
+    and metric code, with the timing and the CPU threads and kernels of the run."""
+    rows, samples = [], []
+    on_cpu = backbone.device.type == "cpu"
+    threads = torch.get_num_threads() if on_cpu else 0
+    kernels = torch.backends.cpu.get_cpu_capability() if on_cpu else "n/a (GPU)"
     for name, role, decode in models:
         if progress:
             progress(f"sampling {cfg.n_samples} x {cfg.length} tokens from {name}")
@@ -108,8 +125,4 @@ def evaluate_generation(backbone, trained: TrainedBridge, judge, cfg: EvalConfig
                      "cpu_kernels": kernels})
         samples += [{"model": name, "index": i, "seed": cfg.seed, "text": t}
                     for i, t in enumerate(texts)]
-    if with_backbone:
-        hyb, ref = rows
-        hyb["latency_vs_backbone"] = hyb["ms_per_step"] / ref["ms_per_step"]
-        ref["latency_vs_backbone"] = 1.0
-    return EvalResult(rows=rows, samples=samples, judge=judge.info(), layer=layer)
+    return rows, samples

@@ -29,7 +29,7 @@ from torch import Tensor, nn
 from dihal.backbones import Backbone
 from dihal.bridge.data import Standardizer
 from dihal.bridge.process import BrownianBridge
-from dihal.bridge.sampler import IncrementalSampler, sample
+from dihal.bridge.sampler import DEFAULT_RULE, IncrementalSampler, check_rule, sample
 from dihal.seeds import derive_seed
 
 # A stepper receives every token id so far (B, T) and returns the next-token logits (B, V).
@@ -221,6 +221,10 @@ class Hybrid:
     see dihal/replace.py): the condition there is then 0 in standardised units, as in training,
     and h_l_hat there is this vector instead of the bridge's output. With eta > 0 the bridge noise of generation comes from a generator per batch, seeded
     from (seed, batch start); the cached and uncached paths then draw it differently.
+    rule: the sampler's update rule ("ancestral" | "marginal", dihal.bridge.sampler). The
+    marginal rule's first-step noise is seeded per (batch seed, position) in generation and
+    per (noise_seed, position) in `hidden`/`logits`: cached and uncached decoding give the same
+    tokens, but the tokens depend on the batching (one draw per position for the whole batch).
     """
 
     def __init__(
@@ -234,6 +238,8 @@ class Hybrid:
         steps: int = 16,
         eta: float = 0.0,
         first_state: Tensor | None = None,
+        rule: str = DEFAULT_RULE,
+        noise_seed: int = 0,
     ) -> None:
         self.backbone = backbone
         self.layer = backbone.check_layer(layer)
@@ -249,12 +255,14 @@ class Hybrid:
         self.target_std = target_std
         self.steps = steps
         self.eta = eta
+        self.rule = check_rule(rule, eta)
+        self.noise_seed = noise_seed
         if first_state is not None and first_state.shape != (backbone.hidden_size,):
             raise ValueError(
                 f"first_state must be ({backbone.hidden_size},), got {tuple(first_state.shape)}"
             )
         self.first_state = first_state
-        self.sampler = IncrementalSampler(denoiser, process, steps=steps, eta=eta)
+        self.sampler = IncrementalSampler(denoiser, process, steps=steps, eta=eta, rule=rule)
 
     @property
     def _param(self) -> Tensor:
@@ -282,18 +290,22 @@ class Hybrid:
         return h
 
     @torch.no_grad()
-    def hidden(self, input_ids: Tensor, generator: torch.Generator | None = None) -> Tensor:
-        """h_l_hat (B, T, d), de-standardised, for whole sequences."""
+    def hidden(self, input_ids: Tensor, generator: torch.Generator | None = None,
+               seed: int | None = None) -> Tensor:
+        """h_l_hat (B, T, d), de-standardised, for whole sequences (`seed`: the marginal
+        rule's noise seed, default noise_seed)."""
         z0 = sample(
             self.denoiser, self.condition(input_ids), self.process,
-            steps=self.steps, eta=self.eta, generator=generator,
+            steps=self.steps, eta=self.eta, generator=generator, rule=self.rule,
+            seed=self.noise_seed if seed is None else seed,
         )
         return self.restore(z0)
 
     @torch.no_grad()
-    def logits(self, input_ids: Tensor, generator: torch.Generator | None = None) -> Tensor:
+    def logits(self, input_ids: Tensor, generator: torch.Generator | None = None,
+               seed: int | None = None) -> Tensor:
         """Logits (B, T, V) of whole sequences (no cache)."""
-        return self.backbone.run_upper(self.hidden(input_ids, generator), self.layer)
+        return self.backbone.run_upper(self.hidden(input_ids, generator, seed), self.layer)
 
     def _generator(self, seed: int) -> torch.Generator | None:
         if self.eta == 0.0:
@@ -304,8 +316,8 @@ class Hybrid:
         """Next-token logits of the hybrid for one batch (see `backbone_stepper`)."""
         generator = self._generator(seed)
         if not cached:
-            return lambda ids: self.logits(ids, generator)[:, -1]
-        state = self.sampler.new_state(generator)
+            return lambda ids: self.logits(ids, generator, seed)[:, -1]
+        state = self.sampler.new_state(generator, seed)
         cache = self.backbone.new_cache()
 
         def step(ids: Tensor) -> Tensor:

@@ -169,15 +169,18 @@ def train_layer_bridge(
 
 @torch.no_grad()
 def measure_bridge(backbone, denoiser, data: LayerData, protocol: BridgeProtocol,
-                    batch_size: int = 8, val_loss: float | None = None) -> dict:
+                    batch_size: int = 8, val_loss: float | None = None,
+                    rule: str | None = None) -> dict:
     """Bridgeability of one layer: validation loss (fixed t grid and noise, standardised
     units; `val_loss` when the trainer already measured it), full-sampler relative
     reconstruction error, and the hybrid's next-token NLL and top-1 agreement with the
     backbone on held-out text. The backbone's side (its top-1 tokens and NLL) is
     `data.reference`, kept by the dump from its own forward pass; without one, the backbone
-    runs here."""
+    runs here. `rule`: the sampler's update rule (default: dihal.bridge.sampler.DEFAULT_RULE)."""
+    from dihal.bridge.sampler import DEFAULT_RULE
     from dihal.hybrid import Hybrid, next_token_nll, top1_agreement
 
+    rule = rule or DEFAULT_RULE
     process = BrownianBridge(sigma=protocol.sigma)
     denoiser.eval()
     if val_loss is None:
@@ -185,10 +188,11 @@ def measure_bridge(backbone, denoiser, data: LayerData, protocol: BridgeProtocol
     out = {
         "val_loss": val_loss,
         "recon_error": reconstruction_error(denoiser, data.val, process, steps=protocol.steps,
-                                            seed=protocol.seed),
+                                            seed=protocol.seed, rule=rule),
     }
     hybrid = Hybrid(backbone, denoiser, process, data.cond_std, data.target_std, data.layer,
-                    steps=protocol.steps, first_state=data.first_state)
+                    steps=protocol.steps, first_state=data.first_state, rule=rule,
+                    noise_seed=protocol.seed)
     nll_h = nll_b = agree = 0.0
     n = 0
     for lo in range(0, len(data.val_ids), batch_size):

@@ -68,3 +68,30 @@ def test_invalid_parameters_are_rejected():
         BrownianBridge(sigma=-1.0)
     with pytest.raises(ValueError):
         BrownianBridge(t_eps=0.5)
+
+
+def test_marginal_step_returns_the_prediction_at_zero_and_reuses_the_implied_noise():
+    z0, z1, eps = _states(3)
+    bridge = BrownianBridge(sigma=1.5)
+    x_t = bridge.marginal(z0, z1, 0.6, eps)
+    assert torch.equal(bridge.marginal_step(z0, x_t, z1, 0.6, 0.0), z0)
+    torch.testing.assert_close(bridge.implied_noise(z0, x_t, z1, 0.6), eps)
+    # with the true endpoint the step lands on the marginal at s with the same noise
+    torch.testing.assert_close(bridge.marginal_step(z0, x_t, z1, 0.6, 0.3),
+                               bridge.marginal(z0, z1, 0.3, eps))
+    # an explicit eps replaces the implied one
+    other = torch.ones_like(eps)
+    torch.testing.assert_close(bridge.marginal_step(z0, x_t, z1, 0.6, 0.3, eps=other),
+                               bridge.marginal(z0, z1, 0.3, other))
+
+
+def test_marginal_step_from_t_one_needs_its_noise():
+    z0, z1, eps = _states(4)
+    bridge = BrownianBridge()
+    with pytest.raises(ValueError, match="implied noise is undefined"):
+        bridge.marginal_step(z0, z1, z1, 1.0, 0.5)
+    torch.testing.assert_close(bridge.marginal_step(z0, z1, z1, 1.0, 0.5, eps=eps),
+                               bridge.marginal(z0, z1, 0.5, eps))
+    # sigma = 0: the marginal has no noise and none is needed
+    flat = BrownianBridge(sigma=0.0)
+    torch.testing.assert_close(flat.marginal_step(z0, z1, z1, 1.0, 0.25), 0.75 * z0 + 0.25 * z1)

@@ -39,7 +39,8 @@ BAD = {
     },
     dc.LayerScoreConfig: {"primary_norm": ["l2"]},
     dc.SamplerCurveConfig: {"steps": [(), (0,), (2, 2), "16", (1.5,)], "n_samples": [0],
-                            "length": [0], "seed": [-1]},
+                            "length": [0], "seed": [-1],
+                            "rules": [(), ("ddim",), ("marginal", "marginal"), "marginal"]},
 }
 CASES = [(cls, name, value) for cls, fields in BAD.items() for name, values in fields.items()
          for value in values]

@@ -212,3 +212,13 @@ def test_pinned_first_state_replaces_position_zero(tiny_backbone, stds):
     assert all(float(c[:, 0].abs().max()) > 0 for start, c in rec.conds if start > 0)
     with pytest.raises(ValueError, match="first_state"):
         Hybrid(bb, rec, BrownianBridge(), *stds, layer=LAYER, first_state=first[:3])
+
+
+def test_marginal_rule_cached_decoding_equals_uncached(tiny_backbone, stds):
+    hybrid = Hybrid(tiny_backbone, random_denoiser(tiny_backbone.hidden_size), BrownianBridge(),
+                    *stds, layer=LAYER, steps=4, rule="marginal")
+    kw = dict(temperature=1.0, seed=7, batch_size=2)
+    cached = hybrid.decode(3, 12, cached=True, **kw)
+    assert torch.equal(cached.tokens, hybrid.generate(3, 12, cached=False, **kw))
+    # the rule changes the samples (the test would be vacuous if it were ignored)
+    assert not torch.equal(cached.tokens, make_hybrid(tiny_backbone, stds).generate(3, 12, **kw))

@@ -10,7 +10,7 @@ from torch import nn
 from dihal.bridge.data import BridgeData
 from dihal.bridge.loss import bridge_loss_terms, squared_error
 from dihal.bridge.process import BrownianBridge
-from dihal.bridge.sampler import sample
+from dihal.bridge.sampler import DEFAULT_RULE, sample
 from dihal.seeds import derive_seed
 from dihal.training import DEFAULT_T_GRID
 
@@ -59,15 +59,18 @@ def reconstruction_error(
     eta: float = 0.0,
     seed: int = 0,
     batch_size: int = 32,
+    rule: str = DEFAULT_RULE,
 ) -> float:
-    """||sample(c) - z0|| / ||z0|| over all real tokens of `val` (Frobenius norms, pooled)."""
+    """||sample(c) - z0|| / ||z0|| over all real tokens of `val` (Frobenius norms, pooled),
+    with the sampler's update `rule` (the marginal rule's noise seeded from `seed`)."""
     device = _device_of(denoiser)
     gen = torch.Generator(device=device).manual_seed(derive_seed(seed, "reconstruction"))
     err = torch.zeros((), dtype=torch.float64, device=device)
     ref = torch.zeros((), dtype=torch.float64, device=device)
     for start in range(0, len(val), batch_size):
         cond, target, mask = val.batch(slice(start, start + batch_size), device)
-        z0_hat = sample(denoiser, cond, process, steps=steps, eta=eta, generator=gen)
+        z0_hat = sample(denoiser, cond, process, steps=steps, eta=eta, generator=gen, rule=rule,
+                        seed=derive_seed(seed, "reconstruction", start))
         err += squared_error(z0_hat, target, mask)[0].double()
         ref += squared_error(torch.zeros_like(target), target, mask)[0].double()
     return math.sqrt(float(err / ref))

@@ -90,6 +90,43 @@ class BrownianBridge:
             x_s = x_s + eta * self.sigma * torch.sqrt(s * (t - s) / t) * eps
         return x_s
 
+    def implied_noise(self, z0_hat: Tensor, x_t: Tensor, z1: Tensor, t: TimeLike) -> Tensor:
+        """eps_hat = (x_t - (1 - t) z0_hat - t z1) / (sigma sqrt(t (1 - t))): the noise that
+        makes x_t a sample of the marginal with z0 = z0_hat. Undefined where the marginal has
+        no noise (t = 0 or 1, or sigma = 0): those raise."""
+        t = _as_time(t, x_t)
+        std = self.sigma * torch.sqrt(t * (1.0 - t))
+        if bool((std == 0).any()):
+            raise ValueError("the implied noise is undefined where sigma * sqrt(t (1 - t)) = 0 "
+                             f"(sigma={self.sigma}, t at 0 or 1); give the noise explicitly")
+        return (x_t - (1.0 - t) * z0_hat - t * z1) / std
+
+    def marginal_step(
+        self,
+        z0_hat: Tensor,
+        x_t: Tensor,
+        z1: Tensor,
+        t: TimeLike,
+        s: TimeLike,
+        eps: Tensor | None = None,
+    ) -> Tensor:
+        """x_s for 0 <= s < t <= 1 that keeps the training marginals (the bridge analogue of
+        DDIM, METHOD.md section 2):
+
+            x_s = (1 - s) z0_hat + s z1 + sigma sqrt(s (1 - s)) eps_hat,
+
+        eps_hat = `implied_noise(z0_hat, x_t, z1, t)`, or `eps` where given. At t = 1 (x_1 = z1,
+        no noise to reuse) and with sigma = 0 the noise must be given (it is unused for
+        sigma = 0). At s = 0 the result is z0_hat itself. Deterministic given eps.
+        """
+        if isinstance(s, float | int) and s == 0:
+            return z0_hat
+        if self.sigma == 0.0:
+            return self.marginal(z0_hat, z1, s, torch.zeros_like(z0_hat))
+        if eps is None:
+            eps = self.implied_noise(z0_hat, x_t, z1, t)
+        return self.marginal(z0_hat, z1, s, eps)
+
 
 @dataclass(frozen=True)
 class EndpointRegression(BrownianBridge):

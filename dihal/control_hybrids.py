@@ -1,0 +1,307 @@
+"""Control hybrids (issue 20): non-diffusion replacements of layers 0..l-1, read beside DiHAL.
+
+Each keeps the upper layers l..N-1, the final norm and the LM head exactly as DiHAL's hybrid
+does, and samples through the same code (`dihal.hybrid.autoregress`: temperature, one uniform
+per (sequence, position), cached or uncached), so its rows are comparable with DiHAL's at the
+same sample count, temperature and judge:
+
+- the layer-drop hybrid: hs[0] fed straight to block l (no learned part);
+- the ridge hybrid: a linear map hs[0] -> h_l fitted in closed form on the training pairs (in
+  the bridge's standardised units, the regularisation chosen by held-out error);
+- the regression hybrid: the regression control (EndpointRegression, a bridge network trained
+  only at t = 1) sampled in one step, i.e. `dihal.hybrid.Hybrid` with steps = 1.
+
+Every model here (and `Hybrid`) offers the interface `ControlModel`: `layer`, `logits(ids)` for
+held-out NLL, and `decode(n, length, *, temperature, seed, batch_size, cached, prompt)` for
+generation. The position-wise maps need no state across positions, so their cached decoding
+is the upper layers' cache alone. Pure compute, no Dagster.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+from torch import Tensor
+
+from dihal.backbones import Backbone
+from dihal.bridge.data import BridgeData, Standardizer
+from dihal.hybrid import (
+    Generation,
+    Stepper,
+    _prompt_ids,
+    autoregress,
+    next_token_nll,
+    top1_agreement,
+)
+
+RIDGE_LAMBDAS: tuple[float, ...] = (1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0)
+"""The ridge penalties tried (per token, standardised units: mean squared error + lam ||W||^2);
+the one with the lowest held-out error is kept."""
+
+
+class ControlModel(Protocol):
+    """What the eval code needs of DiHAL's hybrid and of every control hybrid."""
+
+    backbone: Backbone
+    layer: int
+
+    def logits(self, input_ids: Tensor) -> Tensor: ...
+
+    def decode(self, n: int, length: int, *, temperature: float = 1.0, seed: int,
+               batch_size: int | None = None, cached: bool = True,
+               prompt: Sequence[int] | Tensor | None = None) -> Generation: ...
+
+
+class PositionwiseHybrid:
+    """Backbone with layers 0..l-1 replaced by a map applied to hs[0] one position at a time.
+
+    map_fn: hs[0] (B, T, d) -> h_l_hat (B, T, d), raw (backbone) units, on the backbone's
+    device. first_state: where given, h_l_hat at position 0 is this vector (the backbone's own
+    BOS state, pinned as DiHAL's hybrid pins it); None feeds the map's output there too.
+    """
+
+    def __init__(self, backbone: Backbone, layer: int, map_fn: Callable[[Tensor], Tensor],
+                 name: str, first_state: Tensor | None = None) -> None:
+        self.backbone = backbone
+        self.layer = backbone.check_layer(layer)
+        self.map_fn = map_fn
+        self.name = name
+        if first_state is not None and first_state.shape != (backbone.hidden_size,):
+            raise ValueError(f"first_state must be ({backbone.hidden_size},), got "
+                             f"{tuple(first_state.shape)}")
+        self.first_state = first_state
+
+    @torch.no_grad()
+    def hidden(self, input_ids: Tensor, start_pos: int = 0) -> Tensor:
+        """h_l_hat (B, T, d) of positions [start_pos, ...)."""
+        h = self.map_fn(self.backbone.embed(input_ids))
+        if self.first_state is not None and start_pos == 0:
+            h = h.clone()
+            h[:, 0] = self.first_state.to(h)
+        return h
+
+    @torch.no_grad()
+    def logits(self, input_ids: Tensor, generator: torch.Generator | None = None,
+               seed: int | None = None) -> Tensor:
+        """Logits (B, T, V) of whole sequences (no cache; generator and seed unused: the map
+        is deterministic)."""
+        return self.backbone.run_upper(self.hidden(input_ids), self.layer)
+
+    def stepper(self, cached: bool = True, seed: int = 0) -> Stepper:
+        """Next-token logits for one batch (see `dihal.hybrid.backbone_stepper`)."""
+        if not cached:
+            return lambda ids: self.logits(ids)[:, -1]
+        cache = self.backbone.new_cache()
+        seen = 0
+
+        def step(ids: Tensor) -> Tensor:
+            nonlocal seen
+            h = self.hidden(ids[:, seen:], seen)
+            out = self.backbone.run_upper(h, self.layer, cache=cache, start_pos=seen)[:, -1]
+            seen = ids.shape[1]
+            return out
+
+        return step
+
+    @torch.no_grad()
+    def decode(self, n: int, length: int, *, temperature: float = 1.0, seed: int,
+               batch_size: int | None = None, cached: bool = True,
+               prompt: Sequence[int] | Tensor | None = None) -> Generation:
+        """Sample n sequences of `length` tokens, exactly as `Hybrid.decode` does."""
+        return autoregress(
+            lambda b, batch_seed: self.stepper(cached, batch_seed),
+            _prompt_ids(prompt, self.backbone.bos_id), n, length,
+            temperature=temperature, seed=seed, batch_size=batch_size,
+            device=self.backbone.device,
+        )
+
+    def generate(self, n: int, length: int, **kwargs) -> Tensor:
+        return self.decode(n, length, **kwargs).tokens
+
+
+def layer_drop_hybrid(backbone: Backbone, layer: int,
+                      first_state: Tensor | None = None) -> PositionwiseHybrid:
+    """The layer-drop control: hs[0] fed straight to block `layer` (no learned part)."""
+    return PositionwiseHybrid(backbone, layer, lambda e: e, f"layer-drop (l={layer})", first_state)
+
+
+# ---------------------------------------------------------------- the ridge map
+
+
+@dataclass(frozen=True)
+class RidgeMap:
+    """z_h = z_c @ weight + bias in standardised units (those of the bridge's pairs).
+
+    lam: the penalty it was fitted with; val_mse: its held-out mean squared error per element
+    (standardised units, as the bridge's validation loss), None when fitted without held-out
+    pairs. lambdas / val_mses: every penalty tried and its held-out error.
+    """
+
+    weight: Tensor  # (d_in, d_out) float32
+    bias: Tensor  # (d_out,) float32
+    lam: float
+    val_mse: float | None = None
+    lambdas: tuple[float, ...] = ()
+    val_mses: tuple[float, ...] = ()
+
+    def __call__(self, z: Tensor) -> Tensor:
+        return z @ self.weight.to(z) + self.bias.to(z)
+
+    def raw(self, cond_std: Standardizer, target_std: Standardizer) -> Callable[[Tensor], Tensor]:
+        """The map in the backbone's units: hs[0] -> h_l_hat."""
+        return lambda e: target_std.invert(self(cond_std.apply(e.float())))
+
+
+@dataclass(frozen=True)
+class _Moments:
+    """Sufficient statistics of masked (x, y) pairs, float64: n, sums and cross products."""
+
+    n: float
+    sx: Tensor
+    sy: Tensor
+    xx: Tensor
+    xy: Tensor
+    yy: float
+
+
+def _moments(data: BridgeData, chunk: int = 64) -> _Moments:
+    d_in, d_out = data.cond.shape[-1], data.target.shape[-1]
+    n, yy = 0.0, 0.0
+    sx, sy = torch.zeros(d_in, dtype=torch.float64), torch.zeros(d_out, dtype=torch.float64)
+    xx = torch.zeros(d_in, d_in, dtype=torch.float64)
+    xy = torch.zeros(d_in, d_out, dtype=torch.float64)
+    for i in range(0, len(data), chunk):
+        x = data.cond[i : i + chunk].reshape(-1, d_in).double()
+        y = data.target[i : i + chunk].reshape(-1, d_out).double()
+        if data.mask is not None:
+            keep = data.mask[i : i + chunk].reshape(-1)
+            x, y = x[keep], y[keep]
+        n += x.shape[0]
+        sx += x.sum(0)
+        sy += y.sum(0)
+        xx += x.T @ x
+        xy += x.T @ y
+        yy += float((y * y).sum())
+    if n == 0:
+        raise ValueError("the ridge map has no pairs to fit (every token masked out)")
+    return _Moments(n, sx, sy, xx, xy, yy)
+
+
+def _mse(m: _Moments, weight: Tensor, bias: Tensor) -> float:
+    """Mean over elements of (y - x W - b)^2 from the moments of (x, y)."""
+    d_out = weight.shape[1]
+    sq = (m.yy - 2 * float((weight * m.xy).sum()) - 2 * float(bias @ m.sy)
+          + float((weight * (m.xx @ weight)).sum()) + 2 * float((m.sx @ weight) @ bias)
+          + m.n * float(bias @ bias))
+    return max(sq, 0.0) / (m.n * d_out)
+
+
+def fit_ridge(train: BridgeData, val: BridgeData | None = None,
+              lambdas: Sequence[float] = RIDGE_LAMBDAS) -> RidgeMap:
+    """The ridge map z_c -> z_h on the (standardised, masked) training pairs, in closed form.
+
+    For each lam: minimise mean ||y - x W - b||^2 + lam ||W||_F^2 over real tokens (the
+    intercept unpenalised), solved once through the eigendecomposition of the centred
+    covariance. With `val`, the lam of lowest held-out error is kept; without, `lambdas` must
+    hold one value.
+    """
+    lambdas = tuple(float(v) for v in lambdas)
+    if not lambdas or any(not (math.isfinite(v) and v >= 0) for v in lambdas):
+        raise ValueError(f"lambdas must be finite numbers >= 0, got {lambdas}")
+    if val is None and len(lambdas) != 1:
+        raise ValueError(f"choosing among {len(lambdas)} penalties needs held-out pairs (val)")
+    m = _moments(train)
+    mx, my = m.sx / m.n, m.sy / m.n
+    cov = m.xx / m.n - torch.outer(mx, mx)
+    cross = m.xy / m.n - torch.outer(mx, my)
+    evals, evecs = torch.linalg.eigh(cov)
+    proj = evecs.T @ cross
+    mv = _moments(val) if val is not None else None
+    fits = []
+    for lam in lambdas:
+        inv = 1.0 / (evals.clamp_min(0.0) + lam)
+        if not torch.isfinite(inv).all():
+            raise ValueError(f"lam={lam}: the training covariance is singular; use lam > 0")
+        weight = evecs @ (inv[:, None] * proj)
+        bias = my - mx @ weight
+        fits.append((weight, bias, _mse(mv, weight, bias) if mv is not None else None))
+    best = min(range(len(fits)), key=lambda i: fits[i][2] if fits[i][2] is not None else 0.0)
+    weight, bias, val_mse = fits[best]
+    return RidgeMap(weight.float(), bias.float(), lambdas[best], val_mse, lambdas,
+                    tuple(f[2] for f in fits) if mv is not None else ())
+
+
+def ridge_hybrid(backbone: Backbone, layer: int, ridge: RidgeMap, cond_std: Standardizer,
+                 target_std: Standardizer, first_state: Tensor | None = None) -> PositionwiseHybrid:
+    """The ridge control: h_l_hat = the ridge map of hs[0], in the bridge's standardisation
+    (`cond_std`, `target_std` of the layer's pairs), BOS pinned as DiHAL's where given."""
+    return PositionwiseHybrid(backbone, layer, ridge.raw(cond_std, target_std),
+                              f"ridge (l={layer}, lam={ridge.lam:g})", first_state)
+
+
+# ---------------------------------------------------------------- hybrids of trained bridges
+
+
+def bridge_hybrid(backbone: Backbone, trained, *, steps: int | None = None, rule: str | None = None,
+                  eta: float = 0.0):
+    """DiHAL's hybrid of a saved bridge (`dihal.results.TrainedBridge`), at `steps` (default:
+    the protocol's K) with the sampler `rule` (default: dihal.bridge.sampler.DEFAULT_RULE).
+    A regression control (hparams objective "regression") gives the regression hybrid: its
+    network was trained at t = 1 only, so it is sampled in one step whatever `steps` says."""
+    from dihal.bridge import BrownianBridge, EndpointRegression
+    from dihal.bridge.sampler import DEFAULT_RULE
+    from dihal.hybrid import Hybrid
+    from dihal.replace import restore_bridge
+
+    bridge = restore_bridge(trained, device=str(backbone.device))
+    hp = bridge["hparams"]
+    proto = hp["protocol"]
+    regression = hp.get("objective") == "regression"
+    process = (EndpointRegression if regression else BrownianBridge)(sigma=proto["sigma"])
+    return Hybrid(backbone, bridge["denoiser"], process, bridge["cond_std"], bridge["target_std"],
+                  int(hp["layer"]), steps=1 if regression else (steps or proto["steps"]), eta=eta,
+                  first_state=bridge["first_state"], rule=rule or DEFAULT_RULE)
+
+
+def regression_hybrid(backbone: Backbone, trained):
+    """The regression control's hybrid (one step from t = 1: h_l = f(c, 1, c))."""
+    if trained.hparams.get("objective") != "regression":
+        raise ValueError("regression_hybrid needs a regression control (hparams objective "
+                         f"'regression'), got objective {trained.hparams.get('objective')!r}")
+    return bridge_hybrid(backbone, trained)
+
+
+# ---------------------------------------------------------------- measures
+
+
+@torch.no_grad()
+def held_out_nll(model: ControlModel, val_ids: Tensor,
+                 reference: tuple[Tensor, Tensor] | None = None, batch_size: int = 8) -> dict:
+    """The hybrid's next-token NLL (nats, mean over sequences of the per-sequence mean, as
+    `dihal.replace.measure_bridge` pools it) and top-1 agreement with the backbone on held-out
+    sequences; the backbone's side from `reference` (top-1, NLL as the dump keeps them) or,
+    without one, from the backbone's own forward pass."""
+    backbone = model.backbone
+    nll_h = nll_b = agree = 0.0
+    n = 0
+    for lo in range(0, len(val_ids), batch_size):
+        ids = val_ids[lo : lo + batch_size].to(backbone.device)
+        lh = model.logits(ids).float()
+        w = ids.shape[0]
+        if reference is None:
+            lb = backbone.model(ids).logits.float()
+            nll_b += next_token_nll(lambda _, x=lb: x, ids) * w
+            top_b = lb.argmax(-1)
+        else:
+            nll_b += float(reference[1][lo : lo + w].mean()) * w
+            top_b = reference[0][lo : lo + w]
+        nll_h += next_token_nll(lambda _, x=lh: x, ids) * w
+        agree += top1_agreement(lh, top_b) * w
+        n += w
+    if n == 0:
+        raise ValueError("held_out_nll needs at least one held-out sequence")
+    return {"hybrid_nll": nll_h / n, "backbone_nll": nll_b / n, "top1_agreement": agree / n}

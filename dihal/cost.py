@@ -1,0 +1,218 @@
+"""Cost per generated token (issue 20): FLOPs counted from the shapes, and measured time.
+
+FLOPs are those `torch.utils.flop_counter.FlopCounterMode` counts while the model actually
+decodes (2 per multiply-add of every matmul, linear layer and attention product; attention
+through the CPU's fused kernel is counted with torch's own formula for the fused kernels,
+`CPU_ATTENTION`). Element-wise work (norms, activations, rotary, standardisation, sampling) is
+not counted. "Per generated token" is the count of a cached decode of one sequence of
+`length` tokens from BOS (the prompt and every fed-back token included) divided by `length`;
+a batch multiplies every count by its size, so the per-token value does not depend on it.
+
+`FlopModel` is the same count split by component (each backbone block, the head, one
+denoising step of the bridge): it predicts the FLOPs of any hybrid (layer l, K steps), which
+the tests check against a direct count, and gives the break-even: at which l and K a hybrid
+is cheaper than its backbone. Pure compute, no Dagster.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode, sdpa_flop_count
+
+FLOP_NOTE = ("FLOPs counted by torch.utils.flop_counter while decoding (2 per multiply-add of "
+             "matmuls, linear layers and attention; element-wise ops not counted), per generated "
+             "token of a cached decode from BOS")
+
+
+def _cpu_attention(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
+    return sdpa_flop_count(query_shape, key_shape, value_shape)
+
+
+# torch counts the fused attention kernels of the GPU but not the CPU's: the same formula.
+CPU_ATTENTION = {torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: _cpu_attention}
+
+
+def count_flops(fn: Callable[[], Any]) -> tuple[int, dict[str, int]]:
+    """(total FLOPs, FLOPs per module name) of running fn() once."""
+    with FlopCounterMode(display=False, custom_mapping=CPU_ATTENTION) as counter:
+        fn()
+    per_module = {name: int(sum(ops.values())) for name, ops in counter.get_flop_counts().items()}
+    return int(counter.get_total_flops()), per_module
+
+
+# ---------------------------------------------------------------- the FLOP model
+
+
+@dataclass(frozen=True)
+class FlopModel:
+    """FLOPs per generated token of a backbone's parts and of one denoising step of a bridge.
+
+    block_flops[i]: decoder block i; head_flops: the LM head; other_flops: whatever else the
+    backbone's own decode counts (0 where the embedding is a lookup); denoiser_step_flops: one
+    step of the bridge sampler (one denoiser pass per position), None without a bridge.
+    """
+
+    block_flops: tuple[float, ...]
+    head_flops: float
+    other_flops: float = 0.0
+    denoiser_step_flops: float | None = None
+
+    @property
+    def n_layers(self) -> int:
+        return len(self.block_flops)
+
+    def _check_layer(self, layer: int) -> None:
+        if not 0 <= layer <= self.n_layers - 1:
+            raise ValueError(f"layer {layer} is out of range 0..{self.n_layers - 1}")
+
+    def backbone(self) -> float:
+        return sum(self.block_flops) + self.head_flops + self.other_flops
+
+    def upper(self, layer: int) -> float:
+        """Blocks layer..N-1 and the head: what every hybrid at `layer` runs."""
+        self._check_layer(layer)
+        return sum(self.block_flops[layer:]) + self.head_flops
+
+    def hybrid(self, layer: int, steps: int, map_flops: float = 0.0) -> float:
+        """A hybrid at `layer`: `steps` denoising steps (0 for a map-only control) plus
+        `map_flops` per token (a ridge map: 2 d^2), then the upper part."""
+        if steps < 0:
+            raise ValueError(f"steps must be >= 0, got {steps}")
+        if steps and self.denoiser_step_flops is None:
+            raise ValueError("this FlopModel has no bridge (denoiser_step_flops is None)")
+        return steps * (self.denoiser_step_flops or 0.0) + map_flops + self.upper(layer)
+
+    def max_cheaper_steps(self, layer: int) -> int:
+        """The largest K at which the hybrid at `layer` costs fewer FLOPs per token than the
+        backbone (0: no K is cheaper)."""
+        saved = self.backbone() - self.upper(layer)
+        if self.denoiser_step_flops is None or self.denoiser_step_flops <= 0:
+            raise ValueError("max_cheaper_steps needs a bridge with denoiser_step_flops > 0")
+        return max(0, math.ceil(saved / self.denoiser_step_flops) - 1)
+
+
+def break_even(model: FlopModel, layers: Sequence[int], steps: Sequence[int]) -> list[dict]:
+    """For each (layer l, K): the hybrid's and the backbone's FLOPs per token, their ratio,
+    whether the hybrid is cheaper, and the largest K that is cheaper at that l."""
+    base = model.backbone()
+    rows = []
+    for layer in layers:
+        k_max = model.max_cheaper_steps(layer)
+        for k in steps:
+            f = model.hybrid(layer, k)
+            rows.append({"layer": layer, "steps": k, "hybrid_flops": f, "backbone_flops": base,
+                         "flops_vs_backbone": f / base, "cheaper": f < base,
+                         "max_cheaper_steps": k_max})
+    return rows
+
+
+def backbone_flop_model(backbone, length: int = 32) -> FlopModel:
+    """The backbone's parts, counted over a cached decode of one sequence of `length` tokens
+    (module names from its own forward pass)."""
+    from dihal.hybrid import decode_backbone
+
+    total, per_module = count_flops(lambda: decode_backbone(backbone, 1, length, seed=0))
+    root = type(backbone.model).__name__
+    blocks = tuple(per_module.get(f"{root}.model.layers.{i}", 0) / length
+                   for i in range(backbone.n_layers))
+    if not all(blocks):
+        raise ValueError(f"no FLOPs attributed to some blocks of {root}: the module names "
+                         f"differ from {root}.model.layers.<i>")
+    head = per_module.get(f"{root}.lm_head", 0) / length
+    return FlopModel(blocks, head, total / length - sum(blocks) - head)
+
+
+@torch.no_grad()
+def denoiser_step_flops(denoiser: nn.Module, length: int = 32, t: float = 0.5) -> float:
+    """FLOPs per position of one denoising step in cached decoding: the denoiser run on
+    `length` positions one at a time with one cache (its time conditioning computed once, as
+    the incremental sampler's per-step cache does)."""
+    param = next(denoiser.parameters())
+    d = denoiser.cfg.d_in
+    x = torch.zeros(1, length, d, device=param.device, dtype=param.dtype)
+    cache = denoiser.new_cache()
+
+    def run():
+        for p in range(length):
+            denoiser(x[:, p : p + 1], t, x[:, p : p + 1], cache=cache, start_pos=p)
+
+    return count_flops(run)[0] / length
+
+
+def with_bridge(model: FlopModel, denoiser: nn.Module, length: int = 32) -> FlopModel:
+    """`model` with the denoiser's step cost."""
+    return FlopModel(model.block_flops, model.head_flops, model.other_flops,
+                     denoiser_step_flops(denoiser, length))
+
+
+# ---------------------------------------------------------------- measured rows
+
+
+@dataclass(frozen=True)
+class CostSubject:
+    """One model of the cost table: `decode(n, length, *, temperature, seed, batch_size,
+    cached)` returns a dihal.hybrid.Generation (Hybrid.decode, PositionwiseHybrid.decode, or
+    functools.partial(decode_backbone, backbone)). steps: K for a bridge (0 otherwise);
+    layer: the replaced layers' top (None for the backbone)."""
+
+    name: str
+    decode: Callable[..., Any]
+    steps: int = 0
+    layer: int | None = None
+
+
+def cost_rows(subjects: Sequence[CostSubject], *, n: int = 4, length: int = 32, seed: int = 0,
+              repeats: int = 3, flop_length: int | None = None) -> list[dict]:
+    """Per model: FLOPs per generated token (counted over one cached decode of `flop_length`
+    tokens, default `length`) and measured ms per token (cached decode of n sequences x
+    `length` tokens in one batch, temperature 1, median of `repeats` after a warm-up), with
+    both relative to the first subject (the backbone, by convention). The timed runs go round
+    the models `repeats` times (not one model's repeats after another's), so that a change of
+    load on a shared machine falls on every model alike."""
+    if not subjects:
+        raise ValueError("cost_rows needs at least one model")
+    if repeats < 1 or n < 1 or length < 1:
+        raise ValueError(f"n, length and repeats must be >= 1, got {n}, {length}, {repeats}")
+    flop_length = flop_length or length
+    kw = dict(temperature=1.0, seed=seed, cached=True)
+    flops = [count_flops(lambda s=s: s.decode(1, flop_length, batch_size=1, **kw))[0]
+             for s in subjects]
+    for s in subjects:
+        s.decode(n, min(4, length), batch_size=n, **kw)  # warm-up
+    times: list[list[float]] = [[] for _ in subjects]
+    for _ in range(repeats):
+        for i, s in enumerate(subjects):
+            times[i].append(_timed(lambda s=s: s.decode(n, length, batch_size=n, **kw)))
+    rows = []
+    for s, f, t in zip(subjects, flops, times, strict=True):
+        t = sorted(t)
+        rows.append({"model": s.name, "layer": s.layer, "K": s.steps,
+                     "flops_per_token": f / flop_length,
+                     "ms_per_token": 1e3 * t[len(t) // 2] / (n * length)})
+    base = rows[0]
+    for r in rows:
+        r["flops_vs_backbone"] = r["flops_per_token"] / base["flops_per_token"]
+        r["ms_vs_backbone"] = r["ms_per_token"] / base["ms_per_token"]
+        # measured time relative to the backbone, over what the FLOPs predict (1: as predicted)
+        r["time_over_flops"] = r["ms_vs_backbone"] / r["flops_vs_backbone"]
+    return rows
+
+
+def _timed(fn: Callable[[], Any]) -> float:
+    t0 = time.perf_counter()
+    out = fn()
+    seconds = getattr(out, "seconds", None)
+    return seconds if seconds is not None else time.perf_counter() - t0
+
+
+def ridge_map_flops(d_in: int, d_out: int) -> float:
+    """FLOPs per token of a dense d_in x d_out map (the ridge control's one matmul)."""
+    return 2.0 * d_in * d_out
+

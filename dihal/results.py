@@ -249,7 +249,8 @@ class EvalResult:
 
 @dataclass(frozen=True)
 class SamplerCurveResult:
-    # one row per K: steps, recon_error, hybrid_nll, backbone_nll, top1_agreement, ms_per_token
+    # one row per (rule, K): rule, steps, recon_error, hybrid_nll, backbone_nll, top1_agreement,
+    # ms_per_token
     rows: list[dict]
     layer: int
 
@@ -257,7 +258,14 @@ class SamplerCurveResult:
         return {"rows": self.rows, "layer": self.layer}
 
     def metadata(self) -> dict:
-        return {"layer": self.layer, **{f"K={r['steps']} {k}": r[k] for r in self.rows
+        """Each row's numbers keyed by K, and by its sampler rule too where the curve has more
+        than one (so no rule's numbers overwrite another's)."""
+        several = len({r.get("rule") for r in self.rows}) > 1
+
+        def label(r: dict) -> str:
+            return (f"{r['rule']} " if several else "") + f"K={r['steps']}"
+
+        return {"layer": self.layer, **{f"{label(r)} {k}": r[k] for r in self.rows
                                         for k in ("hybrid_nll", "recon_error", "ms_per_token")}}
 
 

@@ -52,9 +52,9 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
           "intervals; 4: the backbone sampled with the step's threads (MAUVE no longer drops "
           "them to 1); 5: rows record the CPU kernels (torch's CPU capability) beside the threads"),
     Stage("regression_sweep", "1", "RegressionControl"),
-    Stage("sampler_steps", "3", "SamplerCurve", "SamplerCurveConfig", "SamplerCurveRunConfig",
+    Stage("sampler_steps", "4", "SamplerCurve", "SamplerCurveConfig", "SamplerCurveRunConfig",
           history="2: measured with the step's threads (as eval 4); 3: the trained K's row is "
-          "the bridge's own measurement"),
+          "the bridge's own measurement; 4: rows carry their sampler rule (`rules` setting)"),
     Stage("baseline", "3", "BaselineRun", "BaselineRunConfig", "BaselineRunConfig",
           history="2: trained by the bridge's loop (one trainer); 3: as eval 3"),
     Stage("comparison", "3", "Comparison", history="2: rows carry their role; 3: as eval 3"),

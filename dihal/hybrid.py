@@ -31,6 +31,7 @@ from dihal.bridge.data import Standardizer
 from dihal.bridge.process import BrownianBridge
 from dihal.bridge.sampler import IncrementalSampler, sample
 from dihal.seeds import derive_seed
+from dihal.versions import cache_keyword
 
 # A stepper receives every token id so far (B, T) and returns the next-token logits (B, V).
 Stepper = Callable[[Tensor], Tensor]
@@ -176,7 +177,8 @@ def backbone_stepper(backbone: Backbone, cached: bool = True) -> Stepper:
     def step(ids: Tensor) -> Tensor:
         nonlocal seen
         out = backbone.model(
-            input_ids=ids[:, seen:], cache=cache, use_cache=True, logits_to_keep=1
+            input_ids=ids[:, seen:], use_cache=True, logits_to_keep=1,
+            **{cache_keyword(backbone.model): cache},
         )
         seen = ids.shape[1]
         return out.logits[:, -1]

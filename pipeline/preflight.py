@@ -54,8 +54,9 @@ def stage_configs(profile: dict, backbone: str):
             ExtractConfig(**extract), BridgeProtocol(**of("bridge_sweep")))
 
 
-def gather(args, layers: list[int]):
-    """The facts of this run (dihal.preflight.Facts) and its stage configs."""
+def gather(args, layers: list[int], resources: dict | None = None):
+    """The facts of this run (dihal.preflight.Facts) and its stage configs; the resources are
+    those of the code location args.module unless given."""
     import torch
 
     from dihal.backbones import bos_id_of
@@ -65,7 +66,7 @@ def gather(args, layers: list[int]):
 
     _, profile = load_profile(args.profile)
     corpus, seq, extract, protocol = stage_configs(profile, args.backbone)
-    res = _resources(args.module)
+    res = resources or _resources(args.module)
     layout = res["storage"].layout()
     tok = res["backbones"].load_tokenizer(args.backbone, layout)
     lengths = document_lengths(iter_documents(resolve_shards(corpus), corpus), tok, seq)

@@ -102,9 +102,17 @@ def gather(args, layers: list[int], resources: dict | None = None):
 
 def preflight(args, layers: list[int], say) -> None:
     """Raise dihal.preflight.PreflightError where the run would not fit; else say so."""
+    import torch
+
     from dihal.preflight import require
 
-    facts, seq, extract, protocol = gather(args, layers)
+    if torch.cuda.is_available():  # in a child process: its CUDA context ends with it, and
+        import multiprocessing  # the GPUs are left whole to the steps
+
+        with multiprocessing.get_context("spawn").Pool(1) as pool:
+            facts, seq, extract, protocol = pool.apply(gather, (args, layers))
+    else:
+        facts, seq, extract, protocol = gather(args, layers)
     require(facts, seq, extract, protocol)
     say(f"pre-flight: {args.backbone} at profile {args.profile} with {args.workers} worker(s) "
         f"fits (corpus, host memory, disk" + (", GPU memory" if facts.gpu_total else "")

@@ -1,6 +1,8 @@
 """The pre-flight's checks (dihal/preflight.py): each refuses with its numbers and the setting
 to change, and lets a run that fits through."""
 
+from pathlib import Path
+
 import pytest
 
 from dihal.config import BridgeProtocol, ExtractConfig, SequenceConfig
@@ -136,3 +138,27 @@ def test_the_driver_refuses_before_any_run(tmp_path, tiny_llama_dir, monkeypatch
         driver.main(argv[:-1] + [str(fits)])
     assert made == ["get"]
     assert "pre-flight: llama at profile" in capsys.readouterr().out
+
+
+def test_with_a_gpu_the_facts_are_gathered_in_a_child_process(tmp_path, tiny_llama_dir, monkeypatch):
+    """Where CUDA is available the pre-flight's model load runs in a spawned process (its CUDA
+    context must not stay in the driver); the child here has no GPU and computes on the CPU."""
+    import os
+    from argparse import Namespace
+
+    import torch
+
+    from pipeline.preflight import preflight
+    from tests.tiny import make_docs, write_shard
+    from tests.tiny_location import tiny_profile
+
+    monkeypatch.setenv("DIHAL_TINY_MODEL", str(tiny_llama_dir))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(Path(__file__).parents[1]),
+                                                      os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    shard = write_shard(tmp_path / "s.json.gz", make_docs(30))
+    big = {"seq_len": 16, "n_train": 500, "n_val": 6, "val_fraction": 0.3, "max_tokens_per_doc": 40}
+    args = Namespace(profile=str(tiny_profile(tmp_path / "p.json", shard, sequences=big)),
+                     backbone="llama", workers=1, module="tests.tiny_location")
+    with pytest.raises(PreflightError, match="corpus: the corpus yields too few sequences"):
+        preflight(args, [1, 2, 3], print)

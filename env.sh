@@ -12,5 +12,6 @@ export HF_HUB_OFFLINE="${HF_HUB_OFFLINE:-1}"
 export DIHAL_WORKERS="${DIHAL_WORKERS:-1}"
 export TRANSFORMERS_NO_ADVISORY_WARNINGS=1
 mkdir -p "$DAGSTER_HOME"
-cp "$_dihal_root/dagster.yaml" "$DAGSTER_HOME/dagster.yaml"
+# dagster.yaml (SQLite under DAGSTER_HOME), or DIHAL_DAGSTER_YAML=dagster.postgres.yaml (many hosts)
+cp "$_dihal_root/${DIHAL_DAGSTER_YAML:-dagster.yaml}" "$DAGSTER_HOME/dagster.yaml"
 unset _dihal_root

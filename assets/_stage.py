@@ -16,6 +16,7 @@ from typing import Any
 import dagster as dg
 
 from dihal.errors import DihalError
+from dihal.stages import CODE_VERSIONS, asset_key
 from storage import (
     Artifact,
     Corpus,
@@ -29,30 +30,6 @@ from storage import (
 )
 from storage.manifest import canonical
 
-# Bumped when a stage's code changes its output; part of every fingerprint and the Dagster
-# code_version, so the UI marks downstream assets stale.
-CODE_VERSIONS = {
-    "corpus": "1",
-    "sequences": "1",
-    "hidden_states": "2",  # 2: the held-out split keeps the backbone's next-token reference
-    "geometry": "3",  # 2: the robust normalisation and the rival predictors; 3: token bootstrap
-    "layer_score": "2",  # 2: l*'s stability over the token bootstrap
-    "bridge_sweep": "2",  # 2: validation loss at initialisation recorded
-    "bridgeability": "2",  # 2: rival predictors, intervals, standing against depth
-    "bridge": "3",  # 2: train_tokens = sequences consumed x length; 3: init validation loss
-    "eval": "5",  # 2: rows carry their role, the judge's name; 3: mean-of-samples Gen.PPL,
-    # intervals; 4: the backbone sampled with the step's threads (MAUVE no longer drops them to 1);
-    # 5: rows record the CPU kernels (torch's CPU capability) beside the threads
-    "regression_sweep": "1",
-    "sampler_steps": "3",  # 2: measured with the step's threads (as eval 4); 3: the trained K's
-    # row is the bridge's own measurement
-    "baseline": "3",  # 2: trained by the bridge's loop (one trainer); 3: as eval 3
-    "comparison": "3",  # 2: rows carry their role; 3: as eval 3
-    "full_training": "3",  # 2: as eval 3; 3: as eval 4
-    "report": "6",  # 3: built from typed inputs; 4: rival predictors and intervals; 5: across
-    # backbones; 6: a lone backbone's report suggests another one, not itself; the CPU kernels
-    # the samples were drawn with
-}
 RESOURCES = {"storage", "backbones", "compute", "judge"}
 # A stage's step holds a whole device while it computes (StageRun.computing): on a Dask cluster it
 # takes one unit of the workers' "device" resource (README: start each worker with
@@ -63,7 +40,7 @@ DEVICE_STEP_TAGS = {"dagster-dask/resource_requirements": '{"device": 1}'}
 def stage_asset(backbone: str | None, stage: str, deps: Iterable = (), *, name: str | None = None,
                 partitions: dg.PartitionsDefinition | None = None, kinds: Iterable[str] = ()):
     """dg.asset for one stage of one backbone's family, with the shared settings."""
-    return dg.asset(name=name or (f"{stage}_{backbone}" if backbone else stage), deps=list(deps),
+    return dg.asset(name=name or asset_key(stage, backbone), deps=list(deps),
                     group_name=backbone or stage, partitions_def=partitions, kinds=set(kinds),
                     code_version=CODE_VERSIONS[stage], required_resource_keys=RESOURCES,
                     op_tags=DEVICE_STEP_TAGS)
@@ -83,6 +60,10 @@ class StageRun:
 
     def log(self, msg: str) -> None:
         self.context.log.info(msg)
+
+    def warn(self, msg: str) -> None:
+        """A warning in the run's event log (a damaged checkpoint's fallback, with its reason)."""
+        self.context.log.warning(msg)
 
     def throttled(self, every: float = 5.0) -> Callable[[str], None]:
         """log, at most once every `every` seconds (progress of long loops)."""

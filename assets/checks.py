@@ -7,6 +7,7 @@ from collections.abc import Callable
 import dagster as dg
 
 from dihal.errors import DihalError
+from dihal.stages import asset_key
 from storage import (
     Bridge,
     Bridgeability,
@@ -29,8 +30,9 @@ def _result(run: Callable[[], tuple[bool, dict]]) -> dg.AssetCheckResult:
 
 def science_checks(backbone: str, n_layers: int) -> list:
     def check(asset: str, name: str, description: str):
-        return dg.asset_check(asset=dg.AssetKey(f"{asset}_{backbone}"), name=name, blocking=False,
-                              required_resource_keys={"storage"}, description=description)
+        return dg.asset_check(asset=dg.AssetKey(asset_key(asset, backbone)), name=name,
+                              blocking=False, required_resource_keys={"storage"},
+                              description=description)
 
     def layout(context):
         return context.resources.storage.layout()

@@ -8,6 +8,7 @@ from assets._stage import StageRun, stage_asset
 from assets.configs import BaselineRunConfig, EvalRunConfig
 from assets.replace import reference_texts, trainer
 from dihal.registry import BASELINES
+from dihal.stages import asset_key
 from storage import (
     BaselineRun,
     Bridge,
@@ -29,9 +30,12 @@ from storage import (
 
 
 def compare_assets(backbone: str) -> list:
+    def key(stage: str) -> str:  # the asset key of this backbone's stage
+        return asset_key(stage, backbone)
+
     names = dg.StaticPartitionsDefinition(list(BASELINES))
 
-    @stage_asset(backbone, "baseline", [f"sequences_{backbone}", f"bridge_{backbone}"],
+    @stage_asset(backbone, "baseline", [key("sequences"), key("bridge")],
                  partitions=names, kinds={"pytorch", "safetensors"})
     def baseline(context: dg.AssetExecutionContext, config: BaselineRunConfig) -> dg.MaterializeResult:
         """A continuous-diffusion baseline at DiHAL's budget: same denoiser size (+-10%),
@@ -50,12 +54,13 @@ def compare_assets(backbone: str) -> list:
             ref = reference_budget(br.read().metrics, bm.config["steps"], sm.config["seq_len"])
             return stage(name, run.model(), torch.as_tensor(seqs.token_ids()["train"]), ref,
                          bm.config, cfg, out.workdir, run.judge(), progress=run.throttled(),
-                         device=run.device(), reference_texts=reference_texts(run, cfg.length))
+                         device=run.device(), reference_texts=reference_texts(run, cfg.length),
+                         warn=run.warn)
 
         return run.produce(out, {"name": name, **cfg.__dict__}, [seqs, br], compute,
                            judge=run.judge_name(), recipe_version=VERSIONS[name])
 
-    @stage_asset(backbone, "comparison", [f"eval_{backbone}", baseline], kinds={"parquet"})
+    @stage_asset(backbone, "comparison", [key("eval"), baseline], kinds={"parquet"})
     def comparison(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
         """Gen.PPL and diversity of DiHAL, the four baselines and the backbone, with budgets."""
         from dihal.compare import comparison as stage
@@ -70,7 +75,7 @@ def compare_assets(backbone: str) -> list:
         return run.produce(run.art(Comparison), {}, [ev] + [a for a, _ in current], lambda: stage(
             em.info["rows"], br.read().metrics, bm.config["steps"], rows, missing))
 
-    @stage_asset(backbone, "full_training", [f"bridgeability_{backbone}", f"bridge_{backbone}"],
+    @stage_asset(backbone, "full_training", [key("bridgeability"), key("bridge")],
                  kinds={"pytorch", "parquet"})
     def full_training(context: dg.AssetExecutionContext, config: EvalRunConfig) -> dg.MaterializeResult:
         """Bridges at l* (geometry), the oracle and the worst sweep layer under the full budget
@@ -95,9 +100,9 @@ def compare_assets(backbone: str) -> list:
             reference_texts=reference_texts(run, cfg.length)),
             judge=run.judge_name())
 
-    @stage_asset(backbone, "report", [f"comparison_{backbone}", full_training,
-                                      f"bridgeability_{backbone}", f"layer_score_{backbone}",
-                                      f"geometry_{backbone}", f"sampler_steps_{backbone}"],
+    @stage_asset(backbone, "report", [key("comparison"), full_training,
+                                      key("bridgeability"), key("layer_score"),
+                                      key("geometry"), key("sampler_steps")],
                  kinds={"html"})
     def report(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
         """One self-contained report (HTML with embedded plots, and Markdown)."""

@@ -13,6 +13,7 @@ import pydantic
 
 from dihal import config as dc
 from dihal.profiles import load_profile
+from dihal.stages import STAGES
 
 
 class _RunConfig(dg.Config):
@@ -50,9 +51,19 @@ def run_config(cls: type, name: str, stage: str, doc: str | None = None,
     return model
 
 
-CorpusRunConfig = run_config(dc.CorpusConfig, "CorpusRunConfig", "corpus")
-SequencesRunConfig = run_config(dc.SequenceConfig, "SequencesRunConfig", "sequences")
-ExtractRunConfig = run_config(dc.ExtractConfig, "ExtractRunConfig", "hidden_states")
+def stage_run_config(stage: str, **defaults: Any) -> type[_RunConfig]:
+    """The run config of `stage` as dihal.stages names it (its dataclass, class name, doc and
+    defaults), with `defaults` on top."""
+    s = STAGES[stage]
+    return run_config(getattr(dc, s.config), s.run_config, stage, s.run_doc,
+                      **{**s.run_defaults, **defaults})
+
+
+# stage -> its Dagster run config, for every stage that has a config (dihal.stages)
+RUN_CONFIGS = {name: stage_run_config(name) for name, s in STAGES.items() if s.config}
+CorpusRunConfig = RUN_CONFIGS["corpus"]
+SequencesRunConfig = RUN_CONFIGS["sequences"]
+ExtractRunConfig = RUN_CONFIGS["hidden_states"]
 _EXTRACT_BY_DTYPE = {dc.ExtractConfig.dtype: ExtractRunConfig}
 
 
@@ -65,12 +76,11 @@ def extract_run_config(state_dtype: str) -> type[_RunConfig]:
             dtype=state_dtype)
     return _EXTRACT_BY_DTYPE[state_dtype]
 
-GeometryRunConfig = run_config(dc.GeometryConfig, "GeometryRunConfig", "geometry")
-BridgeProtocolRunConfig = run_config(dc.BridgeProtocol, "BridgeProtocolRunConfig", "bridge_sweep")
-FullBridgeRunConfig = run_config(
-    dc.BridgeProtocol, "FullBridgeRunConfig", "bridge",
-    "The bridge at l* with the full budget: the sweep protocol with more passes.", epochs=2.0)
-EvalRunConfig = run_config(dc.EvalConfig, "EvalRunConfig", "eval")
-SamplerCurveRunConfig = run_config(dc.SamplerCurveConfig, "SamplerCurveRunConfig", "sampler_steps")
-BaselineRunConfig = run_config(dc.BaselineRunConfig, "BaselineRunConfig", "baseline")
-LayerScoreRunConfig = run_config(dc.LayerScoreConfig, "LayerScoreRunConfig", "layer_score")
+
+GeometryRunConfig = RUN_CONFIGS["geometry"]
+BridgeProtocolRunConfig = RUN_CONFIGS["bridge_sweep"]
+FullBridgeRunConfig = RUN_CONFIGS["bridge"]
+EvalRunConfig = RUN_CONFIGS["eval"]
+SamplerCurveRunConfig = RUN_CONFIGS["sampler_steps"]
+BaselineRunConfig = RUN_CONFIGS["baseline"]
+LayerScoreRunConfig = RUN_CONFIGS["layer_score"]

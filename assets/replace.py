@@ -14,6 +14,7 @@ from assets.configs import (
     SamplerCurveRunConfig,
 )
 from assets.staleness import stale_assets
+from dihal.stages import asset_key
 from resources import StorageResource
 from storage import (
     Bridge,
@@ -50,7 +51,7 @@ def trainer(run: StageRun, art: BridgeRun, layer: int, protocol, regression: boo
                            train_ids=run.art(Sequences).token_ids()["train"],
                            extract=ExtractConfig(**dump.config), device=run.device(),
                            progress=progress, log=run.throttled(), regression=regression,
-                           keep_pairs=keep_pairs)
+                           warn=run.warn, keep_pairs=keep_pairs)
 
     return compute
 
@@ -64,9 +65,12 @@ def reference_texts(run: StageRun, length: int) -> list[str]:
 
 
 def replace_assets(backbone: str, n_layers: int) -> list:
+    def key(stage: str) -> str:  # the asset key of this backbone's stage
+        return asset_key(stage, backbone)
+
     layers = dg.StaticPartitionsDefinition([str(ll) for ll in range(1, n_layers)])
 
-    @stage_asset(backbone, "bridge_sweep", [f"hidden_states_{backbone}"], partitions=layers,
+    @stage_asset(backbone, "bridge_sweep", [key("hidden_states")], partitions=layers,
                  kinds={"pytorch", "safetensors"})
     def bridge_sweep(context: dg.AssetExecutionContext,
                      config: BridgeProtocolRunConfig) -> dg.MaterializeResult:
@@ -96,7 +100,7 @@ def replace_assets(backbone: str, n_layers: int) -> list:
                            trainer(run, out, layer, protocol, regression=True), layer=layer)
 
     @stage_asset(backbone, "bridgeability", [bridge_sweep, regression_sweep,
-                                             f"layer_score_{backbone}", f"geometry_{backbone}"],
+                                             key("layer_score"), key("geometry")],
                  kinds={"parquet"})
     def bridgeability(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
         """Does the geometry score predict bridgeability? Spearman of S_l (each normalisation),
@@ -117,7 +121,7 @@ def replace_assets(backbone: str, n_layers: int) -> list:
             predictor_rows=geo.predictor_rows(),
             regression=[a.read().metrics for a, _ in controls]))
 
-    @stage_asset(backbone, "bridge", [f"layer_score_{backbone}", f"hidden_states_{backbone}"],
+    @stage_asset(backbone, "bridge", [key("layer_score"), key("hidden_states")],
                  kinds={"pytorch", "safetensors"})
     def bridge(context: dg.AssetExecutionContext, config: FullBridgeRunConfig) -> dg.MaterializeResult:
         """The bridge at the geometry-selected layer l*, trained with the full budget."""
@@ -128,7 +132,7 @@ def replace_assets(backbone: str, n_layers: int) -> list:
         return run.produce(out, protocol, [states, score], trainer(run, out, layer, protocol),
                            layer=layer)
 
-    @stage_asset(backbone, "eval", [bridge], name=f"eval_{backbone}", kinds={"jsonl"})
+    @stage_asset(backbone, "eval", [bridge], kinds={"jsonl"})
     def evaluation(context: dg.AssetExecutionContext, config: EvalRunConfig) -> dg.MaterializeResult:
         """Unconditional samples of the hybrid at l* and of the backbone (same count, length,
         temperature, seeds): Gen.PPL under the judge, diversity, repetition, latency."""
@@ -141,7 +145,7 @@ def replace_assets(backbone: str, n_layers: int) -> list:
             reference=run.judge().features(reference_texts(run, cfg.length))),
             judge=run.judge_name())
 
-    @stage_asset(backbone, "sampler_steps", [bridge, f"hidden_states_{backbone}"], kinds={"parquet"})
+    @stage_asset(backbone, "sampler_steps", [bridge, key("hidden_states")], kinds={"parquet"})
     def sampler_steps(context: dg.AssetExecutionContext,
                       config: SamplerCurveRunConfig) -> dg.MaterializeResult:
         """What the sampler's steps K buy at l*: the bridge re-measured with K = 1, 2, 4, 8, 16
@@ -155,7 +159,7 @@ def replace_assets(backbone: str, n_layers: int) -> list:
             run.model(), br.read(), states.reader(), cfg, progress=run.log))
 
     reeval_job = dg.define_asset_job(
-        f"reevaluate_{backbone}", selection=[f"bridgeability_{backbone}", f"eval_{backbone}"],
+        f"reevaluate_{backbone}", selection=[key("bridgeability"), key("eval")],
         description="Re-materialise the evaluation assets; the schedule runs it when stale.")
 
     @dg.schedule(job=reeval_job, cron_schedule="0 3 * * *", name=f"reevaluate_{backbone}_nightly",

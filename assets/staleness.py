@@ -3,6 +3,7 @@ upstream artifacts (storage only; no heavy imports)."""
 
 from __future__ import annotations
 
+from dihal.stages import asset_key
 from storage import (
     ArtifactLayout,
     Bridge,
@@ -26,10 +27,10 @@ def stale_assets(layout: ArtifactLayout, backbone: str, n_layers: int) -> list[s
         mine = Bridgeability(layout, backbone).manifest()
         if (inputs["score"] and inputs["geometry"] and len(inputs["sweep"]) >= MIN_SWEPT_LAYERS
                 and (mine is None or mine.upstream != want)):
-            stale.append(f"bridgeability_{backbone}")
+            stale.append(asset_key("bridgeability", backbone))
     bridge = Bridge(layout, backbone)
     if (bm := bridge.manifest()) is not None:
         mine = Evaluation(layout, backbone).manifest()
         if mine is None or mine.upstream != {bridge.name: bm.fingerprint}:
-            stale.append(f"eval_{backbone}")
+            stale.append(asset_key("eval", backbone))
     return stale

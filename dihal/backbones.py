@@ -128,8 +128,14 @@ class _StopForward(Exception):
     """Raised by a forward hook to end a forward pass once the states asked for exist."""
 
 
+# device_map values of from_pretrained (accelerate) DiHAL accepts: spread over the visible GPUs
+DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
+
+
 class Backbone:
     """A loaded causal LM with the access DiHAL needs. Layers are 0-based (METHOD.md s.0)."""
+
+    device_map: str | None = None  # how load_backbone spread the model (None: one device)
 
     def __init__(self, spec: BackboneSpec, model, tokenizer, weights: ResolvedWeights):
         self.spec = spec
@@ -178,7 +184,26 @@ class Backbone:
             "hidden_size": self.hidden_size,
             "vocab_size": cfg.vocab_size,
             "n_parameters": sum(p.numel() for p in self.model.parameters()),
+            "device_map": self.placement(),
         }
+
+    def placement(self) -> dict[str, Any] | None:
+        """Where a device_map put the decoder blocks: {"mode", "blocks": device -> count};
+        None for a model on one device."""
+        if not self.device_map:
+            return None
+        # transformers records no map when everything landed on one device
+        dmap = getattr(self.model, "hf_device_map", None) or {"": str(self.device)}
+        layers = self.decoder.layers
+        prefix = next(name for name, mod in self.model.named_modules() if mod is layers)
+        blocks: dict[str, int] = {}
+        for i in range(len(layers)):  # each block's device: accelerate's longest matching key
+            name = f"{prefix}.{i}"
+            keys = [k for k in dmap if k == "" or name == k or name.startswith(k + ".")]
+            dev = dmap[max(keys, key=len)]
+            key = f"cuda:{dev}" if isinstance(dev, int) else str(dev)
+            blocks[key] = blocks.get(key, 0) + 1
+        return {"mode": self.device_map, "blocks": blocks}
 
     def check_layer(self, layer: int, *, allow_zero: bool = True) -> int:
         lo = 0 if allow_zero else 1
@@ -199,8 +224,12 @@ class Backbone:
         """hs[0..N-1] stacked: (N, B, T, d). The final-normed last entry of HF is dropped; with
         `final`, (hs, the final-normed states (B, T, d)) from the same forward pass, which the
         LM head (`head`) turns into the backbone's logits."""
-        out = self.decoder(input_ids=input_ids.to(self.device), output_hidden_states=True)
-        hs = torch.stack(out.hidden_states[: self.n_layers])
+        from dihal.extract import stack_on_one_device
+
+        out = self.decoder(input_ids=input_ids.to(self.device), output_hidden_states=True,
+                           use_cache=False)  # no KV cache: N/2 states' worth at 8B, unused
+        # with device_map, each state is on its block's GPU: gathered on the embedding's
+        hs = stack_on_one_device(out.hidden_states[: self.n_layers])
         return (hs, out.last_hidden_state) if final else hs
 
     @torch.no_grad()
@@ -222,7 +251,8 @@ class Backbone:
         if layer:
             hooks.append(self.decoder.layers[layer - 1].register_forward_hook(stop))
         try:
-            self.decoder(input_ids=input_ids.to(self.device), output_hidden_states=True)
+            # no tuple of states and no KV cache: the hooks take the two states needed
+            self.decoder(input_ids=input_ids.to(self.device), use_cache=False)
         except _StopForward:
             pass
         finally:
@@ -300,6 +330,9 @@ def load_backbone(
     """Resolve and load a backbone. ``device_map="auto"`` spreads large models over GPUs."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    if device_map is not None and device_map not in DEVICE_MAPS:
+        raise ValueError(f"device_map {device_map!r} is not one of {DEVICE_MAPS} (or unset: one "
+                         "device): fix DIHAL_DEVICE_MAP or the backbone resource's device_map.")
     spec = get_spec(name)
     weights = resolve_weights(spec, path, cache_dir=cache_dir, offline=offline)
     kwargs: dict[str, Any] = {"dtype": dtype}
@@ -309,4 +342,6 @@ def load_backbone(
     if not device_map:
         model = model.to(device)
     tokenizer = AutoTokenizer.from_pretrained(str(weights.path))
-    return Backbone(spec, model, tokenizer, weights)
+    backbone = Backbone(spec, model, tokenizer, weights)
+    backbone.device_map = device_map or None
+    return backbone

@@ -42,8 +42,8 @@ BACKBONE_CONFIGS = {
 }
 # Two device layouts. A "24 GB" card shows 22.5-24 GiB; capping the weights at 22 GiB keeps
 # headroom, and the balanced map puts at most ~8.4 GiB of an 8B model on each card, so at least
-# ~14 GiB per card remain for the CUDA context (~1 GiB) and activations (the extraction's
-# estimate: ~2.5 GiB at batch 64). The 141 GB one is an H200 (it shows about 140 GiB); at 8B the
+# ~14 GiB per card remain for the CUDA context (~1 GiB) and activations (the dump's: ~6.1 GiB
+# at batch 64, dump_phase_bytes, on the card of the embedding, where the states are gathered). The 141 GB one is an H200 (it shows about 140 GiB); at 8B the
 # difference does not matter: the weights take 15 GiB.
 MAX_MEMORY = {
     "1x141GB": {0: "141GiB", "cpu": "128GiB"},
@@ -225,12 +225,93 @@ def pair_bytes(hidden: int, w: Workload) -> int:
     return 2 * w.train_tokens * hidden * 4
 
 
-def forward_activation_bytes(hidden: int, intermediate: int, kept: int, w: Workload) -> int:
-    """Estimate: `kept` bf16 hidden states per token plus one MLP's two intermediate tensors.
+def forward_activation_bytes(hidden: int, intermediate: int, kept: int, w: Workload,
+                             dtype_bytes: int = 2) -> int:
+    """Estimate of a forward pass over one batch: `kept` hidden states per token held across
+    blocks (the output_hidden_states tuple, or states a hook took), a block's residual stream
+    and normed input, one MLP's three intermediate tensors (gate, up, their product) and
+    RMSNorm's two float32 temporaries. Not counted: attention scores (SDPA does not
+    materialise them on GPU) and the KV cache (DiHAL's forward passes run without one)."""
+    per_token = (kept + 2) * hidden * dtype_bytes + 3 * intermediate * dtype_bytes + 2 * hidden * 4
+    return w.extract_batch * w.seq_len * per_token
 
-    Not counted: attention scores (SDPA does not materialise them) and a transient second copy
-    of the kept states while they are stacked."""
-    return w.extract_batch * w.seq_len * (hidden * kept * 2 + intermediate * 2 * 2)
+
+# torch.isfinite is composite on every device: (x == x) * (x.abs() != inf) holds a bool, the
+# float32 abs(), a bool and their product at once: 7 bytes per float32 element
+ISFINITE_BYTES = 1 + 4 + 1 + 1
+
+
+def dump_phase_bytes(n_layers: int, hidden: int, intermediate: int, vocab: int, w: Workload,
+                     dtype_bytes: int = 2, store_bytes: int | None = None,
+                     reference: bool = True) -> dict[str, int]:
+    """Device bytes beyond the weights that one batch of the dump holds at each phase of
+    dihal.extract.extract_hidden_states, with backbone states of `dtype_bytes` (2: bf16 on GPU,
+    4: float32 on CPU) stored as `store_bytes` (default: the Workload's). All N states of the
+    batch are held at once, in the backbone's dtype and in float32, so the peak is after the
+    forward pass, not in it. (The forward-only estimate gave 17.4 GiB at Llama-3.1-8B, where
+    about 24 GiB was measured. The overflow check then ran torch.isfinite and abs() over all N
+    layers at once, 11 bytes per state element in all, 26.0 GiB by this count; it now checks
+    one layer at a time: 21.0 GiB.)
+
+    - forward: the decoder's tuple of N+1 states (the newest one the residual stream) and one
+      block's temporaries (forward_activation_bytes: an estimate)
+    - stack: the tuple and its stacked copy of N states (2N+1)
+    - reference: the stacked states, the final-normed states, and one sequence's logits with
+      their float32 copy and log-softmax (held-out split only)
+    - float: the stacked states and their float32 copy (none where they are float32)
+    - check: the float32 states, one layer's isfinite temporaries (ISFINITE_BYTES)
+    - store: the float32 states and their copy in the storage dtype, before it goes to the host
+    With `reference` (the held-out split: every batch of the GPU profile's dump) the
+    final-normed states stay alive through every phase after the forward pass. Exact element
+    counts: tests/test_capacity.py measures the same peak on the CPU allocator; the CUDA context
+    and the allocator's rounding are not counted.
+    """
+    sb = w.state_bytes if store_bytes is None else store_bytes
+    one = w.extract_batch * w.seq_len * hidden  # one state of the batch (B, T, d)
+    states = n_layers * one
+    final = one * dtype_bytes if reference else 0
+    f32 = states * 4
+    logits = w.seq_len * vocab * (dtype_bytes + 4 + 4) if reference else 0
+    return {
+        "forward": forward_activation_bytes(hidden, intermediate, n_layers, w, dtype_bytes),
+        "stack": (2 * n_layers + 1) * one * dtype_bytes,
+        "reference": states * dtype_bytes + final + logits,
+        "float": (states * dtype_bytes if dtype_bytes < 4 else 0) + f32 + final,
+        "check": f32 + one * ISFINITE_BYTES + final,
+        "store": f32 + (states * sb if sb < 4 else 0) + final,
+    }
+
+
+def pair_phase_bytes(hidden: int, intermediate: int, w: Workload,
+                     dtype_bytes: int = 2, store_bytes: int | None = None) -> dict[str, int]:
+    """Device bytes beyond the weights of one batch of dihal.extract.layer_pairs, phase by phase
+    (the same at every layer): its forward pass (hs[0], kept by a hook, and the state being
+    built; estimate); then (c, h) in the backbone's dtype,
+    their float32 copies (none where they are float32) and the stack of the two; one state's
+    isfinite temporaries; one state's copy in the storage dtype."""
+    sb = w.state_bytes if store_bytes is None else store_bytes
+    one = w.extract_batch * w.seq_len * hidden
+    pair = 2 * one
+    floats = pair * 4 if dtype_bytes < 4 else 0
+    return {
+        "forward": forward_activation_bytes(hidden, intermediate, 2, w, dtype_bytes),
+        "stack": pair * dtype_bytes + floats + pair * 4,
+        "check": pair * dtype_bytes + pair * 4 + one * ISFINITE_BYTES,
+        "store": pair * dtype_bytes + pair * 4 + one * (sb if sb < 4 else 0),
+    }
+
+
+def dump_peak_bytes(config_dict: dict, w: Workload | None = None, dtype_bytes: int = 2,
+                    store_bytes: int | None = None) -> int:
+    """Peak device memory of the dump for any model dims: the weights in the backbone's dtype
+    plus the largest phase of dump_phase_bytes. Llama-3.1-8B at the GPU profile (bf16, batch
+    64 x 128): 14.96 GiB of weights + 6.06 GiB = 21.02 GiB."""
+    w = w or Workload()
+    count = parameter_count_on_meta(config_dict)
+    phases = dump_phase_bytes(config_dict["num_hidden_layers"], config_dict["hidden_size"],
+                              config_dict["intermediate_size"], config_dict["vocab_size"], w,
+                              dtype_bytes, store_bytes)
+    return count.n_params * dtype_bytes + max(phases.values())
 
 
 def bridge_training_bytes(hidden: int, n_params: int, w: Workload) -> int:
@@ -275,9 +356,9 @@ def capacity_rows(config_dict: dict, disk_bytes_per_param: int = 2,
         "host: model weights, if loaded on host": weights_disk,
         "host: peak (pairs + weights)": pairs + weights_disk,
         "GPU: extraction forward (bf16 weights + est. activations)":
-            gpu_weights + forward_activation_bytes(hidden, inter, n_layers, w),
+            gpu_weights + max(dump_phase_bytes(n_layers, hidden, inter, vocab, w).values()),
         "GPU: pair-building forward (bf16 weights + est. activations)":
-            gpu_weights + forward_activation_bytes(hidden, inter, 2, w),
+            gpu_weights + max(pair_phase_bytes(hidden, inter, w).values()),
         "GPU: bridge training (denoiser + AdamW + batch + est. activations)":
             bridge_training_bytes(hidden, bridge_n, w),
     }

@@ -40,10 +40,12 @@ def baseline(
     progress: Callable[[str], None] | None = None,
     device: str = "cpu",
     reference_texts: list[str] | None = None,
+    warn: Callable[[str], None] | None = None,
 ) -> BaselineResult:
     """The baseline stage: build `name` at DiHAL's size, check the budget, train it with the
     bridge's protocol (its loop, schedule and budget; lr and seed from `cfg`; resumable in
-    workdir), sample and score. Its row carries the budget it ran under."""
+    workdir; `warn` gets the reason a damaged checkpoint is passed over), sample and score. Its
+    row carries the budget it ran under."""
     from dihal.baselines import build_baseline
     from dihal.generation import text_metrics, texts_until_eos
 
@@ -74,7 +76,7 @@ def baseline(
 
     trained = train_model(model, baseline_loss(train_ids), n_seq, tcfg,
                           Path(workdir) / "checkpoints", log, protocol={"baseline": name},
-                          device=device)
+                          device=device, warn=warn)
     gen = torch.Generator(device=device).manual_seed(derive_seed(cfg.seed, "sample", name))
     with torch.no_grad():
         tokens = model.sample(cfg.n_samples, cfg.length, reference.sampler_steps, gen).cpu()

@@ -14,8 +14,19 @@ class Document:
     title: str
     blocks: list[tuple] = field(default_factory=list)
 
-    def h2(self, text: str) -> Document:
-        self.blocks.append(("h2", text))
+    def h2(self, text: str, anchor: str | None = None) -> Document:
+        """A section heading; `anchor` names it, for links (`links`) to point at."""
+        self.blocks.append(("h2", text, anchor))
+        return self
+
+    def h3(self, text: str) -> Document:
+        self.blocks.append(("h3", text))
+        return self
+
+    def links(self, items: list[tuple[str, str]], label: str = "evidence") -> Document:
+        """A list of sentences, each followed by a link to the section `anchor` that shows
+        its evidence: [(sentence, anchor)]."""
+        self.blocks.append(("links", items, label))
         return self
 
     def p(self, text: str) -> Document:
@@ -50,7 +61,11 @@ class Document:
         for b in self.blocks:
             kind = b[0]
             if kind == "h2":
-                out += [f"## {b[1]}", ""]
+                out += ([f'<a id="{b[2]}"></a>', ""] if b[2] else []) + [f"## {b[1]}", ""]
+            elif kind == "h3":
+                out += [f"### {b[1]}", ""]
+            elif kind == "links":
+                out += [f"- {text} ([{b[2]}](#{anchor}))" for text, anchor in b[1]] + [""]
             elif kind == "p":
                 out += [b[1], ""]
             elif kind == "table":
@@ -79,7 +94,12 @@ class Document:
         for b in self.blocks:
             kind = b[0]
             if kind == "h2":
-                out.append(f"<h2>{e(b[1])}</h2>")
+                out.append(f"<h2 id='{e(b[2])}'>{e(b[1])}</h2>" if b[2] else f"<h2>{e(b[1])}</h2>")
+            elif kind == "h3":
+                out.append(f"<h3>{e(b[1])}</h3>")
+            elif kind == "links":
+                out.append("<ul>" + "".join(f"<li>{e(text)} <a href='#{e(anchor)}'>{e(b[2])}</a></li>"
+                                            for text, anchor in b[1]) + "</ul>")
             elif kind == "p":
                 out.append(f"<p>{e(b[1])}</p>")
             elif kind == "table":

@@ -59,3 +59,8 @@ class CheckpointMismatchError(DihalError, ValueError):
 
 class JudgeChoiceError(DihalError, ValueError):
     """The judge asked for would score its own samples (the judge is the backbone)."""
+
+
+class CheckpointDamagedError(DihalError, ValueError):
+    """A training checkpoint does not match its digests (a changed, truncated or missing file),
+    or has none: it is never read as data."""

@@ -30,6 +30,16 @@ from dihal.errors import StateValueError
 from dihal.results import HiddenStatesResult, StateSpec
 
 
+def stack_on_one_device(states, device: torch.device | str | None = None) -> torch.Tensor:
+    """torch.stack of `states` on one device (default: the first state's). A backbone spread
+    over several GPUs (device_map="auto") returns each block's states on that block's GPU:
+    accelerate gathers the outputs of the outer model only, and DiHAL calls its inner decoder
+    (and hooks inside it). A state already on `device` is not copied."""
+    states = list(states)
+    device = torch.device(device) if device is not None else states[0].device
+    return torch.stack([s.to(device) for s in states])
+
+
 def stored(sequences: dict[str, np.ndarray], cfg: ExtractConfig) -> dict[str, np.ndarray]:
     """The sequences whose states the dump keeps (every layer): all, or the held-out split."""
     return dict(sequences) if cfg.store_train else {"val": sequences["val"]}
@@ -42,21 +52,24 @@ def check_states(states: torch.Tensor, dtype: str, *, split: str, first_seq: int
     `layers` names the layer of each row of `states` (default: row i is layer i). Returns the
     largest absolute value (for the overflow headroom record)."""
     name = (lambda i: layers[i]) if layers is not None else (lambda i: i)
-    finite = torch.isfinite(states)
-    if not bool(finite.all()):
-        row, b, pos = (int(v) for v in (~finite).nonzero()[0][:3])
-        layer = name(row)
-        raise StateValueError(
-            f"non-finite hidden state at layer {layer}, {split} sequence {first_seq + b}, "
-            f"position {pos}. The backbone produced NaN/inf: check its dtype (float32 on CPU, "
-            "bfloat16 rather than float16 on GPU) and the weights. Batches before this one "
-            "are kept."
-        )
-    amax = float(states.abs().amax())
+    # Row by row: torch.isfinite and abs() allocate 7 and 4 bytes per element, which over all
+    # N layers of a batch at once would be the dump's peak device memory (dihal.capacity).
+    for row in range(states.shape[0]):
+        finite = torch.isfinite(states[row])
+        if not bool(finite.all()):
+            b, pos = (int(v) for v in (~finite).nonzero()[0][:2])
+            raise StateValueError(
+                f"non-finite hidden state at layer {name(row)}, {split} sequence "
+                f"{first_seq + b}, position {pos}. The backbone produced NaN/inf: check its "
+                "dtype (float32 on CPU, bfloat16 rather than float16 on GPU) and the weights. "
+                "Batches before this one are kept."
+            )
+        del finite
+    per_layer = [float(states[row].abs().amax()) for row in range(states.shape[0])]
+    amax = max(per_layer)
     limit = DTYPE_MAX[dtype]
     if amax > limit:
-        per_layer = states.abs().flatten(1).amax(1)
-        layer = name(int(torch.nonzero(per_layer > limit)[0]))
+        layer = name(next(i for i, a in enumerate(per_layer) if a > limit))
         raise StateValueError(
             f"hidden state magnitude {amax:.1f} at layer {layer} ({split} batch from sequence "
             f"{first_seq}) overflows {dtype} (max {limit:.0f}). Store float32 instead "
@@ -187,7 +200,7 @@ def layer_pairs(backbone, ids: np.ndarray, layer: int, cfg: ExtractConfig, *,
     for lo in range(0, n, cfg.batch_size):
         batch = torch.as_tensor(ids[lo : lo + cfg.batch_size], dtype=torch.long)
         c_b, h_b = backbone.lower_states(batch, layer)
-        both = torch.stack([c_b.float(), h_b.float()])
+        both = stack_on_one_device([c_b.float(), h_b.float()])  # c_b and h_b: each its GPU
         check_states(both, cfg.dtype, split="train", first_seq=lo, layers=(0, layer))
         c[lo : lo + len(batch)] = both[0].to(store).cpu().float()
         h[lo : lo + len(batch)] = both[1].to(store).cpu().float()

@@ -187,13 +187,36 @@ def mauve_interval(p_features, q_features, *, seed: int = 0, n_boot: int = 1000,
     their features, with a percentile interval over samples: P's and Q's samples are resampled
     (seeded) under the quantisation fitted on all of them, and MAUVE recomputed from the
     resampled histograms. {"mauve", "mauve_low", "mauve_high", "mauve_buckets"}."""
-    import faiss
-    import mauve
     import numpy as np
 
     from dihal.uncertainty import resample_indices
 
     p, q = np.asarray(p_features, dtype=np.float64), np.asarray(q_features, dtype=np.float64)
+    point, k, p_lab, q_lab = _mauve_fit(p, q, seed)
+    ip = resample_indices(len(p_lab), n_boot, seed)
+    iq = resample_indices(len(q_lab), n_boot, seed + 1)
+    boot = np.array([_mauve_of_histograms(_hist(p_lab[a], k), _hist(q_lab[b], k))
+                     for a, b in zip(ip, iq, strict=True)])
+    tail = 100 * (1 - level) / 2
+    lo, hi = np.percentile(boot, [tail, 100 - tail])
+    return {"mauve": point, "mauve_low": float(lo), "mauve_high": float(hi),
+            "mauve_buckets": k}
+
+
+def _hist(labels, k: int):
+    import numpy as np
+
+    counts = np.bincount(labels, minlength=k).astype(np.float64)
+    return counts / counts.sum()
+
+
+def _mauve_fit(p, q, seed: int):
+    """mauve-text's MAUVE of features p against q at `seed`, its number of clusters, and the
+    cluster labels of p and q (dihal's copy of its quantisation, checked to match it)."""
+    import faiss
+    import mauve
+    import numpy as np
+
     # one OpenMP thread for faiss's k-means (deterministic, and fast on a shared CPU); the
     # setting is the process's OpenMP one, which torch shares: put it back, or every torch op
     # after the first MAUVE (the backbone's sampling in eval, the sampler curve) runs on one
@@ -207,18 +230,158 @@ def mauve_interval(p_features, q_features, *, seed: int = 0, n_boot: int = 1000,
     finally:
         faiss.omp_set_num_threads(threads)
 
-    def hist(labels):
-        counts = np.bincount(labels, minlength=k).astype(np.float64)
-        return counts / counts.sum()
-
-    if not (np.allclose(hist(p_lab), out.p_hist) and np.allclose(hist(q_lab), out.q_hist)):
+    if not (np.allclose(_hist(p_lab, k), out.p_hist) and np.allclose(_hist(q_lab, k), out.q_hist)):
         raise RuntimeError("mauve-text's quantisation no longer matches dihal's copy of it "
                            "(dihal/metrics.py _mauve_labels): pin mauve-text==0.4.0")
-    ip = resample_indices(len(p_lab), n_boot, seed)
-    iq = resample_indices(len(q_lab), n_boot, seed + 1)
-    boot = np.array([_mauve_of_histograms(hist(p_lab[a]), hist(q_lab[b]))
-                     for a, b in zip(ip, iq, strict=True)])
+    return float(out.mauve), k, p_lab, q_lab
+
+
+MAUVE_RESULT_SAMPLES = 512  # fewer samples a side than this: MAUVE is a diagnostic, not a result
+
+
+def _kmeans_labels(p, q, k: int, seed: int):
+    """_mauve_labels with faiss held to one OpenMP thread (and the count put back)."""
+    import faiss
+
+    threads = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(1)
+    try:
+        return _mauve_labels(p, q, k, seed)
+    finally:
+        faiss.omp_set_num_threads(threads)
+
+
+def mauve_interval_seeds(p_features, q_features, *, seed: int = 0, n_seeds: int = 5,
+                         n_boot: int = 1000, level: float = 0.95,
+                         min_samples: int = MAUVE_RESULT_SAMPLES) -> dict:
+    """MAUVE with the k-means fit inside its interval: the quantisation (PCA and faiss
+    k-means, mauve-text's) is refitted under `n_seeds` seeds (seed, seed + 1000, ...; the
+    first is mauve-text's own at `seed`), and each fit contributes n_boot / n_seeds resamples
+    of P's and Q's samples; the percentile interval is over all of them, so it covers the
+    variance of the clustering (the larger part at a few hundred samples) as well as that of
+    the samples. The point value is mauve-text's at `seed`; mauve_seed_min / _max are the
+    full-sample MAUVE of the least and most favourable fits. `mauve_diagnostic` is True when
+    either side has fewer than `min_samples` (512) samples or the sides differ in count: the
+    report shows such a MAUVE as a diagnostic, not a result. Covered by
+    tests/test_metrics.py test_mauve_interval_seeds_*."""
+    import numpy as np
+
+    from dihal.uncertainty import resample_indices
+
+    if n_seeds < 1 or n_boot < n_seeds:
+        raise ValueError(f"need n_seeds >= 1 and n_boot >= n_seeds, got {n_seeds}, {n_boot}")
+    p, q = np.asarray(p_features, dtype=np.float64), np.asarray(q_features, dtype=np.float64)
+    point, k, p_lab, q_lab = _mauve_fit(p, q, seed)
+    per_seed, boot = [], []
+    for j in range(n_seeds):
+        if j:
+            p_lab, q_lab = _kmeans_labels(p, q, k, seed + 1000 * j)
+        per_seed.append(_mauve_of_histograms(_hist(p_lab, k), _hist(q_lab, k)))
+        m = n_boot // n_seeds
+        ip = resample_indices(len(p_lab), m, seed + 1000 * j)
+        iq = resample_indices(len(q_lab), m, seed + 1000 * j + 1)
+        boot += [_mauve_of_histograms(_hist(p_lab[a], k), _hist(q_lab[b], k))
+                 for a, b in zip(ip, iq, strict=True)]
     tail = 100 * (1 - level) / 2
     lo, hi = np.percentile(boot, [tail, 100 - tail])
-    return {"mauve": float(out.mauve), "mauve_low": float(lo), "mauve_high": float(hi),
-            "mauve_buckets": k}
+    return {"mauve": point, "mauve_low": float(lo), "mauve_high": float(hi),
+            "mauve_buckets": k, "mauve_kmeans_seeds": n_seeds,
+            "mauve_seed_min": float(min(per_seed)), "mauve_seed_max": float(max(per_seed)),
+            "mauve_n_p": int(len(p)), "mauve_n_q": int(len(q)),
+            "mauve_diagnostic": bool(min(len(p), len(q)) < min_samples or len(p) != len(q))}
+
+
+# ------------------------------------------------------------------ spaCy words (LD4LG's)
+
+_SPACY_TOKENIZER = None
+
+
+def spacy_words(text: str) -> list[str]:
+    """The tokens of `text` under spaCy's English tokenizer (spacy.blank("en"): the rule-based
+    tokenizer that en_core_web_sm, which LD4LG's evaluation loads, is built with; no model
+    download). Covered by test_spacy_words_and_diversity."""
+    global _SPACY_TOKENIZER
+    if _SPACY_TOKENIZER is None:
+        import spacy
+
+        _SPACY_TOKENIZER = spacy.blank("en").tokenizer
+    return [t.text for t in _SPACY_TOKENIZER(text)]
+
+
+def diversity_spacy(texts: Sequence[str], ns: Sequence[int] = (2, 3, 4)) -> float:
+    """`diversity` with spaCy's English tokens instead of our regex words, as LD4LG computes
+    it (product over n of distinct / all n-grams pooled over texts); report it labelled
+    "diversity (spaCy, as LD4LG)" beside ours. NaN where some n has no n-gram. Covered by
+    test_spacy_words_and_diversity."""
+    _check(texts)
+    return diversity_of([{n: ngrams(spacy_words(t), n) for n in ns} for t in texts], ns)
+
+
+# ------------------------------------------------------------------ length-controlled Gen.PPL
+
+class IdScorer(Protocol):
+    def encode(self, text: str) -> list[int]: ...
+    def nll_of_ids_each(self, sequences: Sequence[Sequence[int]]) -> list[tuple[float, int]]: ...
+
+
+def judge_lengths(judge: IdScorer, texts: Sequence[str]) -> list[int]:
+    """Judge tokens scored in each text (every id after the first, which is the judge's BOS
+    where it has one: the count gen_ppl scores), the length every metric should be reported
+    beside. Covered by test_gen_ppl_first_tokens_*."""
+    _check(texts)
+    return [max(0, len(judge.encode(t)) - 1) for t in texts]
+
+
+def shared_length(lengths: Sequence[Sequence[int]], keep: float = 0.75) -> int:
+    """The largest judge length L at which every row (one list of sample lengths per model)
+    keeps at least `keep` of its samples (those with >= L tokens): the common length for
+    gen_ppl_first_tokens. 0 when a row is empty. Covered by test_shared_length_by_hand."""
+    import numpy as np
+
+    if not 0 < keep <= 1:
+        raise ValueError(f"keep must lie in (0, 1], got {keep}")
+    best = None
+    for row in lengths:
+        a = np.sort(np.asarray(list(row), dtype=np.int64))[::-1]
+        if a.size == 0:
+            return 0
+        # the ceil(keep * n)-th longest sample: that many samples have at least its length
+        cap = int(a[max(1, math.ceil(keep * a.size)) - 1])
+        best = cap if best is None else min(best, cap)
+    return int(best or 0)
+
+
+@dataclass(frozen=True)
+class FirstTokensPPL:
+    """Gen.PPL on the first `length` judge tokens of every sample (length-controlled)."""
+
+    gen: GenPPL  # over the samples long enough, each scored on its first `length` tokens
+    length: int
+    n_short: int  # non-empty samples with fewer than `length` judge tokens, left out
+
+    def to_dict(self) -> dict:
+        return {**{f"{k}_at_length": v for k, v in self.gen.to_dict().items()},
+                "length": self.length, "n_short": self.n_short}
+
+
+def gen_ppl_first_tokens(judge: IdScorer, texts: Sequence[str], length: int) -> FirstTokensPPL:
+    """Gen.PPL (both conventions, as gen_ppl) scoring only the first `length` judge tokens of
+    every sample (after the judge's BOS, which is the first token's context), so that models
+    whose samples differ in length are compared on equal ground: the judge's first tokens of
+    a text cost more than later ones, and shorter samples would otherwise look worse. Samples
+    with fewer than `length` judge tokens are left out and counted in n_short (empty ones in
+    gen.n_empty). gen.per_text feeds metric_intervals. Covered by
+    test_gen_ppl_first_tokens_*."""
+    _check(texts)
+    if isinstance(length, bool) or not isinstance(length, int) or length < 1:
+        raise ValueError(f"length must be an int >= 1 judge tokens, got {length!r}")
+    kept = [t for t in texts if t.strip()]
+    ids = [judge.encode(t) for t in kept]
+    long_enough = [s[: 1 + length] for s in ids if len(s) - 1 >= length]
+    each = [e for e in (judge.nll_of_ids_each(long_enough) if long_enough else []) if e[1] > 0]
+    nll, n_tok = sum(e[0] for e in each), sum(e[1] for e in each)
+    gen = GenPPL(math.exp(nll / n_tok) if n_tok else math.nan, nll, n_tok, len(each),
+                 len(texts) - len(kept),
+                 sum(math.exp(a / b) for a, b in each) / len(each) if each else math.nan,
+                 tuple(each))
+    return FirstTokensPPL(gen, length, len(kept) - len(long_enough))

@@ -11,20 +11,10 @@ import os
 from pathlib import Path
 
 from dihal import config as dc
+from dihal.stages import STAGES
 
-# stage -> the config dataclass its run config mirrors
-STAGE_CONFIGS = {
-    "corpus": dc.CorpusConfig,
-    "sequences": dc.SequenceConfig,
-    "hidden_states": dc.ExtractConfig,
-    "geometry": dc.GeometryConfig,
-    "layer_score": dc.LayerScoreConfig,
-    "bridge_sweep": dc.BridgeProtocol,
-    "bridge": dc.BridgeProtocol,
-    "eval": dc.EvalConfig,
-    "sampler_steps": dc.SamplerCurveConfig,
-    "baseline": dc.BaselineRunConfig,
-}
+# stage -> the config dataclass its run config mirrors (dihal.stages)
+STAGE_CONFIGS = {name: getattr(dc, s.config) for name, s in STAGES.items() if s.config}
 
 _GPU_PROTOCOL = {
     # a larger denoiser (5.48M parameters at d = 576; the default has 4.88M), bigger batches

@@ -30,6 +30,7 @@ from dihal.bridge import (
 )
 from dihal.config import MIN_SWEPT_LAYERS, BridgeProtocol, ExtractConfig  # noqa: F401
 from dihal.results import BridgeabilityResult, BridgeMetrics, TrainedBridge
+from dihal.rows import DEPTH, TARGETS, RegressionRow, Spearman, SpearmanRow
 from dihal.seeds import derive_seed
 
 
@@ -150,18 +151,19 @@ def train_layer_bridge(
     device: str = "cpu",
     progress: Callable[[dict], None] | None = None,
     regression: bool = False,
+    warn: Callable[[str], None] | None = None,
 ):
     """Build the protocol's denoiser (seeded the same for every layer), measure its validation
     loss at initialisation, and train it; resumes from ckpt_dir. With `regression`, the same
     network, loss and budget trained only at t = 1 (EndpointRegression: h_l from c directly).
-    Returns (denoiser, TrainResult, validation loss at initialisation)."""
+    `warn` gets the reason a damaged checkpoint is passed over (train_model's). Returns (denoiser, TrainResult, validation loss at initialisation)."""
     cfg = protocol.denoiser_config(data.train.dim, data.train.seq_len)
     denoiser = build_denoiser(cfg, seed=derive_seed(protocol.seed, "denoiser-init")).to(device)
     process = (EndpointRegression if regression else BrownianBridge)(sigma=protocol.sigma)
     tcfg = train_config_of(protocol, device, regression)
     init_val_loss = validation_loss(denoiser, data.val, process, tcfg.val_t_grid, seed=protocol.seed)
     result = train_bridge(denoiser, data.train, data.val, process, tcfg, Path(ckpt_dir),
-                          progress=progress)
+                          progress=progress, warn=warn)
     return denoiser, result, init_val_loss
 
 
@@ -208,10 +210,6 @@ def measure_bridge(backbone, denoiser, data: LayerData, protocol: BridgeProtocol
     return out
 
 
-TARGETS = ("val_loss", "recon_error", "hybrid_nll")
-DEPTH = "depth (-l)"
-
-
 def _predictor_values(layers: list[int], score_rows: list[dict],
                       predictor_rows: list[dict]) -> dict[str, list[float]]:
     """{predictor name: its oriented value at each swept layer}: S_l per normalisation, the
@@ -241,7 +239,7 @@ def bridgeability_table(layer_rows: list[dict], score_rows: list[dict],
     rival predictors) against -val_loss, -recon_error and -hybrid_nll over the swept layers,
     each with a bootstrap interval over layers (the same resamples for every predictor) and
     its standing against depth: "above" / "below" when the intervals do not overlap, else
-    "not distinguishable"."""
+    "not distinguishable". "rows": one dihal.rows.SpearmanRow per predictor."""
     from dihal.uncertainty import compare_intervals, spearman_interval
 
     layers = sorted(r["layer"] for r in layer_rows)
@@ -250,36 +248,24 @@ def bridgeability_table(layer_rows: list[dict], score_rows: list[dict],
     preds = _predictor_values(layers, score_rows, predictor_rows)
     stats = {(p, m): spearman_interval(v, t, n_boot=n_boot, seed=seed)
              for p, v in preds.items() for m, t in targets.items()}
-    rows = []
-    for p in preds:
-        row = {"predictor": p}
-        for m in TARGETS:
-            st, depth = stats[(p, m)], stats[(DEPTH, m)]
-            row.update({f"spearman_vs_-{m}": st["rho"], f"low_vs_-{m}": st["low"],
-                        f"high_vs_-{m}": st["high"],
-                        f"vs_depth_-{m}": "" if p == DEPTH else compare_intervals(
-                            (st["low"], st["high"]), (depth["low"], depth["high"]))})
-        rows.append(row)
+
+    def standing(p: str, m: str) -> Spearman:
+        st, depth = stats[(p, m)], stats[(DEPTH, m)]
+        return Spearman(st["rho"], st["low"], st["high"], "" if p == DEPTH else compare_intervals(
+            (st["low"], st["high"]), (depth["low"], depth["high"])))
+
+    table = [SpearmanRow(p, {m: standing(p, m) for m in TARGETS}) for p in preds]
     oracle = min(layers, key=lambda ll: by_layer[ll]["val_loss"])
     worst = max(layers, key=lambda ll: by_layer[ll]["val_loss"])
-    return {"rows": rows, "layers": layers, "oracle": oracle, "worst": worst}
+    return {"rows": table, "layers": layers, "oracle": oracle, "worst": worst}
 
 
-def regression_table(swept: list[BridgeMetrics], controls: list[BridgeMetrics]) -> list[dict]:
+def regression_table(swept: list[BridgeMetrics], controls: list[BridgeMetrics]) -> list[RegressionRow]:
     """The diffusion bridge against its regression control at each layer that has both: the
     reconstruction error, hybrid NLL and top-1 agreement of each, and which is better."""
     control = {m.layer: m for m in controls}
-    rows = []
-    for b in sorted(swept, key=lambda m: m.layer):
-        if (r := control.get(b.layer)) is None:
-            continue
-        rows.append({"layer": b.layer, "bridge_recon_error": b.recon_error,
-                     "regression_recon_error": r.recon_error, "bridge_hybrid_nll": b.hybrid_nll,
-                     "regression_hybrid_nll": r.hybrid_nll, "bridge_top1": b.top1_agreement,
-                     "regression_top1": r.top1_agreement, "regression_mse": r.val_loss,
-                     "bridge_better_nll": b.hybrid_nll < r.hybrid_nll,
-                     "bridge_better_recon": b.recon_error < r.recon_error})
-    return rows
+    return [RegressionRow.of(b, control[b.layer])
+            for b in sorted(swept, key=lambda m: m.layer) if b.layer in control]
 
 
 def bridgeability(swept: list[BridgeMetrics], score_rows: list[dict], l_star: int, *,
@@ -351,6 +337,7 @@ def train_layer(backbone, reader, layer: int, protocol: BridgeProtocol, ckpt_dir
                 train_ids: np.ndarray, extract: ExtractConfig, device: str = "cpu",
                 progress: Callable[[dict], None] | None = None,
                 log: Callable[[str], None] | None = None, regression: bool = False,
+                warn: Callable[[str], None] | None = None,
                 keep_pairs: bool = False) -> TrainedBridge:
     """The bridge stage (sweep partitions, the bridge at l*, full training): the training pairs
     from the dump of `reader`, or, where it did not store the training split, computed for
@@ -358,7 +345,8 @@ def train_layer(backbone, reader, layer: int, protocol: BridgeProtocol, ckpt_dir
     `extract`); train a bridge hs[0] -> h_layer under `protocol` (resuming from `ckpt_dir`),
     measure its bridgeability and package it for saving. With `regression`: the regression
     control instead (train_layer_bridge; `protocol.steps` must then be 1), on the pairs a
-    bridge of the same layer kept (`keep_pairs`) where there are any (layer_data_for)."""
+    bridge of the same layer kept (`keep_pairs`) where there are any (layer_data_for). `warn`
+    gets the reason a damaged checkpoint is passed over (default: a RuntimeWarning)."""
     if regression and protocol.steps != 1:
         raise ValueError(f"the regression control predicts in one step: steps must be 1, got "
                          f"{protocol.steps}")
@@ -373,7 +361,8 @@ def train_layer(backbone, reader, layer: int, protocol: BridgeProtocol, ckpt_dir
     data = layer_data_for(backbone, reader, layer, protocol, train_ids=train_ids,
                           extract=extract, log=log, reuse=regression)
     denoiser, result, init_val_loss = train_layer_bridge(data, protocol, ckpt_dir, device=device,
-                                                         progress=progress, regression=regression)
+                                                         progress=progress, regression=regression,
+                                                         warn=warn)
     measured = measure_bridge(backbone, denoiser.to(backbone.device), data, protocol,
                                val_loss=result.val_loss)
     tcfg = train_config_of(protocol, device, regression)

@@ -7,6 +7,20 @@ from __future__ import annotations
 
 from dihal.document import Document
 from dihal.results import ReportInputs, ReportResult
+from dihal.rows import (
+    ABOVE,
+    BELOW,
+    DEPTH,
+    TARGETS,
+    Estimate,
+    RegressionRow,
+    Spearman,
+    SpearmanRow,
+    generation_rows,
+    number,
+    regression_rows,
+    spearman_rows,
+)
 
 
 def _key_value(d: dict, keys: list[str] | None = None) -> list[dict]:
@@ -41,55 +55,50 @@ def _stability_summary(stability: dict[str, dict], n_resamples) -> str:
             + (f"; it moves under {', '.join(loose)}." if loose else "."))
 
 
-def _number(v) -> float | None:
-    return None if v is None or v != v else float(v)  # None and NaN: no number
-
-
 def _bridgeability_summary(x: ReportInputs) -> str:
-    rows = {r["predictor"]: r for r in x.bridgeability["spearman"]}
-    depth = rows.pop("depth (-l)", None)
+    rows = {r.predictor: r for r in spearman_rows(x.bridgeability["spearman"])}
+    depth = rows.pop(DEPTH, None)
     b = x.bridgeability
     head = (f"Over {len(b['swept_layers'])} swept layers the oracle layer is {b['oracle']} and the "
             f"worst {b['worst']}; geometry picked {b['l_star']}")
-    rho = {k: _number(r["spearman_vs_-val_loss"]) for k, r in rows.items()}
+    rho = {k: number(r.of().rho) for k, r in rows.items() if r.of()}
     rho = {k: v for k, v in rho.items() if v is not None}
     if not rho or depth is None:
         return head + "."
     best = max(rho, key=rho.get)
-    above = [k for k, r in rows.items() if r.get("vs_depth_-val_loss") == "above"]
+    above = [k for k, r in rows.items() if r.of() and r.of().vs_depth == ABOVE]
     verdict = (f"{len(above)} predictor(s) beat depth beyond the 95 % intervals: {', '.join(above)}"
                if above else "no predictor beats depth beyond the 95 % intervals "
                "(every one is above it by less than the resampling spread, or below it)")
     return (head + f". Against -val loss the highest Spearman is {best}'s, {rho[best]:.2f}; depth's "
-            f"is {_number(depth['spearman_vs_-val_loss']) or float('nan'):.2f}. {verdict}.")
+            f"is {number(depth.of().rho) or float('nan'):.2f}. {verdict}.")
 
 
-def _interval(row: dict, target: str) -> str:
-    rho, lo, hi = (_number(row.get(f"{k}_vs_-{target}")) for k in ("spearman", "low", "high"))
+def _interval(s: Spearman | None) -> str:
+    rho, lo, hi = s.interval() if s is not None else (None, None, None)
     if rho is None:
         return "undefined"
     return f"{rho:.2f} [{lo:.2f}, {hi:.2f}]" if lo is not None and hi is not None else f"{rho:.2f}"
 
 
-def _spearman_table(rows: list[dict]) -> list[dict]:
+def _spearman_table(rows: list[SpearmanRow]) -> list[dict]:
     """One line per predictor: Spearman with its interval per target, and where it stands
     against depth for -val loss."""
-    return [{"predictor": r["predictor"],
-             **{f"vs -{t}": _interval(r, t) for t in ("val_loss", "recon_error", "hybrid_nll")},
-             "against depth (val loss)": r.get("vs_depth_-val_loss", "")} for r in rows]
+    return [{"predictor": r.predictor, **{f"vs -{t}": _interval(r.of(t)) for t in TARGETS},
+             "against depth (val loss)": r.of().vs_depth if r.of() else ""} for r in rows]
 
 
-def _regression_summary(rows: list[dict], swept: list[int]) -> str:
+def _regression_summary(rows: list[RegressionRow], swept: list[int]) -> str:
     if not rows:
         return ("No regression control was trained for these swept layers: materialise "
                 "regression_sweep_<b> (the sweep job does) and then bridgeability again.")
-    nll = [r["layer"] for r in rows if r["bridge_better_nll"]]
-    rec = [r["layer"] for r in rows if r["bridge_better_recon"]]
+    nll = [r.layer for r in rows if r.bridge_better_nll]
+    rec = [r.layer for r in rows if r.bridge_better_recon]
     n = len(rows)
     verdict = ("The diffusion bridge beats the regressor" if len(nll) == n else
                "The regressor is at least as good as the diffusion bridge" if not nll else
                "Neither wins everywhere")
-    missing = sorted(set(swept) - {r["layer"] for r in rows})
+    missing = sorted(set(swept) - {r.layer for r in rows})
     return (f"{verdict}: under the same network and budget, the bridge has the lower hybrid NLL "
             f"at {len(nll)} of {n} layers" + (f" ({', '.join(map(str, nll))})" if nll else "")
             + f" and the lower reconstruction error at {len(rec)} of {n}."
@@ -111,18 +120,12 @@ def _sampler_summary(curve: dict) -> str:
 
 def _ci(row: dict, key: str, fmt: str = ".1f") -> str:
     """"value [low, high]" of a generation metric with its interval over samples."""
-    v, lo, hi = (_number(row.get(key + end)) for end in ("", "_low", "_high"))
-    if v is None:
-        return "n/a"
-    return f"{v:{fmt}} [{lo:{fmt}}, {hi:{fmt}}]" if lo is not None and hi is not None else f"{v:{fmt}}"
+    return Estimate.of(row, key).text(fmt)
 
 
 def _separated(a: dict, b: dict, key: str) -> bool:
     """The two rows' intervals of `key` do not overlap."""
-    lo_a, hi_a, lo_b, hi_b = (_number(r.get(key + e)) for r in (a, b) for e in ("_low", "_high"))
-    if None in (lo_a, hi_a, lo_b, hi_b):
-        return False
-    return hi_a < lo_b or hi_b < lo_a
+    return Estimate.of(a, key).separated_from(Estimate.of(b, key))
 
 
 def _generation_table(rows: list[dict], extra: list[str]) -> list[dict]:
@@ -165,7 +168,7 @@ def _samples_needed(row: dict, others: list[dict], n: int) -> str:
 
     parts = []
     for o in others:
-        v = [_number(r.get(f"gen_ppl{e}")) for r in (row, o) for e in ("", "_low", "_high")]
+        v = [number(r.get(f"gen_ppl{e}")) for r in (row, o) for e in ("", "_low", "_high")]
         if None in v:
             continue
         need = samples_to_separate(v[0], (v[1], v[2]), v[3], (v[4], v[5]), n)
@@ -190,6 +193,10 @@ def cross_backbone_tables(summaries: list[dict]) -> tuple[list[dict], list[dict]
     judge): (one row per backbone: l* per normalisation, oracle, worst, hybrid and backbone
     Gen.PPL with the judge; one row per predictor: its Spearman vs -val loss on each backbone,
     with the interval and its standing against depth)."""
+    return _backbone_lines(summaries), _predictor_lines(summaries)
+
+
+def _backbone_lines(summaries: list[dict]) -> list[dict]:
     norms = sorted({n for s in summaries for n in s["selected"]})
     main = []
     for s in summaries:
@@ -202,24 +209,27 @@ def cross_backbone_tables(summaries: list[dict]) -> tuple[list[dict], list[dict]
                                         else "not evaluated"),
             "judge": s["judge"] or "",
         })
-    predictors: list[str] = []
-    for s in summaries:
-        predictors += [r["predictor"] for r in s["bridgeability"]["spearman"]
-                       if r["predictor"] not in predictors]
+    return main
+
+
+def _predictor_lines(summaries: list[dict]) -> list[dict]:
+    typed = {s["backbone"]: {r.predictor: r for r in spearman_rows(s["bridgeability"]["spearman"])}
+             for s in summaries}
+    predictors = list(dict.fromkeys(p for rows in typed.values() for p in rows))
     spearman = []
     for p in predictors:
         row = {"predictor": p}
-        for s in summaries:
-            got = [r for r in s["bridgeability"]["spearman"] if r["predictor"] == p]
-            cell = _interval(got[0], "val_loss") if got else "not computed"
-            standing = got[0].get("vs_depth_-val_loss", "") if got else ""
-            row[s["backbone"]] = f"{cell} ({standing})" if standing in ("above", "below") else cell
+        for b, rows in typed.items():
+            got = rows[p].of() if p in rows else None
+            cell = _interval(got) if p in rows else "not computed"
+            standing = got.vs_depth if got else ""
+            row[b] = f"{cell} ({standing})" if standing in (ABOVE, BELOW) else cell
         spearman.append(row)
-    return main, spearman
+    return spearman
 
 
 def _cross_backbone_section(r: Document, x: ReportInputs) -> None:
-    r.h2("5. Across backbones")
+    r.h2("5. Across backbones", BACKBONES)
     names = [s["backbone"] for s in x.backbones]
     if not names:
         r.p("No backbone summaries were given.")
@@ -242,82 +252,207 @@ def another_backbone(name: str) -> str:
     return "smollm2" if name == "gemma3" else "gemma3"
 
 
-def build_report(x: ReportInputs) -> ReportResult:
-    from dihal.plots import plot_quality_diversity
+# ----------------------------------------------------------------------------- the answers
+# Where each section starts: the answers link to them
+LOCATE, BRIDGEABILITY, REGRESSION, SAMPLER, GENERATION, FULL, BACKBONES, SAMPLES, CONFIG = (
+    "locate", "bridgeability", "regression-control", "sampler-steps", "generation",
+    "full-training", "across-backbones", "samples", "configuration")
 
-    bb, score, bness = x.backbone_info, x.score, x.bridgeability
-    geo_cfg, ev_cfg = x.configs["geometry"], x.configs["eval"]
-    r = Document(f"DiHAL on {bb['hf_id']} ({x.backbone})")
+
+def answer_l_star(x: ReportInputs) -> tuple[str, str]:
+    """Which layer geometry selects, and how firmly (over the token bootstrap)."""
+    primary = x.configs["layer_score"]["primary_norm"]
+    line = f"Geometry selects l* = {x.score['l_star']} (S_l under {primary})"
+    st = x.score.get("stability", {}).get(primary)
+    if st:
+        line += (f"; {st['same']:.0%} of {st['replicates']} bootstrap resamples of the tokens "
+                 f"pick it again, 95 % range [{st['low']}, {st['high']}]")
+    return line + ".", LOCATE
+
+
+def answer_geometry_vs_depth(x: ReportInputs) -> tuple[str, str]:
+    """Does the geometry score (primary normalisation) predict the bridges' validation loss
+    better than depth does: above, below, or not distinguishable (95 % intervals)?"""
+    primary = x.configs["layer_score"]["primary_norm"]
+    rows = {r.predictor: r for r in spearman_rows(x.bridgeability["spearman"])}
+    geo, depth = rows.get(f"S_l ({primary})"), rows.get(DEPTH)
+    n = len(x.bridgeability["swept_layers"])
+    if geo is None or depth is None or geo.of() is None or depth.of() is None:
+        return (f"Whether geometry beats depth is not settled: no Spearman of S_l ({primary}) "
+                f"and of depth against -val loss over the {n} swept layers.", BRIDGEABILITY)
+    g, d = geo.of(), depth.of()
+    verdict = {ABOVE: "geometry predicts how well a bridge learns better than depth does, "
+                      "beyond the 95 % intervals",
+               BELOW: "depth predicts how well a bridge learns better than geometry does, "
+                      "beyond the 95 % intervals"}.get(
+        g.vs_depth, f"geometry and depth cannot be told apart at {n} swept layers (their 95 % "
+                    "intervals overlap)")
+    rivals = [r.predictor for r in rows.values()
+              if not r.is_depth and r is not geo and r.of() and r.of().vs_depth == ABOVE]
+    return (f"Over {n} swept layers, S_l ({primary}) has Spearman {_interval(g)} with -val loss "
+            f"and depth {_interval(d)}: {verdict}"
+            + (f"; predictors above depth: {', '.join(rivals)}" if rivals else "") + ".",
+            BRIDGEABILITY)
+
+
+def answer_bridge_vs_regression(x: ReportInputs) -> tuple[str, str]:
+    """Does the diffusion bridge beat its regression control (hybrid NLL), at how many layers?"""
+    rows = regression_rows(x.bridgeability.get("regression", []))
+    if not rows:
+        return ("Whether the diffusion bridge beats its regression control is not settled: no "
+                "control was trained for the swept layers.", REGRESSION)
+    wins = [r.layer for r in rows if r.bridge_better_nll]
+    n = len(rows)
+    if len(wins) == n:
+        verdict = f"The diffusion bridge beats its regression control at all {n} layers"
+    elif not wins:
+        verdict = f"The regression control is at least as good as the diffusion bridge at all {n} layers"
+    else:
+        verdict = (f"The diffusion bridge beats its regression control at {len(wins)} of {n} "
+                   f"layers ({', '.join(map(str, wins))}), not everywhere")
+    return verdict + " (lower hybrid NLL, same network and budget).", REGRESSION
+
+
+def answer_generation(x: ReportInputs) -> tuple[str, str]:
+    """DiHAL's Gen.PPL against the backbone's and the baselines' (95 % intervals over samples)."""
+    rows = generation_rows(x.comparison["rows"])
+    dihal = next(r for r in rows if r.role == "dihal")
+    ref = next(r for r in rows if r.role == "backbone")
+    bases = [r for r in rows if r.role == "baseline"]
+    side = "lower" if dihal.gen_ppl.value < ref.gen_ppl.value else "higher"
+    sep = ("the intervals are separated" if dihal.gen_ppl.separated_from(ref.gen_ppl)
+           else "the intervals overlap")
+    line = (f"DiHAL's Gen.PPL is {dihal.gen_ppl.text()}, {side} than the backbone's "
+            f"{ref.gen_ppl.text()} ({sep})")
+    if bases:
+        beaten = [r.name for r in bases if dihal.gen_ppl.value < r.gen_ppl.value]
+        clear = [r.name for r in bases if r.name in beaten and dihal.gen_ppl.separated_from(r.gen_ppl)]
+        line += (f"; at the matched budget it is lower than {len(beaten)} of {len(bases)} "
+                 f"baselines' ({', '.join(beaten)}), beyond the intervals for {len(clear)} of "
+                 "them" if beaten else f"; at the matched budget it is lower than none of the "
+                 f"{len(bases)} baselines'")
+    else:
+        line += "; no baseline was compared"
+    return line + ".", GENERATION
+
+
+def answer_cost(x: ReportInputs) -> tuple[str, str]:
+    """What generating with the hybrid costs against the backbone, and what the bridge cost."""
+    ev = {r.role: r for r in generation_rows(x.evaluation["rows"])}
+    dihal = next(r for r in generation_rows(x.comparison["rows"]) if r.role == "dihal")
+    hyb, ref = ev["dihal"], ev["backbone"]
+    ratio = hyb.columns["latency_vs_backbone"]
+    pace = "slower" if ratio > 1 else "faster" if ratio < 1 else "as fast"
+    c = dihal.columns
+    return (f"DiHAL generates at {hyb.ms_per_token:.2f} ms per token against the backbone's "
+            f"{ref.ms_per_token:.2f} ({ratio:.2f}x the backbone's time per step: {pace}); its "
+            f"bridge has {c['denoiser_parameters']:,} parameters, was trained on "
+            f"{c['train_tokens']:,} tokens and samples in {c['sampler_steps']} step(s).",
+            GENERATION)
+
+
+ANSWERS = (answer_l_star, answer_geometry_vs_depth, answer_bridge_vs_regression,
+           answer_generation, answer_cost)
+
+
+def _answers_section(r: Document, x: ReportInputs) -> None:
+    r.h2("What this run shows", "answers")
+    r.links([answer(x) for answer in ANSWERS])
+
+
+# ---------------------------------------------------------------------------- the sections
+def _intro(r: Document, x: ReportInputs) -> None:
+    bb = x.backbone_info
     r.p(f"Backbone {bb['hf_id']} ({bb['architecture']}, {bb['n_layers']} layers, hidden "
         f"{bb['hidden_size']}), weights {bb['revision']}. Every number below was measured by the "
         "pipeline from the artifacts listed at the end; nothing is copied from the paper.")
 
-    r.h2("1. Locate: geometry per layer")
+
+def _proxy_tables(x: ReportInputs) -> dict[str, list[dict]]:
+    """One table per normalisation: the proxies and S_l of each layer."""
+    score = {(s["norm"], s["layer"]): s.get("S") for s in x.score_rows}
+    out: dict[str, list[dict]] = {}
+    for g in sorted(x.geometry_rows, key=lambda g: (g["norm"], g["layer"])):
+        out.setdefault(g["norm"], []).append(
+            {"layer": g["layer"], **{k: g[k] for k in ("m_curv", "m_mono", "k_eff")},
+             "S": score.get((g["norm"], g["layer"]))})
+    return out
+
+
+def _locate_section(r: Document, x: ReportInputs) -> None:
+    geo_cfg, score = x.configs["geometry"], x.score
+    r.h2("1. Locate: geometry per layer", LOCATE)
     r.p(_locate_summary(x))
-    srows = {(s["norm"], s["layer"]): s for s in x.score_rows}
-    norms = sorted({g["norm"] for g in x.geometry_rows})
-    geo = {(g["norm"], g["layer"]): g for g in x.geometry_rows}
-    keys = ("m_curv", "m_mono", "k_eff", "S")
-    table = [{"layer": layer, **{f"{k}[{n}]": (srows.get((n, layer), {}).get("S") if k == "S"
-                                               else geo[(n, layer)][k]) for n in norms for k in keys}}
-             for layer in sorted({g["layer"] for g in x.geometry_rows})]
+    r.table([{"normalisation": n, "l*": score["selected"][n],
+              "Spearman(S_l, -l)": score["spearman_vs_depth"][n]} for n in sorted(score["selected"])],
+            ["normalisation", "l*", "Spearman(S_l, -l)"], ".3f")
+    if score.get("stability"):
+        r.p(_stability_summary(score["stability"], geo_cfg.get("n_resamples")))
+        r.table(_stability_table(score["stability"]),
+                ["normalisation", "l*", "l* [95 %] over resamples", "resamples picking l*",
+                 "layers picked (share)"])
+    r.image(x.plots["proxies"], "Proxies against layer, per normalisation")
+    r.image(x.plots["score"], "Layer score S_l and l* per normalisation")
     r.p(f"{geo_cfg['n_tokens']} held-out tokens per layer (position 0 dropped), "
         f"{geo_cfg['n_anchors']} anchors, k = {geo_cfg['k_neighbors']}, "
         f"{geo_cfg['n_pairs']} pairs. k_eff is unchanged by a global rescaling, so it is the "
         "same under none and rms; standardize rescales each dimension and changes it. "
-        "Layer 0 is shown for reference and has no score.")
-    r.table(table, ["layer"] + [f"{k}[{n}]" for n in norms for k in keys], ".3g")
-    r.image(x.plots["proxies"], "Proxies against layer, per normalisation")
-    r.image(x.plots["score"], "Layer score S_l and l* per normalisation")
-    if x.score.get("stability"):
-        r.p(_stability_summary(x.score["stability"], geo_cfg.get("n_resamples")))
-        r.table(_stability_table(x.score["stability"]),
-                ["normalisation", "l*", "l* [95 %] over resamples", "resamples picking l*",
-                 "layers picked (share)"])
+        "Layer 0 is shown for reference and has no score. One table per normalisation:")
+    for norm, table in _proxy_tables(x).items():
+        r.h3(f"Proxies and S_l under {norm}")
+        r.table(table, ["layer", "m_curv", "m_mono", "k_eff", "S"], ".3g")
     if x.predictor_rows:
         r.p("Rival predictors on the same tokens (dihal.predictors): distance and linear CKA "
             "from the condition hs[0], the block influence of ShortGPT, the cross-validated R^2 "
             "of a ridge regression from the condition, the TwoNN intrinsic dimension, and the "
             "share of variance carried by the top 0.1 % tokens by norm (massive activations).")
         r.table(x.predictor_rows, list(x.predictor_rows[0]), ".3g")
-    r.table([{"normalisation": n, "l*": score["selected"][n],
-              "Spearman(S_l, -l)": score["spearman_vs_depth"][n]} for n in sorted(score["selected"])],
-            ["normalisation", "l*", "Spearman(S_l, -l)"], ".3f")
 
-    r.h2("2. Does the score predict bridgeability?")
+
+def _bridgeability_section(r: Document, x: ReportInputs) -> None:
+    r.h2("2. Does the score predict bridgeability?", BRIDGEABILITY)
     r.p(_bridgeability_summary(x))
-    r.table(x.sweep_layers, ["layer", "init_val_loss", "val_loss", "recon_error", "hybrid_nll",
-                             "backbone_nll", "top1_agreement", "steps", "seconds"], ".4g")
     r.p("Spearman correlation of each predictor with -val loss, -reconstruction error and "
         "-hybrid NLL over the swept layers, with a 95 % percentile bootstrap interval over layers "
         "(2000 resamples, the same for every predictor). Each rival predictor enters with the "
         "sign fixed before the sweep under which higher should mean easier (a leading minus: "
         "lower should). A predictor is marked above or below depth only where its interval and "
         "depth's do not overlap.")
-    r.table(_spearman_table(bness["spearman"]),
+    r.table(_spearman_table(spearman_rows(x.bridgeability["spearman"])),
             ["predictor", "vs -val_loss", "vs -recon_error", "vs -hybrid_nll",
              "against depth (val loss)"])
     r.image(x.plots["scatter"], "S_l vs bridge validation loss per normalisation, and the depth control")
+    r.table(x.sweep_layers, ["layer", "init_val_loss", "val_loss", "recon_error", "hybrid_nll",
+                             "backbone_nll", "top1_agreement", "steps", "seconds"], ".4g")
     r.p("The protocol every swept layer was trained under:")
     r.table(_key_value(x.sweep_protocol), ["setting", "value"])
 
-    r.h2("2a. The bridge against a regression control")
-    r.p(_regression_summary(bness.get("regression", []), bness["swept_layers"]))
-    if bness.get("regression"):
+
+def _regression_section(r: Document, x: ReportInputs) -> None:
+    rows = regression_rows(x.bridgeability.get("regression", []))
+    r.h2("2a. The bridge against a regression control", REGRESSION)
+    r.p(_regression_summary(rows, x.bridgeability["swept_layers"]))
+    if rows:
         r.p("The regression control is the sweep's denoiser, loss and budget trained only at "
             "t = 1, where the bridge's input is the condition itself: it predicts h_l from hs[0] "
             "in one step, with no noise. Both are measured the same way on held-out text.")
-        r.table(bness["regression"], ["layer", "bridge_hybrid_nll", "regression_hybrid_nll",
-                                      "bridge_recon_error", "regression_recon_error",
-                                      "bridge_top1", "regression_top1"], ".4g")
+        r.table([row.to_dict() for row in rows],
+                ["layer", "bridge_hybrid_nll", "regression_hybrid_nll", "bridge_recon_error",
+                 "regression_recon_error", "bridge_top1", "regression_top1"], ".4g")
 
-    r.h2("2b. What the sampler's steps buy at l*")
+
+def _sampler_section(r: Document, x: ReportInputs) -> None:
+    r.h2("2b. What the sampler's steps buy at l*", SAMPLER)
     r.p(_sampler_summary(x.sampler_curve))
     r.table(x.sampler_curve["rows"], ["steps", "recon_error", "hybrid_nll", "top1_agreement",
                                       "ms_per_token"], ".4g")
 
-    r.h2("3. Generation: DiHAL, the backbone and the baselines at a matched budget")
+
+def _generation_section(r: Document, x: ReportInputs) -> None:
+    from dihal.plots import plot_quality_diversity
+
     cmp_ = x.comparison
+    r.h2("3. Generation: DiHAL, the backbone and the baselines at a matched budget", GENERATION)
     r.p(_generation_summary(x))
     extra = ["repetition", "mean_length", "denoiser_parameters", "train_tokens", "sampler_steps",
              "seq_len"]
@@ -335,11 +470,15 @@ def build_report(x: ReportInputs) -> ReportResult:
             "Gen.PPL against diversity, every model of the comparison")
     if cmp_.get("missing"):
         r.p(f"Not run: {', '.join(cmp_['missing'])}.")
-    judge = x.evaluation["judge"]
+    _judge_and_latency(r, x)
+
+
+def _judge_and_latency(r: Document, x: ReportInputs) -> None:
+    ev_cfg, first = x.configs["eval"], x.evaluation["rows"][0]
     r.p("Samples are scored by the judge below, the same for every model:")
-    first = x.evaluation["rows"][0]
-    r.table(_key_value({**judge, "samples": ev_cfg["n_samples"], "length": ev_cfg["length"],
-                        "temperature": ev_cfg["temperature"], "seed": ev_cfg["seed"],
+    r.table(_key_value({**x.evaluation["judge"], "samples": ev_cfg["n_samples"],
+                        "length": ev_cfg["length"], "temperature": ev_cfg["temperature"],
+                        "seed": ev_cfg["seed"],
                         "CPU threads while sampling (0: GPU)": first.get("cpu_threads"),
                         "CPU kernels while sampling (torch's CPU capability)":
                             first.get("cpu_kernels", "not recorded")}),
@@ -348,7 +487,9 @@ def build_report(x: ReportInputs) -> ReportResult:
               "vs backbone": e["latency_vs_backbone"]} for e in x.evaluation["rows"]],
             ["model", "ms per token", "vs backbone"], ".3g")
 
-    r.h2("4. Full training: geometry-selected vs oracle vs worst layer")
+
+def _full_training_section(r: Document, x: ReportInputs) -> None:
+    r.h2("4. Full training: geometry-selected vs oracle vs worst layer", FULL)
     r.p(_full_training_summary(x))
     r.table(x.full_training, ["role", "layer", "val_loss", "recon_error", "hybrid_nll",
                               "top1_agreement", "train_tokens"], ".4g")
@@ -356,18 +497,34 @@ def build_report(x: ReportInputs) -> ReportResult:
             ["role", "layer", "Gen.PPL [95 %]", "Gen.PPL, mean of samples [95 %]",
              "diversity [95 %]", "MAUVE [95 %]"])
 
-    _cross_backbone_section(r, x)
 
-    r.h2("6. Sample texts")
+def _samples_section(r: Document, x: ReportInputs) -> None:
+    r.h2("6. Sample texts", SAMPLES)
     r.p("The first samples of each model, unedited.")
     r.pre("".join(f"== {model}\n" + "".join(f"- {t[:240]!r}\n" for t in texts[:4])
                   for model, texts in x.samples.items()))
 
-    r.h2("7. Configuration and inputs")
+
+def _configuration_section(r: Document, x: ReportInputs) -> None:
+    r.h2("7. Configuration and inputs", CONFIG)
     r.p(f"Artifacts under {x.artifacts}. The configuration of each stage:")
     r.table([{"stage": stage, "setting": k, "value": v} for stage, cfg in x.configs.items()
              for k, v in sorted(cfg.items())], ["stage", "setting", "value"])
     r.p("The artifacts this report was built from, by fingerprint:")
     r.table([{"artifact": name, "fingerprint": fp[:16]} for name, fp in x.fingerprints.items()],
             ["artifact", "fingerprint"])
+
+
+SECTIONS = (_answers_section, _locate_section, _bridgeability_section, _regression_section,
+            _sampler_section, _generation_section, _full_training_section,
+            _cross_backbone_section, _samples_section, _configuration_section)
+
+
+def build_report(x: ReportInputs) -> ReportResult:
+    """The report: it opens on its answers (each linking to its evidence), then one section
+    per question, wide tables last in each."""
+    r = Document(f"DiHAL on {x.backbone_info['hf_id']} ({x.backbone})")
+    _intro(r, x)
+    for section in SECTIONS:
+        section(r, x)
     return ReportResult(html=r.html(), markdown=r.markdown())

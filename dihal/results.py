@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from dihal.rows import TARGETS, RegressionRow, SpearmanRow
+
 
 def _round(v: Any) -> Any:
     return round(v, 5) if isinstance(v, float) else v
@@ -195,25 +197,31 @@ class TrainedBridge:
 @dataclass(frozen=True)
 class BridgeabilityResult:
     layer_rows: list[dict]  # BridgeMetrics.to_dict() of each swept layer, by layer
-    spearman: list[dict]  # {"predictor", "spearman_vs_-val_loss", ...}
+    spearman: list[SpearmanRow]  # one per predictor
     layers: list[int]
     oracle: int
     worst: int
     l_star: int
     plot_png: bytes = field(repr=False, default=b"")
-    regression: list[dict] = field(default_factory=list)  # the bridge vs its regression control
+    regression: list[RegressionRow] = field(default_factory=list)  # the bridge vs its control
+
+    def spearman_columns(self) -> list[dict]:
+        return [r.to_dict() for r in self.spearman]
+
+    def regression_columns(self) -> list[dict]:
+        return [r.to_dict() for r in self.regression]
 
     def info(self) -> dict:
         return {"l_star": self.l_star, "oracle": self.oracle, "worst": self.worst,
-                "swept_layers": self.layers, "spearman": self.spearman,
-                "regression": self.regression}
+                "swept_layers": self.layers, "spearman": self.spearman_columns(),
+                "regression": self.regression_columns()}
 
     def metadata(self) -> dict:
         """l*, oracle, worst and each predictor's Spearman as top-level numbers (the UI charts
         them over materialisations)."""
-        rho = {f"spearman {r['predictor']} vs -{target}": r[f"spearman_vs_-{target}"]
-               for r in self.spearman for target in ("val_loss", "recon_error", "hybrid_nll")}
-        beats = sum(r["bridge_better_nll"] for r in self.regression)
+        rho = {f"spearman {r.predictor} vs -{target}": r.targets[target].rho
+               for r in self.spearman for target in TARGETS}
+        beats = sum(r.bridge_better_nll for r in self.regression)
         return {"l_star": self.l_star, "oracle": self.oracle, "worst": self.worst,
                 "swept_layers": self.layers, **rho,
                 "bridge beats regression (hybrid NLL)": f"{beats} of {len(self.regression)} layers"}

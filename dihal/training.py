@@ -6,7 +6,12 @@ noise of every step (a generator seeded from (seed, step, rank)), the optimiser 
 (a pure function of the step), the budget (`epochs` passes over the training set -> sequences
 -> steps), bf16 autocast, and the checks (non-finite loss or gradient; resuming only under the
 protocol that wrote the checkpoint). Because no random state lives outside the step number, a
-run resumed from a checkpoint ends with exactly the weights of an uninterrupted run.
+run resumed from a checkpoint ends with exactly the weights of an uninterrupted run. The
+checkpoints are `dihal.checkpoint`'s: verified against their digests before a resume, a damaged
+one passed over (with its reason to the caller's `warn`) for the previous one or a fresh start.
+
+`Trainer` is the loop, one method per concern (resume, train_step, log, record_validation,
+checkpoint, finish); `train_model` is its one-call form.
 
 The loss is `loss_terms(model, indices, generator, device) -> (total, count)`: the summed loss
 over this process's share of the batch (`indices` into the training set) and the number of
@@ -27,8 +32,8 @@ from typing import TYPE_CHECKING, Literal
 import torch
 from torch import Tensor, nn
 
-from dihal.bridge.checkpoint import latest_checkpoint, load_latest_good, save_checkpoint
-from dihal.bridge.measures import DEFAULT_T_GRID
+from dihal.checkpoint import latest_checkpoint, load_latest_good, runtime_warning, save_checkpoint
+from dihal.devices import same_device
 from dihal.errors import CheckpointMismatchError, TrainingError
 from dihal.seeds import derive_seed
 
@@ -36,6 +41,10 @@ if TYPE_CHECKING:
     from accelerate import Accelerator
 
 LossTerms = Callable[[nn.Module, Tensor, torch.Generator, torch.device], tuple[Tensor, Tensor | float]]
+
+# The noise levels t at which the bridge's validation loss is averaged (METHOD.md s.2): the
+# default of TrainConfig.val_t_grid and of dihal.bridge.measures.
+DEFAULT_T_GRID: tuple[float, ...] = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 
 # Fields that only change how often things are written, not what is computed:
 # they may differ between the run that wrote a checkpoint and the run resuming it.
@@ -185,17 +194,182 @@ def check_resumable(saved: dict, cfg: TrainConfig, protocol: dict, n_steps: int)
         )
 
 
-def _accelerator(device: str | torch.device | None) -> Accelerator:
-    from accelerate import Accelerator
+def _accelerator(accelerator: Accelerator | None, device: str | torch.device | None) -> Accelerator:
+    """The caller's accelerator, or a single-process one on `device` (None: accelerate's
+    default device); either must leave mixed precision to the loop."""
+    if accelerator is not None and device is not None:
+        raise ValueError("pass an accelerator or a device, not both")
+    if accelerator is None:
+        from accelerate import Accelerator
 
-    if device is None:
-        return Accelerator(mixed_precision="no")
-    want = torch.device(device)
-    acc = Accelerator(mixed_precision="no", cpu=want.type == "cpu")
-    if acc.device.type != want.type or (want.index is not None and acc.device != want):
-        raise ValueError(f"asked to train on {want} but accelerate chose {acc.device}; pass an "
-                         "Accelerator instead of a device")
-    return acc
+        if device is None:
+            return Accelerator(mixed_precision="no")
+        want = torch.device(device)
+        accelerator = Accelerator(mixed_precision="no", cpu=want.type == "cpu")
+        if not same_device(accelerator.device, want):
+            raise ValueError(f"asked to train on {want} but accelerate chose "
+                             f"{accelerator.device}; pass an Accelerator instead of a device")
+    if accelerator.mixed_precision != "no":
+        raise ValueError(
+            "pass an Accelerator with mixed_precision='no'; set TrainConfig.mixed_precision")
+    return accelerator
+
+
+def _checked_protocol(protocol: dict | None) -> dict:
+    """`protocol` as a checkpoint reads it back (JSON), its keys clear of the loop's own."""
+    protocol = json.loads(json.dumps(protocol or {}))
+    clash = sorted(set(protocol) & set(_LOOP_KEYS))
+    if clash:
+        raise ValueError(f"protocol keys {clash} are reserved for the training loop's own state")
+    return protocol
+
+
+class Trainer:
+    """One training run of `model` under `cfg` (see `train_model` for the arguments): `run`
+    resumes from the newest good checkpoint, then takes steps until the budget (or
+    `stop_after`) is spent, logging, validating and checkpointing on the way."""
+
+    def __init__(self, model: nn.Module, loss_terms: LossTerms, n_train: int, cfg: TrainConfig,
+                 ckpt_dir: Path, *, progress: Callable[[dict], None] | None = None,
+                 protocol: dict | None = None, validate: Callable[[], float] | None = None,
+                 warn: Callable[[str], None] | None = None,
+                 accelerator: Accelerator | None = None,
+                 device: str | torch.device | None = None) -> None:
+        self.t_start = time.perf_counter()
+        self.model, self.loss_terms, self.cfg, self.ckpt_dir = model, loss_terms, cfg, Path(ckpt_dir)
+        self.progress, self.validate, self.warn = progress, validate, warn
+        self.protocol = _checked_protocol(protocol)
+        self.acc = _accelerator(accelerator, device)
+        self.own_accelerator = accelerator is None
+        self.device = self.acc.device
+        self.autocast = torch.autocast(device_type=self.device.type, dtype=torch.bfloat16,
+                                       enabled=cfg.mixed_precision == "bf16")
+        self.n_steps = total_steps(n_train, cfg)
+        self.order = sample_order(n_train, cfg)
+        model.to(self.device).train()
+        self.optimizer = make_optimizer(model, cfg)
+        self.step, self.curve, self.val_curve, self.window = 0, [], [], []
+        self.last_ckpt: Path | None = None
+        self.resumed_from = 0
+
+    def run(self, stop_after: int | None = None) -> TrainResult:
+        self.resume()
+        prepared, opt = self.acc.prepare(self.model, self.optimizer)
+        end = self.n_steps if stop_after is None else min(self.n_steps, stop_after)
+        while self.step < end:
+            loss, lr, grad_norm = self.train_step(prepared, opt)
+            self.log(loss, lr, grad_norm)
+            if self.validate is not None and self.cfg.eval_every \
+                    and self.step % self.cfg.eval_every == 0 and self.step < self.n_steps:
+                self.record_validation()
+            if self.step % self.cfg.checkpoint_every == 0 and self.step < end:
+                self.checkpoint()
+        return self.finish()
+
+    def resume(self) -> None:
+        """Load the newest checkpoint that verifies (falling back past damaged ones, with the
+        reason to `warn`) and take up its step, curves and loss window."""
+        path, saved = load_latest_good(
+            self.ckpt_dir, self.model, self.optimizer,
+            lambda state: check_resumable(state, self.cfg, self.protocol, self.n_steps),
+            warn=self._warn)
+        if path is not None:
+            self.step, self.curve, self.val_curve, self.window = (
+                saved["step"], saved["curve"], saved["val_curve"], saved["window"])
+        self.last_ckpt, self.resumed_from = path, self.step
+
+    def train_step(self, prepared: nn.Module, opt) -> tuple[float, float, float]:
+        """One update on the step's batch with the step's noise; (loss, lr, gradient norm)."""
+        cfg, acc, device = self.cfg, self.acc, self.device
+        rank, world = acc.process_index, acc.num_processes
+        batch_idx = self.order[self.step * cfg.batch_size : (self.step + 1) * cfg.batch_size]
+        gen = torch.Generator(device=device).manual_seed(
+            derive_seed(cfg.seed, "noise", self.step, rank))
+        lr = lr_at(self.step, self.n_steps, cfg)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        with self.autocast:
+            total, count = self.loss_terms(prepared, batch_idx[rank::world], gen, device)
+        if not isinstance(count, Tensor):
+            count = torch.tensor(float(count), device=device)
+        # Each process holds part of the batch: normalise by the global count so that the
+        # gradient (averaged over processes) is the gradient of the global-batch mean.
+        global_count = acc.reduce(count.detach(), "sum").clamp_min(1.0)
+        acc.backward(total / global_count * world)
+        loss = float(acc.reduce(total.detach(), "sum") / global_count)
+        self._check_finite("training loss", loss)
+        grad_norm = float(acc.clip_grad_norm_(prepared.parameters(), cfg.grad_clip or math.inf))
+        self._check_finite("gradient norm", grad_norm)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        self.step += 1
+        return loss, lr, grad_norm
+
+    def _check_finite(self, what: str, value: float) -> None:
+        if math.isfinite(value):
+            return
+        start = (f"resumed from step {self.resumed_from}, whose checkpoint matched its digests; "
+                 if self.resumed_from else "")
+        raise TrainingError(
+            f"non-finite {what} ({value}) at step {self.step + 1} ({start}the newest checkpoint "
+            f"in {self.ckpt_dir}, if any, is from before it)", self.step + 1)
+
+    def log(self, loss: float, lr: float, grad_norm: float) -> None:
+        """Add `loss` to the window; every log_every steps (and at the last) a curve entry."""
+        self.window.append(loss)
+        if self.step % self.cfg.log_every == 0 or self.step == self.n_steps:
+            entry = {"step": self.step, "loss": sum(self.window) / len(self.window), "lr": lr,
+                     "grad_norm": grad_norm}
+            self.curve.append(entry)
+            self.window = []
+            self._report(entry)
+
+    def record_validation(self) -> float:
+        v = self.validate()
+        self.val_curve.append({"step": self.step, "val_loss": v})
+        self._report({"step": self.step, "val_loss": v})
+        return v
+
+    def checkpoint(self) -> None:
+        """Save the current step (main process), every process waiting for it."""
+        if self.acc.is_main_process:
+            state = {"total_steps": self.n_steps, "done": self.step >= self.n_steps,
+                     "train_config": self.cfg.to_dict(), **self.protocol, "curve": self.curve,
+                     "val_curve": self.val_curve, "window": self.window}
+            self.last_ckpt = save_checkpoint(self.ckpt_dir, self.step, self.model,
+                                             self.optimizer, state, keep=self.cfg.keep_checkpoints)
+        self.acc.wait_for_everyone()
+
+    def finish(self) -> TrainResult:
+        """Eval mode; the final validation and checkpoint of a run that made progress."""
+        if self.own_accelerator:
+            self.acc.free_memory()
+        self.model.eval()
+        completed = self.step >= self.n_steps
+        val_loss = None
+        if completed and self.validate is not None:
+            if self.val_curve and self.val_curve[-1]["step"] == self.step:
+                val_loss = self.validate()
+            else:
+                val_loss = self.record_validation()
+        if self.step > self.resumed_from:  # with the final validation loss when completed
+            self.checkpoint()
+        return TrainResult(
+            step=self.step, total_steps=self.n_steps, completed=completed,
+            train_loss=self.curve[-1]["loss"] if self.curve else None, val_loss=val_loss,
+            curve=self.curve, val_curve=self.val_curve,
+            checkpoint=latest_checkpoint(self.ckpt_dir) if self.acc.is_main_process
+            else self.last_ckpt,
+            resumed_from=self.resumed_from, wall_s=time.perf_counter() - self.t_start)
+
+    def _report(self, entry: dict) -> None:
+        if self.progress is not None and self.acc.is_main_process:
+            self.progress({**entry, "total_steps": self.n_steps,
+                           "elapsed_s": time.perf_counter() - self.t_start})
+
+    def _warn(self, message: str) -> None:
+        if self.acc.is_main_process:
+            (self.warn or runtime_warning)(message)
 
 
 def train_model(
@@ -211,9 +385,10 @@ def train_model(
     stop_after: int | None = None,
     accelerator: Accelerator | None = None,
     device: str | torch.device | None = None,
+    warn: Callable[[str], None] | None = None,
 ) -> TrainResult:
     """Train `model` in place on a training set of `n_train` sequences; resume from the newest
-    checkpoint in `ckpt_dir` if there is one. The model is left in eval mode.
+    good checkpoint in `ckpt_dir` if there is one. The model is left in eval mode.
 
     loss_terms: see the module docstring; called under bf16 autocast when cfg asks for it.
     protocol: JSON-able facts besides `cfg` that a resumed run must share (model config, noise
@@ -223,145 +398,19 @@ def train_model(
     progress: called on the main process every `log_every` steps (and after each validation)
         with {"step", "total_steps", "loss", "lr", "grad_norm", "elapsed_s"} (+ "val_loss").
         An exception it raises interrupts the run; the newest checkpoint stays valid.
+    warn: called on the main process with the reason whenever a checkpoint is passed over as
+        damaged (it does not match its digests, or does not load) and training falls back to
+        an older one or starts again; default: a RuntimeWarning.
     stop_after: stop (with a checkpoint) once this many updates are done; for tests and for
         splitting a run across jobs.
     accelerator: an `Accelerator(mixed_precision="no")` to use (several GPUs: the launcher's);
         bf16 is applied by this loop as autocast from cfg.mixed_precision. Without one, a
-        single-process Accelerator on `device` (None: accelerate's default device).
+        single-process Accelerator on `device` (None: accelerate's default device; "cuda" and
+        "cuda:<current device>" are the same device).
     Raises TrainingError on a non-finite loss or gradient norm, before the update, and
     CheckpointMismatchError when the checkpoint was written under another protocol.
     """
-    t_start = time.perf_counter()
-    ckpt_dir = Path(ckpt_dir)
-    protocol = json.loads(json.dumps(protocol or {}))  # compared with what a checkpoint read back
-    clash = sorted(set(protocol) & set(_LOOP_KEYS))
-    if clash:
-        raise ValueError(f"protocol keys {clash} are reserved for the training loop's own state")
-    if accelerator is not None and device is not None:
-        raise ValueError("pass an accelerator or a device, not both")
-    acc = accelerator if accelerator is not None else _accelerator(device)
-    if acc.mixed_precision != "no":
-        raise ValueError(
-            "pass an Accelerator with mixed_precision='no'; set TrainConfig.mixed_precision"
-        )
-    device = acc.device
-    rank, world = acc.process_index, acc.num_processes
-    autocast = torch.autocast(
-        device_type=device.type, dtype=torch.bfloat16, enabled=cfg.mixed_precision == "bf16"
-    )
-
-    n_steps = total_steps(n_train, cfg)
-    order = sample_order(n_train, cfg)
-    model.to(device).train()
-    optimizer = make_optimizer(model, cfg)
-
-    step, curve, val_curve, window = 0, [], [], []
-    last_ckpt, saved = load_latest_good(
-        ckpt_dir, model, optimizer, lambda state: check_resumable(state, cfg, protocol, n_steps))
-    if last_ckpt is not None:
-        step, curve, val_curve, window = (
-            saved["step"],
-            saved["curve"],
-            saved["val_curve"],
-            saved["window"],
-        )
-    resumed_from = step
-
-    def save() -> Path | None:
-        path = None
-        if acc.is_main_process:
-            state = {
-                "total_steps": n_steps,
-                "done": step >= n_steps,
-                "train_config": cfg.to_dict(),
-                **protocol,
-                "curve": curve,
-                "val_curve": val_curve,
-                "window": window,
-            }
-            path = save_checkpoint(
-                ckpt_dir, step, model, optimizer, state, keep=cfg.keep_checkpoints
-            )
-        acc.wait_for_everyone()
-        return path
-
-    def report(entry: dict) -> None:
-        if progress is not None and acc.is_main_process:
-            progress({**entry, "total_steps": n_steps, "elapsed_s": time.perf_counter() - t_start})
-
-    def failed(what: str, value: float) -> TrainingError:
-        return TrainingError(
-            f"non-finite {what} ({value}) at step {step + 1}; the newest checkpoint in "
-            f"{ckpt_dir} (if any) is from before it",
-            step + 1,
-        )
-
-    prepared, opt = acc.prepare(model, optimizer)
-    end = n_steps if stop_after is None else min(n_steps, stop_after)
-    while step < end:
-        batch_idx = order[step * cfg.batch_size : (step + 1) * cfg.batch_size]
-        gen = torch.Generator(device=device).manual_seed(derive_seed(cfg.seed, "noise", step, rank))
-        lr = lr_at(step, n_steps, cfg)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-
-        with autocast:
-            total, count = loss_terms(prepared, batch_idx[rank::world], gen, device)
-        if not isinstance(count, Tensor):
-            count = torch.tensor(float(count), device=device)
-        # Each process holds part of the batch: normalise by the global count so that the
-        # gradient (averaged over processes) is the gradient of the global-batch mean.
-        global_count = acc.reduce(count.detach(), "sum").clamp_min(1.0)
-        acc.backward(total / global_count * world)
-        loss = float(acc.reduce(total.detach(), "sum") / global_count)
-        if not math.isfinite(loss):
-            raise failed("training loss", loss)
-        grad_norm = float(acc.clip_grad_norm_(prepared.parameters(), cfg.grad_clip or math.inf))
-        if not math.isfinite(grad_norm):
-            raise failed("gradient norm", grad_norm)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        step += 1
-
-        window.append(loss)
-        if step % cfg.log_every == 0 or step == n_steps:
-            entry = {
-                "step": step,
-                "loss": sum(window) / len(window),
-                "lr": lr,
-                "grad_norm": grad_norm,
-            }
-            curve.append(entry)
-            window = []
-            report(entry)
-        if validate is not None and cfg.eval_every and step % cfg.eval_every == 0 and step < n_steps:
-            v = validate()
-            val_curve.append({"step": step, "val_loss": v})
-            report({"step": step, "val_loss": v})
-        if step % cfg.checkpoint_every == 0 and step < end:
-            last_ckpt = save() or last_ckpt
-
-    if accelerator is None:
-        acc.free_memory()
-    model.eval()
-    completed = step >= n_steps
-    val_loss = None
-    if completed and validate is not None:
-        val_loss = validate()
-        if not val_curve or val_curve[-1]["step"] != step:
-            val_curve.append({"step": step, "val_loss": val_loss})
-            report({"step": step, "val_loss": val_loss})
-    if step > resumed_from:  # the last checkpoint, with the final validation loss when completed
-        last_ckpt = save() or last_ckpt
-    return TrainResult(
-        step=step,
-        total_steps=n_steps,
-        completed=completed,
-        train_loss=curve[-1]["loss"] if curve else None,
-        val_loss=val_loss,
-        curve=curve,
-        val_curve=val_curve,
-        checkpoint=latest_checkpoint(ckpt_dir) if acc.is_main_process else last_ckpt,
-        resumed_from=resumed_from,
-        wall_s=time.perf_counter() - t_start,
-    )
+    trainer = Trainer(model, loss_terms, n_train, cfg, ckpt_dir, progress=progress,
+                      protocol=protocol, validate=validate, warn=warn, accelerator=accelerator,
+                      device=device)
+    return trainer.run(stop_after)

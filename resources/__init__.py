@@ -24,6 +24,9 @@ class StorageResource(dg.ConfigurableResource):
     verify_every_hours: float = float(os.environ.get("DIHAL_VERIFY_EVERY_HOURS", "24"))
 
     def layout(self) -> ArtifactLayout:
+        from storage.locks import check_shared_root
+
+        check_shared_root(Path(self.root))  # on a Dask cluster: an absolute, shared root
         return ArtifactLayout(Path(self.root))
 
 
@@ -48,10 +51,15 @@ class ComputeResource(dg.ConfigurableResource):
         return self.device
 
     def lease(self, lock_dir: Path, log=None):
-        """A context manager holding one device slot (dihal.devices.lease) for a step."""
+        """A context manager holding one device slot (dihal.devices.lease) for a step; on a
+        GPU, with deterministic kernels (dihal.determinism)."""
+        from dihal.determinism import deterministic_cuda
         from dihal.devices import lease, slots
+        from storage.locks import check_flock
 
-        return lease(lock_dir, slots(self.device, self.workers, self.threads), log=log)
+        check_flock(lock_dir)  # a clear refusal where the file system cannot flock
+        return deterministic_cuda(
+            lease(lock_dir, slots(self.device, self.workers, self.threads), log=log), log=log)
 
     def torch_dtype(self, device: str | None = None):
         import torch
@@ -69,7 +77,10 @@ class BackboneResource(dg.ConfigurableResource):
 
     paths: dict[str, str] = {}
     offline: bool = os.environ.get("HF_HUB_OFFLINE", "1") not in ("0", "false", "False")
-    device_map: str | None = None  # "auto" spreads an 8B backbone over several GPUs
+    # "auto" spreads an 8B backbone over several GPUs (dihal.backbones.DEVICE_MAPS); unset: the
+    # step's one device. The driver's environment carries it to every step (DIHAL_DEVICE_MAP);
+    # the placement is recorded in the backbone info of the dump.
+    device_map: str | None = os.environ.get("DIHAL_DEVICE_MAP") or None
 
     def resolve(self, name: str, layout: ArtifactLayout):
         from dihal.backbones import get_spec, resolve_weights

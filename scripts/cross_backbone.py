@@ -21,7 +21,7 @@ def main(argv: list[str] | None = None) -> None:
     from dihal.document import Document
     from dihal.report import cross_backbone_tables
     from storage import ArtifactLayout, backbone_summary
-    from storage.artifacts import other_backbones
+    from storage.lineage import other_backbones
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("roots", nargs="+", help="artifact roots (.dihal/artifacts folders)")

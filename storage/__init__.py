@@ -1,4 +1,5 @@
-"""Artifact layout and IO: one class per artifact kind (storage.artifacts), manifests,
+"""Artifact layout and IO: one class per artifact kind (storage.artifacts, by stage family),
+the lineage queries (storage.lineage), the report's inputs (storage.report_inputs), manifests,
 Parquet tables, Zarr hidden states.
 
 Imports only the standard library and dihal's stdlib-only leaves (atomic, errors, results) at
@@ -30,16 +31,17 @@ from storage.artifacts import (
     SweepBridge,
     Table,
     WorkArtifact,
-    backbone_summary,
+)
+from storage.layout import ArtifactLayout
+from storage.lineage import (
     bridgeability_inputs,
     cross_backbone_artifacts,
     current_baselines,
     regression_controls,
-    report_inputs,
     swept_bridges,
 )
-from storage.layout import ArtifactLayout
 from storage.manifest import Manifest, fingerprint, read_manifest
+from storage.report_inputs import backbone_summary, report_inputs
 
 __all__ = [
     "Artifact", "ArtifactLayout", "BaselineRun", "Bridge", "BridgeRun", "Bridgeability",

@@ -6,7 +6,7 @@ from functools import cache
 import pytest
 import torch
 
-from dihal.baselines import build_baseline, sed
+from dihal.baselines import build_baseline, common, sed
 from dihal.baselines import diffusion_lm as dlm
 from dihal.baselines.base import Budget, BudgetMismatchError, baseline_loss, check_budget
 from dihal.baselines.schedules import (
@@ -18,8 +18,8 @@ from dihal.baselines.schedules import (
     v_target,
     x0_from_v,
 )
-from dihal.bridge.checkpoint import latest_checkpoint, list_checkpoints, load_into
 from dihal.bridge.denoiser import DenoiserConfig, build_denoiser
+from dihal.checkpoint import latest_checkpoint, list_checkpoints, load_into
 from dihal.errors import CheckpointMismatchError, TrainingError
 from dihal.training import TrainConfig, sample_budget, train_model
 
@@ -134,14 +134,14 @@ def test_time_grid_and_v_round_trip():
 
 
 def test_fit_denoiser_config_predicts_the_built_size():
-    cfg = dlm.fit_denoiser_config(D, TINY_TARGET, max_len=T)
+    cfg = common.fit_denoiser_config(D, TINY_TARGET, max_len=T)
     assert build_denoiser(cfg, 0).param_count() == TINY_TARGET  # the same shape exists
     assert cfg.d_model % cfg.n_heads == 0 and cfg.head_dim % 2 == 0 and not cfg.causal
-    cfg = dlm.fit_denoiser_config(24, 3 * TINY_TARGET, max_len=T)
+    cfg = common.fit_denoiser_config(24, 3 * TINY_TARGET, max_len=T)
     n = build_denoiser(cfg, 0).param_count()
     assert abs(n - 3 * TINY_TARGET) <= 0.1 * 3 * TINY_TARGET
     with pytest.raises(ValueError, match="no denoiser"):
-        dlm.fit_denoiser_config(D, 1000, max_len=T)
+        common.fit_denoiser_config(D, 1000, max_len=T)
 
 
 @pytest.mark.parametrize("name", ["diffusion-lm", "sed"])
@@ -219,7 +219,7 @@ def test_diffusion_lm_rounds_to_its_own_learned_embeddings():
     table = model.embedding
     assert table.requires_grad and table.shape == (V, D)
     ids = torch.tensor([[3, 0, 49, 7]])
-    assert torch.equal(dlm.round_to_vocab(table[ids] + 0.01, table.detach()), ids)
+    assert torch.equal(common.round_to_vocab(table[ids] + 0.01, table.detach()), ids)
     ids = PATTERNS[:2]
     model.loss(ids, torch.Generator().manual_seed(0)).backward()
     assert table.grad is not None and table.grad[ids.flatten()].abs().sum() > 0

@@ -13,7 +13,8 @@ import torch
 from dihal.baselines import build_baseline, codar, ld4lg
 from dihal.baselines.base import baseline_loss
 from dihal.baselines.codar import CoDARConfig
-from dihal.baselines.ld4lg import DecoderConfig, LD4LGConfig
+from dihal.baselines.decoder import DecoderConfig
+from dihal.baselines.ld4lg import LD4LGConfig
 from dihal.bridge.denoiser import DenoiserConfig, build_denoiser
 from dihal.training import TrainConfig, sample_budget, train_model
 

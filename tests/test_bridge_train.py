@@ -6,7 +6,6 @@ import math
 import pytest
 import torch
 
-from dihal.bridge.checkpoint import latest_checkpoint, list_checkpoints, load_into, read_state
 from dihal.bridge.data import BridgeData, Standardizer
 from dihal.bridge.denoiser import CausalDenoiser, DenoiserConfig, build_denoiser
 from dihal.bridge.loss import squared_error
@@ -20,6 +19,7 @@ from dihal.bridge.train import (
     total_steps,
     train_bridge,
 )
+from dihal.checkpoint import latest_checkpoint, list_checkpoints, load_into, read_state
 
 D, T = 4, 8
 CFG = DenoiserConfig(d_in=D, d_model=32, n_layers=2, n_heads=2, max_len=T, time_embed_dim=16)

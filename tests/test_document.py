@@ -20,3 +20,13 @@ def test_report_renders_tables_images_and_escapes():
     assert "<title>DiHAL &lt;test&gt;</title>" in html and "a &amp; b" in html
     assert "<td>1.235</td>" in html and "raw &lt;text&gt;" in html
     assert html.count("<img ") == 1 and html.rstrip().endswith("</html>")
+
+
+def test_anchored_sections_and_linked_sentences():
+    r = Document("t").links([("l* is 3 <here>.", "locate")]).h2("1. Locate", "locate").h3("none")
+    md, html = r.markdown(), r.html()
+    assert "- l* is 3 <here>. ([evidence](#locate))" in md
+    assert '<a id="locate"></a>\n\n## 1. Locate' in md and "### none" in md
+    assert "<li>l* is 3 &lt;here&gt;. <a href='#locate'>evidence</a></li>" in html
+    assert "<h2 id='locate'>1. Locate</h2>" in html and "<h3>none</h3>" in html
+    assert Document("t").h2("plain").html().count("<h2>plain</h2>") == 1

@@ -30,7 +30,7 @@ def test_dihal_imports_no_layer_above_it():
 
 
 def test_storage_imports_only_the_leaf_modules_of_dihal():
-    allowed = {"dihal.results", "dihal.atomic", "dihal.errors"}
+    allowed = {"dihal.results", "dihal.rows", "dihal.stages", "dihal.atomic", "dihal.errors"}
     used = {m for f in (ROOT / "storage").rglob("*.py") for m in _imports(f) if m.startswith("dihal")}
     assert used and used <= allowed, used - allowed
     # and those leaves import nothing of the project but each other
@@ -46,9 +46,9 @@ def test_no_artifact_file_name_is_spelled_outside_storage():
              and issubclass(cls, artifacts.Artifact) for n in getattr(cls, "files", ())}
     assert {"proxies.png", "bridge.safetensors", "samples.jsonl", "report.html"} <= names
     # the Zarr store is the hidden-states artifact's own module; the training checkpoint is the
-    # trainer's own format (dihal.bridge.checkpoint)
-    own = {ROOT / "storage" / "artifacts.py", ROOT / "storage" / "states.py",
-           ROOT / "dihal" / "bridge" / "checkpoint.py"}
+    # trainer's own format (dihal.checkpoint)
+    own = {*(ROOT / "storage" / "artifacts").glob("*.py"), ROOT / "storage" / "states.py",
+           ROOT / "dihal" / "checkpoint.py"}
     hits = []
     for top in ("dihal", "assets", "pipeline", "resources", "storage"):
         for f in (ROOT / top).rglob("*.py"):
@@ -58,6 +58,134 @@ def test_no_artifact_file_name_is_spelled_outside_storage():
                 if isinstance(node, ast.Constant) and isinstance(node.value, str):
                     hits += [(str(f.relative_to(ROOT)), n) for n in names if n in node.value]
     assert hits == []
+
+
+def _module_name(path: pathlib.Path, root: pathlib.Path) -> str:
+    parts = path.relative_to(root).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _import_time_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
+    """The imports a module runs when it is imported: at module level, in class bodies and in
+    if/try blocks, but not in functions nor under `if TYPE_CHECKING:`."""
+    found, todo = [], list(tree.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            found.append(node)
+        elif isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            todo += node.orelse
+        elif not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            todo += [c for c in ast.iter_child_nodes(node)
+                     if isinstance(c, ast.stmt | ast.excepthandler)]
+    return found
+
+
+def import_graph(package: pathlib.Path) -> dict[str, set[str]]:
+    """module -> the modules of the package in directory `package` that importing it runs
+    first. Importing a.b.c runs a.b's __init__ too, unless the importer is inside a.b (then it
+    is already running)."""
+    modules = {_module_name(f, package.parent): f for f in package.rglob("*.py")}
+    graph = {}
+    for name, f in modules.items():
+        is_pkg = f.name == "__init__.py"
+        here = name if is_pkg else name.rpartition(".")[0]
+        targets = set()
+        for node in _import_time_imports(ast.parse(f.read_text())):
+            if isinstance(node, ast.Import):
+                targets |= {a.name for a in node.names}
+                continue
+            base = node.module or ""
+            if node.level:
+                base = ".".join(here.split(".")[: len(here.split(".")) - node.level + 1]
+                                + ([base] if base else []))
+            targets |= {base} | {f"{base}.{a.name}" for a in node.names}
+        edges = set()
+        for target in targets:
+            parts = target.split(".")
+            for i in range(1, len(parts) + 1):
+                mod = ".".join(parts[:i])
+                if mod in modules and mod != name and not (name + ".").startswith(mod + "."):
+                    edges.add(mod)
+        graph[name] = edges
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """A cycle of `graph` (its modules in order, the first repeated last), or None."""
+    state, stack = {}, []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = "open"
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == "open":
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state and (cycle := visit(nxt)):
+                return cycle
+        state[node] = "done"
+        stack.pop()
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def test_the_dihal_import_graph_has_no_cycle():
+    graph = import_graph(ROOT / "dihal")
+    assert {"dihal.training", "dihal.checkpoint", "dihal.bridge", "dihal.bridge.train"} <= set(graph)
+    # the graph sees package __init__s and relative imports: the training loop's old cycle
+    assert "dihal.checkpoint" in graph["dihal.training"]
+    assert "dihal.bridge" in graph["dihal.replace"] and "dihal.training" in graph["dihal.bridge.train"]
+    assert find_cycle(graph) is None, " -> ".join(find_cycle(graph))
+    # nor one hidden behind a lazy module __getattr__ that imports on first use
+    lazy = [str(f.relative_to(ROOT)) for f in (ROOT / "dihal").rglob("*.py")
+            if any(isinstance(n, ast.FunctionDef) and n.name == "__getattr__"
+                   for n in ast.parse(f.read_text()).body)]
+    assert lazy == []
+
+
+def test_the_cycle_finder_finds_a_cycle_through_a_package_init(tmp_path):
+    """The check above can fail: the old shape (the loop imports dihal.bridge.checkpoint, whose
+    package __init__ imports dihal.bridge.train, which imports the loop) is a cycle."""
+    pkg = tmp_path / "pkg"
+    (pkg / "bridge").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "training.py").write_text("from pkg.bridge.checkpoint import save\n")
+    (pkg / "bridge" / "__init__.py").write_text(
+        "from typing import TYPE_CHECKING\nfrom .train import train\n"
+        "if TYPE_CHECKING:\n    from pkg.report import x\n")
+    (pkg / "bridge" / "checkpoint.py").write_text("import os\n")
+    (pkg / "bridge" / "train.py").write_text(
+        "from pkg.bridge import checkpoint\nimport pkg.training\n"
+        "def late():\n    import pkg.report\n")
+    (pkg / "report.py").write_text("import pkg.training\n")
+    graph = import_graph(pkg)
+    assert graph["pkg.bridge.train"] == {"pkg.bridge.checkpoint", "pkg.training"}
+    assert graph["pkg.bridge"] == {"pkg.bridge.train"}  # not the TYPE_CHECKING import
+    assert find_cycle(graph) == ["pkg.bridge", "pkg.bridge.train", "pkg.training", "pkg.bridge"]
+    (pkg / "training.py").write_text("def save():\n    from pkg.bridge.checkpoint import save\n")
+    assert find_cycle(import_graph(pkg)) is None
+
+
+def test_no_baseline_recipe_borrows_from_another():
+    """What the baselines share lives in shared modules (base, common, decoder, schedules), and
+    every recipe's `build` is the one shared construction."""
+    import importlib
+
+    from dihal.baselines import common
+    from dihal.registry import BASELINE_SPECS
+
+    recipes = {f"dihal.baselines.{spec.module}" for spec in BASELINE_SPECS.values()}
+    assert len(recipes) == 4
+    borrowed = [(r, m) for r in sorted(recipes)
+                for m in _imports(ROOT / (r.replace(".", "/") + ".py")) if m in recipes]
+    assert borrowed == []
+    for r in recipes:
+        build = importlib.import_module(r).build
+        assert build.func is common.build and build.args[0].__module__ == r
 
 
 def test_asset_bodies_are_short_wiring():
@@ -109,7 +237,7 @@ def test_one_list_of_backbones_and_of_baselines():
     assert tuple(VERSIONS) == BASELINES
 
 
-# README "Run config per asset": which dataclass each bullet documents
+# docs/configuration.md "Run config per asset": which dataclass each bullet documents
 README_SECTIONS = {
     "corpus": "CorpusConfig", "sequences_<b>": "SequenceConfig", "hidden_states_<b>": "ExtractConfig",
     "geometry_<b>": "GeometryConfig", "layer_score_<b>": "LayerScoreConfig",
@@ -121,8 +249,8 @@ README_SECTIONS = {
 def test_readme_defaults_match_the_config_dataclasses():
     from dihal import config
 
-    text = (ROOT / "README.md").read_text()
-    section = text[text.index("Run config per asset"):text.index("### Real backbones")]
+    text = (ROOT / "docs" / "configuration.md").read_text()
+    section = text[text.index("Run config per asset"):text.index("## Real backbones")]
     bullets = re.split(r"\n- ", section)[1:]
     checked = 0
     for bullet in bullets:
@@ -137,3 +265,28 @@ def test_readme_defaults_match_the_config_dataclasses():
             assert defaults["primary_norm"] == value
             checked += 1
     assert checked >= 25
+
+
+def test_each_stage_is_named_once_and_the_rest_derives_from_it():
+    """dihal.stages names every stage once: its artifact kind carries that stage, the code
+    versions, profiles' stages, run configs and asset keys come from the same table."""
+    from assets._stage import CODE_VERSIONS
+    from assets.configs import RUN_CONFIGS
+    from dihal import config
+    from dihal.profiles import STAGE_CONFIGS
+    from dihal.stages import STAGES, asset_key
+    from storage import artifacts
+
+    for name, s in STAGES.items():
+        kind = getattr(artifacts, s.kind)
+        assert kind.stage == name and CODE_VERSIONS[name] == s.code_version, name
+        assert kind(ROOT, "b").asset == asset_key(name, "b") == f"{name}_b"
+        if s.config:
+            assert STAGE_CONFIGS[name] is getattr(config, s.config)
+            assert RUN_CONFIGS[name].__name__ == s.run_config
+            assert RUN_CONFIGS[name].dihal_class is getattr(config, s.config)
+    assert set(STAGE_CONFIGS) == set(RUN_CONFIGS) == {n for n, s in STAGES.items() if s.config}
+    with pytest.raises(KeyError, match="unknown stage"):
+        asset_key("no_such_stage", "b")
+    with pytest.raises(TypeError, match="not a stage of dihal.stages"):
+        type("Stray", (artifacts.Artifact,), {"stage": "no_such_stage"})

@@ -137,3 +137,96 @@ def test_mauve_leaves_torch_thread_count_as_it_was():
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
+
+
+# ---------------------------------------------------------------- issue 18: LD4LG's words,
+# length control, MAUVE's k-means seeds
+
+def test_spacy_words_and_diversity():
+    from dihal.metrics import diversity_spacy, spacy_words
+
+    # spaCy splits contractions and keeps numbers whole, unlike our regex
+    assert spacy_words("It's 3.5 don't") == ["It", "'s", "3.5", "do", "n't"]
+    assert words("It's 3.5 don't") == ["It", "'", "s", "3", ".", "5", "don", "'", "t"]
+    # by hand: spaCy tokens "It 's 3.5" and "It 's 4": bigrams 3 distinct of 4, trigrams 2 of 2
+    assert diversity_spacy(["It's 3.5", "It's 4"], ns=(2, 3)) == pytest.approx(3 / 4 * 2 / 2)
+    # the regex's words of the same texts: It ' s 3 . 5 / It ' s 4 -> bigrams 6 distinct of 8
+    assert diversity(["It's 3.5", "It's 4"], ns=(2,)) == pytest.approx(6 / 8)
+    assert math.isnan(diversity_spacy(["one"]))
+    with pytest.raises(ValueError):
+        diversity_spacy([])
+
+
+class IdJudge:
+    """One judge id per word plus a BOS (id 0); a token's NLL is its position's index (1 for
+    the first scored token, 2 for the second ...): early tokens cost less here, so the
+    tests can tell which tokens were scored."""
+
+    def encode(self, text):
+        return [0, *range(1, len(words(text)) + 1)]
+
+    def nll_of_ids_each(self, sequences):
+        return [(float(sum(range(1, len(s)))), len(s) - 1) for s in sequences]
+
+
+def test_gen_ppl_first_tokens_scores_equal_lengths_and_counts_short_samples():
+    from dihal.metrics import gen_ppl_first_tokens, judge_lengths
+
+    texts = ["a b c d e", "a b c", "a", "", "a b c d"]
+    assert judge_lengths(IdJudge(), texts) == [5, 3, 1, 0, 4]
+    res = gen_ppl_first_tokens(IdJudge(), texts, length=3)
+    # the three samples with >= 3 tokens, each scored on tokens 1..3: NLL 6 over 3 tokens
+    assert (res.gen.n_texts, res.n_short, res.gen.n_empty, res.gen.n_tokens) == (3, 1, 1, 9)
+    assert res.gen.ppl == pytest.approx(math.exp(2.0))
+    assert res.gen.mean_ppl == pytest.approx(math.exp(2.0))
+    assert res.to_dict()["ppl_at_length"] == res.gen.ppl and res.to_dict()["length"] == 3
+    # unrestricted, the longer samples pay for their later tokens: a different number
+    assert gen_ppl(FixedJudgeById(), texts).ppl != res.gen.ppl
+    assert math.isnan(gen_ppl_first_tokens(IdJudge(), texts, length=9).gen.ppl)
+    # the intervals work on it as on gen_ppl's
+    assert "gen_ppl_low" in metric_intervals(texts, res.gen, n_boot=20)
+    with pytest.raises(ValueError, match="length"):
+        gen_ppl_first_tokens(IdJudge(), texts, length=0)
+
+
+class FixedJudgeById(IdJudge):
+    def nll_each(self, texts):
+        return self.nll_of_ids_each([self.encode(t) for t in texts])
+
+
+def test_shared_length_by_hand():
+    from dihal.metrics import shared_length
+
+    # row A: 75 % of 4 = 3 samples must be kept -> the 3rd longest, 5; row B: 2nd longest of 2
+    assert shared_length([[10, 2, 5, 8], [6, 7]], keep=0.75) == 5
+    assert shared_length([[10, 2, 5, 8], [6, 7]], keep=1.0) == 2
+    assert shared_length([[10, 2, 5, 8], []]) == 0
+    with pytest.raises(ValueError, match="keep"):
+        shared_length([[1]], keep=0)
+
+
+def test_mauve_interval_seeds_widens_the_interval_and_flags_small_samples():
+    import numpy as np
+
+    from dihal.metrics import mauve_interval_seeds
+
+    rng = np.random.default_rng(5)
+    q = rng.normal(size=(100, 16))
+    p = rng.normal(size=(100, 16)) + 0.4
+    one = mauve_interval(p, q, seed=3, n_boot=300)
+    many = mauve_interval_seeds(p, q, seed=3, n_seeds=5, n_boot=300)
+    assert many["mauve"] == one["mauve"] and many["mauve_buckets"] == one["mauve_buckets"]
+    assert many["mauve_kmeans_seeds"] == 5
+    # the fits disagree at this size: the seeds' spread is real and inside the interval
+    assert many["mauve_seed_min"] < many["mauve_seed_max"]
+    assert many["mauve_low"] <= many["mauve_seed_min"] and many["mauve_seed_max"] <= many["mauve_high"]
+    assert many["mauve_high"] - many["mauve_low"] >= one["mauve_high"] - one["mauve_low"]
+    assert many["mauve_diagnostic"] is True  # 100 a side < 512
+    assert mauve_interval_seeds(p, q, seed=3, n_seeds=5, n_boot=300) == many  # seeded
+    # 512 a side and equal counts: a result; unequal counts: a diagnostic again
+    big_p, big_q = rng.normal(size=(512, 4)), rng.normal(size=(512, 4))
+    assert not mauve_interval_seeds(big_p, big_q, n_seeds=2, n_boot=20)["mauve_diagnostic"]
+    assert mauve_interval_seeds(big_p, big_q[:-1], n_seeds=2, n_boot=20, min_samples=10)[
+        "mauve_diagnostic"]
+    with pytest.raises(ValueError, match="n_seeds"):
+        mauve_interval_seeds(p, q, n_seeds=0)

@@ -11,10 +11,10 @@ from dataclasses import asdict
 import pytest
 import torch
 
-from dihal.bridge.checkpoint import latest_checkpoint, list_checkpoints, save_checkpoint
 from dihal.bridge.denoiser import DenoiserConfig, build_denoiser
 from dihal.bridge.measures import validation_loss
 from dihal.bridge.train import BridgeTrainingError, bridge_training_loss, train_bridge
+from dihal.checkpoint import latest_checkpoint, list_checkpoints, save_checkpoint
 from dihal.config import BridgeProtocol
 from dihal.errors import CheckpointMismatchError, DihalError, TrainingError
 from dihal.training import TrainConfig, train_model
@@ -80,9 +80,12 @@ def test_errors_share_one_root_and_keep_their_step():
     assert err.step == 3 and str(err) == "non-finite loss at step 3"
 
 
-def test_the_training_module_imports_first():
-    """dihal.training imports the bridge package, which re-exports dihal.bridge.train."""
-    code = "import dihal.training; from dihal.bridge import train_bridge; print('ok')"
+@pytest.mark.parametrize("first", ["dihal.training", "dihal.bridge", "dihal.checkpoint"])
+def test_the_loop_and_the_bridge_import_in_either_order(first):
+    """The bridge package re-exports dihal.bridge.train, built on dihal.training, which builds
+    on dihal.checkpoint and never on the bridge."""
+    code = (f"import {first}; from dihal.bridge import train_bridge; import dihal.training; "
+            "print('ok')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
 
@@ -108,3 +111,43 @@ def test_save_swaps_in_a_checkpoint_and_removes_only_dead_writers_temporaries(tm
     assert left == {"step-00000001", temporaries["running"], temporaries["other host"]}
     save_checkpoint(tmp_path, 2, model, None, {}, keep=1)
     assert [p.name for p in list_checkpoints(tmp_path)] == ["step-00000002"]
+
+
+def current(kind: str) -> int:
+    """A test double for the current device of each kind (no GPU needed)."""
+    return {"cuda": 0, "xpu": 1}[kind]
+
+
+def test_device_strings_that_name_one_device_compare_equal():
+    from dihal.devices import normalise_device, same_device
+
+    assert torch.device("cuda") != torch.device("cuda:0")  # why the loop needs the helper
+    assert normalise_device("cuda", current) == torch.device("cuda", 0)
+    assert same_device(torch.device("cuda"), "cuda:0", current)
+    assert same_device("cuda:0", torch.device("cuda"), current)
+    assert not same_device("cuda", "cuda:1", current)
+    assert same_device("xpu", "xpu:1", current) and not same_device("xpu", "xpu:0", current)
+    assert same_device("cpu", "cpu:0", current) and same_device(torch.device("cpu"), "cpu")
+    assert not same_device("cpu", "cuda:0", current)
+
+
+def test_the_loop_trains_on_cuda_0_when_accelerate_says_cuda(monkeypatch):
+    """compare.baseline passes "cuda:0"; a one-GPU accelerate picks torch.device("cuda")."""
+    import accelerate
+
+    from dihal.training import _accelerator
+
+    class OneGpuAccelerator:  # what accelerate chooses on a one-GPU host, without the GPU
+        mixed_precision = "no"
+
+        def __init__(self, mixed_precision: str, cpu: bool = False) -> None:
+            self.device = torch.device("cpu" if cpu else "cuda")
+
+    monkeypatch.setattr(accelerate, "Accelerator", OneGpuAccelerator)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    assert _accelerator(None, "cuda:0").device == torch.device("cuda")
+    assert _accelerator(None, "cuda").device == torch.device("cuda")
+    with pytest.raises(ValueError, match="asked to train on cuda:1 but accelerate chose cuda"):
+        _accelerator(None, "cuda:1")
+    with pytest.raises(ValueError, match="not both"):
+        _accelerator(OneGpuAccelerator("no"), "cuda:0")

@@ -3,14 +3,15 @@ autoregressive decoder that rounds to tokens in context.
 
 Recipe, in the backbone's token space:
 - x0 = the backbone's token embeddings, frozen and normalised exactly as for SED (rows of norm
-  sqrt(d), `sed.normalise_embeddings`), so SED and CoDAR share one diffusion space and differ
+  sqrt(d), `common.normalise_embeddings`), so SED and CoDAR share one diffusion space and differ
   only in how they round.
 - Cosine noise schedule, x0 prediction by the bridge's CausalDenoiser with causal=False, self-
   conditioning as in SED (probability 1/2 per batch, the detached estimate fed as c): loss
   ||x0_hat - x0||^2.
 - Contextual rounding: a causal transformer decoder that cross-attends to the whole denoised
   sequence and predicts token i from tokens < i (from BOS) and every denoised position,
-  trained with cross-entropy; its input embeddings and read-out are tied to the frozen table.
+  trained with cross-entropy; its input embeddings and read-out are tied to the frozen table
+  (`decoder.TokenDecoder`, LD4LG's reader).
 - Sampling: `steps` denoiser calls on time_grid(steps) (DDIM, eta = 0, by default), then the
   decoder reads `length` tokens from BOS, sampling at the decoder temperature (`temperature`,
   default 0.7: the knob that trades fluency for diversity). Samples follow the training
@@ -29,14 +30,15 @@ Where the paper leaves room or we simplify:
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from functools import partial
 
 import torch
 from torch import Tensor, nn
 
-from dihal.baselines.diffusion_lm import check_length, fit_denoiser_config
-from dihal.baselines.ld4lg import DecoderConfig, TokenDecoder
+from dihal.baselines import common
+from dihal.baselines.common import check_length, normalise_embeddings
+from dihal.baselines.decoder import DecoderConfig, TokenDecoder
 from dihal.baselines.schedules import CosineSchedule, ddim_step, q_sample, sample_time, time_grid
-from dihal.baselines.sed import normalise_embeddings
 from dihal.bridge.denoiser import DenoiserConfig, build_denoiser
 from dihal.seeds import derive_seed
 
@@ -64,9 +66,15 @@ class CoDARConfig:
 
 class CoDAR(nn.Module):
     name = "codar"
+    Config = CoDARConfig
+    needs_bos = True
+
+    @staticmethod
+    def denoiser_space(cfg: CoDARConfig, embeddings: Tensor, seq_len: int) -> tuple[int, int]:
+        return embeddings.shape[1], seq_len  # the backbone's token embeddings, as SED
 
     def __init__(self, embeddings: Tensor, denoiser_cfg: DenoiserConfig, cfg: CoDARConfig,
-                 bos_id: int, seed: int) -> None:
+                 *, seq_len: int, bos_id: int, seed: int) -> None:
         super().__init__()
         if denoiser_cfg.d_in != embeddings.shape[1] or denoiser_cfg.causal:
             raise ValueError("the denoiser must be bidirectional with d_in == embedding size")
@@ -139,19 +147,6 @@ class CoDAR(nn.Module):
         return self.decoder.generate(x0_hat, length, self.table, self.bos_id, temp, generator)
 
 
-def build(
-    embeddings: Tensor,
-    seq_len: int,
-    target_params: int,
-    seed: int,
-    bos_id: int | None = None,
-    eos_id: int | None = None,
-    config: CoDARConfig | None = None,
-) -> CoDAR:
-    """CoDAR over the backbone's embeddings (V, d), its denoiser sized to target_params.
-    bos_id starts the decoder; eos_id is not needed by the recipe and is ignored."""
-    if bos_id is None:
-        raise ValueError("CoDAR's decoder starts from BOS: pass bos_id")
-    cfg = config or CoDARConfig()
-    den = fit_denoiser_config(embeddings.shape[1], target_params, max_len=seq_len, causal=False)
-    return CoDAR(embeddings, den, cfg, bos_id, seed)
+# build(embeddings, seq_len, target_params, seed, bos_id, eos_id=None, config=None): CoDAR over
+# the backbone's embeddings (V, d); bos_id starts the decoder.
+build = partial(common.build, CoDAR)

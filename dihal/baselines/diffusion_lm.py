@@ -12,83 +12,22 @@ Recipe, in the backbone's token space (its vocabulary; its embedding values are 
 - Sampling: `steps` denoiser calls on time_grid(steps); each x0_hat is clamped to its nearest
   embedding (the clamping trick) before the DDPM/DDIM update; the end point is rounded to the
   nearest embedding. Samples are plain token sequences: no BOS/EOS is added or stripped.
-
-This module also holds `fit_denoiser_config`, which sizes a denoiser to a parameter budget.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from functools import cache
+from functools import partial
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from dihal.baselines import common
+from dihal.baselines.common import check_length, round_to_vocab
 from dihal.baselines.schedules import SqrtSchedule, ddim_step, q_sample, sample_time, time_grid
-from dihal.bridge.denoiser import CausalDenoiser, DenoiserConfig, build_denoiser
+from dihal.bridge.denoiser import DenoiserConfig, build_denoiser
 from dihal.seeds import derive_seed
-
-# Widths tried by fit_denoiser_config: head size 32 below 128, 64 from there (as DiHAL's 256/4).
-WIDTHS = (32, 64, 96, *range(128, 1025, 64))
-DEPTHS = tuple(range(1, 13))
-# Rows of a (rows, V) score matrix computed at once when rounding to the vocabulary.
-_ROUND_ELEMENTS = 1 << 25
-
-
-def _n_heads(d_model: int) -> int:
-    return d_model // 64 if d_model >= 128 else d_model // 32
-
-
-@cache
-def _count(d_in: int, d_model: int, causal: bool) -> tuple[int, int]:
-    """(parameters of a one-block denoiser, parameters per further block), counted on meta."""
-    with torch.device("meta"):
-        net = CausalDenoiser(DenoiserConfig(
-            d_in=d_in, d_model=d_model, n_layers=1, n_heads=_n_heads(d_model), max_len=2,
-            causal=causal))
-    return net.param_count(), sum(p.numel() for p in net.blocks[0].parameters())
-
-
-def fit_denoiser_config(
-    d_in: int, target_params: int, max_len: int, causal: bool = False, tol: float = 0.10
-) -> DenoiserConfig:
-    """The (d_model, n_layers) on the WIDTHS x DEPTHS grid whose denoiser's parameter count is
-    closest to target_params (ties: fewer layers); ValueError if even that is off by > tol."""
-    best = None
-    for d_model in WIDTHS:
-        base, per_block = _count(d_in, d_model, causal)
-        for n_layers in DEPTHS:
-            n = base + (n_layers - 1) * per_block
-            key = (abs(n - target_params), n_layers)
-            if best is None or key < best[0]:
-                best = (key, d_model, n_layers, n)
-    (diff, _), d_model, n_layers, n = best
-    if diff > tol * target_params:
-        raise ValueError(f"no denoiser on the grid has {target_params:,} parameters +-{tol:.0%} "
-                         f"(closest: d_model={d_model}, n_layers={n_layers}, {n:,})")
-    return DenoiserConfig(d_in=d_in, d_model=d_model, n_layers=n_layers,
-                          n_heads=_n_heads(d_model), max_len=max_len, causal=causal)
-
-
-def round_to_vocab(x: Tensor, table: Tensor, score: str = "l2") -> Tensor:
-    """Token ids (...,) of vectors x (..., e) against table (V, e), chunked over rows.
-
-    score="l2": the nearest row; score="dot": the largest dot product (an argmax read-out).
-    """
-    flat = x.reshape(-1, x.shape[-1])
-    sq = table.pow(2).sum(-1) if score == "l2" else None
-    chunk = max(1, _ROUND_ELEMENTS // table.shape[0])
-    out = []
-    for rows in flat.split(chunk):
-        dots = rows @ table.T
-        out.append((dots - 0.5 * sq).argmax(-1) if sq is not None else dots.argmax(-1))
-    return torch.cat(out).view(x.shape[:-1])
-
-
-def check_length(length: int, max_len: int) -> None:
-    if not isinstance(length, int) or not 1 <= length <= max_len:
-        raise ValueError(f"length must be an int in [1, {max_len}], got {length!r}")
 
 
 @dataclass(frozen=True)
@@ -106,14 +45,23 @@ class DiffusionLMConfig:
 
 
 class DiffusionLM(nn.Module):
-    name = "diffusion-lm"
+    """Built by `build`; only the vocabulary size of the backbone's embeddings is used."""
 
-    def __init__(self, vocab_size: int, denoiser_cfg: DenoiserConfig, cfg: DiffusionLMConfig,
-                 seed: int) -> None:
+    name = "diffusion-lm"
+    Config = DiffusionLMConfig
+    needs_bos = False
+
+    @staticmethod
+    def denoiser_space(cfg: DiffusionLMConfig, embeddings: Tensor, seq_len: int) -> tuple[int, int]:
+        return cfg.embed_dim, seq_len  # the learned embeddings, one per token
+
+    def __init__(self, embeddings: Tensor, denoiser_cfg: DenoiserConfig, cfg: DiffusionLMConfig,
+                 *, seq_len: int, bos_id: int | None, seed: int) -> None:
         super().__init__()
         if denoiser_cfg.d_in != cfg.embed_dim or denoiser_cfg.causal:
             raise ValueError("the denoiser must be bidirectional with d_in == embed_dim")
         self.cfg = cfg
+        vocab_size = embeddings.shape[0]
         gen = torch.Generator().manual_seed(derive_seed(seed, "embedding"))
         self.embedding = nn.Parameter(torch.randn(vocab_size, cfg.embed_dim, generator=gen))
         self.readout_bias = nn.Parameter(torch.zeros(vocab_size))
@@ -169,17 +117,6 @@ class DiffusionLM(nn.Module):
         return round_to_vocab(x, table)
 
 
-def build(
-    embeddings: Tensor,
-    seq_len: int,
-    target_params: int,
-    seed: int,
-    bos_id: int | None = None,
-    eos_id: int | None = None,
-    config: DiffusionLMConfig | None = None,
-) -> DiffusionLM:
-    """A Diffusion-LM over the vocabulary of `embeddings` (V, d): only V is used, the model
-    learns its own embeddings. bos_id/eos_id are not needed by the recipe and are ignored."""
-    cfg = config or DiffusionLMConfig()
-    den = fit_denoiser_config(cfg.embed_dim, target_params, max_len=seq_len, causal=False)
-    return DiffusionLM(embeddings.shape[0], den, cfg, seed)
+# build(embeddings, seq_len, target_params, seed, bos_id=None, eos_id=None, config=None): a
+# Diffusion-LM over the vocabulary of `embeddings` (V, d); it learns its own embeddings.
+build = partial(common.build, DiffusionLM)

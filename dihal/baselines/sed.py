@@ -3,7 +3,8 @@
 Recipe, in the backbone's token space:
 - x0 = the backbone's token embeddings, frozen and normalised: every row is scaled to L2 norm
   sqrt(d) (unit mean square per dimension, the scale of the unit-variance noise), so the read-out
-  below ranks tokens by cosine similarity. `normalise_embeddings` is the one place this is done.
+  below ranks tokens by cosine similarity. `common.normalise_embeddings` is the one place this
+  is done.
 - Cosine noise schedule, x0 prediction by a bidirectional transformer f(x_t, t, c) (the bridge's
   CausalDenoiser with causal=False), whose condition input c carries self-conditioning
   (Chen et al. 2022): in training, with probability 1/2 per batch, a first pass with c = 0 gives
@@ -20,22 +21,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
+from functools import partial
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from dihal.baselines.diffusion_lm import check_length, fit_denoiser_config, round_to_vocab
+from dihal.baselines import common
+from dihal.baselines.common import check_length, normalise_embeddings, round_to_vocab
 from dihal.baselines.schedules import CosineSchedule, ddim_step, q_sample, sample_time, time_grid
 from dihal.bridge.denoiser import DenoiserConfig, build_denoiser
 from dihal.seeds import derive_seed
-
-
-def normalise_embeddings(embeddings: Tensor) -> Tensor:
-    """Rows scaled to L2 norm sqrt(d), float32; an all-zero row stays zero."""
-    e = embeddings.detach().float()
-    norms = e.norm(dim=-1, keepdim=True).clamp_min(1e-12)
-    return e / norms * math.sqrt(e.shape[-1])
 
 
 @dataclass(frozen=True)
@@ -59,9 +55,15 @@ class SEDConfig:
 
 class SED(nn.Module):
     name = "sed"
+    Config = SEDConfig
+    needs_bos = False
+
+    @staticmethod
+    def denoiser_space(cfg: SEDConfig, embeddings: Tensor, seq_len: int) -> tuple[int, int]:
+        return embeddings.shape[1], seq_len  # the backbone's token embeddings
 
     def __init__(self, embeddings: Tensor, denoiser_cfg: DenoiserConfig, cfg: SEDConfig,
-                 seed: int) -> None:
+                 *, seq_len: int, bos_id: int | None, seed: int) -> None:
         super().__init__()
         if denoiser_cfg.d_in != embeddings.shape[1] or denoiser_cfg.causal:
             raise ValueError("the denoiser must be bidirectional with d_in == embedding size")
@@ -112,17 +114,6 @@ class SED(nn.Module):
         return round_to_vocab(x0_hat, self.table, score="dot")
 
 
-def build(
-    embeddings: Tensor,
-    seq_len: int,
-    target_params: int,
-    seed: int,
-    bos_id: int | None = None,
-    eos_id: int | None = None,
-    config: SEDConfig | None = None,
-) -> SED:
-    """SED over the backbone's embeddings (V, d). bos_id/eos_id are not needed by the recipe
-    and are ignored."""
-    cfg = config or SEDConfig()
-    den = fit_denoiser_config(embeddings.shape[1], target_params, max_len=seq_len, causal=False)
-    return SED(embeddings, den, cfg, seed)
+# build(embeddings, seq_len, target_params, seed, bos_id=None, eos_id=None, config=None): SED
+# over the backbone's embeddings (V, d).
+build = partial(common.build, SED)

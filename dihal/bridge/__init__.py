@@ -6,31 +6,14 @@ the samplers (full and incremental), the training loop and the evaluation measur
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING
-
-from dihal.bridge.checkpoint import latest_checkpoint, load_into
 from dihal.bridge.data import BridgeData, Standardizer
 from dihal.bridge.denoiser import CausalDenoiser, DenoiserConfig, KVCache, build_denoiser
 from dihal.bridge.loss import bridge_loss, bridge_loss_terms
 from dihal.bridge.measures import DEFAULT_T_GRID, reconstruction_error, validation_loss
 from dihal.bridge.process import REGRESSION_T_GRID, BrownianBridge, EndpointRegression
 from dihal.bridge.sampler import BridgeDecodeState, IncrementalSampler, sample, time_grid
-
-if TYPE_CHECKING:
-    from dihal.bridge.train import BridgeTrainingError, TrainConfig, TrainResult, train_bridge
-
-# dihal.bridge.train builds on dihal.training, which imports this package's checkpoint and
-# evaluate modules; its names are therefore loaded on first use, so that either package can
-# be imported first.
-_FROM_TRAIN = ("BridgeTrainingError", "TrainConfig", "TrainResult", "train_bridge")
-
-
-def __getattr__(name: str):
-    if name in _FROM_TRAIN:
-        return getattr(importlib.import_module("dihal.bridge.train"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
+from dihal.bridge.train import BridgeTrainingError, TrainConfig, TrainResult, train_bridge
+from dihal.checkpoint import latest_checkpoint, load_into
 
 __all__ = [
     "DEFAULT_T_GRID",

@@ -12,8 +12,7 @@ from dihal.bridge.loss import bridge_loss_terms, squared_error
 from dihal.bridge.process import BrownianBridge
 from dihal.bridge.sampler import sample
 from dihal.seeds import derive_seed
-
-DEFAULT_T_GRID: tuple[float, ...] = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+from dihal.training import DEFAULT_T_GRID
 
 
 def _device_of(module: nn.Module) -> torch.device:

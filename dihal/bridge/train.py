@@ -79,14 +79,15 @@ def train_bridge(
     *,
     stop_after: int | None = None,
     accelerator: Accelerator | None = None,
+    warn: Callable[[str], None] | None = None,
 ) -> TrainResult:
     """Train `denoiser` in place; resume from the newest checkpoint in `ckpt_dir` if there is one.
 
     The validation loss (every cfg.eval_every steps and at the end) is `validation_loss` on
     `val` with cfg.val_t_grid, cfg.val_seed and cfg.val_batch_size. A resumed run must share
-    the denoiser's config and the process besides `cfg`. The other arguments, the progress
-    entries and the errors are those of `dihal.training.train_model`; BridgeTrainingError is
-    its TrainingError.
+    the denoiser's config and the process besides `cfg`. The other arguments (`warn`: the
+    reason a damaged checkpoint is passed over), the progress entries and the errors are those
+    of `dihal.training.train_model`; BridgeTrainingError is its TrainingError.
     """
     if train.dim != denoiser.cfg.d_in or val.dim != denoiser.cfg.d_in:
         raise ValueError(
@@ -109,4 +110,5 @@ def train_bridge(
         validate=validate,
         stop_after=stop_after,
         accelerator=accelerator,
+        warn=warn,
     )

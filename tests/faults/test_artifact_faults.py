@@ -3,6 +3,7 @@ clear error, or a recovery) and that nothing computed before is lost."""
 
 import errno
 import hashlib
+import logging
 import multiprocessing
 import os
 import shutil
@@ -253,3 +254,38 @@ def test_interrupted_bridge_training_resumes_to_the_same_weights(world, monkeypa
     meta = res.get_asset_materialization_events()[0].step_materialization_data.materialization.metadata
     assert meta["resumed_from_step"].value == meta["steps"].value  # nothing retrained
     assert _digest(weights) == good
+
+
+def test_a_damaged_checkpoint_s_fallback_is_in_the_run_s_event_log(world, monkeypatch):
+    """A same-size change to the newest checkpoint: the bridge falls back to the previous one,
+    ends with the same weights, and the reason is a warning in the Dagster event log."""
+    import dihal.replace
+    from dihal.checkpoint import list_checkpoints
+
+    weights = world.path("bridge_sweep", "layer_003", "bridge.safetensors")
+    good = _digest(weights)
+    shutil.rmtree(weights.parent)
+    real = dihal.replace.measure_bridge
+
+    def crash(*a, **k):
+        raise RuntimeError("power cut after training")
+
+    monkeypatch.setattr(dihal.replace, "measure_bridge", crash)
+    res, _ = world.materialize(["bridge_sweep_llama"], partition="3")
+    assert not res.success
+    newest = list_checkpoints(world.path("bridge_sweep", "layer_003.partial", "checkpoints"))[-1]
+    f = newest / "model.safetensors"
+    data = bytearray(f.read_bytes())
+    data[-1] ^= 0xFF  # same size, one byte changed
+    f.write_bytes(bytes(data))
+    monkeypatch.setattr(dihal.replace, "measure_bridge", real)
+    import dagster as dg
+
+    instance = dg.DagsterInstance.ephemeral()
+    res, err = world.materialize(["bridge_sweep_llama"], partition="3", instance=instance)
+    assert res.success, err
+    logs = [e for e in instance.all_logs(res.run_id) if e.level == logging.WARNING]
+    assert any(newest.name in e.user_message and "falling back" in e.user_message
+               for e in logs), [e.user_message for e in logs]
+    assert _digest(weights) == good
+

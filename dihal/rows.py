@@ -1,0 +1,191 @@
+"""Typed rows of the tables that cross modules: made by one stage (dihal.replace, the
+generation stages), written by storage, read by the report, the driver and the checks.
+
+Each row serialises to exactly the columns its artifact has always had (`to_dict`, in that
+column order: the Parquet files and the manifests' info stay byte-identical) and reads them back
+(`from_dict`). The composed column names ("spearman_vs_-val_loss", "vs_depth_-val_loss", ...)
+are spelt here and nowhere else. Standard library only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+# The bridgeability targets, each taken with its sign flipped (higher is better)
+TARGETS = ("val_loss", "recon_error", "hybrid_nll")
+DEPTH = "depth (-l)"  # the depth control's predictor name
+ABOVE, BELOW, TIED = "above", "below", "not distinguishable"  # standings against depth
+
+
+def number(v: Any) -> float | None:
+    """A finite-or-infinite float, or None for a missing value and NaN (no number)."""
+    return None if v is None or v != v else float(v)
+
+
+@dataclass(frozen=True)
+class Spearman:
+    """A predictor's Spearman correlation with one target over the swept layers, its 95 %
+    bootstrap interval over layers, and where it stands against depth's: "above" / "below"
+    (the intervals do not overlap), "not distinguishable", or "" for depth itself."""
+
+    rho: float
+    low: float
+    high: float
+    vs_depth: str = ""
+
+    def interval(self) -> tuple[float | None, float | None, float | None]:
+        """(rho, low, high), None where undefined (NaN or missing)."""
+        return number(self.rho), number(self.low), number(self.high)
+
+
+@dataclass(frozen=True)
+class SpearmanRow:
+    """One predictor's line of bridgeability's Spearman table."""
+
+    predictor: str
+    targets: dict[str, Spearman]  # target (TARGETS) -> its Spearman
+
+    @property
+    def is_depth(self) -> bool:
+        return self.predictor == DEPTH
+
+    def of(self, target: str = "val_loss") -> Spearman | None:
+        return self.targets.get(target)
+
+    def to_dict(self) -> dict[str, Any]:
+        row: dict[str, Any] = {"predictor": self.predictor}
+        for m, s in self.targets.items():
+            row.update({f"spearman_vs_-{m}": s.rho, f"low_vs_-{m}": s.low,
+                        f"high_vs_-{m}": s.high, f"vs_depth_-{m}": s.vs_depth})
+        return row
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SpearmanRow:
+        """The row of its columns; a target is read where its Spearman column is there (an
+        older or partial row may lack the interval and the standing)."""
+        return cls(d["predictor"], {
+            m: Spearman(d[f"spearman_vs_-{m}"], d.get(f"low_vs_-{m}"), d.get(f"high_vs_-{m}"),
+                        d.get(f"vs_depth_-{m}") or "")
+            for m in TARGETS if f"spearman_vs_-{m}" in d})
+
+
+def spearman_rows(rows: list[dict]) -> list[SpearmanRow]:
+    return [SpearmanRow.from_dict(r) for r in rows]
+
+
+@dataclass(frozen=True)
+class RegressionRow:
+    """The diffusion bridge against its regression control at one swept layer
+    (bridgeability's regression table)."""
+
+    layer: int
+    bridge_recon_error: float
+    regression_recon_error: float
+    bridge_hybrid_nll: float
+    regression_hybrid_nll: float
+    bridge_top1: float
+    regression_top1: float
+    regression_mse: float  # the control's validation loss
+
+    @property
+    def bridge_better_nll(self) -> bool:
+        return self.bridge_hybrid_nll < self.regression_hybrid_nll
+
+    @property
+    def bridge_better_recon(self) -> bool:
+        return self.bridge_recon_error < self.regression_recon_error
+
+    @classmethod
+    def of(cls, bridge, control) -> RegressionRow:
+        """From the two BridgeMetrics of one layer."""
+        return cls(layer=bridge.layer, bridge_recon_error=bridge.recon_error,
+                   regression_recon_error=control.recon_error,
+                   bridge_hybrid_nll=bridge.hybrid_nll,
+                   regression_hybrid_nll=control.hybrid_nll, bridge_top1=bridge.top1_agreement,
+                   regression_top1=control.top1_agreement, regression_mse=control.val_loss)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"layer": self.layer, "bridge_recon_error": self.bridge_recon_error,
+                "regression_recon_error": self.regression_recon_error,
+                "bridge_hybrid_nll": self.bridge_hybrid_nll,
+                "regression_hybrid_nll": self.regression_hybrid_nll,
+                "bridge_top1": self.bridge_top1, "regression_top1": self.regression_top1,
+                "regression_mse": self.regression_mse,
+                "bridge_better_nll": self.bridge_better_nll,
+                "bridge_better_recon": self.bridge_better_recon}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RegressionRow:
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__})
+
+
+def regression_rows(rows: list[dict]) -> list[RegressionRow]:
+    return [RegressionRow.from_dict(r) for r in rows]
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A generation metric with its 95 % interval over samples (None: not measured)."""
+
+    value: float | None
+    low: float | None = None
+    high: float | None = None
+
+    @classmethod
+    def of(cls, d: dict[str, Any], key: str) -> Estimate:
+        return cls(*(number(d.get(key + end)) for end in ("", "_low", "_high")))
+
+    @property
+    def has_interval(self) -> bool:
+        return self.low is not None and self.high is not None
+
+    def separated_from(self, other: Estimate) -> bool:
+        """The two intervals do not overlap (False where either is missing)."""
+        if not (self.has_interval and other.has_interval):
+            return False
+        return self.high < other.low or other.high < self.low
+
+    def text(self, fmt: str = ".1f") -> str:
+        """"value [low, high]", "value" without an interval, "n/a" without a value."""
+        if self.value is None:
+            return "n/a"
+        if not self.has_interval:
+            return f"{self.value:{fmt}}"
+        return f"{self.value:{fmt}} [{self.low:{fmt}}, {self.high:{fmt}}]"
+
+
+@dataclass(frozen=True)
+class GenerationRow:
+    """A model's line of the generation tables (the evaluation, the comparison, the
+    baselines' row, full training): read-side typed view of the row as written. The
+    writers (dihal.generation, dihal.compare, the baselines) build it as a dict, whose columns
+    vary by stage; `columns` keeps that dict unchanged, so `to_dict` gives it back as it was."""
+
+    model: str | None  # None in full training's rows, named by role
+    role: str  # dihal | backbone | baseline, or full training's geometry l* | oracle | worst
+    layer: int | None
+    gen_ppl: Estimate
+    gen_ppl_mean: Estimate
+    diversity: Estimate
+    mauve: Estimate
+    ms_per_token: float | None
+    columns: dict[str, Any] = field(repr=False, default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.model if self.model is not None else self.role
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.columns)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> GenerationRow:
+        return cls(model=d.get("model"), role=d.get("role", ""), layer=d.get("layer"),
+                   gen_ppl=Estimate.of(d, "gen_ppl"), gen_ppl_mean=Estimate.of(d, "gen_ppl_mean"),
+                   diversity=Estimate.of(d, "diversity"), mauve=Estimate.of(d, "mauve"),
+                   ms_per_token=number(d.get("ms_per_token")), columns=dict(d))
+
+
+def generation_rows(rows: list[dict]) -> list[GenerationRow]:
+    return [GenerationRow.from_dict(r) for r in rows]

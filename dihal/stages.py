@@ -1,0 +1,81 @@
+"""The one table of the pipeline's stages. Each stage is named once, here, with its code
+version, the config dataclass its run config mirrors, and the storage class of its artifact;
+from it are derived the code versions of the fingerprints and the Dagster code_version
+(assets._stage.CODE_VERSIONS), the stages a profile may override (dihal.profiles.STAGE_CONFIGS),
+the Dagster run-config classes (assets.configs), each artifact kind's manifest `stage`
+(storage.artifacts) and the asset keys (`asset_key`). A new stage is one entry.
+
+Standard library only: storage imports it (the config classes are named, not imported).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage. `name` is the manifest's stage, the profile's key and the asset key's prefix
+    (`<name>_<backbone>`, or `<name>` for the shared corpus)."""
+
+    name: str
+    # bumped when the stage's code changes its output; part of every fingerprint and of the
+    # Dagster code_version, so the UI marks downstream assets stale. `history`: what each did.
+    code_version: str
+    kind: str  # the storage.artifacts class of its artifact
+    config: str | None = None  # the dihal.config dataclass its run config mirrors
+    run_config: str | None = None  # the Dagster run-config class's name
+    run_defaults: dict[str, Any] = field(default_factory=dict)  # its defaults other than config's
+    run_doc: str | None = None  # the run config's docstring, where not the dataclass's
+    history: str = ""
+
+
+STAGES: dict[str, Stage] = {s.name: s for s in (
+    Stage("corpus", "1", "Corpus", "CorpusConfig", "CorpusRunConfig"),
+    Stage("sequences", "1", "Sequences", "SequenceConfig", "SequencesRunConfig"),
+    Stage("hidden_states", "2", "HiddenStates", "ExtractConfig", "ExtractRunConfig",
+          history="2: the held-out split keeps the backbone's next-token reference"),
+    Stage("geometry", "3", "Geometry", "GeometryConfig", "GeometryRunConfig",
+          history="2: the robust normalisation and the rival predictors; 3: token bootstrap"),
+    Stage("layer_score", "2", "LayerScore", "LayerScoreConfig", "LayerScoreRunConfig",
+          history="2: l*'s stability over the token bootstrap"),
+    Stage("bridge_sweep", "2", "SweepBridge", "BridgeProtocol", "BridgeProtocolRunConfig",
+          history="2: validation loss at initialisation recorded"),
+    Stage("bridgeability", "2", "Bridgeability",
+          history="2: rival predictors, intervals, standing against depth"),
+    Stage("bridge", "3", "Bridge", "BridgeProtocol", "FullBridgeRunConfig", {"epochs": 2.0},
+          "The bridge at l* with the full budget: the sweep protocol with more passes.",
+          history="2: train_tokens = sequences consumed x length; 3: init validation loss"),
+    Stage("eval", "5", "Evaluation", "EvalConfig", "EvalRunConfig",
+          history="2: rows carry their role, the judge's name; 3: mean-of-samples Gen.PPL, "
+          "intervals; 4: the backbone sampled with the step's threads (MAUVE no longer drops "
+          "them to 1); 5: rows record the CPU kernels (torch's CPU capability) beside the threads"),
+    Stage("regression_sweep", "1", "RegressionControl"),
+    Stage("sampler_steps", "3", "SamplerCurve", "SamplerCurveConfig", "SamplerCurveRunConfig",
+          history="2: measured with the step's threads (as eval 4); 3: the trained K's row is "
+          "the bridge's own measurement"),
+    Stage("baseline", "3", "BaselineRun", "BaselineRunConfig", "BaselineRunConfig",
+          history="2: trained by the bridge's loop (one trainer); 3: as eval 3"),
+    Stage("comparison", "3", "Comparison", history="2: rows carry their role; 3: as eval 3"),
+    Stage("full_training", "3", "FullTraining", history="2: as eval 3; 3: as eval 4"),
+    Stage("report", "7", "Report",
+          history="3: built from typed inputs; 4: rival predictors and intervals; 5: across "
+          "backbones; 6: a lone backbone's report suggests another one, not itself; the CPU "
+          "kernels the samples were drawn with; 7: opens on its answers, each linking to its "
+          "section; one proxy table per normalisation"),
+)}
+
+CODE_VERSIONS = {name: s.code_version for name, s in STAGES.items()}
+
+
+def stage_of_kind(kind: str) -> str | None:
+    """The stage whose artifact is the storage class named `kind`, None if none is."""
+    return next((name for name, s in STAGES.items() if s.kind == kind), None)
+
+
+def asset_key(stage: str, backbone: str | None = None) -> str:
+    """The Dagster asset (without partition) that makes `stage` for `backbone`."""
+    if stage not in STAGES:
+        raise KeyError(f"unknown stage {stage!r}; the stages are {sorted(STAGES)} (dihal.stages)")
+    return f"{stage}_{backbone}" if backbone else stage

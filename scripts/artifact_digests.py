@@ -1,0 +1,174 @@
+"""Materialise the tiny world (the tests' tiny llama, a generated corpus, the tiny configs of
+tests/test_compare_pipeline.py) into a work folder and print the sha256 of every artifact file, to show
+that a refactoring leaves every artifact bit-identical:
+
+    PYTHONPATH=$PWD python scripts/artifact_digests.py /tmp/digests > after.txt
+
+The folder is cleared first. Manifests record the paths of the model and the corpus, so compare
+two runs made in the SAME folder (one after the other), e.g. with the code of the base commit
+first (PYTHONPATH pointing at a `git worktree add` of it) and of the branch second.
+
+One line per file: `<raw sha256>  <stable sha256>  <path>`. The two digests are equal except
+where a file embeds wall-clock measurements, which legitimately differ between any two runs:
+- manifests record the stages' durations and speeds in their info (BridgeMetrics.seconds,
+  GeometryResult seconds, the dump's tokens_per_s, ms_per_token and latency_vs_backbone of
+  every generation row, train_seconds of the baselines, the sampler curve's measure_seconds),
+  and the digests of their own files (some of which hold those times);
+- eval.parquet, comparison.parquet, full_training.parquet and the sampler curve.parquet hold
+  the generation latency (ms_per_token, ms_per_step, latency_vs_backbone, seconds...).
+For those the stable digest is taken with the timing fields removed (JSON keys, Parquet
+columns) and, in a manifest's file record, with the stable digest of each recorded file that
+holds times in place of its raw digest and size (the Parquet encoding of other numbers makes the
+size vary too). An artifact's .verified marker (when its digests were last checked), the
+`<artifact>.lock` files (the last writer's pid, host and start time) and the device leases
+(.devices) are wall-clock records, not results, and are not listed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import sys
+from pathlib import Path
+
+TIMING = re.compile(r"seconds|ms_per_|tokens_per_s|latency|wall_s|elapsed_s|forward_s")
+SWEEP_LAYERS = ("1", "2", "3")
+BASELINES = ("diffusion-lm", "sed", "ld4lg", "codar")
+# markers and folders that hold wall-clock times or host state, not results: when the digests
+# were last checked, a reader's damage note, the device leases
+WALL_CLOCK = {".verified", ".damaged", ".devices"}
+
+
+def materialise(work: Path) -> Path:
+    """Build the tiny model and corpus under `work` and materialise every asset of the tiny
+    llama's graph; the artifact root."""
+    import dagster as dg
+
+    from pipeline.definitions import build_definitions
+    from resources import BackboneResource, ComputeResource, JudgeResource, StorageResource
+    from tests.test_compare_pipeline import EVAL, PROTOCOL
+    from tests.test_pipeline import TINY_RUN
+    from tests.tiny import build_model, make_docs
+
+    (work / "corpus").mkdir(parents=True)
+    shard = write_shard(work / "corpus" / "s0.json.gz", make_docs(120))  # the tests' corpus
+    model = build_model(work / "model", "llama")
+    root = work / "artifacts"
+    defs = build_definitions(("llama",), n_layers={"llama": 4}, resources={
+        "storage": StorageResource(root=str(root)),
+        "backbones": BackboneResource(paths={"llama": str(model)}),
+        "compute": ComputeResource(device="cpu", threads=1),
+        "judge": JudgeResource(name=str(model)),
+    })
+    # the configs of tests/test_compare_pipeline.py (a denoiser the baselines can match)
+    ops = {**TINY_RUN, "corpus": {"config": {"paths": [str(shard)]}},
+           "bridge_sweep_llama": {"config": PROTOCOL},
+           "bridge_llama": {"config": {**PROTOCOL, "epochs": 2.0}},
+           "eval_llama": {"config": EVAL}, "full_training_llama": {"config": EVAL},
+           "sampler_steps_llama": {"config": {"steps": [1, 2, 4], "n_samples": 2, "length": 4}},
+           "baseline_llama": {"config": {"n_samples": 4, "length": 8}}}
+    inst = dg.DagsterInstance.ephemeral()
+
+    def run(keys: list[str], partition: str | None = None) -> None:
+        res = dg.materialize(
+            list(defs.assets) + list(defs.asset_checks), selection=keys, partition_key=partition,
+            instance=inst, resources=defs.resources, raise_on_error=False,
+            run_config={"ops": {k: v for k, v in ops.items() if k in keys}})
+        if not res.success:
+            errors = [e.step_failure_data.error.to_string() for e in res.all_events
+                      if e.event_type_value == "STEP_FAILURE"]
+            raise SystemExit(f"materialising {keys} [{partition}] failed:\n" + "\n".join(errors))
+
+    run(["corpus", "sequences_llama", "hidden_states_llama", "geometry_llama",
+         "layer_score_llama"])
+    for layer in SWEEP_LAYERS:
+        run(["bridge_sweep_llama"], layer)
+    for layer in SWEEP_LAYERS:
+        run(["regression_sweep_llama"], layer)
+    run(["bridgeability_llama", "bridge_llama", "eval_llama", "sampler_steps_llama"])
+    for name in BASELINES:
+        run(["baseline_llama"], name)
+    run(["comparison_llama", "full_training_llama", "report_llama"])
+    return root
+
+
+def write_shard(path: Path, docs: list[dict]) -> Path:
+    """tests.tiny.write_shard with the gzip header's time fixed (0): the corpus records the
+    shard's digest, which every fingerprint downstream includes."""
+    import gzip
+
+    with open(path, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as fh:
+        fh.write("".join(json.dumps(d) + "\n" for d in docs).encode("utf-8"))
+    return path
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _untimed(obj):
+    """`obj` (JSON) without the keys that hold wall-clock measurements, at any depth."""
+    if isinstance(obj, dict):
+        return {k: _untimed(v) for k, v in obj.items() if not TIMING.search(str(k))}
+    if isinstance(obj, list):
+        return [_untimed(v) for v in obj]
+    return obj
+
+
+def stable_digest(path: Path, timed: dict[Path, str]) -> str:
+    """The file's sha256 with its timing fields removed (Parquet columns, JSON keys; for a
+    manifest, its record of each file in `timed` (files that hold times -> their stable digest)
+    by that file's stable digest)."""
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        table = pq.read_table(path)
+        times = [c for c in table.column_names if TIMING.search(c)]
+        if not times:
+            return _sha(path.read_bytes())
+        rows = table.drop(times).to_pylist()
+        return _sha(json.dumps(rows, sort_keys=True, default=repr).encode())
+    if path.name == "manifest.json":
+        raw = json.loads(path.read_text())
+        files = {rel: ["size varies with the times", timed[path.parent / rel]]
+                 if path.parent / rel in timed else record
+                 for rel, record in raw.get("files", {}).items()}
+        raw = {**_untimed({k: v for k, v in raw.items() if k != "files"}), "files": files}
+        return _sha(json.dumps(raw, sort_keys=True).encode())
+    return _sha(path.read_bytes())
+
+
+def digests(root: Path) -> list[tuple[str, str, str]]:
+    """(raw, stable, path relative to root) of every artifact file, manifests last (they
+    record the others)."""
+    files = sorted(p for p in root.rglob("*") if p.is_file() and p.suffix != ".lock"
+                   and not set(p.relative_to(root).parts) & WALL_CLOCK)
+    raw = {f: _sha(f.read_bytes()) for f in files}
+    timed: dict[Path, str] = {}  # the files that hold times -> their stable digest
+    for f in sorted(files, key=lambda p: p.name == "manifest.json"):
+        if (stable := stable_digest(f, timed)) != raw[f]:
+            timed[f] = stable
+    return [(raw[f], timed.get(f, raw[f]), f.relative_to(root).as_posix()) for f in files]
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) != 1:
+        raise SystemExit("usage: artifact_digests.py WORK_FOLDER (cleared, then filled)")
+    work = Path(argv[0]).resolve()
+    if work.exists():
+        shutil.rmtree(work)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    import torch
+
+    torch.set_num_threads(1)
+    root = materialise(work)
+    for raw, stable, rel in digests(root):
+        print(f"{raw}  {stable}  {rel}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

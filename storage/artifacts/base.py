@@ -1,0 +1,259 @@
+"""The base of every artifact kind: the protocol (identity, manifest, verification, reuse,
+atomic write) and the display wrappers. One class per artifact kind. Each owns its directory, its file names, its manifest and its
+atomic write, and reads back typed values (dihal.results). Nobody else spells a file name.
+
+An artifact is a directory under the artifact root holding its files and ``manifest.json``
+(written last, inside the same atomic swap: a directory with a manifest is complete). Kinds
+that are built over a long, resumable computation (the hidden-state dump, trained bridges and
+baselines) fill ``<dir>.partial`` first, stamped with the fingerprint it is being made for, and
+swap it into place when done.
+
+Metadata for display is returned as plain values plus the small `Plot`, `Table` and `FileLink`
+wrappers below, so that this package needs no Dagster.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, ClassVar
+
+from dihal.atomic import (
+    atomic_dir,
+    atomic_write_text,
+    replace_dir,
+)
+from dihal.errors import CorruptArtifactError, MissingArtifactError
+from dihal.stages import STAGES, asset_key, stage_of_kind
+from storage.layout import ArtifactLayout
+from storage.manifest import Manifest, check_files, digest_files, read_manifest, write_manifest
+
+DAMAGED = ".damaged"  # a reader found damage: re-make, never reuse
+VERIFIED = ".verified"  # when the digests were last checked
+
+
+@dataclass(frozen=True)
+class Plot:
+    path: Path
+    title: str
+
+
+@dataclass(frozen=True)
+class Table:
+    rows: list[dict]
+    columns: list[str]
+    fmt: str = ".4g"
+
+
+@dataclass(frozen=True)
+class FileLink:
+    path: Path
+
+
+@dataclass(frozen=True)
+class Markdown:
+    text: str
+
+
+class Artifact:
+    """Base of every kind. `stage` is the manifest's stage and the asset's name prefix: the
+    stage of dihal.stages whose `kind` is the class's name (set here, on subclassing), or one
+    the class names itself (a second kind of a stage: FullTrainingBridge)."""
+
+    stage: ClassVar[str]
+    files: ClassVar[tuple[str, ...]] = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "stage" not in cls.__dict__:
+            if (stage := stage_of_kind(cls.__name__)) is not None:
+                cls.stage = stage
+        elif cls.stage not in STAGES:
+            raise TypeError(f"{cls.__name__}.stage = {cls.stage!r} is not a stage of "
+                            f"dihal.stages.STAGES ({sorted(STAGES)}): add it there")
+
+    def __init__(self, layout: ArtifactLayout | Path | str, backbone: str | None = None,
+                 key: str | int | None = None):
+        self.layout = layout if isinstance(layout, ArtifactLayout) else ArtifactLayout(layout)
+        self.backbone, self.key = backbone, key
+
+    # identity ------------------------------------------------------------------------------
+    @property
+    def directory(self) -> Path:
+        return self.layout.stage(self.stage, self.backbone)
+
+    @property
+    def asset(self) -> str:
+        """The Dagster asset that makes it (without partition)."""
+        return asset_key(self.stage, self.backbone)
+
+    @property
+    def name(self) -> str:
+        """How a downstream manifest names it among its upstream artifacts."""
+        return self.asset if self.key is None else f"{self.asset}[{self.key}]"
+
+    def command(self) -> str:
+        part = f" --partition {self.key}" if self.key is not None else ""
+        return f"dagster asset materialize --select '*{self.asset}'{part}"
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name} at {self.directory})"
+
+    # manifest and verification -------------------------------------------------------------
+    def manifest(self) -> Manifest | None:
+        return read_manifest(self.directory)
+
+    def verify(self, manifest: Manifest, *, digests: bool) -> list[str]:
+        """What is wrong with the files on disk against the manifest's record (sizes always,
+        content with `digests`): empty when the artifact is intact."""
+        if (self.directory / DAMAGED).exists():
+            return [f"marked damaged by a reader: {(self.directory / DAMAGED).read_text().strip()}"]
+        if self.files and not manifest.files:
+            return ["no file digests recorded (made by an older version of dihal)"]
+        problems = [f"{name}: missing from the record" for name in self.files
+                    if not any(k == name or k.startswith(name + "/") for k in manifest.files)]
+        return problems + check_files(self.directory, manifest.files, digests=digests)
+
+    def mark_damaged(self, problems: list[str]) -> None:
+        """Record that a reader found damage, so that the artifact is re-made, never reused."""
+        if self.directory.is_dir():
+            atomic_write_text(self.directory / DAMAGED, "; ".join(problems[:20]) + "\n")
+
+    def stamp_verified(self) -> None:
+        atomic_write_text(self.directory / VERIFIED, f"{time.time():.0f}\n")
+
+    def verified_within(self, seconds: float) -> bool:
+        """Were the digests checked (or written) less than `seconds` ago?"""
+        try:
+            return time.time() - float((self.directory / VERIFIED).read_text()) < seconds
+        except (FileNotFoundError, ValueError):
+            return False
+
+    def require(self) -> Manifest:
+        """The manifest of a finished, intact artifact (digests checked: a downstream stage is
+        about to read it), or an error naming the command that makes or repairs it."""
+        m = self.manifest()
+        if m is None:
+            raise MissingArtifactError(
+                f"upstream asset {self.name} has not been materialised (nothing at "
+                f"{self.directory}). Run: {self.command()}")
+        if problems := self.verify(m, digests=self._digests_on_require):
+            self.mark_damaged(problems)
+            raise CorruptArtifactError(
+                f"upstream asset {self.name} at {self.directory} is damaged: "
+                f"{'; '.join(problems[:5])}. Materialise it again ({self.command()}): "
+                "a damaged artifact is re-made, never reused.")
+        return m
+
+    _digests_on_require: ClassVar[bool] = True
+
+    def reuse(self, fp: str, *, digests: bool = True) -> Manifest | None:
+        """The existing artifact if it was made from exactly this fingerprint and is intact
+        (sizes always, content with `digests`); `self.damage` says why it is not."""
+        self.damage: list[str] = []
+        try:
+            m = self.manifest()
+        except CorruptArtifactError as exc:
+            self.damage = [str(exc)]
+            return None
+        if m is None or m.fingerprint != fp:
+            return None
+        if problems := self.verify(m, digests=digests):
+            self.damage = problems
+            return None
+        if digests:
+            self.stamp_verified()
+        return m
+
+    def path(self, name: str) -> Path:
+        """The path of one of this artifact's own files."""
+        if name not in self.files:
+            raise KeyError(f"{type(self).__name__} has no file {name!r}; it has {self.files}")
+        return self.directory / name
+
+    def repair(self, fp: str, log=None) -> bool:
+        """Prepare a partial re-make of a damaged artifact; False: it is made again whole."""
+        return False
+
+    def lock(self):
+        """The one-writer lock of this artifact (storage.locks)."""
+        from storage.locks import artifact_lock
+
+        return artifact_lock(self.directory, self.name)
+
+    # writing -------------------------------------------------------------------------------
+    def write(self, manifest: Manifest, result: Any) -> Manifest:
+        """Write the result's files and the manifest (with every file's size and digest),
+        swapped into place in one step."""
+        with atomic_dir(self.directory) as tmp:
+            self._write_files(tmp, result)
+            manifest = replace(manifest, files=digest_files(tmp))
+            write_manifest(tmp, manifest)
+            atomic_write_text(tmp / VERIFIED, f"{time.time():.0f}\n")
+        return manifest
+
+    def _write_files(self, directory: Path, result: Any) -> None:
+        pass
+
+    # display -------------------------------------------------------------------------------
+    def metadata(self, manifest: Manifest) -> dict[str, Any]:
+        """What the UI shows for this artifact: the manifest's key numbers, plus plots/tables."""
+        return dict(manifest.info.get("metadata", {}))
+
+
+class WorkArtifact(Artifact):
+    """An artifact made in a resumable work directory, stamped with its fingerprint."""
+
+    STAMP: ClassVar[str] = "FINGERPRINT"
+
+    @property
+    def workdir(self) -> Path:
+        return self.directory.with_name(self.directory.name + ".partial")
+
+    def claim(self, fp: str, log=None) -> Path:
+        """The work directory for fingerprint `fp`: kept (to resume) if it was started for the
+        same fingerprint, cleared if another config left it there."""
+        work, stamp = self.workdir, self.workdir / self.STAMP
+        if work.exists() and (not stamp.exists() or stamp.read_text().strip() != fp):
+            if log:
+                log(f"discarding {work}: it was started under another config")
+            shutil.rmtree(work)
+        if stamp.exists() and log:
+            log(f"resuming from {work}")
+        work.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(stamp, fp)
+        return work
+
+    def write(self, manifest: Manifest, result: Any) -> Manifest:
+        """Write the result into the (claimed) work directory, then swap it into place; the
+        training checkpoints it was resumed from are dropped (the result supersedes them)."""
+        work = self.workdir
+        if not (work / self.STAMP).exists():
+            self.claim(manifest.fingerprint)
+        self._write_files(work, result)
+        shutil.rmtree(work / "checkpoints", ignore_errors=True)
+        (work / self.STAMP).unlink()
+        manifest = replace(manifest, files=digest_files(work))
+        write_manifest(work, manifest)
+        atomic_write_text(work / VERIFIED, f"{time.time():.0f}\n")
+        replace_dir(work, self.directory)
+        return manifest
+
+
+
+def _by_model(samples: list[dict]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for s in samples:
+        out.setdefault(s["model"], []).append(s["text"])
+    return out
+
+
+def _preview(by_model: dict[str, list[str]], n: int = 5) -> str:
+    """Markdown: the first samples of each model."""
+    return "\n\n".join(f"**{model}**\n\n" + "\n".join(
+        f"{i + 1}. {json.dumps(t[:300])}" for i, t in enumerate(texts[:n]))
+        for model, texts in by_model.items())
+

@@ -1,0 +1,100 @@
+"""The artifact kinds of Compare: the baselines, the comparison, full training and the report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from dihal.atomic import (
+    atomic_write_bytes,
+    atomic_write_json,
+    atomic_write_text,
+)
+from dihal.results import (
+    BaselineResult,
+    ComparisonResult,
+    ReportResult,
+)
+from storage.artifacts.base import (
+    Artifact,
+    FileLink,
+    Markdown,
+    Table,
+    WorkArtifact,
+    _preview,
+)
+from storage.artifacts.replace import RowsArtifact
+from storage.manifest import Manifest
+from storage.tables import write_table
+
+
+# -------------------------------------------------------------------------------------- Compare
+class BaselineRun(WorkArtifact):
+    """baseline_<b>, partition `key` = the baseline's name."""
+
+    files = ("model.safetensors", "hparams.json", "samples.jsonl")
+
+    @property
+    def directory(self) -> Path:
+        return self.layout.stage(self.stage, self.backbone) / str(self.key)
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.workdir / "checkpoints"
+
+    def _write_files(self, directory: Path, result: BaselineResult) -> None:
+        from safetensors.torch import save
+
+        atomic_write_bytes(directory / "model.safetensors",
+                           save({k: v.detach().contiguous().cpu() for k, v in result.tensors.items()}))
+        atomic_write_json(directory / "hparams.json", result.hparams)
+        atomic_write_text(directory / "samples.jsonl", "".join(
+            json.dumps({"model": result.name, "index": i, "text": t}) + "\n"
+            for i, t in enumerate(result.texts)))
+
+    def samples(self) -> list[dict]:
+        return [json.loads(x) for x in self.path("samples.jsonl").read_text().splitlines()]
+
+    def metadata(self, manifest: Manifest) -> dict[str, Any]:
+        return {**super().metadata(manifest), "budget": manifest.info["row"]["budget"],
+                "samples": Markdown(_preview({self.key: [s["text"] for s in self.samples()]}))}
+
+
+class Comparison(Artifact):
+    files = ("comparison.parquet",)
+
+    def _write_files(self, directory: Path, result: ComparisonResult) -> None:
+        write_table(directory / "comparison.parquet",
+                    [{k: (None if v is None else v if k in ("model", "role") else float(v))
+                      for k, v in r.items()} for r in result.rows])
+
+    def metadata(self, manifest: Manifest) -> dict[str, Any]:
+        return {**super().metadata(manifest), "table": Table(
+            manifest.info["rows"], ["model", "gen_ppl", "diversity", "repetition",
+                                    "denoiser_parameters", "train_tokens", "sampler_steps"])}
+
+
+class FullTraining(RowsArtifact):
+    files = ("full_training.parquet",)
+    columns = ["role", "layer", "val_loss", "hybrid_nll", "top1_agreement", "gen_ppl", "diversity"]
+
+
+class Report(Artifact):
+    files = ("report.html", "report.md")
+
+    @property
+    def html(self) -> Path:
+        return self.path("report.html")
+
+    def markdown(self) -> str:
+        return self.path("report.md").read_text()
+
+    def _write_files(self, directory: Path, result: ReportResult) -> None:
+        atomic_write_text(directory / "report.html", result.html)
+        atomic_write_text(directory / "report.md", result.markdown)
+
+    def metadata(self, manifest: Manifest) -> dict[str, Any]:
+        return {"report": FileLink(self.path("report.html")),
+                "report_md": FileLink(self.path("report.md"))}
+

@@ -1,0 +1,191 @@
+"""The artifact kinds of Locate: corpus, sequences, hidden states, geometry, layer score."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from dihal.atomic import (
+    atomic_write_bytes,
+    atomic_write_text,
+)
+from dihal.errors import CorruptArtifactError
+from dihal.results import (
+    GeometryResult,
+    LayerScoreResult,
+    SequencesResult,
+)
+from storage.artifacts.base import (
+    DAMAGED,
+    VERIFIED,
+    Artifact,
+    Plot,
+    Table,
+    WorkArtifact,
+)
+from storage.manifest import Manifest, check_files, digest_files, write_manifest
+from storage.tables import read_rows, read_table, write_table
+
+
+# --------------------------------------------------------------------------------------- Locate
+class Corpus(Artifact):
+    """The resolved and validated shard list (the documents stay where they are)."""
+
+    @property
+    def directory(self) -> Path:
+        return self.layout.root / "corpus"
+
+
+class Sequences(Artifact):
+    files = ("sequences.parquet",)
+
+    def _write_files(self, directory: Path, result: SequencesResult) -> None:
+        rows: dict[str, list] = {"split": [], "index": [], "input_ids": [], "doc_ids": [],
+                                 "sources": []}
+        for split, ids in result.input_ids.items():
+            for i, seq in enumerate(ids):
+                rows["split"].append(split)
+                rows["index"].append(i)
+                rows["input_ids"].append(seq)
+                rows["doc_ids"].append(result.doc_ids[split][i])
+                rows["sources"].append(result.sources[split][i])
+        write_table(directory / "sequences.parquet", rows)
+
+    def token_ids(self) -> dict:
+        """The token ids per split: {"train": (n, T) int64 array, "val": ...}."""
+        import numpy as np
+
+        table = read_table(self.path("sequences.parquet")).to_pydict()
+        splits = dict.fromkeys(table["split"])
+        return {s: np.array([ids for sp, ids in zip(table["split"], table["input_ids"], strict=True)
+                             if sp == s], dtype=np.int64) for s in splits}
+
+
+class HiddenStates(WorkArtifact):
+    """hs[0..N-1] of every sequence (storage.states: Zarr, written batch by batch). The dump's
+    own progress file decides what is resumed, so claiming only records the fingerprint. Chunk
+    digests are checked by the reader, layer by layer, before a stage reads them; a damaged
+    dump is repaired by writing its damaged batches again."""
+
+    files = ("states.zarr",)
+    _digests_on_require = False  # 30 layers x all tokens: the reader checks what it reads
+
+    def claim(self, fp: str, log=None) -> Path:
+        self._fp = fp
+        return self.workdir
+
+    def writer(self, spec, *, tokens: dict, attrs: dict):
+        """The writer of the claimed dump (resuming the batches it already holds)."""
+        from storage.states import StateWriter
+
+        self._writer = StateWriter(self.workdir, spec, self._fp, tokens=tokens,
+                                   attrs={**attrs, "fingerprint": self._fp})
+        return self._writer
+
+    def reader(self):
+        """The dump, checked on opening (every chunk there, full size) and, layer by layer,
+        against the manifest's digests before each read."""
+        from storage.states import StateReader
+
+        m = self.require()
+        return StateReader(self.directory, m.files, on_damage=self.mark_damaged)
+
+    def repair(self, fp: str, log=None) -> bool:
+        """Reopen a damaged dump of fingerprint `fp` so that only its damaged batches are
+        written again; False where that is not possible (then it is re-made whole)."""
+        from storage.states import parse_chunk_key, reopen_for_repair
+
+        try:
+            m = self.manifest()
+        except CorruptArtifactError:
+            return False
+        if m is None or m.fingerprint != fp or not m.files:
+            return False
+        bad = [k for k, v in m.files.items() if check_files(self.directory, {k: v}, digests=True)]
+        if not bad or any(parse_chunk_key(k) is None for k in bad):
+            return False
+        batches = reopen_for_repair(self.directory, self.workdir, fp, bad)
+        for marker in (DAMAGED, VERIFIED):
+            (self.workdir / marker).unlink(missing_ok=True)
+        if log:
+            log(f"repairing {self.name}: re-writing batches {batches} ({len(bad)} damaged chunks)")
+        return True
+
+    def write(self, manifest: Manifest, result: Any) -> Manifest:
+        from storage.states import PROGRESS
+
+        work = self._writer.workdir
+        manifest = replace(manifest, files=digest_files(work, skip=(PROGRESS,)))
+        write_manifest(work, manifest)
+        atomic_write_text(work / VERIFIED, f"{time.time():.0f}\n")
+        self._writer.finalize(self.directory)
+        return manifest
+
+
+class Geometry(Artifact):
+    files = ("geometry.parquet", "predictors.parquet", "resamples.parquet", "positions.parquet",
+             "plan.parquet", "proxies.png")
+
+    def _write_files(self, directory: Path, result: GeometryResult) -> None:
+        pos = result.positions
+        write_table(directory / "geometry.parquet", result.rows)
+        write_table(directory / "predictors.parquet", result.predictors)
+        write_table(directory / "resamples.parquet", result.resamples or {
+            "resample": [], "layer": [], "norm": [], "m_curv": [], "m_mono": [], "k_eff": []})
+        write_table(directory / "positions.parquet", {
+            "sample": list(range(len(pos))), "split": ["val"] * len(pos),
+            "sequence": pos[:, 0].tolist(), "position": pos[:, 1].tolist()})
+        anchors, pairs = result.anchors, result.pairs
+        write_table(directory / "plan.parquet", {
+            "kind": ["anchor"] * len(anchors) + ["pair"] * len(pairs),
+            "i": anchors.tolist() + pairs[:, 0].tolist(),
+            "j": [-1] * len(anchors) + pairs[:, 1].tolist()})
+        atomic_write_bytes(directory / "proxies.png", result.plot_png)
+
+    def rows(self) -> list[dict]:
+        return read_rows(self.path("geometry.parquet"))
+
+    def predictor_rows(self) -> list[dict]:
+        """The rival predictors of each candidate layer (dihal.predictors)."""
+        return read_rows(self.path("predictors.parquet"))
+
+    def resamples(self) -> dict[str, list]:
+        """The proxies' token-bootstrap replicates, as columns."""
+        return read_table(self.path("resamples.parquet")).to_pydict()
+
+    def plot(self) -> bytes:
+        return self.path("proxies.png").read_bytes()
+
+    def metadata(self, manifest: Manifest) -> dict[str, Any]:
+        first = manifest.config["normalizations"][0]
+        rivals = self.predictor_rows()
+        return {**super().metadata(manifest), "plot": Plot(self.path("proxies.png"), "proxies"),
+                "table": Table([r for r in self.rows() if r["norm"] == first],
+                               ["layer", "m_curv", "m_mono", "k_eff"]),
+                "rival_predictors": Table(rivals, list(rivals[0]) if rivals else ["layer"])}
+
+
+class LayerScore(Artifact):
+    files = ("layer_score.parquet", "score.png")
+
+    def _write_files(self, directory: Path, result: LayerScoreResult) -> None:
+        write_table(directory / "layer_score.parquet", result.rows)
+        atomic_write_bytes(directory / "score.png", result.plot_png)
+
+    def rows(self) -> list[dict]:
+        return read_rows(self.path("layer_score.parquet"))
+
+    def plot(self) -> bytes:
+        return self.path("score.png").read_bytes()
+
+    def metadata(self, manifest: Manifest) -> dict[str, Any]:
+        rows = [r for r in self.rows() if r["candidate"]]
+        norms = sorted({r["norm"] for r in rows})
+        s = {(r["norm"], r["layer"]): r["S"] for r in rows}
+        table = [{"layer": ll, **{f"S ({n})": s[(n, ll)] for n in norms}}
+                 for ll in sorted({r["layer"] for r in rows})]
+        return {**super().metadata(manifest), "plot": Plot(self.path("score.png"), "S_l"),
+                "scores": Table(table, ["layer"] + [f"S ({n})" for n in norms])}
+

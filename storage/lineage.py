@@ -1,0 +1,90 @@
+"""Lineage queries: which artifacts on disk were made from which (the current sweep bridges of
+a dump, their regression controls, the baselines of a bridge, the other backbones of a root)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from storage.artifacts import (
+    Artifact,
+    BaselineRun,
+    Bridge,
+    Bridgeability,
+    Evaluation,
+    Geometry,
+    HiddenStates,
+    LayerScore,
+    RegressionControl,
+    SweepBridge,
+)
+from storage.layout import ArtifactLayout
+from storage.manifest import Manifest
+
+
+def swept_bridges(layout: ArtifactLayout, backbone: str, n_layers: int,
+                  hidden_states: Manifest) -> list[tuple[SweepBridge, Manifest]]:
+    """The sweep partitions trained on the current hidden states, by layer."""
+    found = []
+    for layer in range(1, n_layers):
+        art = SweepBridge(layout, backbone, layer)
+        m = art.manifest()
+        if m is not None and m.upstream.get(HiddenStates(layout, backbone).name) == hidden_states.fingerprint:
+            found.append((art, m))
+    return found
+
+
+def regression_controls(layout: ArtifactLayout, backbone: str,
+                        swept: list[tuple[SweepBridge, Manifest]]) -> list[tuple[RegressionControl, Manifest]]:
+    """The regression controls made against the given (current) sweep bridges, by layer."""
+    found = []
+    for bridge, bm in swept:
+        art = RegressionControl(layout, backbone, bridge.key)
+        m = art.manifest()
+        if m is not None and m.upstream.get(bridge.name) == bm.fingerprint:
+            found.append((art, m))
+    return found
+
+
+def bridgeability_inputs(layout: ArtifactLayout, backbone: str, n_layers: int,
+                         hidden_states: Manifest) -> dict[str, list[tuple[Artifact, Manifest]]]:
+    """What bridgeability_<b> is made from: {"score": [layer score], "geometry": [...],
+    "sweep": current sweep bridges, "regression": their regression controls}; an entry is
+    empty where the artifact does not exist yet."""
+    out = {}
+    for key, cls in (("score", LayerScore), ("geometry", Geometry)):
+        art = cls(layout, backbone)
+        m = art.manifest()
+        out[key] = [(art, m)] if m is not None else []
+    out["sweep"] = swept_bridges(layout, backbone, n_layers, hidden_states)
+    out["regression"] = regression_controls(layout, backbone, out["sweep"])
+    return out
+
+
+
+def current_baselines(layout: ArtifactLayout, backbone: str, names: tuple[str, ...],
+                      bridge: Manifest) -> list[tuple[BaselineRun, Manifest]]:
+    """The baseline runs made against the current bridge, in `names` order."""
+    found = [(a, a.manifest()) for a in (BaselineRun(layout, backbone, n) for n in names)]
+    return [(a, m) for a, m in found
+            if m is not None and m.upstream.get(Bridge(layout, backbone).name) == bridge.fingerprint]
+
+
+def other_backbones(layout: ArtifactLayout, backbone: str) -> list[str]:
+    """The other backbones of the artifact root whose layer score and bridgeability exist
+    (found on disk: a folder of the root with both artifacts' manifests), sorted."""
+    return [d.name for d in sorted(Path(layout.root).iterdir())
+            if d.is_dir() and d.name != backbone and not d.name.startswith(".")
+            and LayerScore(layout, d.name).manifest() is not None
+            and Bridgeability(layout, d.name).manifest() is not None]
+
+
+def cross_backbone_artifacts(layout: ArtifactLayout, backbone: str) -> list[Artifact]:
+    """What the cross-backbone table reads of the other materialised backbones (the report's
+    fingerprint includes them, so the report is made again when one changes or appears)."""
+    out: list[Artifact] = []
+    for b in other_backbones(layout, backbone):
+        out += [LayerScore(layout, b), Bridgeability(layout, b)]
+        if Evaluation(layout, b).manifest() is not None:
+            out.append(Evaluation(layout, b))
+    return out
+

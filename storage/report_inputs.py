@@ -1,0 +1,65 @@
+"""What the report of a backbone is built from, read from its finished artifacts
+(dihal.report lays it out)."""
+
+from __future__ import annotations
+
+from dihal.results import ReportInputs
+from storage.artifacts import (
+    BaselineRun,
+    Bridge,
+    Bridgeability,
+    Comparison,
+    Evaluation,
+    FullTraining,
+    Geometry,
+    HiddenStates,
+    LayerScore,
+    SamplerCurve,
+    Sequences,
+    SweepBridge,
+    _by_model,
+)
+from storage.layout import ArtifactLayout
+from storage.lineage import other_backbones
+
+
+def backbone_summary(layout: ArtifactLayout, backbone: str) -> dict:
+    """One backbone's line of the cross-backbone table, from its checked artifacts: l* per
+    normalisation, bridgeability (oracle, worst, Spearman rows), and its evaluation's rows and
+    judge where it has been evaluated."""
+    score, bness = LayerScore(layout, backbone).require(), Bridgeability(layout, backbone).require()
+    ev = Evaluation(layout, backbone)
+    em = ev.require() if ev.manifest() is not None else None
+    return {"backbone": backbone, "selected": score.info["selected"], "bridgeability": bness.info,
+            "eval_rows": em.info["rows"] if em else None,
+            "judge": em.info["judge"]["judge"] if em else None}
+
+
+def report_inputs(layout: ArtifactLayout, backbone: str) -> ReportInputs:
+    """Everything the report of one backbone shows, read from its finished artifacts."""
+    arts = {a.stage: a for a in (cls(layout, backbone) for cls in (
+        Sequences, HiddenStates, Geometry, LayerScore, Bridgeability, Bridge, Evaluation,
+        SamplerCurve, Comparison, FullTraining))}
+    m = {stage: a.require() for stage, a in arts.items()}
+    bness, cmp_ = m["bridgeability"].info, m["comparison"].info
+    samples = _by_model(arts["eval"].samples())
+    for row in cmp_["rows"]:
+        if row.get("role") == "baseline" and (b := BaselineRun(layout, backbone, row["model"])).manifest():
+            samples[row["model"]] = b.manifest().info["samples"]
+    return ReportInputs(
+        backbone=backbone, backbone_info=m["hidden_states"].info["backbone"],
+        configs={"sequences": m["sequences"].config, "hidden_states": m["hidden_states"].config,
+                 "geometry": m["geometry"].config, "layer_score": m["layer_score"].config,
+                 "bridge (full)": m["bridge"].config, "eval": m["eval"].config},
+        geometry_rows=arts["geometry"].rows(), predictor_rows=arts["geometry"].predictor_rows(),
+        score_rows=arts["layer_score"].rows(),
+        score=m["layer_score"].info, bridgeability=bness,
+        sweep_layers=arts["bridgeability"].layer_rows(),
+        sweep_protocol=SweepBridge(layout, backbone, bness["oracle"]).require().config,
+        comparison=cmp_, evaluation=m["eval"].info, full_training=m["full_training"].info["rows"],
+        sampler_curve=m["sampler_steps"].info,
+        samples=samples, plots={"proxies": arts["geometry"].plot(), "score": arts["layer_score"].plot(),
+                                "scatter": arts["bridgeability"].plot()},
+        backbones=[backbone_summary(layout, b) for b in (backbone, *other_backbones(layout, backbone))],
+        artifacts=str(layout.root / backbone),
+        fingerprints={a.name: m[stage].fingerprint for stage, a in arts.items()})

@@ -1,0 +1,45 @@
+"""The typed rows serialise to exactly the columns their artifacts have always had, and read
+them back."""
+
+import math
+
+from dihal.results import BridgeMetrics
+from dihal.rows import Estimate, GenerationRow, RegressionRow, SpearmanRow
+
+
+def _metrics(layer, nll, recon):
+    return BridgeMetrics(layer=layer, val_loss=0.3, recon_error=recon, hybrid_nll=nll,
+                         backbone_nll=2.0, top1_agreement=0.7, hybrid_ppl=9.0, backbone_ppl=7.0,
+                         init_val_loss=1.0, train_loss=0.2, steps=4, train_tokens=64, seconds=1.0,
+                         resumed_from_step=0, denoiser_parameters=100)
+
+
+def test_regression_row_columns_and_verdicts():
+    row = RegressionRow.of(_metrics(2, 3.0, 0.5), _metrics(2, 3.5, 0.4))
+    d = row.to_dict()
+    assert list(d) == ["layer", "bridge_recon_error", "regression_recon_error",
+                       "bridge_hybrid_nll", "regression_hybrid_nll", "bridge_top1",
+                       "regression_top1", "regression_mse", "bridge_better_nll",
+                       "bridge_better_recon"]
+    assert d["bridge_better_nll"] is True and d["bridge_better_recon"] is False
+    assert RegressionRow.from_dict(d) == row
+    # NaN never counts as better (as the dict comparison it replaces)
+    assert RegressionRow.of(_metrics(1, math.nan, 0.5), _metrics(1, 3.0, 0.5)).bridge_better_nll is False
+
+
+def test_spearman_row_reads_a_row_without_intervals():
+    row = SpearmanRow.from_dict({"predictor": "S_l (none)", "spearman_vs_-val_loss": 0.5})
+    assert row.of().interval() == (0.5, None, None) and row.of().vs_depth == ""
+    assert row.of("hybrid_nll") is None
+
+
+def test_generation_row_keeps_its_columns_and_reads_intervals():
+    d = {"model": "dihal", "role": "dihal", "gen_ppl": 50.0, "gen_ppl_low": 45.0,
+         "gen_ppl_high": 55.0, "mauve": math.nan, "ms_per_token": 2.0, "seq_len": 16}
+    row = GenerationRow.from_dict(d)
+    assert row.to_dict() == d and list(row.to_dict()) == list(d)
+    assert row.gen_ppl.text() == "50.0 [45.0, 55.0]" and row.mauve.text() == "n/a"
+    assert row.gen_ppl.separated_from(Estimate(60.0, 56.0, 70.0))
+    assert not row.gen_ppl.separated_from(Estimate(60.0, 54.0, 70.0))
+    assert not row.gen_ppl.separated_from(Estimate(60.0))  # no interval: cannot tell
+    assert GenerationRow.from_dict({"role": "oracle", "layer": 3}).name == "oracle"

@@ -218,9 +218,9 @@ def dump(check: Check, bb, val: np.ndarray, sizes: dict, store: dict) -> dict:
     facts = Facts(backbone=bb.spec.name, n_layers=bb.n_layers, hidden=bb.hidden_size,
                   intermediate=cfg.intermediate_size, n_params=bb.info()["n_parameters"],
                   weight_bytes=2, device="cuda", workers=1, swept_layers=bb.n_layers - 1,
-                  doc_lengths=None, host_available=0, disk_free=0)
+                  doc_lengths=None, host_available=0, disk_free=0, vocab=cfg.vocab_size)
     est = gpu_step_bytes(facts, seq, ExtractConfig(batch_size=batch), BridgeProtocol(**sizes["bridge"]))
-    out["preflight_estimate_gib"] = round(est["dump forward"] / 2**30, 3)
+    out["preflight_estimate_gib"] = round(est["dump"] / 2**30, 3)
     if not check.results.get("tiny"):
         from dihal.capacity import capacity_rows, load_model_config
 

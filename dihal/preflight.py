@@ -18,11 +18,7 @@ from dihal.errors import DihalError
 GIB = 2**30
 # Keep this share of a resource free (the OS, page cache, the CUDA context, fragmentation)
 HEADROOM = 0.9
-# The capacity table's GPU estimate of the dump (weights + estimated activations) was 17.4 GiB
-# at 8B where the dump measured about 24 GiB (issue 19, item 8): scale the activation estimate
-# by this much until the table is corrected to measurements
-GPU_PEAK_CORRECTION = 24.0 / 17.4
-# A first batch's largest |hidden state| may reach this fraction of the storage dtype's maximum
+# The storage dtype's maximum must exceed a first batch's largest |hidden state| this many times
 # (a later batch can be larger: SmolLM2 reached 27,922 of float16's 65,504, 2.3x headroom)
 FP16_MIN_HEADROOM = 1.5
 
@@ -58,6 +54,7 @@ class Facts:
     disk_free: int  # bytes free under the artifact root
     gpu_total: list[int] = field(default_factory=list)  # bytes per visible GPU
     first_batch_max_abs: float | None = None  # largest |h| over every layer of a first batch
+    vocab: int = 0  # the LM head's width (the dump's reference logits)
 
 
 def _gib(n: float) -> str:
@@ -132,28 +129,31 @@ def check_disk(facts: Facts, seq: SequenceConfig, extract: ExtractConfig,
 
 def gpu_step_bytes(facts: Facts, seq: SequenceConfig, extract: ExtractConfig,
                    protocol: BridgeProtocol) -> dict[str, int]:
-    """Peak GPU bytes of one step of each kind on one device: the dump's forward with all
-    states, a pair-building forward, a bridge's training (capacity.py's estimates, the
-    activations scaled by GPU_PEAK_CORRECTION)."""
+    """Peak GPU bytes of one step of each kind on one device: the dump (all N states of a
+    batch, phase by phase), a pair-building batch, a bridge's training; the weights plus
+    dihal.capacity's phase model, which matches the dump's measured peak (21.0 GiB at
+    Llama-3.1-8B where the forward-only estimate said 17.4 and about 24 was measured)."""
     from dihal.capacity import (
         Workload,
         bridge_training_bytes,
         denoiser_parameters,
-        forward_activation_bytes,
+        dump_phase_bytes,
+        pair_phase_bytes,
     )
 
     w = Workload(seq_len=seq.seq_len, n_train=seq.n_train, n_val=seq.n_val,
+                 state_bytes=2 if extract.dtype == "float16" else 4,
                  extract_batch=extract.batch_size, bridge=protocol)
     weights = facts.n_params * facts.weight_bytes
-    act = {"dump forward": forward_activation_bytes(facts.hidden, facts.intermediate,
-                                                    facts.n_layers, w),
-           "pair-building forward": forward_activation_bytes(facts.hidden, facts.intermediate,
-                                                             2, w)}
-    out = {k: weights + math.ceil(GPU_PEAK_CORRECTION * v) for k, v in act.items()}
+    b = facts.weight_bytes
     n = denoiser_parameters(facts.hidden, protocol, seq.seq_len)
-    out["bridge training"] = weights + math.ceil(
-        GPU_PEAK_CORRECTION * bridge_training_bytes(facts.hidden, n, w))
-    return out
+    return {
+        "dump": weights + max(dump_phase_bytes(facts.n_layers, facts.hidden, facts.intermediate,
+                                               facts.vocab, w, dtype_bytes=b).values()),
+        "pair-building batch": weights + max(pair_phase_bytes(facts.hidden, facts.intermediate,
+                                                              w, dtype_bytes=b).values()),
+        "bridge training": weights + bridge_training_bytes(facts.hidden, n, w),
+    }
 
 
 def check_gpu_memory(facts: Facts, seq: SequenceConfig, extract: ExtractConfig,
@@ -168,8 +168,8 @@ def check_gpu_memory(facts: Facts, seq: SequenceConfig, extract: ExtractConfig,
         return []
     return [Refusal("GPU memory", (
         f"the {kind} of {facts.backbone} needs about {_gib(need)} on one GPU (weights "
-        f"{_gib(facts.n_params * facts.weight_bytes)}, activations estimated by "
-        f"dihal.capacity x {GPU_PEAK_CORRECTION:.2f}, the measured peak), but the smallest "
+        f"{_gib(facts.n_params * facts.weight_bytes)} and the batch's states, by "
+        f"dihal.capacity's phase model of the measured peak), but the smallest "
         f"GPU has {_gib(min(facts.gpu_total))}. Lower hidden_states.batch_size (now "
         f"{extract.batch_size}) or bridge batch_size (now {protocol.batch_size}), or spread "
         "the backbone with the backbones resource's device_map='auto'."))]

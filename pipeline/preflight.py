@@ -93,7 +93,8 @@ def gather(args, layers: list[int], resources: dict | None = None):
         weight_bytes=next(bb.model.parameters()).element_size(),
         device="cuda" if device.startswith("cuda") else "cpu", workers=args.workers,
         swept_layers=len(layers), doc_lengths=lengths, host_available=_available_memory(),
-        disk_free=_disk_free(layout.root), gpu_total=gpus, first_batch_max_abs=max_abs)
+        disk_free=_disk_free(layout.root), gpu_total=gpus, first_batch_max_abs=max_abs,
+        vocab=int(cfg.vocab_size))
     del bb
     if device.startswith("cuda"):
         torch.cuda.empty_cache()

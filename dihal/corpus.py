@@ -205,6 +205,47 @@ class PackedSplit:
     sources: list[list[str]] = field(default_factory=list)
 
 
+def sequence_capacity(doc_lengths: Iterable[int], seq_len: int, cap: int | None) -> int:
+    """Sequences of `seq_len` that documents of these token counts fill when packed as
+    pack_sequences does (each truncated to `cap` tokens plus its EOS; the packing is
+    continuous, so only the total counts)."""
+    total = sum((n if cap is None else min(n, cap)) + 1 for n in doc_lengths)
+    return total // (seq_len - 1)
+
+
+def shortfall_message(doc_lengths: dict[str, list[int]], cfg: SequenceConfig) -> str | None:
+    """None where the documents (token counts per split) fill n_train and n_val; else what is
+    missing, with the numbers and the setting to change (the smallest max_tokens_per_doc that
+    would fill both splits, where raising it can)."""
+    want = {"train": cfg.n_train, "val": cfg.n_val}
+    got = {s: sequence_capacity(doc_lengths.get(s, []), cfg.seq_len, cfg.max_tokens_per_doc)
+           for s in want}
+    short = [s for s in want if got[s] < want[s]]
+    if not short:
+        return None
+    detail = ", ".join(f"{s}: {min(got[s], want[s])} of {want[s]}" for s in short)
+    full = {s: sequence_capacity(doc_lengths.get(s, []), cfg.seq_len, None) for s in want}
+    msg = (f"the corpus yields too few sequences of {cfg.seq_len} tokens ({detail}; "
+           f"{sum(len(doc_lengths.get(s, [])) for s in want)} documents, at most "
+           f"max_tokens_per_doc={cfg.max_tokens_per_doc} tokens each). ")
+    if all(full[s] >= want[s] for s in want) and cfg.max_tokens_per_doc is not None:
+        longest = max(n for s in want for n in doc_lengths.get(s, [0]) or [0])
+        lo, hi = cfg.max_tokens_per_doc, max(longest, cfg.max_tokens_per_doc)
+        while lo < hi:  # the smallest cap that fills both splits
+            mid = (lo + hi) // 2
+            if all(sequence_capacity(doc_lengths.get(s, []), cfg.seq_len, mid) >= want[s]
+                   for s in want):
+                hi = mid
+            else:
+                lo = mid + 1
+        msg += (f"Raise sequences.max_tokens_per_doc to at least {lo} (or None: "
+                + ", ".join(f"{s} {full[s]}" for s in want) + " sequences), or ")
+    else:
+        msg += ("Even whole documents give only " + ", ".join(f"{s} {full[s]}" for s in want)
+                + " sequences: ")
+    return msg + "lower n_train/n_val or seq_len, or add shards (corpus paths / max_docs)."
+
+
 def pack_sequences(
     docs: Iterable[Document], tokenizer, cfg: SequenceConfig, *, bos_id: int, eos_id: int
 ) -> dict[str, PackedSplit]:
@@ -213,10 +254,12 @@ def pack_sequences(
     Each document is truncated to ``max_tokens_per_doc`` tokens before packing.
     Each split packs its own documents; packing stops once both splits are full. No padding:
     every position is a real token, and position 0 is always the BOS (attention-sink) token.
+    A corpus too small for the splits is refused with shortfall_message's numbers.
     """
     want = {"train": cfg.n_train, "val": cfg.n_val}
     out = {s: PackedSplit() for s in want}
     buf: dict[str, list[tuple[int, str, str]]] = {s: [] for s in want}
+    lengths: dict[str, list[int]] = {s: [] for s in want}  # every document's token count
     body = cfg.seq_len - 1
     for doc in docs:
         split = split_of(doc.id, cfg.val_fraction, cfg.seed)
@@ -225,6 +268,7 @@ def pack_sequences(
                 break
             continue
         ids = tokenizer(doc.text, add_special_tokens=False)["input_ids"]
+        lengths[split].append(len(ids))
         ids = ids[: cfg.max_tokens_per_doc] + [eos_id]
         buf[split].extend((t, doc.id, doc.source) for t in ids)
         while len(buf[split]) >= body and len(out[split].input_ids) < want[split]:
@@ -232,14 +276,25 @@ def pack_sequences(
             out[split].input_ids.append([bos_id] + [t for t, _, _ in chunk])
             out[split].doc_ids.append(sorted({d for _, d, _ in chunk}))
             out[split].sources.append(sorted({s for _, _, s in chunk}))
-    short = {s: (len(out[s].input_ids), want[s]) for s in want if len(out[s].input_ids) < want[s]}
-    if short:
-        detail = ", ".join(f"{s}: {got} of {n}" for s, (got, n) in short.items())
-        raise CorpusError(
-            f"the corpus yields too few sequences of {cfg.seq_len} tokens ({detail}). Lower "
-            "n_train/n_val or seq_len, or add shards (corpus paths / max_docs)."
-        )
+    if any(len(out[s].input_ids) < want[s] for s in want):
+        raise CorpusError(shortfall_message(lengths, cfg))
     return out
+
+
+def document_lengths(docs: Iterable[Document], tokenizer, cfg: SequenceConfig) -> dict[str, list[int]]:
+    """Token count of each document, per split, read until both splits could be filled (the
+    pre-flight's corpus check: pack_sequences's arithmetic without building the sequences)."""
+    lengths: dict[str, list[int]] = {"train": [], "val": []}
+    want = {"train": cfg.n_train, "val": cfg.n_val}
+    for doc in docs:
+        split = split_of(doc.id, cfg.val_fraction, cfg.seed)
+        if sequence_capacity(lengths[split], cfg.seq_len, cfg.max_tokens_per_doc) >= want[split]:
+            if all(sequence_capacity(lengths[s], cfg.seq_len, cfg.max_tokens_per_doc) >= want[s]
+                   for s in want):
+                break
+            continue
+        lengths[split].append(len(tokenizer(doc.text, add_special_tokens=False)["input_ids"]))
+    return lengths
 
 
 # ---------------------------------------------------------------------------------------------

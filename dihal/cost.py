@@ -116,9 +116,10 @@ def break_even(model: FlopModel, layers: Sequence[int], steps: Sequence[int]) ->
 def backbone_flop_model(backbone, length: int = 32) -> FlopModel:
     """The backbone's parts, counted over a cached decode of one sequence of `length` tokens
     (module names from its own forward pass)."""
-    from dihal.hybrid import decode_backbone
+    from dihal.hybrid import decode_backbone, no_warmup
 
-    total, per_module = count_flops(lambda: decode_backbone(backbone, 1, length, seed=0))
+    with no_warmup():
+        total, per_module = count_flops(lambda: decode_backbone(backbone, 1, length, seed=0))
     root = type(backbone.model).__name__
     blocks = tuple(per_module.get(f"{root}.model.layers.{i}", 0) / length
                    for i in range(backbone.n_layers))
@@ -182,8 +183,11 @@ def cost_rows(subjects: Sequence[CostSubject], *, n: int = 4, length: int = 32, 
         raise ValueError(f"n, length and repeats must be >= 1, got {n}, {length}, {repeats}")
     flop_length = flop_length or length
     kw = dict(temperature=1.0, seed=seed, cached=True)
-    flops = [count_flops(lambda s=s: s.decode(1, flop_length, batch_size=1, **kw))[0]
-             for s in subjects]
+    from dihal.hybrid import no_warmup
+
+    with no_warmup():  # the work of the tokens themselves, not of a timing warm-up
+        flops = [count_flops(lambda s=s: s.decode(1, flop_length, batch_size=1, **kw))[0]
+                 for s in subjects]
     for s in subjects:
         s.decode(n, min(4, length), batch_size=n, **kw)  # warm-up
     times: list[list[float]] = [[] for _ in subjects]

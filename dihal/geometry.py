@@ -11,7 +11,9 @@ For a sample x of n hidden states (n, d), after normalisation, with Sigma the sa
 - effective rank    k_eff = tr(Sigma) / ||Sigma||_2.
 
 Everything is computed in float64 (hidden states carry "massive activations", a few dimensions
-and tokens ~100x the rest); inputs of any floating dtype and device are accepted.
+and tokens ~100x the rest); inputs of any floating dtype and device are accepted, and the
+arithmetic runs on the input's device (the geometry stage gives it the step's GPU: covariances,
+eigendecompositions and the kNN search there; on the CPU nothing changes).
 Pure functions: tensors and a config in, numbers out. No Dagster here.
 """
 
@@ -388,7 +390,7 @@ def _replicate_lambda_max(x64: torch.Tensor, basis: torch.Tensor, y: torch.Tenso
     e = torch.where(useful, resid / norm.clamp_min(1e-300), torch.zeros_like(resid))
     se = cov_times(e, e @ x64.T)
     r = basis.shape[1]
-    big = torch.zeros(w.shape[0], r + 1, r + 1, dtype=x64.dtype)
+    big = torch.zeros(w.shape[0], r + 1, r + 1, dtype=x64.dtype, device=x64.device)
     big[:, :r, :r] = cov
     big[:, :r, r] = big[:, r, :r] = se @ basis
     big[:, r, r] = (se * e).sum(1)
@@ -467,6 +469,8 @@ def layer_proxies_resampled(x: torch.Tensor, plan: GeometryPlan, cfg: GeometryCo
     )
     if weights is not None and (weights.ndim != 2 or weights.shape[1] != n):
         raise ValueError(f"bootstrap weights must be (B, {n}), got {tuple(weights.shape)}")
+    if weights is not None:
+        weights = weights.to(x64.device)  # the states' device: a GPU's, or the CPU
     computed: dict[str, dict[str, float]] = {}
     replicates: dict[str, dict] = {}
     if "none" in cfg.normalizations or "rms" in cfg.normalizations:

@@ -18,6 +18,8 @@ path, only on the logits.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -31,6 +33,7 @@ from dihal.bridge.data import Standardizer
 from dihal.bridge.process import BrownianBridge
 from dihal.bridge.sampler import DEFAULT_RULE, IncrementalSampler, check_rule, sample
 from dihal.seeds import derive_seed
+from dihal.versions import cache_keyword
 
 # A stepper receives every token id so far (B, T) and returns the next-token logits (B, V).
 Stepper = Callable[[Tensor], Tensor]
@@ -121,6 +124,22 @@ def _prompt_ids(prompt: Sequence[int] | Tensor | None, default: int) -> Tensor:
     return ids.to(torch.long)
 
 
+WARMUP_STEPS = 2  # decoding steps run before a timed decode (autoregress)
+# the warm-up of the decodes in this context (no_warmup() turns it off where work is counted,
+# not timed: FLOPs per token)
+_WARMUP: contextvars.ContextVar[int] = contextvars.ContextVar("warmup_steps", default=WARMUP_STEPS)
+
+
+@contextlib.contextmanager
+def no_warmup():
+    """Decodes inside run no warm-up steps (for counting their work, e.g. FLOPs per token)."""
+    token = _WARMUP.set(0)
+    try:
+        yield
+    finally:
+        _WARMUP.reset(token)
+
+
 def autoregress(
     make_stepper: Callable[[int, int], Stepper],
     prompt: Tensor,
@@ -131,21 +150,33 @@ def autoregress(
     seed: int,
     batch_size: int | None,
     device: torch.device | str,
+    warmup_steps: int | None = None,
 ) -> Generation:
     """Sample n sequences of `length` new tokens after `prompt` (P,), in batches.
 
     ``make_stepper(batch, batch_seed)`` returns a fresh stepper for one batch (its caches or
     noise generator live in the closure). The uniforms deciding every token are drawn up front
     from ``torch.Generator().manual_seed(seed)``: sequence i, position j uses u[i, j] whatever
-    the batching.
+    the batching. Before the clock starts, a throw-away stepper runs `warmup_steps` greedy
+    steps on a batch of the same size (CUDA context, kernels and allocator caches start there,
+    not in the measured ms/token); it draws no uniform, so the tokens do not depend on it.
     """
     if n < 1 or length < 1:
         raise ValueError(f"n and length must be >= 1, got n={n}, length={length}")
+    warmup_steps = _WARMUP.get() if warmup_steps is None else warmup_steps
     batch_size = n if batch_size is None else batch_size
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     u = torch.rand(n, length, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
     device = torch.device(device)
+    if warmup_steps > 0:
+        b = min(batch_size, n)
+        step = make_stepper(b, derive_seed(seed, "warm-up"))
+        ids = prompt.to(device).expand(b, -1)
+        for _ in range(min(warmup_steps, length)):
+            ids = torch.cat([ids, step(ids).argmax(-1).to(device, torch.long).unsqueeze(1)], dim=1)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
     rows = []
     start_time = time.perf_counter()
     for start in range(0, n, batch_size):
@@ -176,7 +207,8 @@ def backbone_stepper(backbone: Backbone, cached: bool = True) -> Stepper:
     def step(ids: Tensor) -> Tensor:
         nonlocal seen
         out = backbone.model(
-            input_ids=ids[:, seen:], cache=cache, use_cache=True, logits_to_keep=1
+            input_ids=ids[:, seen:], use_cache=True, logits_to_keep=1,
+            **{cache_keyword(backbone.model): cache},
         )
         seen = ids.shape[1]
         return out.logits[:, -1]

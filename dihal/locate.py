@@ -46,9 +46,12 @@ def compute_geometry(
     backbone: str,
     split: str = "val",
     progress: Callable[[str], None] | None = None,
+    device: str = "cpu",
 ) -> GeometryResult:
     """The three proxies for every layer of the dump, under every normalisation, and the rival
-    predictors (dihal.predictors) of every candidate layer, all on the same sampled tokens."""
+    predictors (dihal.predictors) of every candidate layer, all on the same sampled tokens.
+    The proxies' linear algebra (float64) runs on `device` (the step's GPU where it has one);
+    the rival predictors and every sampled index stay on the CPU."""
     n_layers, n_seq, seq_len, _ = reader.shape(split)
     gen = torch.Generator().manual_seed(derive_seed(cfg.seed, backbone, "geometry"))
     positions = sample_positions(n_seq, seq_len, cfg.n_tokens, gen)
@@ -70,7 +73,7 @@ def compute_geometry(
                 f"layer {layer} of the dump holds non-finite states: re-run the hidden_states "
                 "asset (its checks reject NaN) before computing geometry."
             )
-        layer_rows, reps = layer_proxies_resampled(x, plan, cfg, weights)
+        layer_rows, reps = layer_proxies_resampled(x.to(device), plan, cfg, weights)
         for row in layer_rows:
             rows.append({"layer": layer, **row})
         for norm, rep in reps.items():
@@ -78,7 +81,7 @@ def compute_geometry(
             replicates["layer"] += [layer] * cfg.n_resamples
             replicates["norm"] += [norm] * cfg.n_resamples
             for k in _REPLICATED:
-                replicates[k] += rep[k].tolist()
+                replicates[k] += rep[k].cpu().tolist()
         if layer == 0:
             x0, ridge = x, RidgeFolds(x, seed=cfg.seed)
         else:  # the rival predictors of a candidate layer, on the same tokens

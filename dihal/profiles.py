@@ -24,8 +24,10 @@ PROFILES: dict[str, dict[str, dict]] = {
     "cpu": {},
     "gpu": {
         # 8192 x 128 = 1,048,576 training tokens; 144 held-out sequences hold 18,288 positions
-        # after position 0, of which geometry samples 16,384
-        "sequences": {"n_train": 8192, "n_val": 144},
+        # after position 0, of which geometry samples 16,384. The embedded corpus (1,910
+        # documents) fills 8,192 training sequences only with up to 768 tokens a document (at
+        # 256: 3,506; at 768: 10,317 train, 1,062 held-out, with SmolLM2's tokenizer)
+        "sequences": {"n_train": 8192, "n_val": 144, "max_tokens_per_doc": 768},
         # bounded storage: the training split's states are computed by each bridge, not stored
         "hidden_states": {"batch_size": 64, "store_train": False},
         "geometry": {"n_tokens": 16384},
@@ -34,6 +36,18 @@ PROFILES: dict[str, dict[str, dict]] = {
         "eval": {"n_samples": 512, "length": 128, "batch_size": 128},
         "baseline": {"n_samples": 512, "length": 128},
     },
+}
+# SmolLM2's whole chain in one 10-minute command on one H200 (issue 19, item 8): half the
+# training tokens (4,096 x 128 = 524,288), the driver's default sweep of 10 candidate layers
+# (not all 29), 256 samples per evaluated system; the held-out split and geometry as `gpu`.
+# Estimated from OFFLINE.md's 130,000 tokens/s forward and an assumed ~10 s of process start-up
+# and model load per Dagster run (17 runs): about 9 minutes. benchmarks/gpu_check.py's
+# extrapolation measures the stage times of both GPU profiles on the machine it runs on.
+PROFILES["gpu-smollm2"] = {
+    **PROFILES["gpu"],
+    "sequences": {**PROFILES["gpu"]["sequences"], "n_train": 4096},
+    "eval": {**PROFILES["gpu"]["eval"], "n_samples": 256},
+    "baseline": {**PROFILES["gpu"]["baseline"], "n_samples": 256},
 }
 # Profiles whose sweep covers every candidate layer unless the driver is given --layers
 ALL_LAYERS = {"gpu"}

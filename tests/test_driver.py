@@ -27,7 +27,7 @@ def calls(monkeypatch):
     (["--baselines", "sed,foo"], "unknown foo; the baselines are diffusion-lm, sed, ld4lg, codar"),
     (["--sweep-count", "0"], "--sweep-count 0: give at least 3"),
     (["--workers", "0"], "--workers 0: give at least 1"),
-    (["--profile", "tpu"], "unknown profile 'tpu': give one of ['cpu', 'gpu'] or a .json file"),
+    (["--profile", "tpu"], "unknown profile 'tpu': give one of ['cpu', 'gpu', 'gpu-smollm2'] or a .json file"),
 ])
 def test_bad_arguments_fail_at_once_naming_the_valid_values(argv, says, calls, capsys):
     t0 = time.monotonic()

@@ -444,3 +444,40 @@ def test_replicate_effective_rank_equals_the_resampled_covariance():
         c = spec.trace / 120
         assert reps["rms"]["m_curv"][b].item() == pytest.approx(reps["none"]["m_curv"][b].item() * c)
     assert len({round(v, 9) for v in reps["none"]["k_eff"].tolist()}) == 4  # replicates differ
+
+
+def test_geometry_on_the_cpu_device_is_bitwise_the_plain_cpu_path():
+    """compute_geometry with device="cpu" (what a step without a GPU passes) gives exactly the
+    proxies and bootstrap replicates of the per-layer CPU functions on the same tokens."""
+    import numpy as np
+
+    from dihal.geometry import layer_proxies_resampled, resample_weights
+    from dihal.locate import compute_geometry, sample_positions
+    from dihal.seeds import derive_seed
+
+    rng = np.random.default_rng(0)
+    states = rng.standard_normal((3, 6, 20, 8)).astype(np.float16)  # layers, seqs, T, d
+
+    class Reader:
+        def shape(self, split):
+            return states.shape
+
+        def layer(self, split, layer):
+            return states[layer]
+
+    cfg = GeometryConfig(n_tokens=60, n_anchors=20, k_neighbors=5, n_pairs=80, n_resamples=3)
+    got = compute_geometry(Reader(), cfg, backbone="b", device="cpu")
+    gen = torch.Generator().manual_seed(derive_seed(cfg.seed, "b", "geometry"))
+    pos = sample_positions(6, 20, 60, gen)
+    plan = make_plan(60, cfg, gen)
+    boot = torch.Generator().manual_seed(derive_seed(cfg.seed, "b", "geometry-bootstrap"))
+    weights = resample_weights(60, 3, boot)
+    want_rows, want_reps = [], []
+    for layer in range(3):
+        x = torch.from_numpy(states[layer][pos[:, 0], pos[:, 1]].astype(np.float64))
+        rows, reps = layer_proxies_resampled(x, plan, cfg, weights)
+        want_rows += [{"layer": layer, **r} for r in rows]
+        want_reps += [reps[n]["m_curv"].tolist() for n in cfg.normalizations]
+    assert got.rows == want_rows  # exact floats, not approximately
+    curv = got.resamples["m_curv"]
+    assert [curv[i:i + 3] for i in range(0, len(curv), 3)] == want_reps

@@ -114,8 +114,9 @@ def test_cached_decoding_processes_each_token_once(tiny_backbone, stds, monkeypa
                         or run_upper(h, layer, **kw))
     hybrid.generate(2, 6, seed=0, prompt=[bb.bos_id, 10, 11])
     fed = 3 + 6 - 1  # the prompt, then every sampled token but the last
-    assert denoiser.positions == 4 * 2 * fed  # 4 denoising steps x batch 2
-    assert upper == [3] + [1] * 5
+    warm = 3 + 1  # the warm-up's 2 steps (hybrid.WARMUP_STEPS): the prompt, one token
+    assert denoiser.positions == 4 * 2 * (warm + fed)  # 4 denoising steps x batch 2
+    assert upper == [3, 1] + [3] + [1] * 5
 
 
 def test_decoding_is_reproducible_and_independent_of_batching(tiny_backbone, stds):
@@ -222,3 +223,34 @@ def test_marginal_rule_cached_decoding_equals_uncached(tiny_backbone, stds):
     assert torch.equal(cached.tokens, hybrid.generate(3, 12, cached=False, **kw))
     # the rule changes the samples (the test would be vacuous if it were ignored)
     assert not torch.equal(cached.tokens, make_hybrid(tiny_backbone, stds).generate(3, 12, **kw))
+
+
+def test_timed_decoding_starts_after_a_warm_up(tiny_backbone, stds, monkeypatch):
+    """The first stepper call pays the start-up (on a GPU: CUDA context, kernels): it runs in a
+    warm-up before the clock starts, and the tokens are those of a decode without one."""
+    import dihal.hybrid as hy
+
+    clock = {"now": 0.0, "calls": 0}
+    monkeypatch.setattr(hy.time, "perf_counter", lambda: clock["now"])
+    hybrid = make_hybrid(tiny_backbone, stds, eta=1.0)
+    real = hybrid.stepper
+
+    def slow_first(cached=True, seed=0):
+        step = real(cached, seed)
+
+        def timed(ids):
+            clock["calls"] += 1
+            if clock["calls"] == 1:
+                clock["now"] += 100.0  # the start-up cost
+            return step(ids)
+        return timed
+
+    monkeypatch.setattr(hybrid, "stepper", slow_first)
+    warm = hy.autoregress(lambda b, s: hybrid.stepper(True, s), torch.tensor([1]), 3, 5,
+                          temperature=1.0, seed=2, batch_size=3, device="cpu")
+    assert warm.seconds == 0.0 and clock["calls"] == hy.WARMUP_STEPS + 5
+    clock.update(now=0.0, calls=0)
+    cold = hy.autoregress(lambda b, s: hybrid.stepper(True, s), torch.tensor([1]), 3, 5,
+                          temperature=1.0, seed=2, batch_size=3, device="cpu", warmup_steps=0)
+    assert cold.seconds == 100.0
+    assert torch.equal(warm.tokens, cold.tokens)

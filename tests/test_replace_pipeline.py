@@ -230,3 +230,44 @@ def test_bounded_storage_gives_the_same_bridge_as_a_stored_training_split(tiny):
         weights[store_train] = hashlib.sha256(path.read_bytes()).hexdigest()
     assert weights[True] == weights[False]
     assert sizes[False] < sizes[True]  # the training split's states are not on disk
+
+
+def test_a_sweep_partition_builds_its_training_pairs_once(tiny, monkeypatch):
+    """store_train=False: the bridge and its regression control of one partition's run share
+    one build of the training pairs (issue 19 item 5); the control trained on them equals one
+    trained on pairs built afresh."""
+    import hashlib
+    import shutil
+
+    import dihal.extract
+    from storage import RegressionControl
+
+    built = []
+    real = dihal.extract.layer_pairs
+
+    def counting(*args, **kwargs):
+        built.append(args[2])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(dihal.extract, "layer_pairs", counting)
+    defs, shard, root = tiny
+    inst = dg.DagsterInstance.ephemeral()
+    ops = {**TINY_RUN, "corpus": {"config": {"paths": [str(shard)]}},
+           "hidden_states_llama": {"config": {"batch_size": 4, "store_train": False}},
+           "bridge_sweep_llama": {"config": PROTOCOL}}
+    res, err = _mat(defs, inst, ["corpus", "sequences_llama", "hidden_states_llama"], ops)
+    assert res.success, err
+    res, err = _mat(defs, inst, ["bridge_sweep_llama", "regression_sweep_llama"], ops, partition="2")
+    assert res.success, err
+    assert built == [2]  # once, for both
+    control = RegressionControl(root, "llama", 2).directory
+
+    def digest() -> str:
+        return hashlib.sha256((control / "bridge.safetensors").read_bytes()).hexdigest()
+
+    shared = digest()
+    shutil.rmtree(control)
+    res, err = _mat(defs, inst, ["regression_sweep_llama"], ops, partition="2")
+    assert res.success, err
+    assert built == [2, 2]  # the bridge was reused from its artifact: the control built its own
+    assert digest() == shared

@@ -1,0 +1,211 @@
+"""Pre-flight: will this run fit, before anything runs? (issue 19)
+
+Pure checks over facts the driver gathers (pipeline/preflight.py): the chosen profile's stage
+configs, the backbone's shape, the workers, the corpus's document lengths, the host's memory
+and disk, the GPUs' memory, and the largest hidden state of a first batch. Each check that
+fails gives a Refusal naming what does not fit, the numbers, and the setting to change; the
+driver refuses to start while any is left.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from dihal.config import DTYPE_MAX, BridgeProtocol, ExtractConfig, SequenceConfig
+from dihal.errors import DihalError
+
+GIB = 2**30
+# Keep this share of a resource free (the OS, page cache, the CUDA context, fragmentation)
+HEADROOM = 0.9
+# The storage dtype's maximum must exceed a first batch's largest |hidden state| this many times
+# (a later batch can be larger: SmolLM2 reached 27,922 of float16's 65,504, 2.3x headroom)
+FP16_MIN_HEADROOM = 1.5
+
+
+class PreflightError(DihalError):
+    """One or more checks refused the run; the message lists each with its fix."""
+
+
+@dataclass(frozen=True)
+class Refusal:
+    check: str  # "corpus", "host memory", "disk", "GPU memory", "float16 headroom"
+    message: str  # the numbers and the setting to change
+
+    def __str__(self) -> str:
+        return f"{self.check}: {self.message}"
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What the driver found out about this run (pipeline/preflight.py gathers it)."""
+
+    backbone: str
+    n_layers: int
+    hidden: int
+    intermediate: int
+    n_params: int
+    weight_bytes: int  # per parameter as loaded for compute (bf16: 2, float32: 4)
+    device: str  # "cpu" or "cuda"
+    workers: int
+    swept_layers: int
+    doc_lengths: dict[str, list[int]] | None  # token counts per split; None: not measured
+    host_available: int  # bytes of host memory available now
+    disk_free: int  # bytes free under the artifact root
+    gpu_total: list[int] = field(default_factory=list)  # bytes per visible GPU
+    first_batch_max_abs: float | None = None  # largest |h| over every layer of a first batch
+    vocab: int = 0  # the LM head's width (the dump's reference logits)
+
+
+def _gib(n: float) -> str:
+    return f"{n / GIB:.1f} GiB"
+
+
+def pair_bytes(seq: SequenceConfig, hidden: int) -> int:
+    """One bridge step's training pairs (c, h_l) in host memory, float32 (exact)."""
+    return 2 * seq.n_train * seq.seq_len * hidden * 4
+
+
+def store_bytes(seq: SequenceConfig, extract: ExtractConfig, n_layers: int, hidden: int) -> int:
+    """The hidden-state store: every layer of the held-out split, and of the training split
+    where store_train is true (exact, plus the int32 token ids)."""
+    per = 2 if extract.dtype == "float16" else 4
+    seqs = seq.n_val + (seq.n_train if extract.store_train else 0)
+    return n_layers * seqs * seq.seq_len * hidden * per + seqs * seq.seq_len * 4
+
+
+def check_corpus(facts: Facts, seq: SequenceConfig) -> list[Refusal]:
+    from dihal.corpus import shortfall_message
+
+    if facts.doc_lengths is None:
+        return []
+    msg = shortfall_message(facts.doc_lengths, seq)
+    return [Refusal("corpus", msg)] if msg else []
+
+
+def check_host_memory(facts: Facts, seq: SequenceConfig) -> list[Refusal]:
+    """Each concurrent step holds its layer's training pairs; on the CPU it also holds its own
+    copy of the backbone."""
+    concurrent = facts.workers if facts.device == "cpu" else min(facts.workers,
+                                                                 max(1, len(facts.gpu_total)))
+    pairs = pair_bytes(seq, facts.hidden)
+    weights = facts.n_params * facts.weight_bytes if facts.device == "cpu" else 0
+    need = concurrent * (pairs + weights)
+    have = HEADROOM * facts.host_available
+    if need <= have:
+        return []
+    fit = int(have // (pairs + weights)) if pairs + weights else 0
+    return [Refusal("host memory", (
+        f"{concurrent} concurrent step(s) x ({_gib(pairs)} of training pairs (2 x {seq.n_train} x "
+        f"{seq.seq_len} x {facts.hidden} float32)" + (f" + {_gib(weights)} of weights"
+                                                       if weights else "")
+        + f") = {_gib(need)}, but {_gib(facts.host_available)} is available. "
+        + (f"Lower --workers to {fit}" if fit >= 1 else "Lower sequences.n_train")
+        + " (or sequences.n_train, or run on a host with more memory)."))]
+
+
+def check_disk(facts: Facts, seq: SequenceConfig, extract: ExtractConfig,
+               protocol: BridgeProtocol) -> list[Refusal]:
+    """The store, the swept bridges' weights and the checkpoints of the steps in flight."""
+    from dihal.capacity import TABLE_BYTES_PER_LAYER, denoiser_parameters, training_disk_bytes
+
+    store = store_bytes(seq, extract, facts.n_layers, facts.hidden)
+    n = denoiser_parameters(facts.hidden, protocol, seq.seq_len)
+    bridges = facts.swept_layers * 2 * (4 * n + TABLE_BYTES_PER_LAYER)  # bridge + regression
+    in_flight = facts.workers * training_disk_bytes(n, n, 2)
+    need = store + bridges + in_flight
+    if need <= HEADROOM * facts.disk_free:
+        return []
+    fix = ("Set hidden_states.store_train to false (each bridge then computes its pairs), "
+           if extract.store_train else "")
+    return [Refusal("disk", (
+        f"the store ({_gib(store)}: {facts.n_layers} layers of "
+        f"{seq.n_val + (seq.n_train if extract.store_train else 0)} sequences), "
+        f"{facts.swept_layers} swept layers' bridges ({_gib(bridges)}) and {facts.workers} "
+        f"training checkpoints ({_gib(in_flight)}) need {_gib(need)}; {_gib(facts.disk_free)} "
+        f"is free under the artifact root. {fix}free space or point DIHAL_ARTIFACTS at a larger "
+        "disk, or lower sequences.n_val / n_train."))]
+
+
+def gpu_step_bytes(facts: Facts, seq: SequenceConfig, extract: ExtractConfig,
+                   protocol: BridgeProtocol) -> dict[str, int]:
+    """Peak GPU bytes of one step of each kind on one device: the dump (all N states of a
+    batch, phase by phase), a pair-building batch, a bridge's training; the weights plus
+    dihal.capacity's phase model, which matches the dump's measured peak (21.0 GiB at
+    Llama-3.1-8B where the forward-only estimate said 17.4 and about 24 was measured)."""
+    from dihal.capacity import (
+        Workload,
+        bridge_training_bytes,
+        denoiser_parameters,
+        dump_phase_bytes,
+        pair_phase_bytes,
+    )
+
+    w = Workload(seq_len=seq.seq_len, n_train=seq.n_train, n_val=seq.n_val,
+                 state_bytes=2 if extract.dtype == "float16" else 4,
+                 extract_batch=extract.batch_size, bridge=protocol)
+    weights = facts.n_params * facts.weight_bytes
+    b = facts.weight_bytes
+    n = denoiser_parameters(facts.hidden, protocol, seq.seq_len)
+    return {
+        "dump": weights + max(dump_phase_bytes(facts.n_layers, facts.hidden, facts.intermediate,
+                                               facts.vocab, w, dtype_bytes=b).values()),
+        "pair-building batch": weights + max(pair_phase_bytes(facts.hidden, facts.intermediate,
+                                                              w, dtype_bytes=b).values()),
+        "bridge training": weights + bridge_training_bytes(facts.hidden, n, w),
+    }
+
+
+def check_gpu_memory(facts: Facts, seq: SequenceConfig, extract: ExtractConfig,
+                     protocol: BridgeProtocol) -> list[Refusal]:
+    """Each step holds one GPU (dihal.devices): its peak must fit the smallest one."""
+    if facts.device != "cuda" or not facts.gpu_total:
+        return []
+    steps = gpu_step_bytes(facts, seq, extract, protocol)
+    kind, need = max(steps.items(), key=lambda kv: kv[1])
+    have = HEADROOM * min(facts.gpu_total)
+    if need <= have:
+        return []
+    return [Refusal("GPU memory", (
+        f"the {kind} of {facts.backbone} needs about {_gib(need)} on one GPU (weights "
+        f"{_gib(facts.n_params * facts.weight_bytes)} and the batch's states, by "
+        f"dihal.capacity's phase model of the measured peak), but the smallest "
+        f"GPU has {_gib(min(facts.gpu_total))}. Lower hidden_states.batch_size (now "
+        f"{extract.batch_size}) or bridge batch_size (now {protocol.batch_size}), or spread "
+        "the backbone with the backbones resource's device_map='auto'."))]
+
+
+def check_headroom(facts: Facts, extract: ExtractConfig) -> list[Refusal]:
+    """The store's dtype against the largest state of a first batch."""
+    if facts.first_batch_max_abs is None:
+        return []
+    top = DTYPE_MAX[extract.dtype]
+    if not math.isfinite(facts.first_batch_max_abs):
+        return [Refusal("float16 headroom", (
+            f"a first batch of {facts.backbone} already has non-finite hidden states in the "
+            "backbone's compute dtype: load it in float32 (the compute resource's dtype)."))]
+    ratio = top / max(facts.first_batch_max_abs, 1e-30)
+    if ratio >= FP16_MIN_HEADROOM:
+        return []
+    return [Refusal("float16 headroom", (
+        f"the largest |hidden state| of a first batch is {facts.first_batch_max_abs:,.0f}, "
+        f"{extract.dtype} holds at most {top:,.0f}: headroom {ratio:.2f}x, below "
+        f"{FP16_MIN_HEADROOM}x (later batches overflow). Set hidden_states.dtype to float32."))]
+
+
+def refusals(facts: Facts, seq: SequenceConfig, extract: ExtractConfig,
+             protocol: BridgeProtocol) -> list[Refusal]:
+    """Every check's refusals, in the order the run would meet them."""
+    return (check_corpus(facts, seq) + check_headroom(facts, extract)
+            + check_host_memory(facts, seq) + check_disk(facts, seq, extract, protocol)
+            + check_gpu_memory(facts, seq, extract, protocol))
+
+
+def require(facts: Facts, seq: SequenceConfig, extract: ExtractConfig,
+            protocol: BridgeProtocol) -> None:
+    """Raise PreflightError listing every refusal; return where the run fits."""
+    found = refusals(facts, seq, extract, protocol)
+    if found:
+        raise PreflightError(
+            f"pre-flight refused {facts.backbone} ({len(found)} problem(s)):\n"
+            + "\n".join(f"  - {r}" for r in found))

@@ -1,0 +1,121 @@
+"""The driver's pre-flight (issue 19): gather the facts dihal.preflight checks, for the chosen
+profile, backbone and workers, before any run is launched. The corpus is tokenised only as far
+as the requested splits need; the backbone is loaded once, as the steps load it, for the
+largest hidden state of a first batch."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import shutil
+from pathlib import Path
+
+
+def _available_memory() -> int:
+    """MemAvailable of /proc/meminfo (bytes); the physical pages where there is none."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def _disk_free(root: Path) -> int:
+    p = root.resolve()
+    while not p.exists():  # the root may not exist yet: the disk it will be made on
+        p = p.parent
+    return shutil.disk_usage(p).free
+
+
+def _resources(module: str) -> dict:
+    """The code location's resources (the tiny test location names its own model)."""
+    from resources import BackboneResource, ComputeResource, StorageResource
+
+    defaults = {"storage": StorageResource(), "backbones": BackboneResource(),
+                "compute": ComputeResource()}
+    defs = getattr(importlib.import_module(module), "defs", None)
+    found = dict(getattr(defs, "resources", None) or {})
+    return {k: found.get(k, v) for k, v in defaults.items()}
+
+
+def stage_configs(profile: dict, backbone: str):
+    """(CorpusConfig, SequenceConfig, ExtractConfig, BridgeProtocol) of the profile."""
+    from dihal.config import BridgeProtocol, CorpusConfig, ExtractConfig, SequenceConfig
+    from dihal.registry import get_spec
+
+    def of(stage: str) -> dict:
+        return {k: tuple(v) if isinstance(v, list) else v
+                for k, v in profile.get(stage, {}).items()}
+
+    extract = {"dtype": get_spec(backbone).state_dtype, **of("hidden_states")}
+    return (CorpusConfig(**of("corpus")), SequenceConfig(**of("sequences")),
+            ExtractConfig(**extract), BridgeProtocol(**of("bridge_sweep")))
+
+
+def gather(args, layers: list[int], resources: dict | None = None):
+    """The facts of this run (dihal.preflight.Facts) and its stage configs; the resources are
+    those of the code location args.module unless given."""
+    import torch
+
+    from dihal.backbones import bos_id_of
+    from dihal.corpus import document_lengths, iter_documents, pack_sequences, resolve_shards
+    from dihal.preflight import Facts
+    from dihal.profiles import load_profile
+
+    _, profile = load_profile(args.profile)
+    corpus, seq, extract, protocol = stage_configs(profile, args.backbone)
+    res = resources or _resources(args.module)
+    layout = res["storage"].layout()
+    tok = res["backbones"].load_tokenizer(args.backbone, layout)
+    lengths = document_lengths(iter_documents(resolve_shards(corpus), corpus), tok, seq)
+    device = res["compute"].resolved_device()
+    bb = res["backbones"].load(args.backbone, layout, res["compute"], device)
+    first = type(seq)(**{**seq.__dict__, "n_train": min(seq.n_train, extract.batch_size),
+                         "n_val": 1})
+    max_abs = None
+    try:
+        packed = pack_sequences(iter_documents(resolve_shards(corpus), corpus), tok, first,
+                                bos_id=bos_id_of(tok), eos_id=tok.eos_token_id)
+    except Exception:  # too small a corpus: the corpus check says so with its numbers
+        packed = None
+    if packed is not None:
+        ids = torch.tensor(packed["train"].input_ids, dtype=torch.long)
+        max_abs = float(bb.hidden_states(ids).abs().float().amax())
+    cfg = bb.model.config
+    gpus = ([torch.cuda.get_device_properties(i).total_memory
+             for i in range(torch.cuda.device_count())] if device.startswith("cuda") else [])
+    facts = Facts(
+        backbone=args.backbone, n_layers=bb.n_layers, hidden=bb.hidden_size,
+        intermediate=int(getattr(cfg, "intermediate_size", 4 * bb.hidden_size)),
+        n_params=sum(p.numel() for p in bb.model.parameters()),
+        weight_bytes=next(bb.model.parameters()).element_size(),
+        device="cuda" if device.startswith("cuda") else "cpu", workers=args.workers,
+        swept_layers=len(layers), doc_lengths=lengths, host_available=_available_memory(),
+        disk_free=_disk_free(layout.root), gpu_total=gpus, first_batch_max_abs=max_abs,
+        vocab=int(cfg.vocab_size))
+    del bb
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
+    return facts, seq, extract, protocol
+
+
+def preflight(args, layers: list[int], say) -> None:
+    """Raise dihal.preflight.PreflightError where the run would not fit; else say so."""
+    import torch
+
+    from dihal.preflight import require
+
+    if torch.cuda.is_available():  # in a child process: its CUDA context ends with it, and
+        import multiprocessing  # the GPUs are left whole to the steps
+
+        with multiprocessing.get_context("spawn").Pool(1) as pool:
+            facts, seq, extract, protocol = pool.apply(gather, (args, layers))
+    else:
+        facts, seq, extract, protocol = gather(args, layers)
+    require(facts, seq, extract, protocol)
+    say(f"pre-flight: {args.backbone} at profile {args.profile} with {args.workers} worker(s) "
+        f"fits (corpus, host memory, disk" + (", GPU memory" if facts.gpu_total else "")
+        + (f", {extract.dtype} headroom {65504.0 / facts.first_batch_max_abs:.1f}x"
+           if facts.first_batch_max_abs and extract.dtype == "float16" else "") + ")")

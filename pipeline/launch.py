@@ -6,9 +6,11 @@ The driver (pipeline.main) follows them from the instance's event log.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -70,10 +72,48 @@ class Followed:
     ended: float | None = None
 
 
-class Launcher:
-    """Named jobs of one code location, submitted to the instance's run queue."""
+SLOT_TAG = "dihal/slot"  # dagster.yaml: at most one queued run per value is launched at a time
 
-    def __init__(self, instance: dg.DagsterInstance, workspace):
+
+def full_run_config(job) -> dict:
+    """Every op's and resource's config of a remote job, each field spelled out with the value
+    this code location gives it (the driver's own code server, started under the driver's
+    profile): the run then executes these values wherever it runs (a daemon, `dagster dev` or a
+    Dask worker started under another profile or environment uses none of its own defaults)."""
+    snap = job.config_schema_snapshot
+    shapes = ("STRICT_SHAPE", "PERMISSIVE_SHAPE")
+
+    def values(type_key: str) -> dict:
+        out = {}
+        for f in snap.get_config_snap(type_key).fields or []:
+            if f.default_provided:
+                out[f.name] = json.loads(f.default_value_as_json_str)
+            elif snap.get_config_snap(f.type_key).kind.value in shapes and (
+                    sub := values(f.type_key)):
+                out[f.name] = sub
+        return out
+
+    root = snap.get_config_snap(job.job_snapshot.mode_def_snaps[0].root_config_key)
+    return {f.name: tree for f in root.fields if f.name in ("ops", "resources")
+            and (tree := {k: v for k, v in values(f.type_key).items() if v.get("config")})}
+
+
+def _merged(base: dict, over: dict) -> dict:
+    """`base` with `over` merged in, key by key (nested dicts merged, other values replaced)."""
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _merged(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+class Launcher:
+    """Named jobs of one code location, submitted to the instance's run queue, each run with its
+    full run config (full_run_config: the driver's profile, its artifact root and its
+    `workers`) and tags naming the driver, the profile and the run's queue slot: at most
+    `workers` of this driver's runs at a time, whatever the daemon's environment."""
+
+    def __init__(self, instance: dg.DagsterInstance, workspace, *, workers: int = 1,
+                 tags: dict[str, str] | None = None):
         from dagster._cli.workspace.cli_target import (
             get_code_location_from_workspace,
             get_remote_repository_from_code_location,
@@ -82,11 +122,27 @@ class Launcher:
         self.instance, self.workspace = instance, workspace
         self.location = get_code_location_from_workspace(workspace, None)
         self.repo = get_remote_repository_from_code_location(self.location, None)
+        self.workers, self.tags, self._runs = workers, dict(tags or {}), 0
+        self.tags.setdefault("dihal/driver", f"{socket.gethostname()}-{os.getpid()}-{time.time():.0f}")
 
     def _job(self, name: str):
         from dagster._cli.workspace.cli_target import get_remote_job_from_remote_repo
 
         return get_remote_job_from_remote_repo(self.repo, name)
+
+    def run_config(self, job) -> dict:
+        """The run config every run of `job` is submitted with (full_run_config), with this
+        driver's `workers` for the compute resource (its steps divide the cores by it)."""
+        config = full_run_config(job)
+        if "compute" in config.get("resources", {}):
+            config["resources"]["compute"]["config"]["workers"] = self.workers
+        return config
+
+    def _run_tags(self, tags: dict[str, str] | None) -> dict[str, str]:
+        """This driver's tags and the next of its `workers` queue slots (round robin)."""
+        slot = f"{self.tags['dihal/driver']}-{self._runs % self.workers}"
+        self._runs += 1
+        return {**self.tags, SLOT_TAG: slot, **(tags or {})}
 
     def launch(self, job_name: str, tags: dict[str, str] | None = None) -> str:
         """Submit one run of a job; its run id."""
@@ -94,8 +150,8 @@ class Launcher:
 
         job = self._job(job_name)
         run = _create_run(instance=self.instance, code_location=self.location, remote_repo=self.repo,
-                          remote_job=job, run_config={}, tags=tags or {}, op_selection=None,
-                          run_id=None)
+                          remote_job=job, run_config=self.run_config(job),
+                          tags=self._run_tags(tags), op_selection=None, run_id=None)
         self.instance.submit_run(run.run_id, self.workspace)
         return run.run_id
 
@@ -113,15 +169,18 @@ class Launcher:
         record = PartitionBackfill(
             backfill_id=make_new_backfill_id(), partition_set_origin=pset.get_remote_origin(),
             status=BulkActionStatus.REQUESTED, partition_names=partitions, from_failure=False,
-            reexecution_steps=None, tags=tags or {}, backfill_timestamp=get_current_timestamp())
+            reexecution_steps=None, tags={**self.tags, **(tags or {})},
+            backfill_timestamp=get_current_timestamp())
         params = self.location.get_partition_set_execution_params(
             repository_handle=self.repo.handle, partition_set_name=pset.name,
             partition_names=partitions, instance=self.instance)
         runs = {}
+        config = self.run_config(job)
         self.instance.add_backfill(record)
         for data in params.partition_data:
             run = create_backfill_run(self.workspace, self.instance, self.location, job, pset,
-                                      record, data.name, data.tags, data.run_config)
+                                      record, data.name, {**data.tags, **self._run_tags(None)},
+                                      _merged(config, data.run_config or {}))
             self.instance.submit_run(run.run_id, self.workspace)
             runs[data.name] = run.run_id
         self.instance.update_backfill(record.with_status(BulkActionStatus.COMPLETED)
@@ -228,11 +287,13 @@ def failure_causes(events) -> list[str]:
 
 
 @contextmanager
-def launcher(instance: dg.DagsterInstance, module: str) -> Iterator[Launcher]:
-    """A Launcher over the code location `module` (loaded once, in a code server process)."""
+def launcher(instance: dg.DagsterInstance, module: str, *, workers: int = 1,
+             tags: dict[str, str] | None = None) -> Iterator[Launcher]:
+    """A Launcher over the code location `module` (loaded once, in a code server process
+    started here: under this process's environment, so its config defaults are the driver's)."""
     from dagster._cli.workspace.cli_target import WorkspaceOpts, get_workspace_from_cli_opts
     from dagster.version import __version__
 
     opts = WorkspaceOpts(module_name=(module,), working_directory=os.getcwd())
     with get_workspace_from_cli_opts(instance, version=__version__, workspace_opts=opts) as ws:
-        yield Launcher(instance, ws)
+        yield Launcher(instance, ws, workers=workers, tags=tags)

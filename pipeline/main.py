@@ -92,7 +92,7 @@ class Chain:
     def backfill(self, name: str, partitions: list[str]) -> None:
         backfill_id, runs = self.launch.backfill(name, partitions)
         self.say(f"backfill {backfill_id} of {name}: {len(runs)} partitions "
-                 f"({', '.join(partitions)}), at most {os.environ['DIHAL_WORKERS']} at a time")
+                 f"({', '.join(partitions)}), at most {self.launch.workers} at a time")
         self.follow(f"{name} (backfill {backfill_id})", runs)
 
     def follow(self, label: str, runs: dict[str, str]) -> None:
@@ -138,7 +138,9 @@ def main(argv: list[str] | None = None) -> None:
         layers, baselines = plan(args)
     except (UnknownBackboneError, ValueError) as exc:
         ap.error(str(exc))  # usage and the message on stderr, exit status 2; nothing ran
-    # The code location (here, in the daemon and in every run) reads these at load time
+    # The driver's own code server reads these at load time: its config defaults are this
+    # profile's, and every run is submitted with them spelled out (pipeline.launch.Launcher), so
+    # that a daemon or worker started under another profile runs what was asked here
     os.environ.update(DIHAL_PROFILE=args.profile, DIHAL_WORKERS=str(args.workers))
     if not os.environ.get("DAGSTER_HOME"):
         ap.error("DAGSTER_HOME is not set: runs go through a persistent Dagster instance. Run "
@@ -156,7 +158,9 @@ def main(argv: list[str] | None = None) -> None:
 
     t0 = time.monotonic()
     try:
-        with daemon(instance, args.module, say), launcher(instance, args.module) as launch:
+        with daemon(instance, args.module, say), launcher(
+                instance, args.module, workers=args.workers,
+                tags={"dihal/profile": args.profile}) as launch:
             _chain(Chain(launch, say), args, layers, baselines, say)
     except KeyboardInterrupt:
         print(f"INTERRUPTED after {time.monotonic() - t0:.0f} s: the runs in flight were canceled "

@@ -192,7 +192,7 @@ def test_driver_runs_every_job_up_to_the_chosen_stage(monkeypatch, tmp_path):
     monkeypatch.setenv("DIHAL_PROFILE", "cpu")
     monkeypatch.setenv("DIHAL_WORKERS", "1")
     monkeypatch.setattr(pipeline.launch, "daemon", lambda *a: nullcontext())
-    monkeypatch.setattr(pipeline.launch, "launcher", lambda *a: nullcontext())
+    monkeypatch.setattr(pipeline.launch, "launcher", lambda *a, **k: nullcontext())
     monkeypatch.setattr(driver.Chain, "job", lambda self, name: calls.append((name, None)))
     monkeypatch.setattr(driver.Chain, "backfill", lambda self, name, parts: calls.append((name, parts)))
     monkeypatch.setattr("storage.Artifact.require", lambda self: fake)

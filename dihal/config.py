@@ -12,6 +12,9 @@ NORMALIZATIONS = ("none", "rms", "standardize", "robust")
 MONO_STATS = ("median", "q05", "min_eig")
 DTYPE_MAX = {"float16": 65504.0, "float32": 3.4028234663852886e38}
 MIN_SWEPT_LAYERS = 3  # bridgeability needs at least this many swept layers
+# The driver sweeps at least this many distinct layers (or every candidate of a smaller
+# backbone) where the sweep feeds bridgeability: a Spearman over 3 layers takes 4 values
+MIN_BRIDGEABILITY_LAYERS = 5
 
 
 # ---------------------------------------------------------------------------------------------

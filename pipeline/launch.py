@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -30,29 +29,48 @@ def daemon_alive(instance: dg.DagsterInstance, within_s: float = 70.0) -> bool:
     return beat is not None and time.time() - beat.timestamp < within_s
 
 
+def driver_tag() -> str:
+    """This driver's id (the dihal/driver tag of its runs): host, pid, start time."""
+    return f"{socket.gethostname()}-{os.getpid()}-{time.time():.0f}"
+
+
 @contextmanager
-def daemon(instance: dg.DagsterInstance, module: str, say: Callable[[str], None]) -> Iterator[None]:
+def daemon(instance: dg.DagsterInstance, module: str, say: Callable[[str], None],
+           tag: str | None = None) -> Iterator[None]:
     """The daemon that launches queued runs: the running one (`dagster dev`), else one started
-    here for the duration (its log under DAGSTER_HOME) and stopped afterwards."""
+    here for the duration (its log under DAGSTER_HOME) and stopped afterwards, by its pid (not
+    its process group: another driver's runs may have gone through it). A watchdog in a session
+    of its own (pipeline.watchdog) ends this driver's runs (tag `tag`) and the daemon it started
+    if the driver is killed without a chance to (SIGKILL, the OOM killer)."""
+    from pipeline.watchdog import stop_process
+
+    log = Path(instance.root_directory) / "dihal-daemon.log"
+    proc = None
     if daemon_alive(instance):
         say("using the Dagster daemon that is already running")
-        yield
-        return
-    exe = shutil.which("dagster-daemon", path=str(Path(sys.executable).parent)) or "dagster-daemon"
-    log = Path(instance.root_directory) / "dihal-daemon.log"
-    with open(log, "ab") as out:
-        proc = subprocess.Popen([exe, "run", "-m", module], stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-    say(f"started a Dagster daemon (pid {proc.pid}, log {log})")
+    else:
+        exe = shutil.which("dagster-daemon", path=str(Path(sys.executable).parent)) or "dagster-daemon"
+        with open(log, "ab") as out:
+            proc = subprocess.Popen([exe, "run", "-m", module], stdout=out,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+        say(f"started a Dagster daemon (pid {proc.pid}, log {log})")
+    watchdog = None
+    if tag is not None:
+        with open(log, "ab") as out:
+            watchdog = subprocess.Popen(
+                [sys.executable, "-m", "pipeline.watchdog", str(os.getpid()), tag,
+                 str(proc.pid if proc else 0)], stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True)
     try:
         yield
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)  # the daemon and its code server
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-        instance.wipe_daemon_heartbeats()  # so that the next command does not count on it
+        if watchdog is not None:  # this driver ends what it started itself
+            watchdog.terminate()
+            watchdog.wait()
+        if proc is not None:
+            stop_process(proc.pid, grace_s=30.0)  # the daemon, and its code servers
+            proc.wait()
+            instance.wipe_daemon_heartbeats()  # so that the next command does not count on it
 
 
 class QueueStuck(RuntimeError):
@@ -123,7 +141,7 @@ class Launcher:
         self.location = get_code_location_from_workspace(workspace, None)
         self.repo = get_remote_repository_from_code_location(self.location, None)
         self.workers, self.tags, self._runs = workers, dict(tags or {}), 0
-        self.tags.setdefault("dihal/driver", f"{socket.gethostname()}-{os.getpid()}-{time.time():.0f}")
+        self.tags.setdefault("dihal/driver", driver_tag())
 
     def _job(self, name: str):
         from dagster._cli.workspace.cli_target import get_remote_job_from_remote_repo
@@ -202,12 +220,10 @@ class Launcher:
             while todo:
                 if not self._all_queued(todo):
                     active = time.monotonic()
-                elif time.monotonic() - active > stuck_s:
+                elif time.monotonic() - active > stuck_s or (  # a daemon that stopped beating
+                        time.monotonic() - active > 75 and not daemon_alive(self.instance)):
                     self.cancel(list(todo))
-                    raise QueueStuck(
-                        f"no run left the queue in {stuck_s:.0f} s: no Dagster daemon is "
-                        f"launching runs for {self.instance.root_directory}. Start one "
-                        "(`dagster dev`, or stop the stale one) and run the command again.")
+                    raise QueueStuck(self._stuck_message(time.monotonic() - active))
                 for rid, f in list(todo.items()):
                     conn = self.instance.get_records_for_run(rid, cursor=cursors[rid], limit=500)
                     cursors[rid] = conn.cursor
@@ -237,6 +253,9 @@ class Launcher:
             raise
         return done
 
+    def _stuck_message(self, stuck_s: float) -> str:
+        return queue_stuck_message(self.instance, stuck_s)
+
     def _all_queued(self, todo: dict[str, Followed]) -> bool:
         queued = (dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED)
         return all((r := self.instance.get_run_by_id(rid)) is not None and r.status in queued
@@ -256,6 +275,33 @@ class Launcher:
         while time.monotonic() < deadline and any(
                 not (r := self.instance.get_run_by_id(rid)) or not r.is_finished for rid in run_ids):
             time.sleep(0.5)
+
+
+def queue_stuck_message(instance: dg.DagsterInstance, stuck_s: float) -> str:
+    """Why no run left the queue: the runs that hold its slots (named, with their job, tags
+    and how long they have been running), or no daemon launching runs."""
+    busy = instance.get_run_records(filters=dg.RunsFilter(statuses=[
+        dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED,
+        dg.DagsterRunStatus.CANCELING]))
+    head = f"no run left the queue in {stuck_s:.0f} s"
+    if not daemon_alive(instance, within_s=45.0):
+        return (f"{head}: no Dagster daemon is launching runs for "
+                f"{instance.root_directory} (no heartbeat in 45 s). Start one "
+                "(`dagster dev`), or run the command again to start its own.")
+    if busy:
+        held = "; ".join(
+            f"run {r.dagster_run.run_id} ({r.dagster_run.job_name}"
+            + (f", partition {p}" if (p := r.dagster_run.tags.get("dagster/partition")) else "")
+            + f", {r.dagster_run.status.value}"
+            + (f" for {time.time() - r.start_time:.0f} s" if r.start_time else "")
+            + (f", driver {d}" if (d := r.dagster_run.tags.get("dihal/driver")) else "")
+            + (f", slot {t}" if (t := r.dagster_run.tags.get(SLOT_TAG)) else "") + ")"
+            for r in busy)
+        return (f"{head}: the queue's slots are held by {held}. Wait for them, or cancel "
+                "them (web UI, Runs page) and run the command again.")
+    return (f"{head}: a Dagster daemon is alive but launches nothing; see its log "
+            f"({Path(instance.root_directory) / 'dihal-daemon.log'} for the one a "
+            "driver starts) and run the command again.")
 
 
 def root_cause(error) -> str:
@@ -283,6 +329,11 @@ def failure_causes(events) -> list[str]:
     if not causes:
         causes = [root_cause(err) for e in events
                   if (err := getattr(e.event_specific_data, "error", None)) is not None]
+    if not causes:  # ended from outside its steps: a dead worker (found by the code server
+        # that launched it, or by run monitoring where that is gone too), a cancel
+        causes = [e.message for e in events if e.message and (
+            e.event_type_value in ("PIPELINE_FAILURE", "PIPELINE_CANCELED")
+            or e.message.startswith("Run execution process for"))]
     return causes or ["no error was recorded: see Dagster's log above"]
 
 

@@ -190,16 +190,17 @@ def main(argv: list[str] | None = None) -> None:
     # (a background job of a non-interactive shell inherits that, and Python then never raises
     # KeyboardInterrupt)
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    from pipeline.launch import QueueStuck, daemon, launcher
+    from pipeline.launch import QueueStuck, daemon, driver_tag, launcher
 
     def say(msg: str) -> None:
         print(f"[dihal] {msg}", flush=True)
 
     t0 = time.monotonic()
     try:
-        with daemon(instance, args.module, say), launcher(
+        tag = driver_tag()
+        with daemon(instance, args.module, say, tag), launcher(
                 instance, args.module, workers=args.workers,
-                tags={"dihal/profile": args.profile}) as launch:
+                tags={"dihal/profile": args.profile, "dihal/driver": tag}) as launch:
             _chain(Chain(launch, say), args, layers, baselines, say)
     except KeyboardInterrupt:
         print(f"INTERRUPTED after {time.monotonic() - t0:.0f} s: the runs in flight were canceled "

@@ -3,6 +3,7 @@ another worker count (the run config and the concurrency travel with each run, n
 the daemon's environment)."""
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -104,3 +105,119 @@ def test_the_drivers_profile_and_workers_win_over_a_running_daemons(
     assert len(sweep) == 3 and len({r.dagster_run.tags["dihal/slot"] for r in sweep}) == 3
     assert min(r.end_time for r in sweep) > max(r.start_time for r in sweep), (
         [(r.start_time, r.end_time) for r in sweep])
+
+
+def _long_driver(tmp_path, world, tiny_llama_dir, **popen) -> tuple[subprocess.Popen, dict]:
+    """A driver sweeping layer 1 for minutes, through a daemon it starts itself."""
+    from storage import SweepBridge
+
+    shutil.rmtree(SweepBridge(world.root, "llama", 1).directory)
+    env = _env(tmp_path, tiny_llama_dir, world.root)
+    long_sweep = {**PROTOCOL, "epochs": 5000.0, "checkpoint_every": 1000}
+    env["DIHAL_PROFILE"] = str(tiny_profile(tmp_path / "long.json", world.shard,
+                                            bridge_sweep=long_sweep))
+    child = subprocess.Popen(
+        [sys.executable, "-m", "pipeline.main", "--backbone", "llama", "--module",
+         "tests.tiny_location", "--layers", "1", "--stop-after", "sweep"], cwd=ROOT, env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+    return child, env
+
+
+def _training(instance, child, deadline_s: float = 240.0):
+    """The sweep run, once its step computes: (run, its worker's pid)."""
+    from pipeline.run_launcher import worker_pid
+
+    deadline = time.monotonic() + deadline_s
+    while True:
+        assert child.poll() is None and time.monotonic() < deadline, child.communicate()
+        runs = [r for r in instance.get_runs() if r.job_name == "sweep_llama"]
+        if runs and any("computing on cpu" in (e.user_message or "")
+                        for e in instance.all_logs(runs[0].run_id)):
+            return runs[0], worker_pid(instance, runs[0].run_id)
+        time.sleep(0.5)
+
+
+def _gone(pids, within_s: float) -> float:
+    from pipeline.run_launcher import process_alive
+
+    t0 = time.monotonic()
+    while any(process_alive(p) for p in pids):
+        assert time.monotonic() - t0 < within_s, [p for p in pids if process_alive(p)]
+        time.sleep(0.5)
+    return time.monotonic() - t0
+
+
+@pytest.mark.parametrize("killed", ["worker", "worker and code server"])
+def test_a_run_whose_worker_was_killed_is_failed_within_a_minute(
+        tmp_path, world, tiny_llama_dir, monkeypatch, killed):
+    from pipeline.watchdog import _code_servers
+
+    child, env = _long_driver(tmp_path, world, tiny_llama_dir)
+    try:
+        instance = _instance(env, monkeypatch)
+        run, pid = _training(instance, child)
+        for p in [pid] + ([] if killed == "worker" else _code_servers(_daemon_pid(child))):
+            os.kill(p, signal.SIGKILL)  # as the OOM killer would
+        t0 = time.monotonic()
+        while not instance.get_run_by_id(run.run_id).is_finished:
+            assert time.monotonic() - t0 < 60, "the run is still marked in progress"
+            time.sleep(0.5)
+        out, err = child.communicate(timeout=120)
+    finally:
+        child.kill()
+    assert instance.get_run_by_id(run.run_id).status == dg.DagsterRunStatus.FAILURE
+    assert child.returncode == 1
+    # run monitoring (pipeline/run_launcher.py) names the dead worker; where the code server
+    # that launched it is alive, that may see it first and say so
+    says = [f"the run worker (pid {pid}) is gone without ending the run"]
+    if killed == "worker":
+        says.append(f"Run execution process for {run.run_id} was terminated by signal 9")
+    assert any(s in err for s in says), err[-3000:]
+
+
+def _daemon_pid(child) -> int:
+    for line in child.stdout:
+        if m := re.search(r"started a Dagster daemon \(pid (\d+)", line):
+            return int(m.group(1))
+    raise AssertionError("the driver started no daemon")
+
+
+def test_a_driver_killed_with_sigkill_leaves_nothing_behind(
+        tmp_path, world, tiny_llama_dir, monkeypatch):
+    from pipeline.watchdog import _code_servers
+
+    child, env = _long_driver(tmp_path, world, tiny_llama_dir, start_new_session=True)
+    try:
+        instance = _instance(env, monkeypatch)
+        run, worker = _training(instance, child)
+        daemon = _daemon_pid(child)
+        left = [daemon, worker, *_code_servers(daemon)]
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+        took = _gone(left, within_s=60)
+    finally:
+        child.kill()
+    assert instance.get_run_by_id(run.run_id).status == dg.DagsterRunStatus.CANCELED
+    print(f"the daemon, its code server(s) and the run worker {left} ended {took:.0f} s after "
+          "the driver was killed")
+
+
+def test_the_queue_stuck_message_names_the_run_that_holds_the_slot(tmp_path, monkeypatch):
+    from dagster._daemon.types import DaemonHeartbeat
+
+    from pipeline.launch import QUEUE_DAEMON, queue_stuck_message
+
+    home = tmp_path / "home"
+    home.mkdir()
+    shutil.copy(ROOT / "dagster.yaml", home / "dagster.yaml")
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    instance = dg.DagsterInstance.get()
+    assert "no Dagster daemon is launching runs" in queue_stuck_message(instance, 180)
+    instance.add_daemon_heartbeat(DaemonHeartbeat(time.time(), QUEUE_DAEMON, None, None))
+    instance.add_run(dg.DagsterRun(job_name="sweep_llama", run_id="a" * 36,
+                                   status=dg.DagsterRunStatus.STARTED,
+                                   tags={"dagster/partition": "7", "dihal/slot": "h-1-0"}))
+    msg = queue_stuck_message(instance, 180)
+    assert msg.startswith("no run left the queue in 180 s: the queue's slots are held by run "
+                          f"{'a' * 36} (sweep_llama, partition 7, STARTED"), msg
+    assert "slot h-1-0)" in msg and "cancel them" in msg

@@ -88,6 +88,16 @@ class Followed:
     causes: list[str] = field(default_factory=list)
     started: float | None = None
     ended: float | None = None
+    failed_checks: list[str] = field(default_factory=list)
+
+
+def check_failure(check) -> str:
+    """One line for a failing asset check: its name, its asset and why (its description, else
+    its metadata)."""
+    why = check.description or ", ".join(
+        f"{k} {getattr(v, 'value', v)}" for k, v in check.metadata.items()) or "no reason given"
+    return (f"check {check.check_name} of {check.asset_key.to_user_string()} failed: "
+            f"{why.removeprefix('failed: ')}")
 
 
 SLOT_TAG = "dihal/slot"  # dagster.yaml: at most one queued run per value is launched at a time
@@ -236,6 +246,11 @@ class Launcher:
                         elif event.event_type == DagsterEventType.RUN_START:
                             f.started = entry.timestamp
                             say(f"  {f.label}: started (run {rid[:8]})")
+                        elif event.event_type == DagsterEventType.ASSET_CHECK_EVALUATION:
+                            check = event.event_specific_data
+                            if not check.passed:  # the science checks do not stop the chain
+                                f.failed_checks.append(check_failure(check))
+                                say(f"  {f.label}: {f.failed_checks[-1]}")
                         elif event.event_type == DagsterEventType.ASSET_MATERIALIZATION:
                             meta = event.step_materialization_data.materialization.metadata
                             if meta.get("cached") is not None and meta["cached"].value:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import signal
 import sys
 import time
@@ -198,9 +199,13 @@ def main(argv: list[str] | None = None) -> None:
     t0 = time.monotonic()
     try:
         tag = driver_tag()
+        # the command a fix in an error message points to: it carries this run config
+        command = shlex.join([os.path.basename(sys.executable), "-m", "pipeline.main",
+                              *(sys.argv[1:] if argv is None else argv)])
         with daemon(instance, args.module, say, tag), launcher(
                 instance, args.module, workers=args.workers,
-                tags={"dihal/profile": args.profile, "dihal/driver": tag}) as launch:
+                tags={"dihal/profile": args.profile, "dihal/driver": tag,
+                      "dihal/command": command}) as launch:
             _chain(Chain(launch, say), args, layers, baselines, say)
     except KeyboardInterrupt:
         print(f"INTERRUPTED after {time.monotonic() - t0:.0f} s: the runs in flight were canceled "

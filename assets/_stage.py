@@ -146,8 +146,7 @@ class StageRun:
             self.log(f"computing on {slot.device}{threads} (host {socket.gethostname()}, "
                      f"pid {os.getpid()})")
             try:
-                with warnings.catch_warnings(record=True) as caught:
-                    warnings.simplefilter("always")
+                with warnings.catch_warnings(record=True) as caught:  # the usual filters
                     return compute()
             finally:
                 self._device = None

@@ -348,7 +348,9 @@ def failure_causes(events) -> list[str]:
         # that launched it, or by run monitoring where that is gone too), a cancel
         causes = [e.message for e in events if e.message and (
             e.event_type_value in ("PIPELINE_FAILURE", "PIPELINE_CANCELED")
-            or e.message.startswith("Run execution process for"))]
+            or "Run execution process for" in e.message)]
+        generic = "This run has been marked as failed from outside the execution context."
+        causes = [c for c in causes if c != generic] or causes
     return causes or ["no error was recorded: see Dagster's log above"]
 
 

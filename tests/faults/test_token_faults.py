@@ -42,6 +42,7 @@ def test_a_changed_token_chunk_is_refused_before_use_and_repaired(world):
         p.unlink()
     res, err = world.materialize(["bridge_sweep_llama"], partition="2")
     assert not res.success and f"{rel}: content changed (sha256 differs)" in err[0]
+    print("refused:", err[0].splitlines()[0])  # the closing note of issue 21 quotes these
     # re-materialising the dump repairs the token ids (no batch of states is written again)
     res, err = world.materialize(["hidden_states_llama"])
     assert res.success, err
@@ -51,3 +52,5 @@ def test_a_changed_token_chunk_is_refused_before_use_and_repaired(world):
     res, err = world.materialize(["bridge_sweep_llama"], partition="2")
     assert res.success, err
     assert _digest(weights) == good_weights
+    print(f"repaired: {rel} {_digest(chunk)[:16]} (as before), bridge at layer 2 "
+          f"{_digest(weights)[:16]} (as before)")

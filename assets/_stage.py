@@ -10,6 +10,7 @@ import math
 import os
 import socket
 import time
+import warnings
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -92,7 +93,7 @@ class StageRun:
                 if a.directory not in self._required:
                     self._required[a.directory] = a.require()
         except DihalError as exc:
-            raise dg.Failure(description=str(exc)) from exc
+            raise dg.Failure(description=self.with_run_config(str(exc))) from exc
         return [self._required[a.directory] for a in artifacts]
 
     def device(self) -> str:
@@ -126,9 +127,11 @@ class StageRun:
             self.log(f"computing on {slot.device}{threads} (host {socket.gethostname()}, "
                      f"pid {os.getpid()})")
             try:
-                return compute()
+                with warnings.catch_warnings(record=True) as caught:  # the usual filters
+                    return compute()
             finally:
                 self._device = None
+                _pass_on_warnings(caught, self.context.log)
 
     # the protocol ---------------------------------------------------------------------------
     def obtain(self, artifact: Artifact, config: Any, upstream: Iterable[Artifact],
@@ -159,15 +162,49 @@ class StageRun:
                              info={**result.info(), "metadata": result.metadata()})
                 return artifact.write(m, result), False
         except DihalError as exc:
-            raise dg.Failure(description=f"{artifact.name}: {exc}") from exc
+            raise dg.Failure(description=self.with_run_config(f"{artifact.name}: {exc}")) from exc
         except OSError as exc:
-            raise dg.Failure(description=os_error_message(artifact, exc)) from exc
+            raise dg.Failure(description=self.with_run_config(os_error_message(artifact, exc))
+                             ) from exc
+
+    def with_run_config(self, text: str) -> str:
+        """An error `text` whose fix is to materialise something, with how to do it under this
+        run's config: the driver command that launched the run (it carries its config), else
+        the run's own config as --config-json (a bare `dagster asset materialize` would use the
+        code location's defaults and replace the user's artifacts)."""
+        run = self.context.run
+        if "materiali" not in text.lower():
+            return text
+        if command := run.tags.get("dihal/command"):
+            return (f"{text} [This run was launched by `{command}` (profile "
+                    f"{run.tags.get('dihal/profile', '?')}): run that again to repair it under the "
+                    "same run config (the command above uses the code location's defaults).]")
+        if ops := (run.run_config or {}).get("ops"):
+            import json
+
+            return (f"{text} [That command alone uses the code location's defaults; this run's "
+                    f"config was --config-json '{json.dumps({'ops': ops}, sort_keys=True)}': give "
+                    "the command the entries of the assets it selects.]")
+        return text
 
     def produce(self, artifact: Artifact, config: Any, upstream: Iterable[Artifact],
                 compute: Callable[[], Any], **extra: Any) -> dg.MaterializeResult:
         """`obtain`, reported to Dagster with the artifact's metadata."""
         m, cached = self.obtain(artifact, config, list(upstream), compute, **extra)
         return materialize_result(artifact, m, cached)
+
+
+def _pass_on_warnings(caught: list, log) -> None:
+    """The warnings a stage's compute raised: ours (a checkpoint fallback's reason, ...) go to
+    the run's event log, which the driver prints; a library's are shown as Python would."""
+    import sysconfig
+
+    libraries = ("site-packages", "dist-packages", sysconfig.get_paths()["stdlib"])
+    for w in caught:
+        if any(part in w.filename for part in libraries):
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+        else:
+            log.warning(f"{w.category.__name__}: {w.message}")
 
 
 def os_error_message(artifact: Artifact, exc: OSError) -> str:

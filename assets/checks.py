@@ -23,8 +23,11 @@ def _result(run: Callable[[], tuple[bool, dict]]) -> dg.AssetCheckResult:
     try:
         passed, found = run()
     except DihalError as exc:  # the artifact is missing or damaged: nothing to vouch for
-        return dg.AssetCheckResult(passed=False, metadata={"error": str(exc)})
-    return dg.AssetCheckResult(passed=bool(passed), metadata={
+        return dg.AssetCheckResult(passed=False, metadata={"error": str(exc)},
+                                   description=f"failed: {exc}")
+    # a failing check says why in its description (the event log; the driver prints it)
+    why = None if passed else "failed: " + ", ".join(f"{k} {v}" for k, v in found.items())
+    return dg.AssetCheckResult(passed=bool(passed), description=why, metadata={
         k: (dg.MetadataValue.json(v) if isinstance(v, dict | list) else v) for k, v in found.items()})
 
 

@@ -17,6 +17,10 @@ MIN_SWEPT_LAYERS = 3  # bridgeability needs at least this many swept layers
 SAMPLER_RULES = ("ancestral", "marginal")
 DEFAULT_SAMPLER_RULE = "ancestral"
 
+# The driver sweeps at least this many distinct layers (or every candidate of a smaller
+# backbone) where the sweep feeds bridgeability: a Spearman over 3 layers takes 4 values
+MIN_BRIDGEABILITY_LAYERS = 5
+
 
 # ---------------------------------------------------------------------------------------------
 # Validation helpers: each names the class, the field, what is allowed and the value given.

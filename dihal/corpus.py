@@ -132,7 +132,20 @@ def _open_binary(location: str, attempts: int = URL_ATTEMPTS, backoff_s: float =
     raise AssertionError("unreachable")
 
 
-def _lines(location: str) -> Iterator[bytes]:
+# The longest shard line (one document's JSON) read: a longer line is never held whole, it is
+# read past in bounded pieces and counted as malformed (or refused: on_malformed="error")
+MAX_LINE_BYTES = 64 * 2**20
+
+
+@dataclass(frozen=True)
+class TooLong:
+    """A shard line longer than MAX_LINE_BYTES (what _lines yields in its place)."""
+
+    n_bytes: int
+
+
+def _lines(location: str, max_bytes: int | None = None) -> Iterator[bytes | TooLong]:
+    max_bytes = max_bytes or MAX_LINE_BYTES
     try:
         raw = _open_binary(location)
     except OSError as exc:
@@ -143,7 +156,14 @@ def _lines(location: str) -> Iterator[bytes]:
     with raw:
         stream = gzip.GzipFile(fileobj=raw) if location.endswith(".gz") else raw
         try:
-            yield from stream
+            while line := stream.readline(max_bytes + 1):
+                if len(line) <= max_bytes:
+                    yield line
+                    continue
+                n = len(line)
+                while not line.endswith(b"\n") and (line := stream.readline(max_bytes + 1)):
+                    n += len(line)
+                yield TooLong(n)
         except (OSError, EOFError) as exc:
             raise CorpusError(
                 f"shard {location} cannot be read ({exc}): it is truncated or not gzip. "
@@ -158,14 +178,17 @@ def iter_documents(
     stats = stats if stats is not None else CorpusStats()
     for shard in shards:
         for lineno, line in enumerate(_lines(shard), start=1):
-            if not line.strip():
+            if not isinstance(line, TooLong) and not line.strip():
                 continue
             try:
+                if isinstance(line, TooLong):
+                    raise ValueError(f"{line.n_bytes} bytes, over the limit of {MAX_LINE_BYTES} "
+                                     "bytes on one document's line (dihal.corpus.MAX_LINE_BYTES)")
                 obj = json.loads(line)
                 doc_id, text = obj["id"], obj["text"]
                 if not isinstance(text, str):
                     raise TypeError(f"text is {type(text).__name__}, not a string")
-            except (json.JSONDecodeError, KeyError, TypeError, UnicodeDecodeError) as exc:
+            except (ValueError, KeyError, TypeError) as exc:  # JSONDecodeError, UnicodeDecodeError
                 where = f"{shard}:{lineno}"
                 if cfg.on_malformed == "error":
                     raise MalformedLineError(
@@ -246,12 +269,34 @@ def shortfall_message(doc_lengths: dict[str, list[int]], cfg: SequenceConfig) ->
     return msg + "lower n_train/n_val or seq_len, or add shards (corpus paths / max_docs)."
 
 
+TOKEN_MARGIN = 64  # tokens past the limit a prefix must yield before it is trusted
+# Documents are tokenised up to max(max_tokens_per_doc, this) tokens: enough to count how far
+# a larger cap would fill the splits (shortfall_message), with memory bounded per document
+LENGTH_PROBE_TOKENS = 4096
+
+
+def document_tokens(tokenizer, text: str, limit: int | None) -> list[int]:
+    """The first `limit` tokens of `text` (all where None), tokenising only a prefix: 8
+    characters a token to start, doubled until the prefix yields TOKEN_MARGIN tokens past the
+    limit (so the cut cannot change the tokens kept) or is the whole text. Memory per document
+    is then bounded by the limit, not the document's length."""
+    if limit is None:
+        return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    n = 8 * (limit + TOKEN_MARGIN)
+    while True:
+        ids = tokenizer(text[:n], add_special_tokens=False)["input_ids"]
+        if n >= len(text) or len(ids) >= limit + TOKEN_MARGIN:
+            return list(ids[:limit])
+        n *= 2
+
+
 def pack_sequences(
     docs: Iterable[Document], tokenizer, cfg: SequenceConfig, *, bos_id: int, eos_id: int
 ) -> dict[str, PackedSplit]:
     """Pack documents into sequences [bos] + (seq_len - 1) tokens, documents separated by EOS.
 
-    Each document is truncated to ``max_tokens_per_doc`` tokens before packing.
+    Each document is truncated to ``max_tokens_per_doc`` tokens while it is tokenised
+    (document_tokens: only a prefix of a long document is tokenised).
     Each split packs its own documents; packing stops once both splits are full. No padding:
     every position is a real token, and position 0 is always the BOS (attention-sink) token.
     A corpus too small for the splits is refused with shortfall_message's numbers.
@@ -267,7 +312,7 @@ def pack_sequences(
             if all(len(out[s].input_ids) >= want[s] for s in want):
                 break
             continue
-        ids = tokenizer(doc.text, add_special_tokens=False)["input_ids"]
+        ids = document_tokens(tokenizer, doc.text, _probe(cfg))
         lengths[split].append(len(ids))
         ids = ids[: cfg.max_tokens_per_doc] + [eos_id]
         buf[split].extend((t, doc.id, doc.source) for t in ids)
@@ -293,8 +338,15 @@ def document_lengths(docs: Iterable[Document], tokenizer, cfg: SequenceConfig) -
                    for s in want):
                 break
             continue
-        lengths[split].append(len(tokenizer(doc.text, add_special_tokens=False)["input_ids"]))
+        lengths[split].append(len(document_tokens(tokenizer, doc.text, _probe(cfg))))
     return lengths
+
+
+def _probe(cfg: SequenceConfig) -> int | None:
+    """How many tokens of a document are read: the cap, or LENGTH_PROBE_TOKENS where that is
+    more (a document's count is exact up to it), all where the cap is None."""
+    cap = cfg.max_tokens_per_doc
+    return None if cap is None else max(cap, LENGTH_PROBE_TOKENS)
 
 
 # ---------------------------------------------------------------------------------------------

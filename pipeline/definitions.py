@@ -66,7 +66,8 @@ def stage_jobs(b: str) -> list:
     def job(name: str, keys: list[str], description: str, upstream: bool = False):
         sel = dg.AssetSelection.assets(*keys)
         return dg.define_asset_job(f"{name}_{b}", selection=sel.upstream() if upstream else sel,
-                                   description=description, tags={"dihal/backbone": b})
+                                   description=description,
+                                   tags={"dihal/backbone": b, "dihal/slot": "default"})
 
     return [
         job("locate", [f"layer_score_{b}"], f"corpus -> hidden states -> geometry -> layer score "

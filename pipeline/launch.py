@@ -6,9 +6,10 @@ The driver (pipeline.main) follows them from the instance's event log.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
-import signal
+import socket
 import subprocess
 import sys
 import time
@@ -28,29 +29,48 @@ def daemon_alive(instance: dg.DagsterInstance, within_s: float = 70.0) -> bool:
     return beat is not None and time.time() - beat.timestamp < within_s
 
 
+def driver_tag() -> str:
+    """This driver's id (the dihal/driver tag of its runs): host, pid, start time."""
+    return f"{socket.gethostname()}-{os.getpid()}-{time.time():.0f}"
+
+
 @contextmanager
-def daemon(instance: dg.DagsterInstance, module: str, say: Callable[[str], None]) -> Iterator[None]:
+def daemon(instance: dg.DagsterInstance, module: str, say: Callable[[str], None],
+           tag: str | None = None) -> Iterator[None]:
     """The daemon that launches queued runs: the running one (`dagster dev`), else one started
-    here for the duration (its log under DAGSTER_HOME) and stopped afterwards."""
+    here for the duration (its log under DAGSTER_HOME) and stopped afterwards, by its pid (not
+    its process group: another driver's runs may have gone through it). A watchdog in a session
+    of its own (pipeline.watchdog) ends this driver's runs (tag `tag`) and the daemon it started
+    if the driver is killed without a chance to (SIGKILL, the OOM killer)."""
+    from pipeline.watchdog import stop_process
+
+    log = Path(instance.root_directory) / "dihal-daemon.log"
+    proc = None
     if daemon_alive(instance):
         say("using the Dagster daemon that is already running")
-        yield
-        return
-    exe = shutil.which("dagster-daemon", path=str(Path(sys.executable).parent)) or "dagster-daemon"
-    log = Path(instance.root_directory) / "dihal-daemon.log"
-    with open(log, "ab") as out:
-        proc = subprocess.Popen([exe, "run", "-m", module], stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-    say(f"started a Dagster daemon (pid {proc.pid}, log {log})")
+    else:
+        exe = shutil.which("dagster-daemon", path=str(Path(sys.executable).parent)) or "dagster-daemon"
+        with open(log, "ab") as out:
+            proc = subprocess.Popen([exe, "run", "-m", module], stdout=out,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+        say(f"started a Dagster daemon (pid {proc.pid}, log {log})")
+    watchdog = None
+    if tag is not None:
+        with open(log, "ab") as out:
+            watchdog = subprocess.Popen(
+                [sys.executable, "-m", "pipeline.watchdog", str(os.getpid()), tag,
+                 str(proc.pid if proc else 0)], stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True)
     try:
         yield
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)  # the daemon and its code server
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-        instance.wipe_daemon_heartbeats()  # so that the next command does not count on it
+        if watchdog is not None:  # this driver ends what it started itself
+            watchdog.terminate()
+            watchdog.wait()
+        if proc is not None:
+            stop_process(proc.pid, grace_s=30.0)  # the daemon, and its code servers
+            proc.wait()
+            instance.wipe_daemon_heartbeats()  # so that the next command does not count on it
 
 
 class QueueStuck(RuntimeError):
@@ -68,12 +88,60 @@ class Followed:
     causes: list[str] = field(default_factory=list)
     started: float | None = None
     ended: float | None = None
+    failed_checks: list[str] = field(default_factory=list)
+
+
+def check_failure(check) -> str:
+    """One line for a failing asset check: its name, its asset and why (its description, else
+    its metadata)."""
+    why = check.description or ", ".join(
+        f"{k} {getattr(v, 'value', v)}" for k, v in check.metadata.items()) or "no reason given"
+    return (f"check {check.check_name} of {check.asset_key.to_user_string()} failed: "
+            f"{why.removeprefix('failed: ')}")
+
+
+SLOT_TAG = "dihal/slot"  # dagster.yaml: at most one queued run per value is launched at a time
+
+
+def full_run_config(job) -> dict:
+    """Every op's and resource's config of a remote job, each field spelled out with the value
+    this code location gives it (the driver's own code server, started under the driver's
+    profile): the run then executes these values wherever it runs (a daemon, `dagster dev` or a
+    Dask worker started under another profile or environment uses none of its own defaults)."""
+    snap = job.config_schema_snapshot
+    shapes = ("STRICT_SHAPE", "PERMISSIVE_SHAPE")
+
+    def values(type_key: str) -> dict:
+        out = {}
+        for f in snap.get_config_snap(type_key).fields or []:
+            if f.default_provided:
+                out[f.name] = json.loads(f.default_value_as_json_str)
+            elif snap.get_config_snap(f.type_key).kind.value in shapes and (
+                    sub := values(f.type_key)):
+                out[f.name] = sub
+        return out
+
+    root = snap.get_config_snap(job.job_snapshot.mode_def_snaps[0].root_config_key)
+    return {f.name: tree for f in root.fields if f.name in ("ops", "resources")
+            and (tree := {k: v for k, v in values(f.type_key).items() if v.get("config")})}
+
+
+def _merged(base: dict, over: dict) -> dict:
+    """`base` with `over` merged in, key by key (nested dicts merged, other values replaced)."""
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _merged(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
 
 
 class Launcher:
-    """Named jobs of one code location, submitted to the instance's run queue."""
+    """Named jobs of one code location, submitted to the instance's run queue, each run with its
+    full run config (full_run_config: the driver's profile, its artifact root and its
+    `workers`) and tags naming the driver, the profile and the run's queue slot: at most
+    `workers` of this driver's runs at a time, whatever the daemon's environment."""
 
-    def __init__(self, instance: dg.DagsterInstance, workspace):
+    def __init__(self, instance: dg.DagsterInstance, workspace, *, workers: int = 1,
+                 tags: dict[str, str] | None = None):
         from dagster._cli.workspace.cli_target import (
             get_code_location_from_workspace,
             get_remote_repository_from_code_location,
@@ -82,11 +150,27 @@ class Launcher:
         self.instance, self.workspace = instance, workspace
         self.location = get_code_location_from_workspace(workspace, None)
         self.repo = get_remote_repository_from_code_location(self.location, None)
+        self.workers, self.tags, self._runs = workers, dict(tags or {}), 0
+        self.tags.setdefault("dihal/driver", driver_tag())
 
     def _job(self, name: str):
         from dagster._cli.workspace.cli_target import get_remote_job_from_remote_repo
 
         return get_remote_job_from_remote_repo(self.repo, name)
+
+    def run_config(self, job) -> dict:
+        """The run config every run of `job` is submitted with (full_run_config), with this
+        driver's `workers` for the compute resource (its steps divide the cores by it)."""
+        config = full_run_config(job)
+        if "compute" in config.get("resources", {}):
+            config["resources"]["compute"]["config"]["workers"] = self.workers
+        return config
+
+    def _run_tags(self, tags: dict[str, str] | None) -> dict[str, str]:
+        """This driver's tags and the next of its `workers` queue slots (round robin)."""
+        slot = f"{self.tags['dihal/driver']}-{self._runs % self.workers}"
+        self._runs += 1
+        return {**self.tags, SLOT_TAG: slot, **(tags or {})}
 
     def launch(self, job_name: str, tags: dict[str, str] | None = None) -> str:
         """Submit one run of a job; its run id."""
@@ -94,8 +178,8 @@ class Launcher:
 
         job = self._job(job_name)
         run = _create_run(instance=self.instance, code_location=self.location, remote_repo=self.repo,
-                          remote_job=job, run_config={}, tags=tags or {}, op_selection=None,
-                          run_id=None)
+                          remote_job=job, run_config=self.run_config(job),
+                          tags=self._run_tags(tags), op_selection=None, run_id=None)
         self.instance.submit_run(run.run_id, self.workspace)
         return run.run_id
 
@@ -113,15 +197,18 @@ class Launcher:
         record = PartitionBackfill(
             backfill_id=make_new_backfill_id(), partition_set_origin=pset.get_remote_origin(),
             status=BulkActionStatus.REQUESTED, partition_names=partitions, from_failure=False,
-            reexecution_steps=None, tags=tags or {}, backfill_timestamp=get_current_timestamp())
+            reexecution_steps=None, tags={**self.tags, **(tags or {})},
+            backfill_timestamp=get_current_timestamp())
         params = self.location.get_partition_set_execution_params(
             repository_handle=self.repo.handle, partition_set_name=pset.name,
             partition_names=partitions, instance=self.instance)
         runs = {}
+        config = self.run_config(job)
         self.instance.add_backfill(record)
         for data in params.partition_data:
             run = create_backfill_run(self.workspace, self.instance, self.location, job, pset,
-                                      record, data.name, data.tags, data.run_config)
+                                      record, data.name, {**data.tags, **self._run_tags(None)},
+                                      _merged(config, data.run_config or {}))
             self.instance.submit_run(run.run_id, self.workspace)
             runs[data.name] = run.run_id
         self.instance.update_backfill(record.with_status(BulkActionStatus.COMPLETED)
@@ -143,12 +230,10 @@ class Launcher:
             while todo:
                 if not self._all_queued(todo):
                     active = time.monotonic()
-                elif time.monotonic() - active > stuck_s:
+                elif time.monotonic() - active > stuck_s or (  # a daemon that stopped beating
+                        time.monotonic() - active > 75 and not daemon_alive(self.instance)):
                     self.cancel(list(todo))
-                    raise QueueStuck(
-                        f"no run left the queue in {stuck_s:.0f} s: no Dagster daemon is "
-                        f"launching runs for {self.instance.root_directory}. Start one "
-                        "(`dagster dev`, or stop the stale one) and run the command again.")
+                    raise QueueStuck(self._stuck_message(time.monotonic() - active))
                 for rid, f in list(todo.items()):
                     conn = self.instance.get_records_for_run(rid, cursor=cursors[rid], limit=500)
                     cursors[rid] = conn.cursor
@@ -161,6 +246,11 @@ class Launcher:
                         elif event.event_type == DagsterEventType.RUN_START:
                             f.started = entry.timestamp
                             say(f"  {f.label}: started (run {rid[:8]})")
+                        elif event.event_type == DagsterEventType.ASSET_CHECK_EVALUATION:
+                            check = event.event_specific_data
+                            if not check.passed:  # the science checks do not stop the chain
+                                f.failed_checks.append(check_failure(check))
+                                say(f"  {f.label}: {f.failed_checks[-1]}")
                         elif event.event_type == DagsterEventType.ASSET_MATERIALIZATION:
                             meta = event.step_materialization_data.materialization.metadata
                             if meta.get("cached") is not None and meta["cached"].value:
@@ -177,6 +267,9 @@ class Launcher:
             self.cancel(list(todo))
             raise
         return done
+
+    def _stuck_message(self, stuck_s: float) -> str:
+        return queue_stuck_message(self.instance, stuck_s)
 
     def _all_queued(self, todo: dict[str, Followed]) -> bool:
         queued = (dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED)
@@ -197,6 +290,33 @@ class Launcher:
         while time.monotonic() < deadline and any(
                 not (r := self.instance.get_run_by_id(rid)) or not r.is_finished for rid in run_ids):
             time.sleep(0.5)
+
+
+def queue_stuck_message(instance: dg.DagsterInstance, stuck_s: float) -> str:
+    """Why no run left the queue: the runs that hold its slots (named, with their job, tags
+    and how long they have been running), or no daemon launching runs."""
+    busy = instance.get_run_records(filters=dg.RunsFilter(statuses=[
+        dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED,
+        dg.DagsterRunStatus.CANCELING]))
+    head = f"no run left the queue in {stuck_s:.0f} s"
+    if not daemon_alive(instance, within_s=45.0):
+        return (f"{head}: no Dagster daemon is launching runs for "
+                f"{instance.root_directory} (no heartbeat in 45 s). Start one "
+                "(`dagster dev`), or run the command again to start its own.")
+    if busy:
+        held = "; ".join(
+            f"run {r.dagster_run.run_id} ({r.dagster_run.job_name}"
+            + (f", partition {p}" if (p := r.dagster_run.tags.get("dagster/partition")) else "")
+            + f", {r.dagster_run.status.value}"
+            + (f" for {time.time() - r.start_time:.0f} s" if r.start_time else "")
+            + (f", driver {d}" if (d := r.dagster_run.tags.get("dihal/driver")) else "")
+            + (f", slot {t}" if (t := r.dagster_run.tags.get(SLOT_TAG)) else "") + ")"
+            for r in busy)
+        return (f"{head}: the queue's slots are held by {held}. Wait for them, or cancel "
+                "them (web UI, Runs page) and run the command again.")
+    return (f"{head}: a Dagster daemon is alive but launches nothing; see its log "
+            f"({Path(instance.root_directory) / 'dihal-daemon.log'} for the one a "
+            "driver starts) and run the command again.")
 
 
 def root_cause(error) -> str:
@@ -224,15 +344,24 @@ def failure_causes(events) -> list[str]:
     if not causes:
         causes = [root_cause(err) for e in events
                   if (err := getattr(e.event_specific_data, "error", None)) is not None]
+    if not causes:  # ended from outside its steps: a dead worker (found by the code server
+        # that launched it, or by run monitoring where that is gone too), a cancel
+        causes = [e.message for e in events if e.message and (
+            e.event_type_value in ("PIPELINE_FAILURE", "PIPELINE_CANCELED")
+            or "Run execution process for" in e.message)]
+        generic = "This run has been marked as failed from outside the execution context."
+        causes = [c for c in causes if c != generic] or causes
     return causes or ["no error was recorded: see Dagster's log above"]
 
 
 @contextmanager
-def launcher(instance: dg.DagsterInstance, module: str) -> Iterator[Launcher]:
-    """A Launcher over the code location `module` (loaded once, in a code server process)."""
+def launcher(instance: dg.DagsterInstance, module: str, *, workers: int = 1,
+             tags: dict[str, str] | None = None) -> Iterator[Launcher]:
+    """A Launcher over the code location `module` (loaded once, in a code server process
+    started here: under this process's environment, so its config defaults are the driver's)."""
     from dagster._cli.workspace.cli_target import WorkspaceOpts, get_workspace_from_cli_opts
     from dagster.version import __version__
 
     opts = WorkspaceOpts(module_name=(module,), working_directory=os.getcwd())
     with get_workspace_from_cli_opts(instance, version=__version__, workspace_opts=opts) as ws:
-        yield Launcher(instance, ws)
+        yield Launcher(instance, ws, workers=workers, tags=tags)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import signal
 import sys
 import time
@@ -37,10 +38,23 @@ def _fail(label: str, took: float, causes: list[str]) -> NoReturn:
 STAGES = ["locate", "sweep", "bridge", "eval", "report"]  # bridge and eval: one job, bridge_eval
 
 
+def _listed(option: str, text: str) -> list[str]:
+    """The items of a comma-separated option: none empty, none twice, at least one."""
+    items = [x.strip() for x in text.split(",")]
+    if not text.strip() or any(not x for x in items):
+        raise ValueError(f"{option} {text!r}: give a comma-separated list with no empty items")
+    twice = sorted({x for x in items if items.count(x) > 1})
+    if twice:
+        raise ValueError(f"{option} {text}: {', '.join(twice)} given more than once")
+    return items
+
+
 def plan(args: argparse.Namespace) -> tuple[list[int], list[str]]:
-    """The layers to sweep and the baselines to compare, checked against the registry before
-    anything runs; a ValueError names the valid values."""
-    from dihal.config import MIN_SWEPT_LAYERS
+    """Every argument's meaning, checked before any work: the layers to sweep and the baselines
+    to compare, against the registry and against what the stages they feed need. A ValueError
+    names the argument and the valid values. (`args.stop_after` is lowered to "sweep" where
+    --skip-bridgeability is given.)"""
+    from dihal.config import MIN_BRIDGEABILITY_LAYERS
     from dihal.profiles import ALL_LAYERS, load_profile
     from dihal.registry import BASELINES, get_spec
 
@@ -49,14 +63,17 @@ def plan(args: argparse.Namespace) -> tuple[list[int], list[str]]:
     if args.workers < 1:
         raise ValueError(f"--workers {args.workers}: give at least 1")
     valid = f"{args.backbone} has {n_layers} layers, the candidate layers are 1..{n_layers - 1}"
-    if args.sweep_count < MIN_SWEPT_LAYERS:
-        raise ValueError(f"--sweep-count {args.sweep_count}: give at least {MIN_SWEPT_LAYERS} "
-                         f"(bridgeability compares at least {MIN_SWEPT_LAYERS} layers; {valid})")
-    if args.all_layers or (args.profile in ALL_LAYERS and not args.layers):
-        layers = list(range(1, n_layers))
-    elif args.layers:
+    if args.layers is not None and args.all_layers:
+        raise ValueError(f"--layers {args.layers} and --all-layers: give one of them")
+    if args.sweep_count is not None and (args.layers is not None or args.all_layers):
+        raise ValueError(f"--sweep-count {args.sweep_count}: it sizes the default sweep; "
+                         "drop it, or drop --layers / --all-layers")
+    if args.sweep_count is not None and args.sweep_count < 1:
+        raise ValueError(f"--sweep-count {args.sweep_count}: give at least 1 ({valid})")
+    if args.layers is not None:
+        items = _listed("--layers", args.layers)
         try:
-            layers = [int(x) for x in args.layers.split(",")]
+            layers = [int(x) for x in items]
         except ValueError:
             raise ValueError(f"--layers {args.layers}: give comma-separated integers ({valid})"
                              ) from None
@@ -64,11 +81,24 @@ def plan(args: argparse.Namespace) -> tuple[list[int], list[str]]:
         if bad:
             raise ValueError(f"--layers {args.layers}: {', '.join(map(str, bad))} out of range: "
                              f"{valid}")
+        layers = sorted(layers)
+    elif args.all_layers or args.profile in ALL_LAYERS:
+        layers = list(range(1, n_layers))
     else:
         from dihal.replace import default_sweep_layers
 
-        layers = default_sweep_layers(n_layers, args.sweep_count)
-    baselines = [x for x in args.baselines.split(",") if x]
+        layers = default_sweep_layers(n_layers, args.sweep_count or 10)
+    if args.skip_bridgeability:
+        args.stop_after = STAGES[min(STAGES.index(args.stop_after), STAGES.index("sweep"))]
+    # bridgeability ranks the swept layers: with fewer, its Spearman takes a handful of values
+    need = min(MIN_BRIDGEABILITY_LAYERS, n_layers - 1)
+    if STAGES.index(args.stop_after) > STAGES.index("sweep") and len(layers) < need:
+        raise ValueError(
+            f"a sweep of {len(layers)} layer(s) ({', '.join(map(str, layers))}) feeds "
+            f"bridgeability, which needs at least {need} distinct layers ({valid}): give more "
+            "--layers (or --all-layers), or --skip-bridgeability (or --stop-after sweep) to "
+            "sweep these only")
+    baselines = _listed("--baselines", args.baselines)
     unknown = [x for x in baselines if x not in BASELINES]
     if unknown:
         raise ValueError(f"--baselines {args.baselines}: unknown {', '.join(unknown)}; the "
@@ -105,7 +135,7 @@ class Chain:
     def backfill(self, name: str, partitions: list[str]) -> None:
         backfill_id, runs = self.launch.backfill(name, partitions)
         self.say(f"backfill {backfill_id} of {name}: {len(runs)} partitions "
-                 f"({', '.join(partitions)}), at most {os.environ['DIHAL_WORKERS']} at a time")
+                 f"({', '.join(partitions)}), at most {self.launch.workers} at a time")
         self.follow(f"{name} (backfill {backfill_id})", runs)
 
     def follow(self, label: str, runs: dict[str, str]) -> None:
@@ -124,18 +154,20 @@ class Chain:
               + (f" (reused: {', '.join(cached)})" if cached else ""), flush=True)
 
 
-def main(argv: list[str] | None = None) -> None:
-    from dihal.errors import UnknownBackboneError
+def build_parser() -> argparse.ArgumentParser:
     from dihal.registry import BASELINES
 
     ap = argparse.ArgumentParser(prog="python -m pipeline.main", description=__doc__,
                                  formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--backbone", default="smollm2")
     ap.add_argument("--layers", help="comma-separated candidate layers to sweep (1..N-1)")
-    ap.add_argument("--sweep-count", type=int, default=10,
-                    help="layers in the default sweep (1, 2, 3, then evenly spaced)")
+    ap.add_argument("--sweep-count", type=int, default=None,
+                    help="layers in the default sweep (1, 2, 3, then evenly spaced; 10)")
     ap.add_argument("--all-layers", action="store_true", help="sweep every candidate layer")
     ap.add_argument("--stop-after", choices=STAGES, default="report")
+    ap.add_argument("--skip-bridgeability", action="store_true",
+                    help="sweep fewer layers than bridgeability needs (dihal.config."
+                         "MIN_BRIDGEABILITY_LAYERS) and stop after the sweep")
     ap.add_argument("--baselines", default=",".join(BASELINES),
                     help="comma-separated baselines for the comparison")
     ap.add_argument("--workers", type=int, default=int(os.environ.get("DIHAL_WORKERS", "1")),
@@ -146,12 +178,22 @@ def main(argv: list[str] | None = None) -> None:
                          "(dihal/profiles.py); gpu sweeps every layer unless --layers is given")
     ap.add_argument("--module", default="pipeline.definitions",
                     help="the Dagster code location (a Python module defining `defs`)")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> None:
+    from dihal.errors import UnknownBackboneError
+
+    ap = build_parser()
     args = ap.parse_args(argv)
+    # Every check before any work happens here: nothing below runs on a refused command
     try:
         layers, baselines = plan(args)
     except (UnknownBackboneError, ValueError) as exc:
         ap.error(str(exc))  # usage and the message on stderr, exit status 2; nothing ran
-    # The code location (here, in the daemon and in every run) reads these at load time
+    # The driver's own code server reads these at load time: its config defaults are this
+    # profile's, and every run is submitted with them spelled out (pipeline.launch.Launcher), so
+    # that a daemon or worker started under another profile runs what was asked here
     os.environ.update(DIHAL_PROFILE=args.profile, DIHAL_WORKERS=str(args.workers))
     if not os.environ.get("DAGSTER_HOME"):
         ap.error("DAGSTER_HOME is not set: runs go through a persistent Dagster instance. Run "
@@ -165,14 +207,21 @@ def main(argv: list[str] | None = None) -> None:
     # (a background job of a non-interactive shell inherits that, and Python then never raises
     # KeyboardInterrupt)
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    from pipeline.launch import QueueStuck, daemon, launcher
+    from pipeline.launch import QueueStuck, daemon, driver_tag, launcher
 
     def say(msg: str) -> None:
         print(f"[dihal] {msg}", flush=True)
 
     t0 = time.monotonic()
     try:
-        with daemon(instance, args.module, say), launcher(instance, args.module) as launch:
+        tag = driver_tag()
+        # the command a fix in an error message points to: it carries this run config
+        command = shlex.join([os.path.basename(sys.executable), "-m", "pipeline.main",
+                              *(sys.argv[1:] if argv is None else argv)])
+        with daemon(instance, args.module, say, tag), launcher(
+                instance, args.module, workers=args.workers,
+                tags={"dihal/profile": args.profile, "dihal/driver": tag,
+                      "dihal/command": command}) as launch:
             _chain(Chain(launch, say), args, layers, baselines, say)
     except KeyboardInterrupt:
         print(f"INTERRUPTED after {time.monotonic() - t0:.0f} s: the runs in flight were canceled "
@@ -191,6 +240,8 @@ def _chain(chain: Chain, args, layers: list[int], baselines: list[str], say) -> 
     b, layout = args.backbone, StorageResource().layout()
     last = STAGES.index(args.stop_after)
     say(f"backbone {b}, profile {args.profile}, {args.workers} worker(s): Locate")
+    if args.skip_bridgeability:
+        say("--skip-bridgeability: the chain stops after the sweep")
     chain.job(f"locate_{b}")
     score = LayerScore(layout, b).require()
     say(f"l* = {score.info['l_star']} (by normalisation: {score.info['selected']})")

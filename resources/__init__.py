@@ -39,8 +39,8 @@ class ComputeResource(dg.ConfigurableResource):
     # Backbone dtype: "auto" = float32 on CPU, bfloat16 on GPU.
     dtype: str = "auto"
     threads: int = 0  # torch CPU threads per step; 0: the host's cores divided by `workers`
-    # Steps that run at once on this host: the Dagster run queue's limit (dagster.yaml reads the
-    # same variable), so that CPU steps divide the cores between them.
+    # Steps that run at once on this host, so that CPU steps divide the cores between them: the
+    # driver submits each run with its --workers here (and as many queue slots, dagster.yaml)
     workers: int = int(os.environ.get("DIHAL_WORKERS", "1"))
 
     def resolved_device(self) -> str:

@@ -79,6 +79,14 @@ class StateWriter:
             zarr.open_group(str(self.workdir / STATES), mode="r+").attrs.update(attrs)
             progress = {"fingerprint": fingerprint, "done": {s: [] for s in spec.n_seq}}
             atomic_write_json(self.workdir / PROGRESS, progress)
+        else:
+            # Resuming (or repairing): the token ids are written again from `tokens`, so that
+            # a damaged token chunk dropped by reopen_for_repair is restored (they are small)
+            for split in spec.n_seq:
+                zarr.create_array(
+                    store=str(self.workdir / STATES), name=f"input_ids/{split}",
+                    data=np.asarray(tokens[split], dtype=np.int32), overwrite=True,
+                )
         self._done = {s: set(v) for s, v in progress["done"].items()}
         self._group = zarr.open_group(str(self.workdir / STATES), mode="r+")
 
@@ -147,6 +155,22 @@ def parse_chunk_key(rel: str) -> tuple[str, int | None, int] | None:
     return None
 
 
+def token_chunk(rel: str) -> str | None:
+    """The split of a file of the token ids (``input_ids/<split>``: its chunks and metadata),
+    or None for any other file of the dump."""
+    parts = rel.split("/")
+    if len(parts) >= 4 and parts[:2] == [STATES, "input_ids"]:
+        return parts[2]
+    return None
+
+
+def repairable(rel: str) -> bool:
+    """Whether a damaged file of the dump can be repaired without re-making it whole: a chunk
+    of the states or of the next-token reference (its batch is written again), or a file of
+    the token ids (written again from the sequences)."""
+    return parse_chunk_key(rel) is not None or token_chunk(rel) is not None
+
+
 def reopen_for_repair(directory: Path, workdir: Path, fingerprint: str,
                       damaged: list[str]) -> dict[str, list[int]]:
     """Turn a finished dump with damaged chunks back into a work folder that a StateWriter of
@@ -156,7 +180,12 @@ def reopen_for_repair(directory: Path, workdir: Path, fingerprint: str,
     import shutil
 
     bad: dict[str, set[int]] = {}
+    tokens = [rel for rel in damaged if token_chunk(rel) is not None]
+    for rel in tokens:  # the resumed StateWriter writes the token ids again
+        (directory / rel).unlink(missing_ok=True)
     for rel in damaged:
+        if rel in tokens:
+            continue
         key = parse_chunk_key(rel)
         if key is None:
             raise CorruptArtifactError(f"{rel} of {directory} is not a state chunk: no partial repair")
@@ -283,6 +312,9 @@ class StateReader:
         return tuple(self.array(split).shape)
 
     def input_ids(self, split: str):
+        """The token ids of `split`, checked against the manifest's digests first (a changed
+        token chunk of the same size would otherwise pass for data)."""
+        self._verify(f"{STATES}/input_ids/{split}/", "the token ids")
         return self._group["input_ids"][split][:]
 
     def n_layers(self) -> int:

@@ -25,7 +25,7 @@ def calls(monkeypatch):
     (["--backbone", "gpt2"], "unknown backbone 'gpt2': known backbones are ['gemma3', 'llama', "
                              "'qwen', 'smollm2']"),
     (["--baselines", "sed,foo"], "unknown foo; the baselines are diffusion-lm, sed, ld4lg, codar"),
-    (["--sweep-count", "0"], "--sweep-count 0: give at least 3"),
+    (["--sweep-count", "0"], "--sweep-count 0: give at least 1"),
     (["--workers", "0"], "--workers 0: give at least 1"),
     (["--profile", "tpu"], "unknown profile 'tpu': give one of ['cpu', 'gpu', 'gpu-smollm2'] or a .json file"),
 ])
@@ -81,6 +81,6 @@ def test_the_driver_needs_a_persistent_instance(monkeypatch, capsys):
     monkeypatch.setenv("DIHAL_PROFILE", "cpu")  # main() sets them for the code location
     monkeypatch.setenv("DIHAL_WORKERS", "1")
     with pytest.raises(SystemExit) as exit_:
-        driver.main(["--layers", "1,2,3"])
+        driver.main(["--layers", "1,2,3", "--stop-after", "sweep"])
     assert exit_.value.code == 2
     assert "DAGSTER_HOME is not set" in capsys.readouterr().err

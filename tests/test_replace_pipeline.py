@@ -192,12 +192,12 @@ def test_driver_runs_every_job_up_to_the_chosen_stage(monkeypatch, tmp_path):
     monkeypatch.setenv("DIHAL_PROFILE", "cpu")
     monkeypatch.setenv("DIHAL_WORKERS", "1")
     monkeypatch.setattr(pipeline.launch, "daemon", lambda *a: nullcontext())
-    monkeypatch.setattr(pipeline.launch, "launcher", lambda *a: nullcontext())
+    monkeypatch.setattr(pipeline.launch, "launcher", lambda *a, **k: nullcontext())
     monkeypatch.setattr(driver.Chain, "job", lambda self, name: calls.append((name, None)))
     monkeypatch.setattr(driver.Chain, "backfill", lambda self, name, parts: calls.append((name, parts)))
     monkeypatch.setattr("storage.Artifact.require", lambda self: fake)
-    driver.main(["--stop-after", "report", "--layers", "1,2", "--baselines", "sed"])
-    assert calls == [("locate_smollm2", None), ("sweep_smollm2", ["1", "2"]),
+    driver.main(["--stop-after", "report", "--layers", "1,2,3,5,8", "--baselines", "sed"])
+    assert calls == [("locate_smollm2", None), ("sweep_smollm2", ["1", "2", "3", "5", "8"]),
                      ("bridge_eval_smollm2", None), ("baselines_smollm2", ["sed"]),
                      ("compare_smollm2", None)]
     calls.clear()

@@ -95,7 +95,7 @@ class HiddenStates(WorkArtifact):
     def repair(self, fp: str, log=None) -> bool:
         """Reopen a damaged dump of fingerprint `fp` so that only its damaged batches are
         written again; False where that is not possible (then it is re-made whole)."""
-        from storage.states import parse_chunk_key, reopen_for_repair
+        from storage.states import reopen_for_repair, repairable
 
         try:
             m = self.manifest()
@@ -104,7 +104,7 @@ class HiddenStates(WorkArtifact):
         if m is None or m.fingerprint != fp or not m.files:
             return False
         bad = [k for k, v in m.files.items() if check_files(self.directory, {k: v}, digests=True)]
-        if not bad or any(parse_chunk_key(k) is None for k in bad):
+        if not bad or not all(repairable(k) for k in bad):
             return False
         batches = reopen_for_repair(self.directory, self.workdir, fp, bad)
         for marker in (DAMAGED, VERIFIED):

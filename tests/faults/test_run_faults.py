@@ -1,0 +1,229 @@
+"""Faults of the run machinery: a daemon that is already running under another profile and
+another worker count (the run config and the concurrency travel with each run, not through
+the daemon's environment)."""
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from tests.tiny_location import PROTOCOL, TINY, tiny_profile
+
+ROOT = Path(__file__).resolve().parents[2]
+# about 8 s a step on one thread: the three partitions' runs overlap when they run at once
+LONG_SWEEP = {**PROTOCOL, "epochs": 200.0, "checkpoint_every": 1000}
+
+
+def _env(tmp_path: Path, model: Path, artifacts: Path) -> dict:
+    home = tmp_path / "dagster_home"
+    home.mkdir(exist_ok=True)
+    shutil.copy(ROOT / "dagster.yaml", home / "dagster.yaml")
+    return {**os.environ, "DAGSTER_HOME": str(home), "DIHAL_TINY_MODEL": str(model),
+            "DIHAL_ARTIFACTS": str(artifacts), "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(ROOT)}
+
+
+def _instance(env: dict, monkeypatch) -> dg.DagsterInstance:
+    monkeypatch.setenv("DAGSTER_HOME", env["DAGSTER_HOME"])
+    return dg.DagsterInstance.get()
+
+
+@pytest.fixture()
+def foreign_daemon(tmp_path):
+    """start(env): a Dagster daemon started here (as `dagster dev` or another driver would have
+    left one), under env; stopped afterwards."""
+    procs = []
+
+    def start(env: dict, monkeypatch) -> subprocess.Popen:
+        instance = _instance(env, monkeypatch)  # its storage made before the daemon opens it
+        exe = str(Path(sys.executable).parent / "dagster-daemon")
+        with open(tmp_path / "daemon.log", "w") as out:
+            procs.append(subprocess.Popen([exe, "run", "-m", "tests.tiny_location"], cwd=ROOT,
+                                          env=env, stdout=out, stderr=subprocess.STDOUT,
+                                          start_new_session=True))
+        from pipeline.launch import daemon_alive
+
+        deadline = time.monotonic() + 120
+        while not daemon_alive(instance):
+            assert procs[-1].poll() is None and time.monotonic() < deadline, (
+                (tmp_path / "daemon.log").read_text()[-3000:])
+            time.sleep(0.5)
+        return procs[-1]
+
+    yield start
+    for p in procs:
+        try:
+            os.killpg(p.pid, signal.SIGTERM)
+            p.wait(30)
+        except ProcessLookupError:
+            pass
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+
+
+def test_the_drivers_profile_and_workers_win_over_a_running_daemons(
+        tmp_path, world, tiny_llama_dir, foreign_daemon, monkeypatch):
+    from storage import Geometry, LayerScore, SweepBridge
+
+    for layer in (1, 2, 3):  # the sweep runs again, under the driver's protocol
+        shutil.rmtree(SweepBridge(world.root, "llama", layer).directory)
+    env = _env(tmp_path, tiny_llama_dir, world.root)
+    # the daemon: the tiny profile as the fault world made it, one run at a time
+    daemon_profile = tiny_profile(tmp_path / "daemon.json", world.shard)
+    foreign_daemon({**env, "DIHAL_PROFILE": str(daemon_profile), "DIHAL_WORKERS": "1"},
+                   monkeypatch)
+    # the driver: another geometry sample, the rms normalisation for l*, a longer sweep, 3 workers
+    driver_profile = tiny_profile(
+        tmp_path / "driver.json", world.shard, geometry={**TINY["geometry"], "n_tokens": 60},
+        layer_score={"primary_norm": "rms"}, bridge_sweep=LONG_SWEEP)
+    out = subprocess.run(
+        [sys.executable, "-m", "pipeline.main", "--backbone", "llama", "--module",
+         "tests.tiny_location", "--layers", "1,2,3", "--stop-after", "sweep", "--workers", "3",
+         "--profile", str(driver_profile)], cwd=ROOT, env={**env, "DIHAL_PROFILE": "cpu"},
+        capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "using the Dagster daemon that is already running" in out.stdout
+    print(out.stdout)  # the closing note of issue 21 quotes it
+    # the artifacts follow the driver's profile, not the daemon's
+    assert Geometry(world.root, "llama").manifest().config["n_tokens"] == 60
+    assert LayerScore(world.root, "llama").manifest().config["primary_norm"] == "rms"
+    for layer in (1, 2, 3):
+        assert SweepBridge(world.root, "llama", layer).manifest().config["epochs"] == 200.0
+    # every run carries the whole config, and the sweep ran 3 at a time (the daemon's
+    # DIHAL_WORKERS=1 decides nothing)
+    instance = _instance(env, monkeypatch)
+    runs = instance.get_run_records()
+    assert {r.dagster_run.tags["dihal/profile"] for r in runs} == {str(driver_profile)}
+    assert all(r.dagster_run.run_config["resources"]["compute"]["config"]["workers"] == 3
+               for r in runs)
+    sweep = [r for r in runs if r.dagster_run.job_name == "sweep_llama"]
+    assert len(sweep) == 3 and len({r.dagster_run.tags["dihal/slot"] for r in sweep}) == 3
+    assert min(r.end_time for r in sweep) > max(r.start_time for r in sweep), (
+        [(r.start_time, r.end_time) for r in sweep])
+    print(f"geometry n_tokens {Geometry(world.root, 'llama').manifest().config['n_tokens']}, "
+          f"layer score {LayerScore(world.root, 'llama').manifest().config}, sweep runs at once "
+          f"for {min(r.end_time for r in sweep) - max(r.start_time for r in sweep):.1f} s")
+
+
+def _long_driver(tmp_path, world, tiny_llama_dir, **popen) -> tuple[subprocess.Popen, dict]:
+    """A driver sweeping layer 1 for minutes, through a daemon it starts itself."""
+    from storage import SweepBridge
+
+    shutil.rmtree(SweepBridge(world.root, "llama", 1).directory)
+    env = _env(tmp_path, tiny_llama_dir, world.root)
+    long_sweep = {**PROTOCOL, "epochs": 5000.0, "checkpoint_every": 1000}
+    env["DIHAL_PROFILE"] = str(tiny_profile(tmp_path / "long.json", world.shard,
+                                            bridge_sweep=long_sweep))
+    child = subprocess.Popen(
+        [sys.executable, "-m", "pipeline.main", "--backbone", "llama", "--module",
+         "tests.tiny_location", "--layers", "1", "--stop-after", "sweep"], cwd=ROOT, env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+    return child, env
+
+
+def _training(instance, child, deadline_s: float = 240.0):
+    """The sweep run, once its step computes: (run, its worker's pid)."""
+    from pipeline.run_launcher import worker_pid
+
+    deadline = time.monotonic() + deadline_s
+    while True:
+        assert child.poll() is None and time.monotonic() < deadline, child.communicate()
+        runs = [r for r in instance.get_runs() if r.job_name == "sweep_llama"]
+        if runs and any("computing on cpu" in (e.user_message or "")
+                        for e in instance.all_logs(runs[0].run_id)):
+            return runs[0], worker_pid(instance, runs[0].run_id)
+        time.sleep(0.5)
+
+
+def _gone(pids, within_s: float) -> float:
+    from pipeline.run_launcher import process_alive
+
+    t0 = time.monotonic()
+    while any(process_alive(p) for p in pids):
+        assert time.monotonic() - t0 < within_s, [p for p in pids if process_alive(p)]
+        time.sleep(0.5)
+    return time.monotonic() - t0
+
+
+@pytest.mark.parametrize("killed", ["worker", "worker and code server"])
+def test_a_run_whose_worker_was_killed_is_failed_within_a_minute(
+        tmp_path, world, tiny_llama_dir, monkeypatch, killed):
+    from pipeline.watchdog import _code_servers
+
+    child, env = _long_driver(tmp_path, world, tiny_llama_dir)
+    try:
+        instance = _instance(env, monkeypatch)
+        run, pid = _training(instance, child)
+        for p in [pid] + ([] if killed == "worker" else _code_servers(_daemon_pid(child))):
+            os.kill(p, signal.SIGKILL)  # as the OOM killer would
+        t0 = time.monotonic()
+        while not instance.get_run_by_id(run.run_id).is_finished:
+            assert time.monotonic() - t0 < 60, "the run is still marked in progress"
+            time.sleep(0.5)
+        out, err = child.communicate(timeout=120)
+    finally:
+        child.kill()
+    assert instance.get_run_by_id(run.run_id).status == dg.DagsterRunStatus.FAILURE
+    assert child.returncode == 1
+    # run monitoring (pipeline/run_launcher.py) names the dead worker; where the code server
+    # that launched it is alive, that may see it first and say so
+    says = [f"the run worker (pid {pid}) is gone without ending the run"]
+    if killed == "worker":
+        says.append(f"Run execution process for {run.run_id} was terminated by signal 9")
+    assert any(s in err for s in says), err[-3000:] + "\n".join(
+        f"{e.dagster_event.event_type_value if e.dagster_event else 'LOG'}: {e.message}"
+        for e in instance.all_logs(run.run_id)[-6:])
+
+
+def _daemon_pid(child) -> int:
+    for line in child.stdout:
+        if m := re.search(r"started a Dagster daemon \(pid (\d+)", line):
+            return int(m.group(1))
+    raise AssertionError("the driver started no daemon")
+
+
+def test_a_driver_killed_with_sigkill_leaves_nothing_behind(
+        tmp_path, world, tiny_llama_dir, monkeypatch):
+    from pipeline.watchdog import _code_servers
+
+    child, env = _long_driver(tmp_path, world, tiny_llama_dir, start_new_session=True)
+    try:
+        instance = _instance(env, monkeypatch)
+        run, worker = _training(instance, child)
+        daemon = _daemon_pid(child)
+        left = [daemon, worker, *_code_servers(daemon)]
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+        took = _gone(left, within_s=60)
+    finally:
+        child.kill()
+    assert instance.get_run_by_id(run.run_id).status == dg.DagsterRunStatus.CANCELED
+    print(f"the daemon, its code server(s) and the run worker {left} ended {took:.0f} s after "
+          "the driver was killed")
+
+
+def test_the_queue_stuck_message_names_the_run_that_holds_the_slot(tmp_path, monkeypatch):
+    from dagster._daemon.types import DaemonHeartbeat
+
+    from pipeline.launch import QUEUE_DAEMON, queue_stuck_message
+
+    home = tmp_path / "home"
+    home.mkdir()
+    shutil.copy(ROOT / "dagster.yaml", home / "dagster.yaml")
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    instance = dg.DagsterInstance.get()
+    assert "no Dagster daemon is launching runs" in queue_stuck_message(instance, 180)
+    instance.add_daemon_heartbeat(DaemonHeartbeat(time.time(), QUEUE_DAEMON, None, None))
+    instance.add_run(dg.DagsterRun(job_name="sweep_llama", run_id="a" * 36,
+                                   status=dg.DagsterRunStatus.STARTED,
+                                   tags={"dagster/partition": "7", "dihal/slot": "h-1-0"}))
+    msg = queue_stuck_message(instance, 180)
+    assert msg.startswith("no run left the queue in 180 s: the queue's slots are held by run "
+                          f"{'a' * 36} (sweep_llama, partition 7, STARTED"), msg
+    assert "slot h-1-0)" in msg and "cancel them" in msg

@@ -59,3 +59,13 @@ class CheckpointMismatchError(DihalError, ValueError):
 
 class JudgeChoiceError(DihalError, ValueError):
     """The judge asked for would score its own samples (the judge is the backbone)."""
+
+
+class UnsupportedArchitectureError(DihalError, ValueError):
+    """A model whose layout the hidden-state and hybrid code does not support; the message
+    names the supported families."""
+
+
+class BackboneDeclarationError(DihalError, ValueError):
+    """A declared backbone (dihal.toml's [backbones] table, or the driver's --backbone) that
+    is malformed; the message names the file, the entry and the fix."""

@@ -7,6 +7,8 @@ them and prints a summary. The runs, the backfill and their logs show in the web
     python -m pipeline.main --workers 2           # two sweep partitions at a time
     python -m pipeline.main --profile gpu         # every layer, 1M training tokens, bf16
     python -m pipeline.main --backbone llama --all-layers
+    python -m pipeline.main --backbone mistralai/Mistral-7B-v0.3   # any supported HF model
+    python -m pipeline.main --backbone /models/my-finetune        # a save_pretrained folder
 
 Locate (corpus -> layer score), the bridge sweep over candidate layers (one partition each),
 bridgeability, the bridge at l* and its evaluation, the baselines, the comparison and the
@@ -112,12 +114,15 @@ class Chain:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from dihal.errors import UnknownBackboneError
-    from dihal.registry import BASELINES
+    from dihal.errors import DihalError
+    from dihal.registry import BASELINES, declare_model
 
     ap = argparse.ArgumentParser(prog="python -m pipeline.main", description=__doc__,
                                  formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--backbone", default="smollm2")
+    ap.add_argument("--backbone", default="smollm2",
+                    help="a backbone name (built-in or declared in dihal.toml), or a Hugging "
+                         "Face id / local folder of a supported decoder LM (declared for this "
+                         "run, named after its last part)")
     ap.add_argument("--layers", help="comma-separated candidate layers to sweep (1..N-1)")
     ap.add_argument("--sweep-count", type=int, default=10,
                     help="layers in the default sweep (1, 2, 3, then evenly spaced)")
@@ -135,8 +140,9 @@ def main(argv: list[str] | None = None) -> None:
                     help="the Dagster code location (a Python module defining `defs`)")
     args = ap.parse_args(argv)
     try:
+        args.backbone = declare_model(args.backbone)  # $DIHAL_BACKBONE_MODELS for the daemon
         layers, baselines = plan(args)
-    except (UnknownBackboneError, ValueError) as exc:
+    except (DihalError, ValueError) as exc:
         ap.error(str(exc))  # usage and the message on stderr, exit status 2; nothing ran
     # The code location (here, in the daemon and in every run) reads these at load time
     os.environ.update(DIHAL_PROFILE=args.profile, DIHAL_WORKERS=str(args.workers))

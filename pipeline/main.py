@@ -18,6 +18,7 @@ report. Every step reuses what is up to date.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import sys
@@ -150,6 +151,15 @@ def main(argv: list[str] | None = None) -> None:
         ap.error("DAGSTER_HOME is not set: runs go through a persistent Dagster instance. Run "
                  "`make run`, or `. ./env.sh` first.")
     instance = dg.DagsterInstance.get()
+    from dihal.registry import DECLARED_ENV
+    from pipeline.launch import daemon_alive
+
+    by_flag = {e["name"] for e in json.loads(os.environ.get(DECLARED_ENV) or "[]")}
+    if args.backbone in by_flag and daemon_alive(instance):
+        ap.error(f"--backbone declared {args.backbone!r} for this run only, but a Dagster "
+                 "daemon is already running (dagster dev) and its code location does not know "
+                 "it: declare the model in dihal.toml ([backbones] table) and restart it, or "
+                 "stop it.")
     signal.signal(signal.SIGTERM, _interrupted)
     # Ctrl-C cancels the runs in flight, even where the driver was started with SIGINT ignored
     # (a background job of a non-interactive shell inherits that, and Python then never raises

@@ -26,7 +26,8 @@ def mistral_dir(tmp_path_factory):
 @pytest.fixture()
 def config(tmp_path, monkeypatch):
     """Write a configuration file and point $DIHAL_CONFIG at it."""
-    monkeypatch.delenv(registry.DECLARED_ENV, raising=False)
+    # set (not deleted) so that teardown restores it: declare_model writes os.environ itself
+    monkeypatch.setenv(registry.DECLARED_ENV, "[]")
 
     def write(text: str):
         path = tmp_path / "dihal.toml"
@@ -176,3 +177,20 @@ def test_capacity_is_computed_for_a_declared_backbone(config, mistral_dir):
     assert parameter_count_on_meta(cfg).n_params == n
     rows = capacity_rows(cfg, disk_bytes)
     assert rows["disk: model weights"] == pytest.approx(2 * n / 2**30)
+
+
+def test_a_folder_given_to_the_driver_is_refused_where_a_daemon_already_runs(
+        config, mistral_dir, capsys, monkeypatch, tmp_path):
+    """A running daemon's code location never saw the --backbone declaration: refused before
+    any run is submitted, naming dihal.toml."""
+    import pipeline.launch
+
+    config("[backbones]\n")
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
+    monkeypatch.setattr(driver.dg.DagsterInstance, "get", staticmethod(lambda: "instance"))
+    monkeypatch.setattr(pipeline.launch, "daemon_alive", lambda instance: instance == "instance")
+    monkeypatch.setattr(pipeline.launch, "launcher", lambda *a: 1 / 0)
+    with pytest.raises(SystemExit) as exit_:
+        driver.main(["--backbone", str(mistral_dir), "--layers", "1,2,3"])
+    assert exit_.value.code == 2
+    assert "a Dagster daemon is already running" in capsys.readouterr().err

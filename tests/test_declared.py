@@ -194,3 +194,11 @@ def test_a_folder_given_to_the_driver_is_refused_where_a_daemon_already_runs(
         driver.main(["--backbone", str(mistral_dir), "--layers", "1,2,3"])
     assert exit_.value.code == 2
     assert "a Dagster daemon is already running" in capsys.readouterr().err
+
+
+def test_a_declared_backbone_can_judge_another(config, mistral_dir, tmp_path):
+    from dihal.judge import resolve_judge
+
+    config(f'[backbones.mine]\nmodel = "{mistral_dir}"\n')
+    w = resolve_judge("mine", cache_dir=tmp_path)
+    assert w.path == mistral_dir.resolve() and w.revision == f"local:{mistral_dir.resolve()}"

@@ -186,6 +186,23 @@ class HubSource:
         return self.documents()
 
 
+HUB_FIELDS = ("hf_dataset", "hf_config", "hf_split", "hf_text_field", "hf_id_field",
+              "hf_revision")
+
+
+def fingerprint_config(cfg: CorpusConfig) -> dict[str, Any]:
+    """The corpus config as its fingerprint and manifest hold it: a shard corpus without the
+    Hugging Face dataset fields (so corpora made before those fields existed keep their
+    fingerprint, and everything downstream stays reused)."""
+    from dataclasses import asdict
+
+    values = asdict(cfg)
+    if not cfg.hf_dataset:
+        for name in HUB_FIELDS:
+            values.pop(name)
+    return values
+
+
 def resolve_shards(cfg: CorpusConfig) -> list[str]:
     """The shard list: sorted local files, or the URLs of a list, capped by max_shards."""
     if cfg.url_list:

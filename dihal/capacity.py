@@ -106,6 +106,20 @@ def load_model_config(backbone: str) -> dict:
     return json.loads((MODEL_CONFIGS / BACKBONE_CONFIGS[backbone][0]).read_text())
 
 
+def backbone_config(name: str) -> tuple[dict, int]:
+    """(config dict, disk bytes per parameter) of any backbone: the stored published config of
+    a built-in one (BACKBONE_CONFIGS), else the declared model's own config.json
+    (dihal.registry: dihal.toml or --backbone), read without loading weights, its weights
+    counted as bf16 safetensors (2 bytes per parameter)."""
+    if name in BACKBONE_CONFIGS:
+        return load_model_config(name), BACKBONE_CONFIGS[name][1]
+    from dihal.registry import get_spec, read_model_config
+
+    spec = get_spec(name)  # UnknownBackboneError names the known ones
+    cfg = read_model_config(spec.hf_id, spec.revision, what=f"backbone {name!r}")
+    return cfg.to_dict(), 2
+
+
 def _hf_config(config_dict: dict):
     from transformers import AutoConfig
 

@@ -81,7 +81,13 @@ def _text(obj: object, name: str, *, optional: bool = False) -> None:
 @dataclass(frozen=True)
 class CorpusConfig:
     """Which shards to read. ``paths`` are files or globs; ``url_list`` a file (or URL) with one
-    shard URL per line. Neither given: the embedded sample under data/dolma_sample."""
+    shard URL per line. Neither given: the embedded sample under data/dolma_sample.
+
+    Or a Hugging Face dataset (``hf_dataset``: an id, or a folder in the Hub's layout), streamed
+    through `datasets` (dihal.corpus.HubSource): its ``hf_config``, ``hf_split``, the
+    ``hf_text_field`` holding the text, optionally ``hf_id_field`` (the document id; default:
+    the row's index in the split) and ``hf_revision``; ``max_docs`` bounds the documents read
+    (required: a Hub dataset is streamed, never downloaded whole)."""
 
     paths: tuple[str, ...] = ()
     url_list: str | None = None
@@ -89,6 +95,12 @@ class CorpusConfig:
     max_docs: int | None = None
     on_malformed: str = "skip"  # "skip" (count and go on) | "error"
     min_chars: int = 1  # shorter (or empty) documents are skipped and counted
+    hf_dataset: str | None = None
+    hf_config: str | None = None
+    hf_split: str = "train"
+    hf_text_field: str = "text"
+    hf_id_field: str | None = None
+    hf_revision: str | None = None
 
     def __post_init__(self) -> None:
         paths = self.paths
@@ -102,6 +114,18 @@ class CorpusConfig:
         _ints(self, 0, "min_chars")
         if self.paths and self.url_list:
             raise ValueError("CorpusConfig: give paths or a url_list, not both")
+        _text(self, "hf_dataset", optional=True)
+        for name in ("hf_config", "hf_id_field", "hf_revision"):
+            _text(self, name, optional=True)
+        _text(self, "hf_split")
+        _text(self, "hf_text_field")
+        if self.hf_dataset and (self.paths or self.url_list):
+            raise ValueError("CorpusConfig: give a Hugging Face dataset (hf_dataset) or shards "
+                             "(paths / url_list), not both")
+        if self.hf_dataset and self.max_docs is None:
+            raise ValueError(f"CorpusConfig.max_docs is needed with hf_dataset "
+                             f"{self.hf_dataset!r}: the dataset is streamed, and max_docs bounds "
+                             "the documents read (e.g. 20000)")
 
 
 @dataclass(frozen=True)

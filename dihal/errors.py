@@ -64,3 +64,13 @@ class JudgeChoiceError(DihalError, ValueError):
 class CheckpointDamagedError(DihalError, ValueError):
     """A training checkpoint does not match its digests (a changed, truncated or missing file),
     or has none: it is never read as data."""
+
+
+class UnsupportedArchitectureError(DihalError, ValueError):
+    """A model whose layout the hidden-state and hybrid code does not support; the message
+    names the supported families."""
+
+
+class BackboneDeclarationError(DihalError, ValueError):
+    """A declared backbone (dihal.toml's [backbones] table, or the driver's --backbone) that
+    is malformed; the message names the file, the entry and the fix."""

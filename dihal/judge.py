@@ -219,13 +219,14 @@ def resolve_judge(name_or_path: str, *, cache_dir: Path, offline: bool = True) -
     if name_or_path == DEFAULT_JUDGE:
         folder, revision = gemma_weights(Path(cache_dir))
         return JudgeWeights(folder, DEFAULT_JUDGE, revision, "gguf-cache")
-    from dihal.registry import BACKBONES
+    from dihal.registry import all_backbones
 
-    if name_or_path in BACKBONES:  # another backbone as the judge (smollm2 judges gemma3)
+    known = all_backbones()  # built-in and declared (dihal.toml)
+    if name_or_path in known:  # another backbone as the judge (smollm2 judges gemma3)
         from dihal.backbones import resolve_weights
 
         try:
-            w = resolve_weights(BACKBONES[name_or_path], cache_dir=Path(cache_dir), offline=offline)
+            w = resolve_weights(known[name_or_path], cache_dir=Path(cache_dir), offline=offline)
         except DihalError as exc:
             raise JudgeNotFoundError(f"judge {name_or_path!r}: {exc}") from exc
         return JudgeWeights(w.path, name_or_path, w.revision, w.origin)

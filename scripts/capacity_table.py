@@ -2,6 +2,7 @@
 backbone, the device maps of the 8B models, and their exact parameter counts.
 
     .venv/bin/python scripts/capacity_table.py
+    .venv/bin/python scripts/capacity_table.py mistral7b   # declared backbones (dihal.toml)
 
 Every model is built on PyTorch's meta device: nothing is allocated, nothing is downloaded
 (the configs are data/model_configs/*.json). It takes about 10 s, mostly imports; peak RSS
@@ -20,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from dihal.capacity import (  # noqa: E402
     BACKBONE_CONFIGS,
     Workload,
+    backbone_config,
     capacity_rows,
     denoiser_parameters,
     device_maps,
@@ -30,7 +32,25 @@ from dihal.capacity import (  # noqa: E402
 TITLES = {"smollm2": "SmolLM2-135M", "llama": "Llama-3.1-8B", "qwen": "Qwen3-8B"}
 
 
+def declared(names: list[str]) -> None:
+    """The capacity rows of the named backbones (built-in or declared), from their configs."""
+    w = Workload()
+    rows = {}
+    for b in names:
+        config, disk_bytes = backbone_config(b)
+        rows[b] = capacity_rows(config, disk_bytes, w)
+        count = parameter_count_on_meta(config)
+        print(f"{b}: {config['model_type']}, {config['num_hidden_layers']} layers, hidden "
+              f"{config['hidden_size']}, {count.n_params:,} parameters (meta device)")
+    print("\n| GiB at the GPU profile | " + " | ".join(names) + " |")
+    print("|---|" + "---:|" * len(names))
+    for name in rows[names[0]]:
+        print(f"| {name} | " + " | ".join(f"{rows[b][name]:.3f}" for b in names) + " |")
+
+
 def main() -> None:
+    if sys.argv[1:]:
+        return declared(sys.argv[1:])
     w = Workload()
     configs = {b: load_model_config(b) for b in BACKBONE_CONFIGS}
     rows = {b: capacity_rows(c, BACKBONE_CONFIGS[b][1], w) for b, c in configs.items()}

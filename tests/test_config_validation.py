@@ -12,6 +12,8 @@ BAD = {
     dc.CorpusConfig: {
         "paths": ["a.json.gz", ("",), (3,)], "url_list": [""], "max_shards": [0, -1, 1.5],
         "max_docs": [0, -3], "on_malformed": ["ignore"], "min_chars": [-1, True],
+        "hf_dataset": ["", 3], "hf_config": [""], "hf_split": ["", None], "hf_text_field": [" "],
+        "hf_id_field": [""], "hf_revision": [""],
     },
     dc.SequenceConfig: {
         "seq_len": [3, 16.0], "n_train": [0], "n_val": [0], "val_fraction": [0.0, 1.0, math.nan],
@@ -71,6 +73,10 @@ def test_cross_field_rules():
         dc.BridgeProtocol(d_model=12, n_heads=4)  # head size 3: no rotary positions
     with pytest.raises(ValueError, match="paths or a url_list, not both"):
         dc.CorpusConfig(paths=("a.json.gz",), url_list="urls.txt")
+    with pytest.raises(ValueError, match="a Hugging Face dataset .* or shards"):
+        dc.CorpusConfig(paths=("a.json.gz",), hf_dataset="org/text", max_docs=10)
+    with pytest.raises(ValueError, match="max_docs is needed with hf_dataset 'org/text'"):
+        dc.CorpusConfig(hf_dataset="org/text")
     with pytest.raises(ValueError, match=r"GeometryConfig\.n_anchors \(5\) must be <= n_tokens"):
         dc.GeometryConfig(n_tokens=4, n_anchors=5, k_neighbors=2)
 

@@ -128,7 +128,7 @@ def test_the_driver_refuses_before_any_run(tmp_path, tiny_llama_dir, monkeypatch
     seqs = {"seq_len": 16, "n_train": 500, "n_val": 6, "val_fraction": 0.3, "max_tokens_per_doc": 40}
     profile = tiny_profile(tmp_path / "big.json", shard, sequences=seqs)
     argv = ["--backbone", "llama", "--module", "tests.tiny_location", "--layers", "1,2,3",
-            "--profile", str(profile)]
+            "--skip-bridgeability", "--profile", str(profile)]
     with pytest.raises(SystemExit) as exit_:
         driver.main(argv)
     err = capsys.readouterr().err

@@ -1,5 +1,6 @@
-"""Tiny randomly initialised backbones (Llama and Qwen3 layouts) with a tokenizer built in code,
-saved as ordinary Hugging Face folders so the real loading code path reads them."""
+"""Tiny randomly initialised backbones (every supported decoder family, and two refused
+layouts) with a tokenizer built in code, saved as ordinary Hugging Face folders so the real
+loading code path reads them."""
 
 from __future__ import annotations
 
@@ -35,19 +36,18 @@ def build_tokenizer(path: Path):
     return fast
 
 
+FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "olmo2")
+REFUSED = ("gpt2", "gpt_neox")  # another layout: refused by name (dihal.registry)
+
+
 def build_model(path: Path, arch: str = "llama", *, n_layers: int = 4, hidden: int = 32, seed: int = 0):
-    """Save a tiny causal LM of the given architecture (llama | qwen3 | gemma3) and its
-    tokenizer. The gemma3 one has Gemma 3's pieces: a scaled embedding, sliding-window and
-    global layers with their own rotary embeddings (the window shorter than the test
-    sequences, so it bites), and soft-capped logits."""
-    from transformers import (
-        Gemma3ForCausalLM,
-        Gemma3TextConfig,
-        LlamaConfig,
-        LlamaForCausalLM,
-        Qwen3Config,
-        Qwen3ForCausalLM,
-    )
+    """Save a tiny causal LM of the given architecture (FAMILIES, or REFUSED's gpt2 /
+    gpt_neox) and its tokenizer. Where a family has a sliding window (Mistral, Phi-3 as
+    configured here; Gemma 2/3 on alternate layers) it is shorter than the test sequences, so
+    it bites. The gemma2/gemma3 ones have Gemma's pieces: a scaled embedding, sliding-window
+    and global layers (Gemma 3: with their own rotary embeddings), soft-capped logits (Gemma 2:
+    soft-capped attention too). OLMo 2 norms after attention and MLP, and q/k."""
+    import transformers as tf
 
     path = Path(path)
     tok = build_tokenizer(path)
@@ -57,18 +57,39 @@ def build_model(path: Path, arch: str = "llama", *, n_layers: int = 4, hidden: i
         max_position_embeddings=256, bos_token_id=tok.bos_token_id,
         eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, tie_word_embeddings=True,
     )
+    alternating = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(n_layers)]
     torch.manual_seed(seed)
     if arch == "llama":
-        model = LlamaForCausalLM(LlamaConfig(**common))
+        model = tf.LlamaForCausalLM(tf.LlamaConfig(**common))
+    elif arch == "mistral":
+        model = tf.MistralForCausalLM(tf.MistralConfig(**common, sliding_window=4))
+    elif arch == "qwen2":
+        model = tf.Qwen2ForCausalLM(tf.Qwen2Config(**common))
     elif arch == "qwen3":
-        model = Qwen3ForCausalLM(Qwen3Config(**common, head_dim=hidden // 4))
-    elif arch == "gemma3":
-        model = Gemma3ForCausalLM(Gemma3TextConfig(
+        model = tf.Qwen3ForCausalLM(tf.Qwen3Config(**common, head_dim=hidden // 4))
+    elif arch == "gemma2":
+        model = tf.Gemma2ForCausalLM(tf.Gemma2Config(
             **common, head_dim=hidden // 4, sliding_window=4, final_logit_softcapping=5.0,
-            layer_types=["sliding_attention" if i % 2 == 0 else "full_attention"
-                         for i in range(n_layers)]))
+            attn_logit_softcapping=3.0, layer_types=alternating))
+    elif arch == "gemma3":
+        model = tf.Gemma3ForCausalLM(tf.Gemma3TextConfig(
+            **common, head_dim=hidden // 4, sliding_window=4, final_logit_softcapping=5.0,
+            layer_types=alternating))
+    elif arch == "phi3":
+        model = tf.Phi3ForCausalLM(tf.Phi3Config(**common, sliding_window=4))
+    elif arch == "olmo2":
+        model = tf.Olmo2ForCausalLM(tf.Olmo2Config(**common))
+    elif arch == "gpt2":
+        model = tf.GPT2LMHeadModel(tf.GPT2Config(
+            vocab_size=len(tok), n_embd=hidden, n_layer=n_layers, n_head=4, n_positions=256,
+            bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id))
+    elif arch == "gpt_neox":
+        model = tf.GPTNeoXForCausalLM(tf.GPTNeoXConfig(
+            vocab_size=len(tok), hidden_size=hidden, intermediate_size=2 * hidden,
+            num_hidden_layers=n_layers, num_attention_heads=4, max_position_embeddings=256,
+            bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id))
     else:
-        raise ValueError(arch)
+        raise ValueError(f"unknown tiny architecture {arch!r}: one of {FAMILIES + REFUSED}")
     model.save_pretrained(path)
     return path
 

@@ -1,0 +1,206 @@
+"""Backbones declared without code: dihal.toml's [backbones] table (or $DIHAL_CONFIG) and the
+driver's --backbone <id or folder>. The layer count comes from config.json; the asset
+families, jobs and schedule appear in the code location; bad entries and unsupported
+families are refused naming the fix."""
+
+import json
+
+import pytest
+
+import pipeline.main as driver
+from dihal import registry
+from dihal.errors import (
+    BackboneDeclarationError,
+    BackboneNotFoundError,
+    UnknownBackboneError,
+    UnsupportedArchitectureError,
+)
+from tests.tiny import build_model
+
+
+@pytest.fixture(scope="module")
+def mistral_dir(tmp_path_factory):
+    return build_model(tmp_path_factory.mktemp("tiny-mistral"), "mistral", n_layers=6)
+
+
+@pytest.fixture()
+def config(tmp_path, monkeypatch):
+    """Write a configuration file and point $DIHAL_CONFIG at it."""
+    # set (not deleted) so that teardown restores it: declare_model writes os.environ itself
+    monkeypatch.setenv(registry.DECLARED_ENV, "[]")
+
+    def write(text: str):
+        path = tmp_path / "dihal.toml"
+        path.write_text(text)
+        monkeypatch.setenv(registry.CONFIG_ENV, str(path))
+        return path
+
+    return write
+
+
+def test_the_projects_file_declares_nothing_and_parses():
+    import tomllib
+
+    assert tomllib.loads(registry.PROJECT_CONFIG.read_text()) == {"backbones": {}}
+
+
+def test_a_declared_folder_gets_its_layer_count_from_config_json(config, mistral_dir):
+    config(f'[backbones.mine]\nmodel = "{mistral_dir}"\njudge = "smollm2"\n'
+           'state_dtype = "float32"\n')
+    spec = registry.get_spec("mine")
+    assert (spec.n_layers, spec.source, spec.hf_id) == (6, "folder", str(mistral_dir.resolve()))
+    assert (spec.judge, spec.state_dtype, spec.revision) == ("smollm2", "float32", None)
+    assert set(registry.all_backbones()) == {*registry.BACKBONES, "mine"}
+
+
+def test_a_relative_folder_is_read_from_the_files_folder(config, mistral_dir, monkeypatch):
+    path = config(f'[backbones.rel]\nmodel = "{mistral_dir.name}"\n')
+    path.rename(mistral_dir.parent / "dihal.toml")
+    monkeypatch.setenv(registry.CONFIG_ENV, str(mistral_dir.parent / "dihal.toml"))
+    assert registry.get_spec("rel").hf_id == str(mistral_dir.resolve())
+
+
+def test_declared_backbones_appear_in_the_code_location(config, mistral_dir):
+    from pipeline.definitions import build_definitions
+
+    config(f'[backbones.mine]\nmodel = "{mistral_dir}"\n')
+    defs = build_definitions()
+    keys = {k.to_user_string() for k in defs.resolve_asset_graph().get_all_asset_keys()}
+    assert {"sequences_mine", "layer_score_mine", "bridge_mine", "report_mine"} <= keys
+    assert "layer_score_smollm2" in keys  # the built-in ones stay
+    jobs = {j.name for j in defs.jobs}
+    assert {"locate_mine", "sweep_mine", "bridge_eval_mine", "baselines_mine",
+            "compare_mine"} <= jobs
+    sweep = defs.resolve_job_def("sweep_mine")
+    assert sweep.partitions_def.get_partition_keys() == [str(i) for i in range(1, 6)]
+    assert "reevaluate_mine_nightly" in {s.name for s in defs.schedules}
+
+
+@pytest.mark.parametrize(("entry", "says"), [
+    ('model = "{m}"\nstate_dtype = "bfloat16"', "state_dtype 'bfloat16': give one of float16"),
+    ('model = "{m}"\nlayers = 4', "unknown field(s) layers; the fields are model, revision"),
+    ('judge = "smollm2"', "`model` (a Hugging Face id"),
+    ('model = "{m}"\njudge = "bad"', "judge 'bad' is the backbone itself"),
+    ('model = "{m}"\nrevision = "main"', "a revision applies to a Hugging Face id"),
+])
+def test_bad_entries_are_refused_naming_the_fix(config, mistral_dir, entry, says):
+    config("[backbones.bad]\n" + entry.format(m=mistral_dir) + "\n")
+    with pytest.raises(BackboneDeclarationError, match="backbone 'bad' declared in .*dihal.toml"
+                       ) as err:
+        registry.get_spec("bad")
+    assert says in str(err.value)
+
+
+def test_bad_names_and_files_are_refused(config, mistral_dir):
+    config(f'[backbones.llama]\nmodel = "{mistral_dir}"\n')
+    with pytest.raises(BackboneDeclarationError, match="'llama' is a built-in backbone"):
+        registry.all_backbones()
+    config(f'[backbones.My-Model]\nmodel = "{mistral_dir}"\n')
+    with pytest.raises(BackboneDeclarationError, match="lower-case letters"):
+        registry.all_backbones()
+    config("[backbones\n")
+    with pytest.raises(BackboneDeclarationError, match="not valid TOML"):
+        registry.all_backbones()
+
+
+def test_an_unsupported_family_is_refused_naming_the_supported(config, tmp_path):
+    folder = build_model(tmp_path / "gpt2", "gpt2")
+    config(f'[backbones.old]\nmodel = "{folder}"\n')
+    with pytest.raises(UnsupportedArchitectureError,
+                       match=r"model_type 'gpt2' is not supported \(GPT-2 .*Mistral \(mistral\)"):
+        registry.get_spec("old")
+    cfg = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**cfg, "model_type": "made_up_lm"}))
+    registry._declared.cache_clear()
+    with pytest.raises(UnsupportedArchitectureError, match="'made_up_lm' is not supported"):
+        registry.get_spec("old")
+
+
+def test_a_hub_id_missing_offline_says_how_to_get_its_config(config, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    config('[backbones.far]\nmodel = "nobody-here/no-such-model-xyz"\n')
+    with pytest.raises(BackboneNotFoundError, match="hf download nobody-here/no-such-model-xyz "
+                                                    "--include config.json"):
+        registry.get_spec("far")
+
+
+def test_the_driver_declares_a_folder_given_as_backbone(config, mistral_dir, monkeypatch):
+    config("[backbones]\n")
+    name = registry.declare_model(str(mistral_dir))
+    assert name == registry.name_for(str(mistral_dir)) == mistral_dir.name.lower().replace("-", "_")
+    assert json.loads(registry.os.environ[registry.DECLARED_ENV]) == [
+        {"name": name, "model": str(mistral_dir.resolve())}]
+    assert registry.get_spec(name).n_layers == 6
+    assert registry.declare_model("smollm2") == "smollm2"
+    assert registry.name_for("HuggingFaceTB/SmolLM2-360M") == "smollm2_360m"
+
+
+def test_the_driver_checks_layers_against_the_declared_folder(config, mistral_dir, capsys,
+                                                               monkeypatch):
+    config("[backbones]\n")
+    monkeypatch.setattr(driver.dg.DagsterInstance, "get", staticmethod(lambda: 1 / 0))
+    with pytest.raises(SystemExit) as exit_:
+        driver.main(["--backbone", str(mistral_dir), "--layers", "6"])
+    assert exit_.value.code == 2
+    name = registry.name_for(str(mistral_dir))
+    assert (f"--layers 6: 6 out of range: {name} has 6 layers, the candidate layers are 1..5"
+            in capsys.readouterr().err)
+
+
+def test_the_driver_refuses_an_unsupported_folder_before_any_work(config, tmp_path, capsys,
+                                                                  monkeypatch):
+    config("[backbones]\n")
+    monkeypatch.setattr(driver.dg.DagsterInstance, "get", staticmethod(lambda: 1 / 0))
+    folder = build_model(tmp_path / "neox", "gpt_neox")
+    with pytest.raises(SystemExit) as exit_:
+        driver.main(["--backbone", str(folder)])
+    assert exit_.value.code == 2
+    assert "model_type 'gpt_neox' is not supported" in capsys.readouterr().err
+
+
+def test_unknown_name_lists_declared_ones_too(config, mistral_dir):
+    config(f'[backbones.mine]\nmodel = "{mistral_dir}"\n')
+    with pytest.raises(UnknownBackboneError, match=r"known backbones are \[.*'mine'.*\]"):
+        registry.get_spec("nope")
+
+
+def test_capacity_is_computed_for_a_declared_backbone(config, mistral_dir):
+    from dihal.capacity import backbone_config, capacity_rows, parameter_count_on_meta
+
+    config(f'[backbones.mine]\nmodel = "{mistral_dir}"\n')
+    cfg, disk_bytes = backbone_config("mine")
+    assert (cfg["model_type"], cfg["num_hidden_layers"], disk_bytes) == ("mistral", 6, 2)
+    from transformers import AutoModelForCausalLM
+
+    real = AutoModelForCausalLM.from_pretrained(str(mistral_dir))
+    n = sum(p.numel() for p in real.parameters())
+    assert parameter_count_on_meta(cfg).n_params == n
+    rows = capacity_rows(cfg, disk_bytes)
+    assert rows["disk: model weights"] == pytest.approx(2 * n / 2**30)
+
+
+def test_a_folder_given_to_the_driver_is_refused_where_a_daemon_already_runs(
+        config, mistral_dir, capsys, monkeypatch, tmp_path):
+    """A running daemon's code location never saw the --backbone declaration: refused before
+    any run is submitted, naming dihal.toml."""
+    import pipeline.launch
+
+    config("[backbones]\n")
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
+    monkeypatch.setattr(driver.dg.DagsterInstance, "get", staticmethod(lambda: "instance"))
+    monkeypatch.setattr(pipeline.launch, "daemon_alive", lambda instance: instance == "instance")
+    monkeypatch.setattr(pipeline.launch, "launcher", lambda *a: 1 / 0)
+    monkeypatch.setattr(driver, "_preflight", lambda args, layers: None)  # not its subject
+    with pytest.raises(SystemExit) as exit_:
+        driver.main(["--backbone", str(mistral_dir), "--layers", "1,2,3",
+                     "--skip-bridgeability"])
+    assert exit_.value.code == 2
+    assert "a Dagster daemon is already running" in capsys.readouterr().err
+
+
+def test_a_declared_backbone_can_judge_another(config, mistral_dir, tmp_path):
+    from dihal.judge import resolve_judge
+
+    config(f'[backbones.mine]\nmodel = "{mistral_dir}"\n')
+    w = resolve_judge("mine", cache_dir=tmp_path)
+    assert w.path == mistral_dir.resolve() and w.revision == f"local:{mistral_dir.resolve()}"

@@ -1,0 +1,200 @@
+"""A Hugging Face text dataset as the corpus, streamed through `datasets`, offline: datasets
+saved locally in the Hub's layout (parquet, or JSON lines, under data/) and loaded by path.
+The same counting, minimum length, held-out split by document and fingerprint by identity as
+the Dolma shards; then corpus -> sequences -> Locate through Dagster."""
+
+import json
+import shutil
+
+import dagster as dg
+import pytest
+
+from dihal.config import CorpusConfig, SequenceConfig
+from dihal.corpus import (
+    HubSource,
+    content_identity,
+    make_sequences,
+    scan_corpus,
+    shard_records,
+)
+from dihal.errors import CorpusError, MalformedLineError
+from tests.tiny import build_tokenizer, make_docs
+
+
+def hub_folder(path, splits: dict[str, list[dict]], fmt: str = "parquet"):
+    """A dataset folder in the Hub's layout: data/<split>-00000-of-00001.<fmt>."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (path / "data").mkdir(parents=True)
+    for split, rows in splits.items():
+        target = path / "data" / f"{split}-00000-of-00001.{'parquet' if fmt == 'parquet' else 'jsonl'}"
+        if fmt == "parquet":
+            pq.write_table(pa.Table.from_pylist(rows), target)
+        else:
+            target.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def rows(n: int, seed: int = 0) -> list[dict]:
+    return [{"doc": d["id"], "body": d["text"], "source": d["source"]}
+            for d in make_docs(n, seed=seed)]
+
+
+def cfg_of(folder, **kw) -> CorpusConfig:
+    return CorpusConfig(**{"hf_dataset": str(folder), "hf_text_field": "body",
+                           "hf_id_field": "doc", "max_docs": 1000, **kw})
+
+
+def test_documents_are_streamed_counted_and_capped(tmp_path, monkeypatch):
+    import datasets
+
+    data = rows(12)
+    data[3]["body"] = ""  # empty: skipped and counted
+    data[4]["body"] = "short"  # below min_chars
+    data[5]["body"] = None  # not a string: malformed
+    folder = hub_folder(tmp_path / "ds", {"train": data, "test": rows(3, seed=9)})
+    calls = []
+    real = datasets.load_dataset
+    monkeypatch.setattr(datasets, "load_dataset",
+                        lambda *a, **kw: calls.append((a, kw)) or real(*a, **kw))
+
+    result = scan_corpus(cfg_of(folder, min_chars=10), shard_records(cfg_of(folder, min_chars=10)))
+    assert all(kw["streaming"] is True and kw["split"] == "train" for _, kw in calls)
+    assert isinstance(real(str(folder), split="train", streaming=True), datasets.IterableDataset)
+    s = result.stats
+    assert (s["documents"], s["skipped_empty"], s["malformed"]) == (9, 2, 1)
+    assert "ds[train][5]: TypeError: body is NoneType" in s["malformed_examples"][0]
+    assert sum(s["by_source"].values()) == 9 and set(s["by_source"]) <= {"wiki", "books"}
+    assert s["chars"] == sum(len(r["body"]) for r in data if r["body"] and len(r["body"]) >= 10)
+
+    capped = list(HubSource(cfg_of(folder, max_docs=4)).documents())
+    assert [d.id for d in capped] == [data[i]["doc"] for i in (0, 1, 2, 4)]  # 3 is empty
+    test_split = list(HubSource(cfg_of(folder, hf_split="test")).documents())
+    assert len(test_split) == 3
+
+
+def test_ids_default_to_the_row_index_and_json_lines_work(tmp_path):
+    folder = hub_folder(tmp_path / "js", {"train": [{"text": f"row number {i} here"}
+                                                    for i in range(5)]}, fmt="json")
+    docs = list(HubSource(CorpusConfig(hf_dataset=str(folder), max_docs=10)).documents())
+    assert [d.id for d in docs] == [f"train:{i}" for i in range(5)]
+    assert docs[2].text == "row number 2 here" and docs[0].source == "js"
+
+
+def test_malformed_rows_are_an_error_when_asked_and_a_wrong_field_names_the_fields(tmp_path):
+    data = rows(4)
+    data[1]["body"] = None
+    folder = hub_folder(tmp_path / "ds", {"train": data})
+    with pytest.raises(MalformedLineError, match=r"malformed row .*ds\[train\]\[1\]"):
+        list(HubSource(cfg_of(folder, on_malformed="error")).documents())
+    wrong = cfg_of(folder, hf_text_field="content")
+    with pytest.raises(CorpusError, match="holds no usable document.*'malformed': 4"):
+        scan_corpus(wrong, shard_records(wrong))
+    stats = scan_corpus(cfg_of(folder), shard_records(cfg_of(folder))).stats
+    assert stats["malformed"] == 1 and stats["documents"] == 3
+    from dihal.corpus import CorpusStats
+
+    s = CorpusStats()
+    list(HubSource(wrong).documents(s))
+    assert "no field 'content' (fields: ['body', 'doc', 'source'])" in s.malformed_examples[0]
+
+
+def test_missing_dataset_or_split_is_a_corpus_error_naming_it(tmp_path):
+    folder = hub_folder(tmp_path / "ds", {"train": rows(3)})
+    with pytest.raises(CorpusError, match=r"'.*ds' \(config default, split validation.*cannot "
+                                          r"be opened.*hf_split"):
+        list(HubSource(cfg_of(folder, hf_split="validation")).documents())
+    with pytest.raises(CorpusError, match="cannot be opened"):
+        list(HubSource(cfg_of(tmp_path / "nowhere")).documents())
+
+
+def test_fingerprint_is_the_identity_and_the_documents_read(tmp_path):
+    folder = hub_folder(tmp_path / "a" / "ds", {"train": rows(10), "test": rows(10, seed=3)})
+    ident = content_identity(shard_records(cfg_of(folder)))
+    (rec,) = shard_records(cfg_of(folder))
+    assert rec["documents"] == 10 and rec["local"] and rec["split"] == "train"
+    assert ident[0].startswith("hf:local@default/default/train/body/doc:10:")
+    moved = tmp_path / "b" / "elsewhere"
+    shutil.copytree(folder, moved)
+    assert content_identity(shard_records(cfg_of(moved))) == ident  # not where it lies
+    assert content_identity(shard_records(cfg_of(folder, hf_split="test"))) != ident
+    assert content_identity(shard_records(cfg_of(folder, max_docs=5))) != ident
+    assert content_identity(shard_records(cfg_of(folder, hf_text_field="doc"))) != ident
+    assert HubSource.identity({**rec, "local": False, "dataset": "org/text",
+                               "revision": "abc123"}).startswith("hf:org/text@abc123/")
+    edited = rows(10)
+    edited[7]["body"] += " extra"
+    shutil.rmtree(moved)
+    hub_folder(moved, {"train": edited})
+    assert content_identity(shard_records(cfg_of(moved))) != ident  # one text changed
+
+
+def test_sequences_split_by_document_and_refuse_a_changed_dataset(tmp_path):
+    folder = hub_folder(tmp_path / "ds", {"train": rows(120)})
+    tok = build_tokenizer(tmp_path / "tok")
+    cfg = cfg_of(folder)
+    recorded = shard_records(cfg)
+    seq_cfg = SequenceConfig(seq_len=16, n_train=8, n_val=6, val_fraction=0.3,
+                             max_tokens_per_doc=40)
+    out = make_sequences(recorded, cfg, tok, seq_cfg, bos_id=tok.bos_token_id,
+                         eos_id=tok.eos_token_id, revision="r")
+    train = {d for ids in out.doc_ids["train"] for d in ids}
+    val = {d for ids in out.doc_ids["val"] for d in ids}
+    assert train and val and not train & val
+    assert all(d.startswith("doc-") for d in train | val)  # the id field's values
+    assert all(row[0] == tok.bos_token_id and len(row) == 16 for row in out.input_ids["train"])
+    again = make_sequences(recorded, cfg, tok, seq_cfg, bos_id=tok.bos_token_id,
+                           eos_id=tok.eos_token_id, revision="r")
+    assert again.input_ids == out.input_ids
+
+    changed = rows(120)
+    changed[0]["body"] = "a different first document of the dataset."
+    shutil.rmtree(folder)
+    hub_folder(folder, {"train": changed})
+    with pytest.raises(CorpusError, match="now reads 120 documents .* where the corpus asset "
+                                          "recorded 120 .*re-materialise the corpus asset"):
+        make_sequences(recorded, cfg, tok, seq_cfg, bos_id=tok.bos_token_id,
+                       eos_id=tok.eos_token_id, revision="r")
+    with pytest.raises(CorpusError, match="recorded shards, not the Hugging Face dataset"):
+        make_sequences([{"path": "x", "sha256": "y", "bytes": 1}], cfg, tok, seq_cfg,
+                       bos_id=tok.bos_token_id, eos_id=tok.eos_token_id, revision="r")
+
+
+def test_a_hub_dataset_runs_through_corpus_sequences_and_locate(tmp_path, tiny_llama_dir):
+    """corpus -> sequences_llama -> hidden_states -> geometry -> layer_score on a local
+    Hub-layout dataset, through Dagster."""
+    from tests.test_pipeline import CHAIN, _mat_meta, _run
+
+    folder = hub_folder(tmp_path / "ds", {"train": rows(120)})
+    from pipeline.definitions import build_definitions
+    from resources import BackboneResource, ComputeResource, JudgeResource, StorageResource
+
+    defs = build_definitions(("llama",), resources={
+        "storage": StorageResource(root=str(tmp_path / "artifacts")),
+        "backbones": BackboneResource(paths={"llama": str(tiny_llama_dir)}),
+        "compute": ComputeResource(device="cpu", threads=1),
+        "judge": JudgeResource(name=str(tiny_llama_dir)),
+    }, n_layers={"llama": 4})
+    corpus_cfg = {"hf_dataset": str(folder), "hf_text_field": "body", "hf_id_field": "doc",
+                  "max_docs": 200}
+    result = _run(defs, dg.DagsterInstance.ephemeral(), CHAIN, corpus_cfg)
+    assert result.success, [e.message for e in result.all_events if e.is_failure]
+    meta = _mat_meta(result)
+    assert meta["corpus"]["documents"].value == 120
+    assert meta["layer_score_llama"]["l_star"].value in (1, 2, 3)
+
+
+def test_a_shard_corpus_keeps_the_fingerprint_it_had_before_the_hub_fields():
+    """The corpus asset fingerprints `fingerprint_config`: for shards, exactly the fields a
+    corpus had before the Hugging Face ones, so existing artifacts stay reused."""
+    from dihal.corpus import fingerprint_config
+    from storage import fingerprint
+
+    cfg = CorpusConfig(paths=("corpus/*.json.gz",), max_docs=50)
+    before = {"paths": ["corpus/*.json.gz"], "url_list": None, "max_shards": None,
+              "max_docs": 50, "on_malformed": "skip", "min_chars": 1}
+    assert fingerprint("corpus", "1", fingerprint_config(cfg)) == fingerprint("corpus", "1", before)
+    hub = fingerprint_config(CorpusConfig(hf_dataset="org/text", max_docs=50))
+    assert hub["hf_dataset"] == "org/text" and hub["hf_split"] == "train"
+    assert CorpusConfig(**fingerprint_config(cfg)) == cfg  # the manifest's config rebuilds it

@@ -232,15 +232,26 @@ def _predictor_values(layers: list[int], score_rows: list[dict],
     return out
 
 
+ORACLE_MEASURES = ("val_loss", "hybrid_nll")  # the measures the oracle and worst layer are named by
+# the one full training follows: the measure closest to generation (issue 18: on a 29-layer sweep
+# validation loss ranked the layers nearly opposite to hybrid NLL)
+ORACLE_BY = "hybrid_nll"
+
+
 def bridgeability_table(layer_rows: list[dict], score_rows: list[dict],
                         predictor_rows: list[dict] = (), *, n_boot: int = 2000,
                         seed: int = 0) -> dict:
     """Spearman of every predictor (S_l per normalisation, the depth control -l, the oriented
     rival predictors) against -val_loss, -recon_error and -hybrid_nll over the swept layers,
-    each with a bootstrap interval over layers (the same resamples for every predictor) and
-    its standing against depth: "above" / "below" when the intervals do not overlap, else
-    "not distinguishable". "rows": one dihal.rows.SpearmanRow per predictor."""
-    from dihal.uncertainty import compare_intervals, spearman_interval
+    each with a percentile bootstrap interval over layers, and its standing against depth
+    decided by the paired difference rho - depth's rho (the same resamples of layers for both
+    and for every predictor), its p-value Holm-corrected over predictors x targets, with the
+    partial Spearman given depth beside it (dihal.uncertainty.paired_standing). "rows": one
+    dihal.rows.SpearmanRow per predictor; "oracle" / "worst": the lowest / highest swept layer
+    by hybrid NLL (ORACLE_BY), "oracle_by": both by every ORACLE_MEASURES
+    (oracle_by_measures: {"by", "oracle_disagree", "worst_disagree"})."""
+    from dihal.rows import number
+    from dihal.uncertainty import oracle_by_measures, paired_standing, spearman_interval
 
     layers = sorted(r["layer"] for r in layer_rows)
     by_layer = {r["layer"]: r for r in layer_rows}
@@ -248,16 +259,24 @@ def bridgeability_table(layer_rows: list[dict], score_rows: list[dict],
     preds = _predictor_values(layers, score_rows, predictor_rows)
     stats = {(p, m): spearman_interval(v, t, n_boot=n_boot, seed=seed)
              for p, v in preds.items() for m, t in targets.items()}
+    rivals = {p: v for p, v in preds.items() if p != DEPTH}
+    paired = {(r["predictor"], r["target"]): r for r in paired_standing(
+        rivals, preds[DEPTH], targets, n_boot=n_boot, seed=seed)} if rivals else {}
 
     def standing(p: str, m: str) -> Spearman:
-        st, depth = stats[(p, m)], stats[(DEPTH, m)]
-        return Spearman(st["rho"], st["low"], st["high"], "" if p == DEPTH else compare_intervals(
-            (st["low"], st["high"]), (depth["low"], depth["high"])))
+        st = stats[(p, m)]
+        if p == DEPTH:
+            return Spearman(st["rho"], st["low"], st["high"])
+        d = paired[(p, m)]
+        return Spearman(st["rho"], st["low"], st["high"], d["verdict"],
+                        **{k: number(d[k]) for k in ("diff", "p", "p_holm", "partial",
+                                                     "partial_low", "partial_high")},
+                        diff_low=number(d["low"]), diff_high=number(d["high"]))
 
     table = [SpearmanRow(p, {m: standing(p, m) for m in TARGETS}) for p in preds]
-    oracle = min(layers, key=lambda ll: by_layer[ll]["val_loss"])
-    worst = max(layers, key=lambda ll: by_layer[ll]["val_loss"])
-    return {"rows": table, "layers": layers, "oracle": oracle, "worst": worst}
+    by = oracle_by_measures(layer_rows, ORACLE_MEASURES)
+    return {"rows": table, "layers": layers, "oracle": by["by"][ORACLE_BY]["oracle"],
+            "worst": by["by"][ORACLE_BY]["worst"], "oracle_by": by}
 
 
 def regression_table(swept: list[BridgeMetrics], controls: list[BridgeMetrics]) -> list[RegressionRow]:
@@ -284,7 +303,7 @@ def bridgeability(swept: list[BridgeMetrics], score_rows: list[dict], l_star: in
     table = bridgeability_table(layer_rows, candidates, predictor_rows)
     return BridgeabilityResult(
         layer_rows=layer_rows, spearman=table["rows"], layers=table["layers"],
-        oracle=table["oracle"], worst=table["worst"], l_star=l_star,
+        oracle=table["oracle"], worst=table["worst"], oracle_by=table["oracle_by"], l_star=l_star,
         regression=regression_table(swept, list(regression)),
         plot_png=plot_bridgeability(layer_rows, candidates,
                                     f"{backbone}: score vs bridgeability (l* = {l_star})"))

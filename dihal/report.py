@@ -55,23 +55,50 @@ def _stability_summary(stability: dict[str, dict], n_resamples) -> str:
             + (f"; it moves under {', '.join(loose)}." if loose else "."))
 
 
+def _oracle_sentence(b: dict) -> str:
+    """The oracle and worst swept layers by hybrid NLL (full training follows them) and by
+    validation loss, saying whether the two measures disagree; older infos name one pair."""
+    by = b.get("oracle_by", {}).get("by", {})
+    nll, loss = by.get("hybrid_nll"), by.get("val_loss")
+    if not (nll and loss):
+        return f"the oracle layer is {b['oracle']} and the worst {b['worst']}"
+    line = (f"the oracle layer by hybrid NLL is {nll['oracle']} and the worst {nll['worst']} "
+            f"(full training follows these); by validation loss, {loss['oracle']} and "
+            f"{loss['worst']}")
+    split = [w for w, k in (("oracle", "oracle_disagree"), ("worst layer", "worst_disagree"))
+             if b["oracle_by"].get(k)]
+    return line + (f": the two measures disagree on the {' and the '.join(split)}" if split
+                   else ": the two measures agree")
+
+
+def _family(rows: list[SpearmanRow]) -> int:
+    """How many paired tests Holm's correction ran over (predictors x targets)."""
+    return sum(1 for r in rows if not r.is_depth for s in r.targets.values() if s.p is not None)
+
+
 def _bridgeability_summary(x: ReportInputs) -> str:
-    rows = {r.predictor: r for r in spearman_rows(x.bridgeability["spearman"])}
+    typed = spearman_rows(x.bridgeability["spearman"])
+    rows = {r.predictor: r for r in typed}
     depth = rows.pop(DEPTH, None)
     b = x.bridgeability
-    head = (f"Over {len(b['swept_layers'])} swept layers the oracle layer is {b['oracle']} and the "
-            f"worst {b['worst']}; geometry picked {b['l_star']}")
+    head = (f"Over {len(b['swept_layers'])} swept layers {_oracle_sentence(b)}; geometry picked "
+            f"{b['l_star']}")
     rho = {k: number(r.of().rho) for k, r in rows.items() if r.of()}
     rho = {k: v for k, v in rho.items() if v is not None}
     if not rho or depth is None:
         return head + "."
     best = max(rho, key=rho.get)
-    above = [k for k, r in rows.items() if r.of() and r.of().vs_depth == ABOVE]
-    verdict = (f"{len(above)} predictor(s) beat depth beyond the 95 % intervals: {', '.join(above)}"
-               if above else "no predictor beats depth beyond the 95 % intervals "
-               "(every one is above it by less than the resampling spread, or below it)")
+    parts = []
+    for target, label in (("val_loss", "-val loss"), ("hybrid_nll", "-hybrid NLL")):
+        above = [k for k, r in rows.items() if r.of(target) and r.of(target).vs_depth == ABOVE]
+        below = [k for k, r in rows.items() if r.of(target) and r.of(target).vs_depth == BELOW]
+        parts.append(f"against {label}, " + (f"{len(above)} above depth ({', '.join(above)})"
+                                             if above else "none above depth")
+                     + f", {len(below)} below it")
     return (head + f". Against -val loss the highest Spearman is {best}'s, {rho[best]:.2f}; depth's "
-            f"is {number(depth.of().rho) or float('nan'):.2f}. {verdict}.")
+            f"is {number(depth.of().rho) or float('nan'):.2f}. By the paired difference from "
+            f"depth (95 %, Holm-corrected over {_family(typed)} predictor x target tests): "
+            + "; ".join(parts) + ".")
 
 
 def _interval(s: Spearman | None) -> str:
@@ -83,9 +110,32 @@ def _interval(s: Spearman | None) -> str:
 
 def _spearman_table(rows: list[SpearmanRow]) -> list[dict]:
     """One line per predictor: Spearman with its interval per target, and where it stands
-    against depth for -val loss."""
+    against depth for -val loss and -hybrid NLL (the paired test)."""
     return [{"predictor": r.predictor, **{f"vs -{t}": _interval(r.of(t)) for t in TARGETS},
-             "against depth (val loss)": r.of().vs_depth if r.of() else ""} for r in rows]
+             "against depth (val loss)": r.of().vs_depth if r.of() else "",
+             "against depth (hybrid NLL)": r.of("hybrid_nll").vs_depth if r.of("hybrid_nll")
+             else ""} for r in rows]
+
+
+def _triple(v: tuple[float | None, float | None, float | None], fmt: str = "+.2f") -> str:
+    value, lo, hi = v
+    if value is None:
+        return "undefined"
+    return f"{value:{fmt}} [{lo:{fmt}}, {hi:{fmt}}]" if lo is not None and hi is not None \
+        else f"{value:{fmt}}"
+
+
+def _paired_table(rows: list[SpearmanRow]) -> list[dict]:
+    """One line per predictor and target: the paired difference from depth's Spearman with
+    its interval, the raw and Holm-corrected p-values, the verdict, and the partial Spearman
+    given depth with its interval."""
+    return [{"predictor": r.predictor, "target": f"-{t}", "Spearman": _interval(s),
+             "minus depth's [95 %]": _triple(s.difference()),
+             "p": "" if s.p is None else f"{s.p:.3g}",
+             "p (Holm)": "" if s.p_holm is None else f"{s.p_holm:.3g}",
+             "against depth": s.vs_depth,
+             "partial given depth [95 %]": _triple(s.partial_interval())}
+            for r in rows if not r.is_depth for t, s in r.targets.items() if s.p is not None]
 
 
 def _regression_summary(rows: list[RegressionRow], swept: list[int]) -> str:
@@ -181,10 +231,13 @@ def _full_training_summary(x: ReportInputs) -> str:
     geo, oracle, worst = (rows.get(k) for k in ("geometry l*", "oracle", "worst"))
     if not (geo and oracle and worst):
         return "Full training did not cover all three roles."
-    return (f"With the full budget, the geometry-selected layer {geo['layer']} reaches validation "
-            f"loss {geo['val_loss']:.3f} (oracle layer {oracle['layer']}: {oracle['val_loss']:.3f}, "
-            f"worst layer {worst['layer']}: {worst['val_loss']:.3f}) and Gen.PPL "
-            f"{geo['gen_ppl']:.1f} (oracle {oracle['gen_ppl']:.1f}, worst {worst['gen_ppl']:.1f}).")
+    return (f"With the full budget (the oracle and worst layers chosen by the sweep's hybrid "
+            f"NLL), the geometry-selected layer {geo['layer']} reaches hybrid NLL "
+            f"{geo['hybrid_nll']:.3f} and validation loss {geo['val_loss']:.3f} (oracle layer "
+            f"{oracle['layer']}: {oracle['hybrid_nll']:.3f} and {oracle['val_loss']:.3f}, worst "
+            f"layer {worst['layer']}: {worst['hybrid_nll']:.3f} and {worst['val_loss']:.3f}) and "
+            f"Gen.PPL {geo['gen_ppl']:.1f} (oracle {oracle['gen_ppl']:.1f}, worst "
+            f"{worst['gen_ppl']:.1f}).")
 
 
 def cross_backbone_tables(summaries: list[dict]) -> tuple[list[dict], list[dict]]:
@@ -236,8 +289,8 @@ def _cross_backbone_section(r: Document, x: ReportInputs) -> None:
         return
     r.p(f"Every backbone whose layer score and bridgeability are materialised in this artifact "
         f"root: {', '.join(names)}. Each backbone's samples are scored by its own judge (never itself). Spearman against "
-        "-val loss with its 95 % interval over layers; (above)/(below) where the interval "
-        "does not overlap depth's.")
+        "-val loss with its 95 % interval over layers; (above)/(below) where the paired "
+        "difference from depth's Spearman says so (Holm-corrected, section 2).")
     main, spearman = cross_backbone_tables(x.backbones)
     r.table(main, list(main[0]))
     r.table(spearman, list(spearman[0]))
@@ -281,16 +334,21 @@ def answer_geometry_vs_depth(x: ReportInputs) -> tuple[str, str]:
         return (f"Whether geometry beats depth is not settled: no Spearman of S_l ({primary}) "
                 f"and of depth against -val loss over the {n} swept layers.", BRIDGEABILITY)
     g, d = geo.of(), depth.of()
-    verdict = {ABOVE: "geometry predicts how well a bridge learns better than depth does, "
-                      "beyond the 95 % intervals",
-               BELOW: "depth predicts how well a bridge learns better than geometry does, "
-                      "beyond the 95 % intervals"}.get(
-        g.vs_depth, f"geometry and depth cannot be told apart at {n} swept layers (their 95 % "
-                    "intervals overlap)")
+    how = "by the paired difference of the Spearman correlations (95 %, Holm-corrected)"
+    verdict = {ABOVE: f"geometry predicts how well a bridge learns better than depth does, {how}",
+               BELOW: f"depth predicts how well a bridge learns better than geometry does, {how}"
+               }.get(g.vs_depth, f"geometry and depth cannot be told apart at {n} swept layers "
+                                 f"{how}")
+    nll = geo.of("hybrid_nll")
     rivals = [r.predictor for r in rows.values()
               if not r.is_depth and r is not geo and r.of() and r.of().vs_depth == ABOVE]
     return (f"Over {n} swept layers, S_l ({primary}) has Spearman {_interval(g)} with -val loss "
-            f"and depth {_interval(d)}: {verdict}"
+            f"and depth {_interval(d)}"
+            + (f" (difference {_triple(g.difference())})" if g.diff is not None else "")
+            + f": {verdict}"
+            + (f"; against -hybrid NLL it is {nll.vs_depth} depth" if nll and nll.vs_depth in
+               (ABOVE, BELOW) else "; against -hybrid NLL it is not distinguishable from depth"
+               if nll and nll.vs_depth else "")
             + (f"; predictors above depth: {', '.join(rivals)}" if rivals else "") + ".",
             BRIDGEABILITY)
 
@@ -412,15 +470,25 @@ def _locate_section(r: Document, x: ReportInputs) -> None:
 def _bridgeability_section(r: Document, x: ReportInputs) -> None:
     r.h2("2. Does the score predict bridgeability?", BRIDGEABILITY)
     r.p(_bridgeability_summary(x))
+    typed = spearman_rows(x.bridgeability["spearman"])
     r.p("Spearman correlation of each predictor with -val loss, -reconstruction error and "
         "-hybrid NLL over the swept layers, with a 95 % percentile bootstrap interval over layers "
         "(2000 resamples, the same for every predictor). Each rival predictor enters with the "
         "sign fixed before the sweep under which higher should mean easier (a leading minus: "
-        "lower should). A predictor is marked above or below depth only where its interval and "
-        "depth's do not overlap.")
-    r.table(_spearman_table(spearman_rows(x.bridgeability["spearman"])),
+        "lower should). A predictor is marked above or below depth where the paired difference "
+        "of its Spearman and depth's (both recomputed on the same resampled layers) differs from "
+        "0: its two-sided p-value, from inverting the percentile interval, is under 0.05 after "
+        f"Holm's correction over all {_family(typed)} predictor x target tests. Two overlapping "
+        "intervals are not the test: both statistics come from the same layers.")
+    r.table(_spearman_table(typed),
             ["predictor", "vs -val_loss", "vs -recon_error", "vs -hybrid_nll",
-             "against depth (val loss)"])
+             "against depth (val loss)", "against depth (hybrid NLL)"])
+    paired = _paired_table(typed)
+    if paired:
+        r.p("The paired test per predictor and target, and the partial Spearman of the "
+            "predictor with the target given depth (what it says beyond depth; undefined where "
+            "the predictor ranks the layers as depth does):")
+        r.table(paired, list(paired[0]))
     r.image(x.plots["scatter"], "S_l vs bridge validation loss per normalisation, and the depth control")
     r.table(x.sweep_layers, ["layer", "init_val_loss", "val_loss", "recon_error", "hybrid_nll",
                              "backbone_nll", "top1_agreement", "steps", "seconds"], ".4g")

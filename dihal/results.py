@@ -199,11 +199,14 @@ class BridgeabilityResult:
     layer_rows: list[dict]  # BridgeMetrics.to_dict() of each swept layer, by layer
     spearman: list[SpearmanRow]  # one per predictor
     layers: list[int]
-    oracle: int
-    worst: int
+    oracle: int  # the swept layer with the lowest hybrid NLL (full training follows it)
+    worst: int  # the one with the highest
     l_star: int
     plot_png: bytes = field(repr=False, default=b"")
     regression: list[RegressionRow] = field(default_factory=list)  # the bridge vs its control
+    # oracle and worst by each measure (dihal.uncertainty.oracle_by_measures: "by" {measure:
+    # {"oracle", "worst"}}, "oracle_disagree", "worst_disagree")
+    oracle_by: dict[str, Any] = field(default_factory=dict)
 
     def spearman_columns(self) -> list[dict]:
         return [r.to_dict() for r in self.spearman]
@@ -213,8 +216,8 @@ class BridgeabilityResult:
 
     def info(self) -> dict:
         return {"l_star": self.l_star, "oracle": self.oracle, "worst": self.worst,
-                "swept_layers": self.layers, "spearman": self.spearman_columns(),
-                "regression": self.regression_columns()}
+                "oracle_by": self.oracle_by, "swept_layers": self.layers,
+                "spearman": self.spearman_columns(), "regression": self.regression_columns()}
 
     def metadata(self) -> dict:
         """l*, oracle, worst and each predictor's Spearman as top-level numbers (the UI charts
@@ -222,7 +225,9 @@ class BridgeabilityResult:
         rho = {f"spearman {r.predictor} vs -{target}": r.targets[target].rho
                for r in self.spearman for target in TARGETS}
         beats = sum(r.bridge_better_nll for r in self.regression)
+        by_loss = self.oracle_by.get("by", {}).get("val_loss", {})
         return {"l_star": self.l_star, "oracle": self.oracle, "worst": self.worst,
+                **{f"{k} by val loss": v for k, v in by_loss.items()},
                 "swept_layers": self.layers, **rho,
                 "bridge beats regression (hybrid NLL)": f"{beats} of {len(self.regression)} layers"}
 

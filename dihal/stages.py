@@ -42,8 +42,10 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
           history="2: l*'s stability over the token bootstrap"),
     Stage("bridge_sweep", "2", "SweepBridge", "BridgeProtocol", "BridgeProtocolRunConfig",
           history="2: validation loss at initialisation recorded"),
-    Stage("bridgeability", "2", "Bridgeability",
-          history="2: rival predictors, intervals, standing against depth"),
+    Stage("bridgeability", "3", "Bridgeability",
+          history="2: rival predictors, intervals, standing against depth; 3: standing by the "
+          "paired difference (Holm over predictors x targets), partial Spearman given depth, "
+          "oracle and worst by hybrid NLL beside those by validation loss"),
     Stage("bridge", "3", "Bridge", "BridgeProtocol", "FullBridgeRunConfig", {"epochs": 2.0},
           "The bridge at l* with the full budget: the sweep protocol with more passes.",
           history="2: train_tokens = sequences consumed x length; 3: init validation loss"),
@@ -58,12 +60,14 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
     Stage("baseline", "3", "BaselineRun", "BaselineRunConfig", "BaselineRunConfig",
           history="2: trained by the bridge's loop (one trainer); 3: as eval 3"),
     Stage("comparison", "3", "Comparison", history="2: rows carry their role; 3: as eval 3"),
-    Stage("full_training", "3", "FullTraining", history="2: as eval 3; 3: as eval 4"),
+    Stage("full_training", "4", "FullTraining",
+          history="2: as eval 3; 3: as eval 4; 4: the oracle and worst layer by hybrid NLL"),
     Stage("report", "7", "Report",
           history="3: built from typed inputs; 4: rival predictors and intervals; 5: across "
           "backbones; 6: a lone backbone's report suggests another one, not itself; the CPU "
           "kernels the samples were drawn with; 7: opens on its answers, each linking to its "
-          "section; one proxy table per normalisation"),
+          "section; one proxy table per normalisation; 8: verdicts by the paired test, the oracle by "
+          "both measures"),
 )}
 
 CODE_VERSIONS = {name: s.code_version for name, s in STAGES.items()}

@@ -102,6 +102,51 @@ def test_geometry_against_depth_each_way(standing, says):
     assert "S_l (robust) has Spearman 0.50 [0.20, 0.80] with -val loss and depth 0.40 [0.10, 0.70]" in text
 
 
+def _paired_spearman(predictor, rho, verdicts, diff=0.3, p_holm=0.01):
+    """A predictor's row as bridgeability 3 writes it: the paired test per target."""
+    return SpearmanRow(predictor, {t: Spearman(rho, rho - 0.2, rho + 0.1, v, diff, diff - 0.1,
+                                               diff + 0.1, p_holm / 3, p_holm, 0.4, 0.1, 0.7)
+                                   for t, v in verdicts.items()}).to_dict()
+
+
+@pytest.mark.parametrize("standing", ["above", "below", "not distinguishable"])
+def test_geometry_against_depth_reads_the_paired_test(standing):
+    """The answer and the section come from the paired difference and its Holm-corrected
+    p-value; the hybrid NLL's verdict is read beside the validation loss's."""
+    verdicts = {"val_loss": standing, "recon_error": "not distinguishable",
+                "hybrid_nll": "below" if standing == "above" else "above"}
+    x = inputs(spearman=[_paired_spearman("S_l (robust)", 0.6, verdicts),
+                         _spearman(DEPTH, 0.4, 0.1, 0.7)])
+    text, _ = answer_geometry_vs_depth(x)
+    assert "(difference +0.30 [+0.20, +0.40])" in text
+    assert "by the paired difference of the Spearman correlations (95 %, Holm-corrected)" in text
+    assert f"against -hybrid NLL it is {verdicts['hybrid_nll']} depth" in text
+    md = build_report(x).markdown
+    assert "Holm-corrected over 3 predictor x target tests" in md
+    assert ("| S_l (robust) | -val_loss | 0.60 [0.40, 0.70] | +0.30 [+0.20, +0.40] | 0.00333 | "
+            f"0.01 | {standing} | +0.40 [+0.10, +0.70] |") in md
+    above = "1 above depth (S_l (robust))" if standing == "above" else "none above depth"
+    assert f"against -val loss, {above}" in md
+
+
+@pytest.mark.parametrize(("disagree", "says"), [
+    ((True, False), "the two measures disagree on the oracle"),
+    ((True, True), "the two measures disagree on the oracle and the worst layer"),
+    ((False, False), "the two measures agree"),
+])
+def test_bridgeability_names_the_oracle_by_both_measures(disagree, says):
+    x = inputs()
+    b = {**x.bridgeability, "oracle_by": {
+        "by": {"hybrid_nll": {"oracle": 3, "worst": 1},
+               "val_loss": {"oracle": 2 if disagree[0] else 3, "worst": 2 if disagree[1] else 1}},
+        "oracle_disagree": disagree[0], "worst_disagree": disagree[1]}}
+    from dataclasses import replace
+
+    md = build_report(replace(x, bridgeability=b)).markdown
+    assert ("the oracle layer by hybrid NLL is 3 and the worst 1 (full training follows these); "
+            "by validation loss") in md and says in md
+
+
 def test_geometry_against_depth_names_rivals_above_depth_and_says_when_unsettled():
     x = inputs(spearman=[_spearman("S_l (robust)", 0.5, 0.2, 0.8, "not distinguishable"),
                          _spearman("-cond_distance", 0.9, 0.85, 0.95, "above"),

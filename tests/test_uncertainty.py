@@ -89,17 +89,81 @@ def test_bridgeability_table_rivals_orientation_and_standing_against_depth():
     assert rows["-cond_distance"].rho == 1.0
     assert rows["-cond_distance"].vs_depth == "not distinguishable"
     assert rows["S_l (none)"].vs_depth == "below"
-    # the typed row is written as the columns it always had, and read back from them
+    # the standing is the paired test's: depth's own row has none, the others carry it
+    assert rows[DEPTH].diff is None and rows["-cond_distance"].diff == 0.0
+    assert rows["S_l (none)"].diff < 0 and rows["S_l (none)"].diff_high < 0
+    assert rows["S_l (none)"].p_holm >= rows["S_l (none)"].p
+    # the typed row is written as its columns, and read back from them
     first = table["rows"][0].to_dict()
     assert list(first) == ["predictor"] + [c.format(m) for m in ("val_loss", "recon_error",
                                                                  "hybrid_nll")
                                            for c in ("spearman_vs_-{}", "low_vs_-{}",
-                                                     "high_vs_-{}", "vs_depth_-{}")]
+                                                     "high_vs_-{}", "vs_depth_-{}",
+                                                     "diff_vs_depth_-{}", "diff_low_vs_depth_-{}",
+                                                     "diff_high_vs_depth_-{}", "p_vs_depth_-{}",
+                                                     "p_holm_vs_depth_-{}",
+                                                     "partial_given_depth_-{}",
+                                                     "partial_low_given_depth_-{}",
+                                                     "partial_high_given_depth_-{}")]
     assert SpearmanRow.from_dict(first) == table["rows"][0]
+    assert [SpearmanRow.from_dict(r.to_dict()) for r in table["rows"]] == table["rows"]
     assert table["oracle"] == 1 and table["worst"] == 10
     # a rival table that lacks a swept layer is refused
     with pytest.raises(ValueError, match="lack swept layers"):
         bridgeability_table(_layers(losses), score, rivals[1:], n_boot=10)
+
+
+def _score(values, norm="none"):
+    return [{"norm": norm, "layer": ll, "S": float(v), "candidate": True}
+            for ll, v in enumerate(values, start=1)]
+
+
+@pytest.mark.parametrize("verdict", ["above", "below", "not distinguishable"])
+def test_bridgeability_table_gives_every_standing_on_hand_made_layers(verdict):
+    """Through bridgeability_table on hand-made layer rows: a score that ranks the layers
+    perfectly where depth barely does is "above"; a score unrelated to a target that depth
+    ranks perfectly is "below"; a score equal in rank to depth is "not distinguishable"."""
+    n = 12
+    layers = list(range(1, n + 1))
+    if verdict == "above":  # the loss follows a shuffle of the layers; the score ranks it exactly
+        order = np.random.default_rng(3).permutation(n)
+        losses = {ll: float(order[i]) for i, ll in enumerate(layers)}
+        score = _score([-losses[ll] for ll in layers])
+    elif verdict == "below":  # deeper is harder; the score is noise
+        losses = {ll: 0.1 * ll for ll in layers}
+        score = _score(np.random.default_rng(4).permutation(n))
+    else:  # deeper is harder, and the score is (a rescaled) depth: no difference
+        losses = {ll: 0.1 * ll + 0.01 * (ll % 3) for ll in layers}
+        score = _score([-2.0 * ll for ll in layers])
+    table = bridgeability_table(_layers(losses), score, n_boot=1000)
+    rows = {r.predictor: r for r in table["rows"]}
+    for target in ("val_loss", "recon_error", "hybrid_nll"):
+        s = rows["S_l (none)"].of(target)
+        assert s.vs_depth == verdict, (target, s)
+        assert rows[DEPTH].of(target).vs_depth == ""
+    s = rows["S_l (none)"].of()
+    if verdict == "above":
+        assert s.diff > 0 and s.diff_low > 0 and s.p_holm < 0.05 and s.partial > 0.9
+    elif verdict == "below":
+        assert s.diff < 0 and s.diff_high < 0 and s.p_holm < 0.05
+    else:  # a monotone function of depth: the same ranks, nothing left once depth is known
+        assert s.diff == 0.0 and s.p_holm >= 0.05 and s.partial is None
+
+
+def test_bridgeability_table_names_the_oracle_by_hybrid_nll_and_by_validation_loss():
+    """The validation loss ranks the layers opposite to the hybrid NLL: the oracle (and full
+    training) follow the NLL, and both are named with their disagreement."""
+    rows = [{"layer": ll, "val_loss": 1.0 / ll, "recon_error": 0.5, "hybrid_nll": 0.1 * ll}
+            for ll in range(1, 6)]
+    score = _score([0.1, 0.5, 0.2, 0.9, 0.3])
+    table = bridgeability_table(rows, score, n_boot=50)
+    assert (table["oracle"], table["worst"]) == (1, 5)
+    assert table["oracle_by"]["by"] == {"val_loss": {"oracle": 5, "worst": 1},
+                                        "hybrid_nll": {"oracle": 1, "worst": 5}}
+    assert table["oracle_by"]["oracle_disagree"] and table["oracle_by"]["worst_disagree"]
+    same = [{**r, "val_loss": r["hybrid_nll"]} for r in rows]
+    agree = bridgeability_table(same, score, n_boot=50)["oracle_by"]
+    assert not agree["oracle_disagree"] and not agree["worst_disagree"]
 
 
 def test_samples_to_separate_scales_the_facing_half_widths():

@@ -171,7 +171,8 @@ def train_layer_bridge(
 def measure_bridge(backbone, denoiser, data: LayerData, protocol: BridgeProtocol,
                     batch_size: int = 8, val_loss: float | None = None) -> dict:
     """Bridgeability of one layer: validation loss (fixed t grid and noise, standardised
-    units; `val_loss` when the trainer already measured it), full-sampler relative
+    units; `val_loss` when the trainer already measured it), the same loss at t = 1 alone
+    (`t1_loss`), full-sampler relative
     reconstruction error, and the hybrid's next-token NLL and top-1 agreement with the
     backbone on held-out text. The backbone's side (its top-1 tokens and NLL) is
     `data.reference`, kept by the dump from its own forward pass; without one, the backbone
@@ -184,6 +185,11 @@ def measure_bridge(backbone, denoiser, data: LayerData, protocol: BridgeProtocol
         val_loss = validation_loss(denoiser, data.val, process, seed=protocol.seed)
     out = {
         "val_loss": val_loss,
+        # the error at t = 1, where x_t is the condition alone: what the sampler's first step
+        # must predict (validation loss averages t in 0.1..0.9, where x_t still carries most of
+        # the target); a regression control's validation loss is this same number
+        "t1_loss": validation_loss(denoiser, data.val, process, REGRESSION_T_GRID,
+                                   seed=protocol.seed),
         "recon_error": reconstruction_error(denoiser, data.val, process, steps=protocol.steps,
                                             seed=protocol.seed),
     }

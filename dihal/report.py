@@ -490,8 +490,13 @@ def _bridgeability_section(r: Document, x: ReportInputs) -> None:
             "the predictor ranks the layers as depth does):")
         r.table(paired, list(paired[0]))
     r.image(x.plots["scatter"], "S_l vs bridge validation loss per normalisation, and the depth control")
-    r.table(x.sweep_layers, ["layer", "init_val_loss", "val_loss", "recon_error", "hybrid_nll",
-                             "backbone_nll", "top1_agreement", "steps", "seconds"], ".4g")
+    r.p("Each swept layer: validation loss (the training loss averaged over t in 0.1..0.9, "
+        "where x_t still carries most of the target), the same loss at t = 1 alone (t1_loss: "
+        "from the condition only, what the sampler's first step faces; n/a where not "
+        "measured), and what generation sees: reconstruction error and hybrid NLL.")
+    r.table(x.sweep_layers, ["layer", "init_val_loss", "val_loss", "t1_loss", "recon_error",
+                             "hybrid_nll", "backbone_nll", "top1_agreement", "steps", "seconds"],
+            ".4g")
     r.p("The protocol every swept layer was trained under:")
     r.table(_key_value(x.sweep_protocol), ["setting", "value"])
 

@@ -166,6 +166,9 @@ class BridgeMetrics:
     seconds: float
     resumed_from_step: int
     denoiser_parameters: int
+    # the validation loss at t = 1 alone (x_1 = the condition): the bridge's own endpoint error;
+    # None in metrics saved before it was measured
+    t1_loss: float | None = None
 
     def to_dict(self) -> dict:
         from dataclasses import asdict

@@ -40,20 +40,21 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
           history="2: the robust normalisation and the rival predictors; 3: token bootstrap"),
     Stage("layer_score", "2", "LayerScore", "LayerScoreConfig", "LayerScoreRunConfig",
           history="2: l*'s stability over the token bootstrap"),
-    Stage("bridge_sweep", "2", "SweepBridge", "BridgeProtocol", "BridgeProtocolRunConfig",
-          history="2: validation loss at initialisation recorded"),
+    Stage("bridge_sweep", "3", "SweepBridge", "BridgeProtocol", "BridgeProtocolRunConfig",
+          history="2: validation loss at initialisation recorded; 3: the loss at t = 1"),
     Stage("bridgeability", "3", "Bridgeability",
           history="2: rival predictors, intervals, standing against depth; 3: standing by the "
           "paired difference (Holm over predictors x targets), partial Spearman given depth, "
           "oracle and worst by hybrid NLL beside those by validation loss"),
-    Stage("bridge", "3", "Bridge", "BridgeProtocol", "FullBridgeRunConfig", {"epochs": 2.0},
+    Stage("bridge", "4", "Bridge", "BridgeProtocol", "FullBridgeRunConfig", {"epochs": 2.0},
           "The bridge at l* with the full budget: the sweep protocol with more passes.",
-          history="2: train_tokens = sequences consumed x length; 3: init validation loss"),
+          history="2: train_tokens = sequences consumed x length; 3: init validation loss; "
+          "4: the loss at t = 1"),
     Stage("eval", "5", "Evaluation", "EvalConfig", "EvalRunConfig",
           history="2: rows carry their role, the judge's name; 3: mean-of-samples Gen.PPL, "
           "intervals; 4: the backbone sampled with the step's threads (MAUVE no longer drops "
           "them to 1); 5: rows record the CPU kernels (torch's CPU capability) beside the threads"),
-    Stage("regression_sweep", "1", "RegressionControl"),
+    Stage("regression_sweep", "2", "RegressionControl", history="2: the loss at t = 1"),
     Stage("sampler_steps", "3", "SamplerCurve", "SamplerCurveConfig", "SamplerCurveRunConfig",
           history="2: measured with the step's threads (as eval 4); 3: the trained K's row is "
           "the bridge's own measurement"),
@@ -62,7 +63,7 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
     Stage("comparison", "3", "Comparison", history="2: rows carry their role; 3: as eval 3"),
     Stage("full_training", "4", "FullTraining",
           history="2: as eval 3; 3: as eval 4; 4: the oracle and worst layer by hybrid NLL"),
-    Stage("report", "7", "Report",
+    Stage("report", "8", "Report",
           history="3: built from typed inputs; 4: rival predictors and intervals; 5: across "
           "backbones; 6: a lone backbone's report suggests another one, not itself; the CPU "
           "kernels the samples were drawn with; 7: opens on its answers, each linking to its "

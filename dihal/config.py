@@ -284,6 +284,10 @@ class BaselineRunConfig:
     seed: int = 0
     n_samples: int = 64
     length: int = 64
+    # the decoder's sampling temperature, for recipes that have one (CoDAR, LD4LG): the eval's
+    # (EvalConfig.temperature), so every row of the comparison decodes alike; a recipe whose own
+    # default differs also gets one extra row at it
+    temperature: float = 1.0
     # Token tables (embeddings, read-out, rounding) over the tokens of the training data only
     # (plus BOS/EOS), mapped back to backbone ids when sampling [ours]: a baseline trained
     # from scratch never learns the others, and the full 49k read-out dominates CPU time.
@@ -293,6 +297,7 @@ class BaselineRunConfig:
         _reals(self, "lr", low=0.0, low_open=True)
         _ints(self, 0, "seed")
         _ints(self, 1, "n_samples", "length")
+        _reals(self, "temperature", low=0.0, low_open=True)
         _bools(self, "restrict_vocab")
 
 

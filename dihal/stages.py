@@ -50,19 +50,24 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
           "The bridge at l* with the full budget: the sweep protocol with more passes.",
           history="2: train_tokens = sequences consumed x length; 3: init validation loss; "
           "4: the loss at t = 1"),
-    Stage("eval", "5", "Evaluation", "EvalConfig", "EvalRunConfig",
+    Stage("eval", "6", "Evaluation", "EvalConfig", "EvalRunConfig",
           history="2: rows carry their role, the judge's name; 3: mean-of-samples Gen.PPL, "
           "intervals; 4: the backbone sampled with the step's threads (MAUVE no longer drops "
-          "them to 1); 5: rows record the CPU kernels (torch's CPU capability) beside the threads"),
+          "them to 1); 5: rows record the CPU kernels (torch's CPU capability) beside the threads; "
+          "6: Gen.PPL on the first L judge tokens, spaCy diversity, judge lengths, MAUVE over "
+          "k-means seeds on equal counts, the start token and temperature, per-sample log-PPL"),
     Stage("regression_sweep", "2", "RegressionControl", history="2: the loss at t = 1"),
     Stage("sampler_steps", "3", "SamplerCurve", "SamplerCurveConfig", "SamplerCurveRunConfig",
           history="2: measured with the step's threads (as eval 4); 3: the trained K's row is "
           "the bridge's own measurement"),
-    Stage("baseline", "3", "BaselineRun", "BaselineRunConfig", "BaselineRunConfig",
-          history="2: trained by the bridge's loop (one trainer); 3: as eval 3"),
-    Stage("comparison", "3", "Comparison", history="2: rows carry their role; 3: as eval 3"),
+    Stage("baseline", "4", "BaselineRun", "BaselineRunConfig", "BaselineRunConfig",
+          history="2: trained by the bridge's loop (one trainer); 3: as eval 3; 4: decoded at "
+          "the common temperature (CoDAR's 0.7 as an extra row), as eval 6"),
+    Stage("comparison", "4", "Comparison",
+          history="2: rows carry their role; 3: as eval 3; 4: as eval 6, baselines' native-"
+          "temperature rows"),
     Stage("full_training", "4", "FullTraining",
-          history="2: as eval 3; 3: as eval 4; 4: the oracle and worst layer by hybrid NLL"),
+          history="2: as eval 3; 3: as eval 4; 4: the oracle and worst layer by hybrid NLL; as eval 6"),
     Stage("report", "8", "Report",
           history="3: built from typed inputs; 4: rival predictors and intervals; 5: across "
           "backbones; 6: a lone backbone's report suggests another one, not itself; the CPU "

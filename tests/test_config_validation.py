@@ -35,7 +35,8 @@ BAD = {
         "batch_size": [0], "eta": [-0.5],
     },
     dc.BaselineRunConfig: {
-        "lr": [0.0], "seed": [-1], "n_samples": [0], "length": [0], "restrict_vocab": ["no"],
+        "lr": [0.0], "seed": [-1], "n_samples": [0], "length": [0], "temperature": [0.0, math.inf],
+        "restrict_vocab": ["no"],
     },
     dc.LayerScoreConfig: {"primary_norm": ["l2"]},
     dc.SamplerCurveConfig: {"steps": [(), (0,), (2, 2), "16", (1.5,)], "n_samples": [0],

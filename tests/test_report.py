@@ -210,3 +210,87 @@ def test_report_opens_on_its_answers_and_splits_the_proxies_by_normalisation():
     # one table per normalisation, five columns, instead of one 17-column table
     assert "| layer | m_curv | m_mono | k_eff | S |" in md
     assert md.count("### Proxies and S_l under") == 2 and "m_curv[none]" not in md
+
+
+def _scored(model, role, log_ppl, spread=0.3, n=16, seed=0, **extra):
+    """A generation row that kept its per-sample judge scores (eval 6): n samples of 10 judge
+    tokens whose log-perplexities scatter around `log_ppl`."""
+    import math
+
+    import numpy as np
+
+    lp = log_ppl + spread * np.random.default_rng(seed).standard_normal(n)
+    nll = [float(10 * v) for v in lp]
+    ppl = math.exp(sum(nll) / (10 * n))
+    return _gen(model, role, ppl, ppl * 0.9, ppl * 1.1, **{
+        "sample_nll": nll, "sample_tokens": [10] * n, "temperature": 1.0, "ppl_length": 16,
+        "ppl_length_scored": n - 1, "ppl_length_short": 1, "gen_ppl_at_length": ppl,
+        "diversity_spacy": 0.45, "mean_judge_length": 10.0, "mauve_diagnostic": True,
+        "mauve_n_p": n, "mauve_n_q": n, **extra})
+
+
+def test_generation_pairs_decide_by_the_log_ppl_difference_and_give_a_power_count():
+    from dihal.report import generation_pairs
+
+    dihal = _scored("dihal", "dihal", 4.0, seed=1, denoiser_parameters=1, train_tokens=1,
+                    sampler_steps=1)
+    comparison = [dihal, _scored("backbone", "backbone", 3.0, seed=2),
+                  _scored("sed", "baseline", 5.0, seed=3), _scored("codar", "baseline", 4.0,
+                                                                   seed=4)]
+    pairs = {p["model"]: p for p in generation_pairs(dihal, comparison[1:])}
+    assert pairs["backbone"]["verdict"] == "higher" and pairs["sed"]["verdict"] == "lower"
+    assert pairs["codar"]["verdict"] == "not distinguishable"
+    assert all(p["p_holm"] >= p["p"] for p in pairs.values())
+    # the count with 80 % power grows as the effect shrinks; it is at most what separated them
+    assert pairs["backbone"]["power"]["n"] <= 16 < pairs["codar"]["power"]["n"]
+    text, _ = answer_generation(inputs(comparison=comparison))
+    assert ("higher than the backbone's" in text and "(told apart by the difference of log "
+            "Gen.PPL)" in text)
+    assert ("lower than 1 of 2 baselines' (sed), beyond the difference of log Gen.PPL (Holm "
+            "over the pairs) for 1 of them") in text
+    md = build_report(inputs(comparison=comparison)).markdown
+    assert "told apart from 2 of the 3 other models (backbone, sed)" in md
+    assert (f"about {pairs['codar']['power']['n']} for codar samples per model") in md
+    assert "| DiHAL against | Gen.PPL ratio [95 %] | p (Holm) | DiHAL's Gen.PPL |" in md
+    # a DiHAL indistinguishable from the backbone says so
+    same = [dihal, _scored("backbone", "backbone", 4.0, seed=5)]
+    assert "(not told apart by the difference of log Gen.PPL)" in answer_generation(
+        inputs(comparison=same))[0]
+
+
+def _with_eval_rows(x, **columns):
+    from dataclasses import replace
+
+    rows = [{**r, **columns} for r in x.evaluation["rows"]]
+    return replace(x, evaluation={**x.evaluation, "rows": rows})
+
+
+def test_generation_section_states_start_token_temperature_length_and_mauve_status():
+    comparison = [_scored("dihal", "dihal", 4.0, seed=1, denoiser_parameters=1, train_tokens=1,
+                          sampler_steps=1), _scored("backbone", "backbone", 3.0, seed=2),
+                  _scored("sed", "baseline", 5.0, seed=3, temperature=None),
+                  _scored("codar", "baseline", 4.0, seed=4),
+                  _scored("codar (native T=0.7)", "baseline (native temperature)", 3.5, seed=6,
+                          temperature=0.7)]
+    x = _with_eval_rows(inputs(comparison=comparison), start_token="<|im_start|>",
+                        start_token_id=1)
+    md = build_report(x).markdown
+    assert "from the backbone's start token '<|im_start|>' (id 1)" in md
+    assert "Every ranked row decodes at temperature 1 (SED and Diffusion-LM round" in md
+    assert "codar (native T=0.7): the recipe's own temperature, an extra row, not ranked." in md
+    assert "first 16 judge tokens" in md and "| 15 of 16 |" in md
+    assert "MAUVE here is a diagnostic, not a result" in md and "MAUVE [95 %] (diagnostic)" in md
+    header = next(line for line in md.splitlines() if line.startswith("| model | temperature"))
+    for column in ("mean length (words)", "mean length (judge tokens)",
+                   "diversity (spaCy, as LD4LG)", "Gen.PPL, first 16 judge tokens [95 %]"):
+        assert column in header
+    # a MAUVE from 512 samples a side is a result; rows at two temperatures are flagged
+    big = [{**r, "mauve_diagnostic": False, "mauve_n_p": 512, "mauve_n_q": 512,
+            "temperature": 0.85 if r["role"] == "backbone" else r["temperature"]}
+           for r in comparison]
+    md = build_report(_with_eval_rows(inputs(comparison=big), start_token="<s>",
+                                      start_token_id=1)).markdown
+    assert "diagnostic" not in md and "| MAUVE [95 %] |" in md
+    assert "The rows decode at different temperatures" in md
+    # an evaluation made before the start token was recorded says so
+    assert "The unconditional start token was not recorded" in build_report(inputs()).markdown

@@ -305,6 +305,15 @@ class BaselineRunConfig:
 class LayerScoreConfig:
     # The normalisation whose argmax is l* (METHOD.md: the paper does not say; plain reading).
     primary_norm: str = "none"
+    # l*'s stability when the held-out SEQUENCES change (dihal.stability), under primary_norm:
+    # cluster-bootstrap replicates of whole sequences, each recomputing the geometry of every
+    # candidate layer from the dump, and seeded splits of the sequences into two disjoint
+    # halves (each as costly as a replicate). About 29 s a replicate for SmolLM2's 30 layers at
+    # the default geometry on one shared CPU thread, so the CPU default is 10 (+1 split: about
+    # 5.5 min); the gpu profile takes more. 0 turns either off.
+    sequence_resamples: int = 10
+    split_halves: int = 1
 
     def __post_init__(self) -> None:
         _choice(self, "primary_norm", NORMALIZATIONS)
+        _ints(self, 0, "sequence_resamples", "split_halves")

@@ -78,6 +78,62 @@ def _family(rows: list[SpearmanRow]) -> int:
     return sum(1 for r in rows if not r.is_depth for s in r.targets.values() if s.p is not None)
 
 
+def _picks(v: dict) -> str:
+    return ", ".join(f"{ll}: {sh:.0%}" for ll, sh in list(v["picks"].items())[:4])
+
+
+def stability_by_method(score: dict, primary: str) -> list[dict]:
+    """l*'s stability under the primary normalisation by each check that was run: the token
+    bootstrap (the geometry's, neighbourhoods and preconditioner kept), the sequence bootstrap
+    (whole held-out sequences resampled, everything recomputed) and split halves (l* on two
+    disjoint halves of the sequences)."""
+    out = []
+    tok = score.get("stability", {}).get(primary)
+    if tok:
+        out.append({"check": "tokens resampled (neighbourhoods, preconditioner fixed)",
+                    "l*": tok["l_star"], "replicates": tok["replicates"],
+                    "picking l*": f"{tok['same']:.0%}", "95 % range": f"[{tok['low']}, {tok['high']}]",
+                    "layers picked (share)": _picks(tok)})
+    seq = score.get("sequence_stability") or {}
+    if seq.get("bootstrap"):
+        b = seq["bootstrap"]
+        out.append({"check": f"whole sequences resampled (of {seq['sequences']}; all recomputed)",
+                    "l*": b["l_star"], "replicates": b["replicates"],
+                    "picking l*": f"{b['same']:.0%}", "95 % range": f"[{b['low']}, {b['high']}]",
+                    "layers picked (share)": _picks(b)})
+    if seq.get("split_half"):
+        h = seq["split_half"]
+        out.append({"check": "split halves of the sequences", "l*": score["l_star"],
+                    "replicates": len(h["splits"]),
+                    "picking l*": f"halves agree in {h['agreement']:.0%}",
+                    "95 % range": "",
+                    "layers picked (share)": "; ".join(f"{s['l_star_a']} and {s['l_star_b']}"
+                                                       for s in h["splits"])})
+    return out
+
+
+def _sequence_summary(score: dict, primary: str) -> str:
+    seq = score.get("sequence_stability") or {}
+    parts = []
+    if seq.get("bootstrap"):
+        b = seq["bootstrap"]
+        parts.append(f"resampling whole held-out sequences ({b['replicates']} replicates, the "
+                     f"geometry recomputed on each), {b['same']:.0%} pick l* = {b['l_star']} "
+                     f"again, 95 % range [{b['low']}, {b['high']}]")
+    if seq.get("split_half"):
+        h = seq["split_half"]
+        parts.append("on two disjoint halves of the sequences l* is " + "; ".join(
+            f"{s['l_star_a']} and {s['l_star_b']}" for s in h["splits"])
+            + (" (the halves agree)" if h["agreement"] == 1 else
+               " (the halves disagree)" if h["agreement"] == 0 else
+               f" (agreeing in {h['agreement']:.0%} of splits)"))
+    if not parts:
+        return ("l*'s stability over resampled sequences was not computed (layer_score "
+                "sequence_resamples and split_halves are 0, or made before layer_score 3).")
+    return f"Under {primary}, " + "; ".join(parts) + (
+        f" ({seq['seconds']:.0f} s)." if "seconds" in seq else ".")
+
+
 def _bridgeability_summary(x: ReportInputs) -> str:
     typed = spearman_rows(x.bridgeability["spearman"])
     rows = {r.predictor: r for r in typed}
@@ -447,6 +503,16 @@ def answer_l_star(x: ReportInputs) -> tuple[str, str]:
     if st:
         line += (f"; {st['same']:.0%} of {st['replicates']} bootstrap resamples of the tokens "
                  f"pick it again, 95 % range [{st['low']}, {st['high']}]")
+    seq = x.score.get("sequence_stability") or {}
+    if seq.get("bootstrap"):
+        b = seq["bootstrap"]
+        line += (f"; {b['same']:.0%} of {b['replicates']} resamples of whole sequences, "
+                 f"95 % range [{b['low']}, {b['high']}]")
+    if seq.get("split_half"):
+        agree = seq["split_half"]["agreement"]
+        line += ("; two disjoint halves of the sequences " + (
+            "agree on it" if agree == 1 else "disagree" if agree == 0 else
+            f"agree in {agree:.0%} of splits"))
     return line + ".", LOCATE
 
 
@@ -589,6 +655,13 @@ def _locate_section(r: Document, x: ReportInputs) -> None:
         r.table(_stability_table(score["stability"]),
                 ["normalisation", "l*", "l* [95 %] over resamples", "resamples picking l*",
                  "layers picked (share)"])
+    primary = x.configs["layer_score"]["primary_norm"]
+    r.p(_sequence_summary(score, primary) + " The token bootstrap resamples single tokens "
+        "from few sequences and keeps the neighbourhoods and the preconditioner fixed, so it "
+        "overstates how stable l* is; the checks below resample whole sequences:")
+    by_method = stability_by_method(score, primary)
+    if by_method:
+        r.table(by_method, list(by_method[0]))
     r.image(x.plots["proxies"], "Proxies against layer, per normalisation")
     r.image(x.plots["score"], "Layer score S_l and l* per normalisation")
     r.p(f"{geo_cfg['n_tokens']} held-out tokens per layer (position 0 dropped), "

@@ -135,13 +135,22 @@ class LayerScoreResult:
     plot_png: bytes = field(repr=False, default=b"")
     # per normalisation: l* over the token-bootstrap replicates (dihal.locate.l_star_stability)
     stability: dict[str, dict] = field(default_factory=dict)
+    # under the primary normalisation, l* over resamples of whole held-out sequences and on
+    # split halves (dihal.locate.sequence_stability); {} where not computed
+    sequence_stability: dict[str, Any] = field(default_factory=dict)
 
     def info(self) -> dict:
         return {"l_star": self.l_star, "selected": self.selected,
-                "spearman_vs_depth": self.spearman_vs_depth, "stability": self.stability}
+                "spearman_vs_depth": self.spearman_vs_depth, "stability": self.stability,
+                "sequence_stability": self.sequence_stability}
 
     def metadata(self) -> dict:
         same = {f"l* same over resamples ({n})": v["same"] for n, v in self.stability.items()}
+        seq = self.sequence_stability
+        if seq.get("bootstrap"):
+            same["l* same over sequence resamples"] = seq["bootstrap"]["same"]
+        if seq.get("split_half"):
+            same["split halves agree on l*"] = seq["split_half"]["agreement"]
         return {"l_star": self.l_star, "primary_norm": self.primary_norm,
                 "l_star_by_norm": self.selected, "spearman_S_vs_depth": self.spearman_vs_depth,
                 **same}

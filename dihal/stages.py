@@ -38,8 +38,9 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
           history="2: the held-out split keeps the backbone's next-token reference"),
     Stage("geometry", "3", "Geometry", "GeometryConfig", "GeometryRunConfig",
           history="2: the robust normalisation and the rival predictors; 3: token bootstrap"),
-    Stage("layer_score", "2", "LayerScore", "LayerScoreConfig", "LayerScoreRunConfig",
-          history="2: l*'s stability over the token bootstrap"),
+    Stage("layer_score", "3", "LayerScore", "LayerScoreConfig", "LayerScoreRunConfig",
+          history="2: l*'s stability over the token bootstrap; 3: over resamples of whole "
+          "sequences and split halves"),
     Stage("bridge_sweep", "3", "SweepBridge", "BridgeProtocol", "BridgeProtocolRunConfig",
           history="2: validation loss at initialisation recorded; 3: the loss at t = 1"),
     Stage("bridgeability", "3", "Bridgeability",
@@ -73,7 +74,8 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
           "backbones; 6: a lone backbone's report suggests another one, not itself; the CPU "
           "kernels the samples were drawn with; 7: opens on its answers, each linking to its "
           "section; one proxy table per normalisation; 8: verdicts by the paired test, the oracle by "
-          "both measures"),
+          "both measures; generation at one temperature with lengths, the log Gen.PPL "
+          "difference and a power count per pair; l* over resampled sequences and halves"),
 )}
 
 CODE_VERSIONS = {name: s.code_version for name, s in STAGES.items()}

@@ -38,7 +38,8 @@ BAD = {
         "lr": [0.0], "seed": [-1], "n_samples": [0], "length": [0], "temperature": [0.0, math.inf],
         "restrict_vocab": ["no"],
     },
-    dc.LayerScoreConfig: {"primary_norm": ["l2"]},
+    dc.LayerScoreConfig: {"primary_norm": ["l2"], "sequence_resamples": [-1, 1.5],
+                          "split_halves": [-1]},
     dc.SamplerCurveConfig: {"steps": [(), (0,), (2, 2), "16", (1.5,)], "n_samples": [0],
                             "length": [0], "seed": [-1]},
 }

@@ -89,6 +89,35 @@ def test_l_star_with_and_without_its_stability():
     assert "95% of 20 bootstrap resamples of the tokens pick it again, 95 % range [2, 3]" in text
 
 
+@pytest.mark.parametrize(("agreement", "says"), [
+    (1.0, "two disjoint halves of the sequences agree on it"),
+    (0.0, "two disjoint halves of the sequences disagree"),
+    (0.5, "two disjoint halves of the sequences agree in 50% of splits"),
+])
+def test_l_star_over_resampled_sequences_and_split_halves(agreement, says):
+    from dataclasses import replace
+
+    firm = {"robust": {"l_star": 2, "same": 0.95, "replicates": 20, "low": 2, "high": 3,
+                       "picks": {2: 0.95, 3: 0.05}}}
+    splits = [{"l_star_a": 2, "l_star_b": 2 if agreement == 1 else 3,
+               "agree": agreement == 1}] + ([{"l_star_a": 2, "l_star_b": 2, "agree": True}]
+                                            if agreement == 0.5 else [])
+    seq = {"norm": "robust", "sequences": 8, "seconds": 3.0,
+           "bootstrap": {"l_star": 2, "same": 0.6, "replicates": 10, "low": 1, "high": 3,
+                         "picks": {2: 0.6, 1: 0.3, 3: 0.1}},
+           "split_half": {"splits": splits, "agreement": agreement}}
+    x = inputs(stability=firm)
+    x = replace(x, score={**x.score, "sequence_stability": seq})
+    text, _ = answer_l_star(x)
+    assert "; 60% of 10 resamples of whole sequences, 95 % range [1, 3]" in text and says in text
+    md = build_report(x).markdown
+    assert "| whole sequences resampled (of 8; all recomputed) | 2 | 10 | 60% | [1, 3] |" in md
+    assert "| tokens resampled (neighbourhoods, preconditioner fixed) | 2 | 20 | 95% |" in md
+    assert "| split halves of the sequences | 2 |" in md
+    # not computed: the report says so and the answer is unchanged
+    assert "sequence_resamples and split_halves are 0" in build_report(inputs()).markdown
+
+
 @pytest.mark.parametrize(("standing", "says"), [
     ("above", "geometry predicts how well a bridge learns better than depth does"),
     ("below", "depth predicts how well a bridge learns better than geometry does"),

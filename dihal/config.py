@@ -202,10 +202,15 @@ class BridgeProtocol:
     eval_sequences: int = 32
     pin_first: bool = True
     checkpoint_every: int = 200
+    # training seeds per bridge: the bridge kept is trained with `seed`; seeds - 1 replicates
+    # more with derived seeds (initialisation, data order, validation noise), measured alike,
+    # give the seed spread that bridgeability resamples (two levels: layers, seeds in layers).
+    # 1 on the CPU (a second seed would double the sweep, about 12 min); the gpu profile: 3
+    seeds: int = 1
 
     def __post_init__(self) -> None:
         _ints(self, 1, "d_model", "n_layers", "n_heads", "batch_size", "steps", "eval_sequences",
-              "checkpoint_every")
+              "checkpoint_every", "seeds")
         if self.d_model % self.n_heads or (self.d_model // self.n_heads) % 2:
             raise ValueError(
                 f"BridgeProtocol.d_model ({self.d_model}) must be a multiple of n_heads "

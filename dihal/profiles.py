@@ -30,7 +30,7 @@ PROFILES: dict[str, dict[str, dict]] = {
         "hidden_states": {"batch_size": 64, "store_train": False},
         "geometry": {"n_tokens": 16384},
         "layer_score": {"sequence_resamples": 20, "split_halves": 3},
-        "bridge_sweep": _GPU_PROTOCOL,
+        "bridge_sweep": {**_GPU_PROTOCOL, "seeds": 3},
         "bridge": {**_GPU_PROTOCOL, "epochs": 2.0},
         "eval": {"n_samples": 512, "length": 128, "batch_size": 128},
         "baseline": {"n_samples": 512, "length": 128},

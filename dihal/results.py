@@ -194,13 +194,19 @@ class TrainedBridge:
     hparams: dict[str, Any]
     metrics: BridgeMetrics | None = None
     curve: list[dict] = field(default_factory=list, repr=False)
+    # the metrics of the protocol's further training seeds (protocol.seeds - 1 replicates of
+    # the same layer, not kept); empty with one seed
+    seed_metrics: list[BridgeMetrics] = field(default_factory=list)
 
     @property
     def layer(self) -> int:
         return int(self.hparams["layer"])
 
     def info(self) -> dict:
-        return {"metrics": self.metrics.to_dict()}
+        out = {"metrics": self.metrics.to_dict()}
+        if self.seed_metrics:
+            out["seed_metrics"] = [m.to_dict() for m in self.seed_metrics]
+        return out
 
     def metadata(self) -> dict:
         return {k: _round(v) for k, v in self.metrics.to_dict().items()}
@@ -219,6 +225,9 @@ class BridgeabilityResult:
     # oracle and worst by each measure (dihal.uncertainty.oracle_by_measures: "by" {measure:
     # {"oracle", "worst"}}, "oracle_disagree", "worst_disagree")
     oracle_by: dict[str, Any] = field(default_factory=dict)
+    # with several training seeds per layer: {"n_seeds": max per layer, "spread": {measure:
+    # seed_spread rows}, "oracle": seed_oracle of the hybrid NLL with l*'s standing}; else {}
+    seeds: dict[str, Any] = field(default_factory=dict)
 
     def spearman_columns(self) -> list[dict]:
         return [r.to_dict() for r in self.spearman]
@@ -228,7 +237,7 @@ class BridgeabilityResult:
 
     def info(self) -> dict:
         return {"l_star": self.l_star, "oracle": self.oracle, "worst": self.worst,
-                "oracle_by": self.oracle_by, "swept_layers": self.layers,
+                "oracle_by": self.oracle_by, "seeds": self.seeds, "swept_layers": self.layers,
                 "spearman": self.spearman_columns(), "regression": self.regression_columns()}
 
     def metadata(self) -> dict:

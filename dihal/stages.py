@@ -42,15 +42,17 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
           history="2: l*'s stability over the token bootstrap; 3: over resamples of whole "
           "sequences and split halves"),
     Stage("bridge_sweep", "3", "SweepBridge", "BridgeProtocol", "BridgeProtocolRunConfig",
-          history="2: validation loss at initialisation recorded; 3: the loss at t = 1"),
+          history="2: validation loss at initialisation recorded; 3: the loss at t = 1; "
+          "replicate training seeds (protocol seeds)"),
     Stage("bridgeability", "3", "Bridgeability",
           history="2: rival predictors, intervals, standing against depth; 3: standing by the "
           "paired difference (Holm over predictors x targets), partial Spearman given depth, "
-          "oracle and worst by hybrid NLL beside those by validation loss"),
+          "oracle and worst by hybrid NLL beside those by validation loss; training seeds "
+          "resampled on two levels"),
     Stage("bridge", "4", "Bridge", "BridgeProtocol", "FullBridgeRunConfig", {"epochs": 2.0},
           "The bridge at l* with the full budget: the sweep protocol with more passes.",
           history="2: train_tokens = sequences consumed x length; 3: init validation loss; "
-          "4: the loss at t = 1"),
+          "4: the loss at t = 1; protocol seeds"),
     Stage("eval", "6", "Evaluation", "EvalConfig", "EvalRunConfig",
           history="2: rows carry their role, the judge's name; 3: mean-of-samples Gen.PPL, "
           "intervals; 4: the backbone sampled with the step's threads (MAUVE no longer drops "

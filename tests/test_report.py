@@ -323,3 +323,19 @@ def test_generation_section_states_start_token_temperature_length_and_mauve_stat
     assert "The rows decode at different temperatures" in md
     # an evaluation made before the start token was recorded says so
     assert "The unconditional start token was not recorded" in build_report(inputs()).markdown
+
+
+def test_bridgeability_shows_the_seed_spread_or_says_there_is_one_seed():
+    from dataclasses import replace
+
+    x = inputs()
+    assert "trained under one seed" in build_report(x).markdown
+    spread = {m: [{"layer": ll, "n_seeds": 2, "mean": 1.0 + ll, "sd": 0.1, "min": 0.9 + ll,
+                   "max": 1.1 + ll} for ll in (1, 2, 3)] for m in ("val_loss", "hybrid_nll")}
+    seeds = {"n_seeds": 2, "spread": spread,
+             "oracle": {"oracle": 1, "oracle_share": 0.8, "l_star_rank": 2, "l_star_rank_low": 1,
+                        "l_star_rank_high": 3, "gap": 0.5, "gap_low": 0.1, "gap_high": 0.9}}
+    md = build_report(replace(x, bridgeability={**x.bridgeability, "seeds": seeds})).markdown
+    assert "trained under up to 2 seeds" in md and "stays layer 1 in 80% of replicates" in md
+    assert "l* ranks 2 of 3 (95 % [1, 3])" in md
+    assert "| 1 | 2 | 2 +- 0.1 [1.9, 2.1] | 2 +- 0.1 [1.9, 2.1] |" in md

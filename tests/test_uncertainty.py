@@ -166,6 +166,44 @@ def test_bridgeability_table_names_the_oracle_by_hybrid_nll_and_by_validation_lo
     assert not agree["oracle_disagree"] and not agree["worst_disagree"]
 
 
+def test_bridgeability_table_resamples_training_seeds_on_two_levels():
+    """With replicate seeds, the targets are the per-layer seed means, the intervals come from
+    the two-level resample (wider where seeds disagree), and the spread and the oracle's
+    standing over seeds are reported; one seed everywhere is the one-level table."""
+    n = 10
+    layers = list(range(1, n + 1))
+    rows = [{"layer": ll, "val_loss": 0.1 * ll, "recon_error": 0.1 * ll, "hybrid_nll": 0.1 * ll}
+            for ll in layers]
+    score = _score([-3, -1, -2, -4, -5, -8, -6, -7, -10, -9])  # depth's order, a few swaps
+    rng = np.random.default_rng(8)
+
+    def replicates(noise):
+        return {ll: [{k: 0.1 * ll + noise * rng.standard_normal() for k in
+                      ("val_loss", "recon_error", "hybrid_nll")} for _ in range(2)]
+                for ll in layers}
+
+    one = bridgeability_table(rows, score, n_boot=400)
+    assert one["seeds"] == {}
+    quiet = bridgeability_table(rows, score, n_boot=400, seed_rows=replicates(0.001), l_star=2)
+    noisy = bridgeability_table(rows, score, n_boot=400, seed_rows=replicates(0.3), l_star=2)
+    assert quiet["seeds"]["n_seeds"] == 3
+    spread = quiet["seeds"]["spread"]["hybrid_nll"]
+    assert [r["layer"] for r in spread] == layers and all(r["n_seeds"] == 3 for r in spread)
+    assert quiet["oracle"] == 1 and quiet["seeds"]["oracle"]["oracle"] == 1
+    assert quiet["seeds"]["oracle"]["l_star_rank"] == 2
+
+    def width(table):
+        s = next(r for r in table["rows"] if r.predictor == "S_l (none)").of("hybrid_nll")
+        return s.high - s.low, s.diff_high - s.diff_low
+
+    assert width(noisy)[0] > width(quiet)[0] and width(noisy)[1] > width(quiet)[1]
+    # a layer whose replicates are missing keeps its one seed (NaN-padded, not dropped)
+    partial = replicates(0.001)
+    del partial[3]
+    got = bridgeability_table(rows, score, n_boot=50, seed_rows=partial)["seeds"]["spread"]
+    assert [r["n_seeds"] for r in got["val_loss"]][:4] == [3, 3, 1, 3]
+
+
 def test_samples_to_separate_scales_the_facing_half_widths():
     from dihal.uncertainty import samples_to_separate
 

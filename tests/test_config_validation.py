@@ -28,7 +28,7 @@ BAD = {
         "weight_decay": [-0.1], "warmup_frac": [1.0, -0.1], "batch_size": [0],
         "epochs": [0, -1.0, math.nan], "grad_clip": [-1.0], "seed": [-1, 1.5], "mixed_precision": ["fp16"],
         "sigma": [0.0], "steps": [0], "eval_sequences": [0], "pin_first": [1, "yes"],
-        "checkpoint_every": [0],
+        "checkpoint_every": [0], "seeds": [0, 1.5],
     },
     dc.EvalConfig: {
         "n_samples": [0], "length": [0], "temperature": [0.0, math.inf], "seed": [-1],

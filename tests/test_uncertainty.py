@@ -204,20 +204,6 @@ def test_bridgeability_table_resamples_training_seeds_on_two_levels():
     assert [r["n_seeds"] for r in got["val_loss"]][:4] == [3, 3, 1, 3]
 
 
-def test_samples_to_separate_scales_the_facing_half_widths():
-    from dihal.uncertainty import samples_to_separate
-
-    # 100 [90, 110] vs 130 [115, 150] from 64 samples: facing half-widths 10 + 15 = 25 > gap 30?
-    # no: 25 < 30, already apart
-    assert samples_to_separate(100, (90, 110), 130, (115, 150), 64) == 64
-    # 100 [80, 125] vs 130 [110, 160]: 25 + 20 = 45 over a gap of 30 -> 64 * 1.5^2 = 144
-    assert samples_to_separate(100, (80, 125), 130, (110, 160), 64) == 144
-    assert samples_to_separate(130, (110, 160), 100, (80, 125), 64) == 144  # symmetric
-    assert samples_to_separate(100, (80, 125), 100, (90, 110), 64) is None
-
-
-# ---------------------------------------------------------------- paired comparisons (issue 18)
-
 def _better_than_depth(rng, n=10, noise=3.15, pred_noise=0.4):
     """10 layers: the target is depth plus noise (Spearman with depth about 0.7); the
     predictor is the target plus a little noise (about 0.98): truly better than depth."""

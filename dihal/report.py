@@ -456,7 +456,18 @@ def _full_training_summary(x: ReportInputs) -> str:
             f"{oracle['layer']}: {oracle['hybrid_nll']:.3f} and {oracle['val_loss']:.3f}, worst "
             f"layer {worst['layer']}: {worst['hybrid_nll']:.3f} and {worst['val_loss']:.3f}) and "
             f"Gen.PPL {geo['gen_ppl']:.1f} (oracle {oracle['gen_ppl']:.1f}, worst "
-            f"{worst['gen_ppl']:.1f}).")
+            f"{worst['gen_ppl']:.1f})." + _by_loss_note(x.bridgeability))
+
+
+def _by_loss_note(b: dict) -> str:
+    """What validation loss would have chosen for full training, where it disagrees."""
+    by = b.get("oracle_by", {})
+    loss = by.get("by", {}).get("val_loss")
+    if not loss or not (by.get("oracle_disagree") or by.get("worst_disagree")):
+        return ""
+    return (f" By the sweep's validation loss the oracle would be layer {loss['oracle']} and the "
+            f"worst {loss['worst']}: the two measures disagree, and full training follows the "
+            "hybrid NLL, the one closer to generation.")
 
 
 def cross_backbone_tables(summaries: list[dict]) -> tuple[list[dict], list[dict]]:

@@ -339,3 +339,22 @@ def test_bridgeability_shows_the_seed_spread_or_says_there_is_one_seed():
     assert "trained under up to 2 seeds" in md and "stays layer 1 in 80% of replicates" in md
     assert "l* ranks 2 of 3 (95 % [1, 3])" in md
     assert "| 1 | 2 | 2 +- 0.1 [1.9, 2.1] | 2 +- 0.1 [1.9, 2.1] |" in md
+
+
+@pytest.mark.parametrize("disagree", [True, False])
+def test_full_training_says_what_validation_loss_would_have_chosen(disagree):
+    from dataclasses import replace
+
+    from dihal.report import _full_training_summary
+
+    full = [{"role": role, "layer": ll, "val_loss": 0.5, "hybrid_nll": 3.0, "gen_ppl": 40.0}
+            for role, ll in (("geometry l*", 2), ("oracle", 3), ("worst", 1))]
+    x = inputs()
+    b = {**x.bridgeability, "oracle_by": {
+        "by": {"hybrid_nll": {"oracle": 3, "worst": 1},
+               "val_loss": {"oracle": 1 if disagree else 3, "worst": 1}},
+        "oracle_disagree": disagree, "worst_disagree": False}}
+    text = _full_training_summary(replace(x, full_training=full, bridgeability=b))
+    assert "oracle layer 3: 3.000 and 0.500" in text
+    assert ("By the sweep's validation loss the oracle would be layer 1 and the worst 1" in text) \
+        == disagree

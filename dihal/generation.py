@@ -43,6 +43,39 @@ def common_ppl_length(length: int) -> int:
     return max(1, int(length) // 2)
 
 
+class PrefixScorer:
+    """A judge's scores of `texts` from one pass, for gen_ppl and gen_ppl_first_tokens: a
+    sequence asked for later (a text's ids, or their first L + 1) is scored from the pass over
+    the text it starts (a causal judge's first L token losses do not depend on what follows;
+    equal up to float rounding of another batch). A sequence that starts no text is scored
+    by the judge."""
+
+    def __init__(self, judge, texts: list[str]) -> None:
+        self.judge = judge
+        ids = [judge.encode(t) for t in texts if t.strip()]
+        self._tokens = {tuple(s): t for s, t in zip(ids, judge.token_nll_each(ids), strict=True)}
+
+    def encode(self, text: str) -> list[int]:
+        return self.judge.encode(text)
+
+    def _prefix(self, seq: tuple[int, ...]):
+        got = self._tokens.get(seq)
+        if got is not None:
+            return got
+        return next((t[: len(seq) - 1] for s, t in self._tokens.items()
+                     if len(s) > len(seq) and s[: len(seq)] == seq), None)
+
+    def nll_of_ids_each(self, sequences) -> list[tuple[float, int]]:
+        found = [self._prefix(tuple(s)) for s in sequences]
+        missing = [list(s) for s, f in zip(sequences, found, strict=True) if f is None]
+        scored = iter(self.judge.nll_of_ids_each(missing) if missing else [])
+        return [(float(f.sum()), int(f.numel())) if f is not None else next(scored)
+                for f in found]
+
+    def nll_each(self, texts) -> list[tuple[float, int]]:
+        return self.nll_of_ids_each([self.encode(t) for t in texts])
+
+
 def text_metrics(texts: list[str], judge, *, seed: int = 0, reference=None,
                  ppl_length: int | None = None) -> dict:
     """Gen.PPL (token-weighted, and the mean of per-sample perplexities), diversity (ours, and
@@ -67,7 +100,8 @@ def text_metrics(texts: list[str], judge, *, seed: int = 0, reference=None,
         repetition,
     )
 
-    ppl = gen_ppl(judge, texts)
+    scorer = PrefixScorer(judge, texts) if hasattr(judge, "token_nll_each") else judge
+    ppl = gen_ppl(scorer, texts)
     lengths = judge_lengths(judge, texts)
     out = {"gen_ppl": ppl.ppl, "gen_ppl_mean": ppl.mean_ppl, "judge_tokens": ppl.n_tokens,
            "empty_samples": ppl.n_empty, "diversity": diversity(texts),
@@ -77,7 +111,7 @@ def text_metrics(texts: list[str], judge, *, seed: int = 0, reference=None,
            **metric_intervals(texts, ppl, seed=seed),
            "sample_nll": [a for a, _ in ppl.per_text], "sample_tokens": [b for _, b in ppl.per_text]}
     if ppl_length is not None:
-        first = gen_ppl_first_tokens(judge, texts, ppl_length)
+        first = gen_ppl_first_tokens(scorer, texts, ppl_length)  # from the same judge pass
         at = metric_intervals(texts, first.gen, seed=seed)
         out.update({"gen_ppl_at_length": first.gen.ppl,
                     "gen_ppl_at_length_low": at["gen_ppl_low"],

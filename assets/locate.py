@@ -116,17 +116,21 @@ def locate_assets(backbone: str) -> list:
             states.reader(), cfg, backbone=backbone, progress=run.throttled(2.0),
             device=run.device()))
 
-    @stage_asset(backbone, "layer_score", [geometry], kinds={"parquet"})
+    @stage_asset(backbone, "layer_score", [geometry, hidden_states], kinds={"parquet"})
     def layer_score(context: dg.AssetExecutionContext, config: LayerScoreRunConfig) -> dg.MaterializeResult:
         """S_l = z(m_curv) + z(m_mono) - z(k_eff) over candidate layers 1..N-1, per
         normalisation; l* = argmax S_l; agreement of S_l with the depth control -l; l*'s
-        stability over the geometry's token-bootstrap replicates."""
+        stability over the geometry's token-bootstrap replicates, and over resamples of whole
+        held-out sequences and split halves (the geometry recomputed from the dump)."""
+        from dihal.config import GeometryConfig
         from dihal.locate import score_layers
 
         run, cfg = StageRun(context, backbone), config.to_dihal()
-        geo = run.art(Geometry)
-        return run.produce(run.art(LayerScore), cfg, [geo],
-                           lambda: score_layers(geo.rows(), cfg, backbone=backbone,
-                                                resamples=geo.resamples()))
+        geo, states = run.art(Geometry), run.art(HiddenStates)
+        gm, _ = run.require(geo, states)
+        return run.produce(run.art(LayerScore), cfg, [geo, states], lambda: score_layers(
+            geo.rows(), cfg, backbone=backbone, resamples=geo.resamples(),
+            reader=states.reader(), geometry=GeometryConfig(**gm.config),
+            progress=run.throttled(2.0)))
 
     return [sequences, hidden_states, finite_states, expected_shapes, geometry, layer_score]

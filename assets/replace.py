@@ -94,7 +94,8 @@ def replace_assets(backbone: str, n_layers: int) -> list:
         run, layer = StageRun(context, backbone), int(context.partition_key)
         states, sweep = run.art(HiddenStates), run.art(SweepBridge, layer)
         _, sm = run.require(states, sweep)
-        protocol = replace(BridgeProtocol(**sm.config), steps=1)  # the sweep's own budget
+        # the sweep's own budget, one seed (the control is a reference, not resampled)
+        protocol = replace(BridgeProtocol(**sm.config), steps=1, seeds=1)
         out = run.art(RegressionControl, layer)
         return run.produce(out, protocol, [states, sweep],
                            trainer(run, out, layer, protocol, regression=True), layer=layer)
@@ -116,10 +117,15 @@ def replace_assets(backbone: str, n_layers: int) -> list:
         check_sweep(swept, backbone)
         warn_missing_controls(context, swept, controls, backbone)
         ups = [a for group in inputs.values() for a, _ in group]
-        return run.produce(run.art(Bridgeability), {}, ups, lambda: stage(
-            [a.read().metrics for a, _ in swept], score.rows(), sm.info["l_star"], backbone=backbone,
-            predictor_rows=geo.predictor_rows(),
-            regression=[a.read().metrics for a, _ in controls]))
+
+        def compute():
+            bridges = [a.read() for a, _ in swept]
+            return stage([b.metrics for b in bridges], score.rows(), sm.info["l_star"],
+                         backbone=backbone, predictor_rows=geo.predictor_rows(),
+                         regression=[a.read().metrics for a, _ in controls],
+                         seed_metrics={b.layer: b.seed_metrics for b in bridges})
+
+        return run.produce(run.art(Bridgeability), {}, ups, compute)
 
     @stage_asset(backbone, "bridge", [key("layer_score"), key("hidden_states")],
                  kinds={"pytorch", "safetensors"})

@@ -28,6 +28,16 @@ def reference_budget(bridge: BridgeMetrics, sampler_steps: int, seq_len: int) ->
                   seq_len=seq_len)
 
 
+def decoding_temperature(model) -> float | None:
+    """The temperature a baseline's decoder samples at by default (its config's), or None for a
+    recipe that rounds deterministically (SED, Diffusion-LM: its `sample` takes none)."""
+    import inspect
+
+    if "temperature" not in inspect.signature(model.sample).parameters:
+        return None
+    return float(model.cfg.temperature)
+
+
 def baseline(
     name: str,
     backbone,
@@ -47,7 +57,7 @@ def baseline(
     workdir; `warn` gets the reason a damaged checkpoint is passed over), sample and score. Its
     row carries the budget it ran under."""
     from dihal.baselines import build_baseline
-    from dihal.generation import text_metrics, texts_until_eos
+    from dihal.generation import common_ppl_length, text_metrics, texts_until_eos
 
     n_seq, seq_len = train_ids.shape
     emb = backbone.decoder.embed_tokens.weight.detach().float().cpu()
@@ -77,15 +87,30 @@ def baseline(
     trained = train_model(model, baseline_loss(train_ids), n_seq, tcfg,
                           Path(workdir) / "checkpoints", log, protocol={"baseline": name},
                           device=device, warn=warn)
-    gen = torch.Generator(device=device).manual_seed(derive_seed(cfg.seed, "sample", name))
-    with torch.no_grad():
-        tokens = model.sample(cfg.n_samples, cfg.length, reference.sampler_steps, gen).cpu()
-    if vocab is not None:
-        tokens = vocab[tokens]  # back to backbone ids
-    texts = texts_until_eos(backbone.tokenizer, tokens, backbone.eos_id, prompt_len=0,
-                            bos_id=backbone.bos_id)
-    metrics = text_metrics(texts, judge, seed=cfg.seed,
-                           reference=judge.features(reference_texts) if reference_texts else None)
+    features = judge.features(reference_texts) if reference_texts else None
+
+    def sample_and_score(temperature: float | None) -> tuple[list[str], dict]:
+        """Samples at `temperature` (None: the recipe has none, it rounds deterministically),
+        each time from the same seeded generator, and their metrics."""
+        gen = torch.Generator(device=device).manual_seed(derive_seed(cfg.seed, "sample", name))
+        kw = {} if temperature is None else {"temperature": temperature}
+        with torch.no_grad():
+            tokens = model.sample(cfg.n_samples, cfg.length, reference.sampler_steps, gen,
+                                  **kw).cpu()
+        if vocab is not None:
+            tokens = vocab[tokens]  # back to backbone ids
+        texts = texts_until_eos(backbone.tokenizer, tokens, backbone.eos_id, prompt_len=0,
+                                bos_id=backbone.bos_id)
+        return texts, {**text_metrics(texts, judge, seed=cfg.seed, reference=features,
+                                      ppl_length=common_ppl_length(cfg.length)),
+                       "temperature": temperature}
+
+    # every row of the comparison decodes at the common temperature (cfg.temperature, the
+    # eval's); a recipe whose own default differs (CoDAR's 0.7) also gets one extra row there
+    native = decoding_temperature(model)
+    texts, metrics = sample_and_score(None if native is None else cfg.temperature)
+    if native is not None and native != cfg.temperature:
+        metrics["native"] = sample_and_score(native)[1]
     total = getattr(model, "total_parameters", lambda: sum(p.numel() for p in model.parameters()))()
     row = {"model": name, "role": "baseline", **metrics, "budget": budget.to_dict(),
            "total_parameters": int(total), "train_steps": trained.step,
@@ -108,6 +133,17 @@ GENERATION_KEYS = tuple(f"{m}{end}" for m in ("gen_ppl", "gen_ppl_mean", "divers
                         for end in ("", "_low", "_high"))
 
 
+# what every generation row carries beside GENERATION_KEYS (issue 18): diversity with spaCy's
+# tokens, length in judge tokens, Gen.PPL on the first ppl_length judge tokens of every sample,
+# the decoding temperature, MAUVE's sample counts and diagnostic flag, and the per-sample
+# judge NLL and token counts (log_ppl_difference, samples_for_power)
+LENGTH_KEYS = ("diversity_spacy", "mean_judge_length", "gen_ppl_at_length",
+               "gen_ppl_at_length_low", "gen_ppl_at_length_high", "ppl_length",
+               "ppl_length_scored", "ppl_length_short", "temperature", "mauve_diagnostic",
+               "mauve_n_p", "mauve_n_q", "mauve_kmeans_seeds", "sample_nll", "sample_tokens")
+NATIVE_ROLE = "baseline (native temperature)"  # a baseline's extra row at its own temperature
+
+
 def comparison(eval_rows: list[dict], bridge: BridgeMetrics, sampler_steps: int,
                baselines: dict[str, dict], missing: list[str]) -> ComparisonResult:
     """The comparison stage: one table of DiHAL, the backbone and the baselines (`baselines`:
@@ -116,11 +152,18 @@ def comparison(eval_rows: list[dict], bridge: BridgeMetrics, sampler_steps: int,
                     "train_tokens": bridge.train_tokens, "sampler_steps": sampler_steps,
                     "seq_len": None}
     keys = (*GENERATION_KEYS, "repetition", "mean_length")
-    rows = [{"model": r["model"], "role": r["role"], **{k: r[k] for k in keys},
+
+    def measured(r: dict) -> dict:  # LENGTH_KEYS are None in rows made before they were measured
+        return {**{k: r[k] for k in keys}, **{k: r.get(k) for k in LENGTH_KEYS}}
+
+    rows = [{"model": r["model"], "role": r["role"], **measured(r),
              **(dihal_budget if r["role"] == "dihal" else dict.fromkeys(dihal_budget))}
             for r in eval_rows]
-    rows += [{"model": n, "role": "baseline", **{k: r[k] for k in keys}, **r["budget"]}
-             for n, r in baselines.items()]
+    for n, r in baselines.items():
+        rows.append({"model": n, "role": "baseline", **measured(r), **r["budget"]})
+        if r.get("native"):  # the recipe's own temperature: an extra row, labelled, not ranked
+            rows.append({"model": f"{n} (native T={r['native']['temperature']:g})",
+                         "role": NATIVE_ROLE, **measured(r["native"]), **r["budget"]})
     seq_len = next((r["seq_len"] for r in rows if r.get("seq_len")), None)
     for r in rows:
         if r["role"] == "dihal":
@@ -149,6 +192,8 @@ def full_training(roles: dict[str, int], bridge_at: Callable[[int], TrainedBridg
                      "recon_error": m.recon_error, "hybrid_nll": m.hybrid_nll,
                      "top1_agreement": m.top1_agreement,
                      **{k: hybrid[k] for k in GENERATION_KEYS}, "repetition": hybrid["repetition"],
+                     "mean_length": hybrid["mean_length"],
+                     **{k: hybrid.get(k) for k in LENGTH_KEYS if not k.startswith("sample_")},
                      "train_tokens": m.train_tokens})
     return FullTrainingResult(rows)
 

@@ -234,10 +234,15 @@ class BridgeProtocol:
     eval_sequences: int = 32
     pin_first: bool = True
     checkpoint_every: int = 200
+    # training seeds per bridge: the bridge kept is trained with `seed`; seeds - 1 replicates
+    # more with derived seeds (initialisation, data order, validation noise), measured alike,
+    # give the seed spread that bridgeability resamples (two levels: layers, seeds in layers).
+    # 1 on the CPU (a second seed would double the sweep, about 12 min); the gpu profile: 3
+    seeds: int = 1
 
     def __post_init__(self) -> None:
         _ints(self, 1, "d_model", "n_layers", "n_heads", "batch_size", "steps", "eval_sequences",
-              "checkpoint_every")
+              "checkpoint_every", "seeds")
         if self.d_model % self.n_heads or (self.d_model // self.n_heads) % 2:
             raise ValueError(
                 f"BridgeProtocol.d_model ({self.d_model}) must be a multiple of n_heads "
@@ -322,6 +327,10 @@ class BaselineRunConfig:
     seed: int = 0
     n_samples: int = 64
     length: int = 64
+    # the decoder's sampling temperature, for recipes that have one (CoDAR, LD4LG): the eval's
+    # (EvalConfig.temperature), so every row of the comparison decodes alike; a recipe whose own
+    # default differs also gets one extra row at it
+    temperature: float = 1.0
     # Token tables (embeddings, read-out, rounding) over the tokens of the training data only
     # (plus BOS/EOS), mapped back to backbone ids when sampling [ours]: a baseline trained
     # from scratch never learns the others, and the full 49k read-out dominates CPU time.
@@ -331,6 +340,7 @@ class BaselineRunConfig:
         _reals(self, "lr", low=0.0, low_open=True)
         _ints(self, 0, "seed")
         _ints(self, 1, "n_samples", "length")
+        _reals(self, "temperature", low=0.0, low_open=True)
         _bools(self, "restrict_vocab")
 
 
@@ -338,6 +348,15 @@ class BaselineRunConfig:
 class LayerScoreConfig:
     # The normalisation whose argmax is l* (METHOD.md: the paper does not say; plain reading).
     primary_norm: str = "none"
+    # l*'s stability when the held-out SEQUENCES change (dihal.stability), under primary_norm:
+    # cluster-bootstrap replicates of whole sequences, each recomputing the geometry of every
+    # candidate layer from the dump, and seeded splits of the sequences into two disjoint
+    # halves (each as costly as a replicate). About 29 s a replicate for SmolLM2's 30 layers at
+    # the default geometry on one shared CPU thread, so the CPU default is 10 (+1 split: about
+    # 5.5 min); the gpu profile takes more. 0 turns either off.
+    sequence_resamples: int = 10
+    split_halves: int = 1
 
     def __post_init__(self) -> None:
         _choice(self, "primary_norm", NORMALIZATIONS)
+        _ints(self, 0, "sequence_resamples", "split_halves")

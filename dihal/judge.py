@@ -98,7 +98,6 @@ class Judge:
             logits = torch.tanh(logits / cap) * cap
         return logits
 
-    @torch.no_grad()
     def nll_of_ids_each(self, sequences: Sequence[Sequence[int]]) -> list[tuple[float, int]]:
         """(NLL in nats, number of predicted tokens) of each token sequence, in the given order.
 
@@ -107,10 +106,19 @@ class Judge:
         little padding is computed) and the LM head runs on at most `chunk_size` positions at a
         time; each sequence's token losses are summed in float64.
         """
+        return [(float(t.sum()), int(t.numel())) for t in self.token_nll_each(sequences)]
+
+    @torch.no_grad()
+    def token_nll_each(self, sequences: Sequence[Sequence[int]]) -> list[torch.Tensor]:
+        """The NLL in nats (float64, CPU) of every predicted token of each sequence, in the
+        given order: token j + 1 from tokens 0..j (empty for a sequence of fewer than 2
+        tokens). A causal judge's losses of a sequence's first L tokens are those of its
+        first L + 1 ids alone, so one pass serves every prefix (dihal.generation's
+        length-controlled Gen.PPL)."""
         order = [i for i in sorted(range(len(sequences)), key=lambda i: len(sequences[i]))
                  if len(sequences[i]) >= 2]
         decoder = self.model.get_decoder()
-        out = [(0.0, 0)] * len(sequences)
+        out = [torch.zeros(0, dtype=torch.float64)] * len(sequences)
         for start in range(0, len(order), self.batch_size):
             rows = order[start : start + self.batch_size]
             batch = [list(sequences[i]) for i in rows]
@@ -130,11 +138,11 @@ class Judge:
                 F.cross_entropy(self._logits(h[c : c + self.chunk_size]),
                                 targets[c : c + self.chunk_size], reduction="none").double()
                 for c in range(0, targets.shape[0], self.chunk_size)])
-            # the real tokens of each row are contiguous, in row order: split and sum each
-            # (a plain per-row sum, whatever the thread count)
+            # the real tokens of each row are contiguous, in row order: split them (each row's
+            # sum is then a plain per-row sum, whatever the thread count)
             counts = keep.sum(dim=1).tolist()
-            for i, part, n in zip(rows, torch.split(losses, counts), counts, strict=True):
-                out[i] = (float(part.sum()), int(n))
+            for i, part in zip(rows, torch.split(losses.cpu(), counts), strict=True):
+                out[i] = part
         return out
 
     @torch.no_grad()

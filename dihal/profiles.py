@@ -31,7 +31,8 @@ PROFILES: dict[str, dict[str, dict]] = {
         # bounded storage: the training split's states are computed by each bridge, not stored
         "hidden_states": {"batch_size": 64, "store_train": False},
         "geometry": {"n_tokens": 16384},
-        "bridge_sweep": _GPU_PROTOCOL,
+        "layer_score": {"sequence_resamples": 20, "split_halves": 3},
+        "bridge_sweep": {**_GPU_PROTOCOL, "seeds": 3},
         "bridge": {**_GPU_PROTOCOL, "epochs": 2.0},
         "eval": {"n_samples": 512, "length": 128, "batch_size": 128},
         "baseline": {"n_samples": 512, "length": 128},

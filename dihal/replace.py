@@ -172,7 +172,8 @@ def measure_bridge(backbone, denoiser, data: LayerData, protocol: BridgeProtocol
                     batch_size: int = 8, val_loss: float | None = None,
                     rule: str | None = None) -> dict:
     """Bridgeability of one layer: validation loss (fixed t grid and noise, standardised
-    units; `val_loss` when the trainer already measured it), full-sampler relative
+    units; `val_loss` when the trainer already measured it), the same loss at t = 1 alone
+    (`t1_loss`), full-sampler relative
     reconstruction error, and the hybrid's next-token NLL and top-1 agreement with the
     backbone on held-out text. The backbone's side (its top-1 tokens and NLL) is
     `data.reference`, kept by the dump from its own forward pass; without one, the backbone
@@ -187,6 +188,11 @@ def measure_bridge(backbone, denoiser, data: LayerData, protocol: BridgeProtocol
         val_loss = validation_loss(denoiser, data.val, process, seed=protocol.seed)
     out = {
         "val_loss": val_loss,
+        # the error at t = 1, where x_t is the condition alone: what the sampler's first step
+        # must predict (validation loss averages t in 0.1..0.9, where x_t still carries most of
+        # the target); a regression control's validation loss is this same number
+        "t1_loss": validation_loss(denoiser, data.val, process, REGRESSION_T_GRID,
+                                   seed=protocol.seed),
         "recon_error": reconstruction_error(denoiser, data.val, process, steps=protocol.steps,
                                             seed=protocol.seed, rule=rule),
     }
@@ -236,32 +242,94 @@ def _predictor_values(layers: list[int], score_rows: list[dict],
     return out
 
 
+ORACLE_MEASURES = ("val_loss", "hybrid_nll")  # the measures the oracle and worst layer are named by
+# the one full training follows: the measure closest to generation (issue 18: on a 29-layer sweep
+# validation loss ranked the layers nearly opposite to hybrid NLL)
+ORACLE_BY = "hybrid_nll"
+
+
+def _seed_values(layers: list[int], by_layer: dict, seed_rows: dict[int, list[dict]],
+                 measure: str) -> np.ndarray:
+    """(layers, seeds) values of `measure`: each layer's kept bridge first, then its
+    replicates, NaN where a layer has fewer seeds."""
+    width = 1 + max(len(seed_rows.get(ll, [])) for ll in layers)
+    out = np.full((len(layers), width), np.nan)
+    for i, ll in enumerate(layers):
+        vals = [by_layer[ll][measure]] + [r[measure] for r in seed_rows.get(ll, [])]
+        out[i, : len(vals)] = vals
+    return out
+
+
 def bridgeability_table(layer_rows: list[dict], score_rows: list[dict],
                         predictor_rows: list[dict] = (), *, n_boot: int = 2000,
-                        seed: int = 0) -> dict:
+                        seed: int = 0, seed_rows: dict[int, list[dict]] | None = None,
+                        l_star: int | None = None) -> dict:
     """Spearman of every predictor (S_l per normalisation, the depth control -l, the oriented
     rival predictors) against -val_loss, -recon_error and -hybrid_nll over the swept layers,
-    each with a bootstrap interval over layers (the same resamples for every predictor) and
-    its standing against depth: "above" / "below" when the intervals do not overlap, else
-    "not distinguishable". "rows": one dihal.rows.SpearmanRow per predictor."""
-    from dihal.uncertainty import compare_intervals, spearman_interval
+    each with a percentile bootstrap interval over layers, and its standing against depth
+    decided by the paired difference rho - depth's rho (the same resamples of layers for both
+    and for every predictor), its p-value Holm-corrected over predictors x targets, with the
+    partial Spearman given depth beside it (dihal.uncertainty.paired_standing). "rows": one
+    dihal.rows.SpearmanRow per predictor; "oracle" / "worst": the lowest / highest swept layer
+    by hybrid NLL (ORACLE_BY), "oracle_by": both by every ORACLE_MEASURES
+    (oracle_by_measures: {"by", "oracle_disagree", "worst_disagree"}).
+
+    With `seed_rows` (layer -> the metrics rows of its further training seeds) where some layer
+    has more than one seed, every target is the per-layer mean over seeds and every interval
+    and p-value comes from the two-level resample (layers, then seeds within layers:
+    two_level_spearman, paired_standing on (layers, seeds) targets); the oracle and worst are
+    by the seed means, and "seeds" holds the spread between seeds at each layer (seed_spread)
+    and the oracle's (and l*'s) standing over resampled seeds (seed_oracle); else "seeds" is
+    {}."""
+    from dihal.rows import number
+    from dihal.uncertainty import (
+        oracle_by_measures,
+        paired_standing,
+        seed_oracle,
+        seed_spread,
+        spearman_interval,
+        two_level_spearman,
+    )
 
     layers = sorted(r["layer"] for r in layer_rows)
     by_layer = {r["layer"]: r for r in layer_rows}
-    targets = {m: [-by_layer[ll][m] for ll in layers] for m in TARGETS}
+    seed_rows = {ll: rows for ll, rows in (seed_rows or {}).items() if rows and ll in by_layer}
     preds = _predictor_values(layers, score_rows, predictor_rows)
-    stats = {(p, m): spearman_interval(v, t, n_boot=n_boot, seed=seed)
-             for p, v in preds.items() for m, t in targets.items()}
+    seeds_info: dict = {}
+    if seed_rows:
+        raw = {m: _seed_values(layers, by_layer, seed_rows, m) for m in TARGETS}
+        targets = {m: -v for m, v in raw.items()}
+        stats = {(p, m): two_level_spearman(v, t, n_boot=n_boot, seed=seed)
+                 for p, v in preds.items() for m, t in targets.items()}
+        oracle_rows = [{"layer": ll, **{m: float(np.nanmean(raw[m][i])) for m in TARGETS}}
+                       for i, ll in enumerate(layers)]
+        seeds_info = {"n_seeds": int(raw["hybrid_nll"].shape[1]),
+                      "spread": {m: seed_spread(raw[m], layers) for m in TARGETS},
+                      "oracle": seed_oracle(raw[ORACLE_BY], layers, n_boot=n_boot, seed=seed,
+                                            l_star=l_star if l_star in layers else None)}
+    else:
+        targets = {m: [-by_layer[ll][m] for ll in layers] for m in TARGETS}
+        stats = {(p, m): spearman_interval(v, t, n_boot=n_boot, seed=seed)
+                 for p, v in preds.items() for m, t in targets.items()}
+        oracle_rows = layer_rows
+    rivals = {p: v for p, v in preds.items() if p != DEPTH}
+    paired = {(r["predictor"], r["target"]): r for r in paired_standing(
+        rivals, preds[DEPTH], targets, n_boot=n_boot, seed=seed)} if rivals else {}
 
     def standing(p: str, m: str) -> Spearman:
-        st, depth = stats[(p, m)], stats[(DEPTH, m)]
-        return Spearman(st["rho"], st["low"], st["high"], "" if p == DEPTH else compare_intervals(
-            (st["low"], st["high"]), (depth["low"], depth["high"])))
+        st = stats[(p, m)]
+        if p == DEPTH:
+            return Spearman(st["rho"], st["low"], st["high"])
+        d = paired[(p, m)]
+        return Spearman(st["rho"], st["low"], st["high"], d["verdict"],
+                        **{k: number(d[k]) for k in ("diff", "p", "p_holm", "partial",
+                                                     "partial_low", "partial_high")},
+                        diff_low=number(d["low"]), diff_high=number(d["high"]))
 
     table = [SpearmanRow(p, {m: standing(p, m) for m in TARGETS}) for p in preds]
-    oracle = min(layers, key=lambda ll: by_layer[ll]["val_loss"])
-    worst = max(layers, key=lambda ll: by_layer[ll]["val_loss"])
-    return {"rows": table, "layers": layers, "oracle": oracle, "worst": worst}
+    by = oracle_by_measures(oracle_rows, ORACLE_MEASURES)
+    return {"rows": table, "layers": layers, "oracle": by["by"][ORACLE_BY]["oracle"],
+            "worst": by["by"][ORACLE_BY]["worst"], "oracle_by": by, "seeds": seeds_info}
 
 
 def regression_table(swept: list[BridgeMetrics], controls: list[BridgeMetrics]) -> list[RegressionRow]:
@@ -274,10 +342,13 @@ def regression_table(swept: list[BridgeMetrics], controls: list[BridgeMetrics]) 
 
 def bridgeability(swept: list[BridgeMetrics], score_rows: list[dict], l_star: int, *,
                   backbone: str, predictor_rows: list[dict] = (),
-                  regression: list[BridgeMetrics] = ()) -> BridgeabilityResult:
+                  regression: list[BridgeMetrics] = (),
+                  seed_metrics: dict[int, list[BridgeMetrics]] | None = None) -> BridgeabilityResult:
     """The bridgeability stage: does the layer score, or a rival predictor, predict how well
     a bridge learns, better than depth does? And does the bridge beat its regression control
-    (`regression`: the controls' metrics, of some or all swept layers)?"""
+    (`regression`: the controls' metrics, of some or all swept layers)? `seed_metrics`: layer ->
+    the metrics of its further training seeds (TrainedBridge.seed_metrics), resampled on two
+    levels where there are any."""
     from dihal.errors import DihalError
     from dihal.plots import plot_bridgeability
 
@@ -285,10 +356,12 @@ def bridgeability(swept: list[BridgeMetrics], score_rows: list[dict], l_star: in
         raise DihalError(f"bridgeability needs >= {MIN_SWEPT_LAYERS} swept layers, got {len(swept)}")
     layer_rows = sorted((m.to_dict() for m in swept), key=lambda r: r["layer"])
     candidates = [r for r in score_rows if r["candidate"]]
-    table = bridgeability_table(layer_rows, candidates, predictor_rows)
+    table = bridgeability_table(layer_rows, candidates, predictor_rows, l_star=l_star, seed_rows={
+        ll: [m.to_dict() for m in ms] for ll, ms in (seed_metrics or {}).items()})
     return BridgeabilityResult(
         layer_rows=layer_rows, spearman=table["rows"], layers=table["layers"],
-        oracle=table["oracle"], worst=table["worst"], l_star=l_star,
+        oracle=table["oracle"], worst=table["worst"], oracle_by=table["oracle_by"],
+        seeds=table["seeds"], l_star=l_star,
         regression=regression_table(swept, list(regression)),
         plot_png=plot_bridgeability(layer_rows, candidates,
                                     f"{backbone}: score vs bridgeability (l* = {l_star})"))
@@ -376,6 +449,9 @@ def train_layer(backbone, reader, layer: int, protocol: BridgeProtocol, ckpt_dir
         train_tokens=sample_budget(len(data.train), tcfg) * data.train.seq_len,
         seconds=round(time.monotonic() - t0, 1), resumed_from_step=result.resumed_from,
         denoiser_parameters=denoiser.param_count())
+    replicates = [] if regression else [
+        _seed_replicate(backbone, data, protocol, i, Path(ckpt_dir), device=device,
+                        progress=progress, warn=warn) for i in range(1, protocol.seeds)]
     tensors = {f"denoiser.{k}": v.detach().contiguous().cpu() for k, v in denoiser.state_dict().items()}
     tensors.update({"cond_std.mean": data.cond_std.mean, "cond_std.std": data.cond_std.std,
                     "target_std.mean": data.target_std.mean, "target_std.std": data.target_std.std})
@@ -388,7 +464,36 @@ def train_layer(backbone, reader, layer: int, protocol: BridgeProtocol, ckpt_dir
         hparams["objective"] = "regression"
     if keep_pairs and not regression:
         _KEPT[_pairs_key(backbone, reader, layer, protocol, train_ids, extract)] = data
-    return TrainedBridge(tensors, hparams, metrics, result.curve)
+    return TrainedBridge(tensors, hparams, metrics, result.curve, seed_metrics=replicates)
+
+
+def replicate_seed(protocol: BridgeProtocol, i: int) -> int:
+    """The training seed of the i-th replicate (i >= 1; 0 is the protocol's own seed)."""
+    return protocol.seed if i == 0 else derive_seed(protocol.seed, "training-seed", i) % 2**31
+
+
+def _seed_replicate(backbone, data: LayerData, protocol: BridgeProtocol, i: int, ckpt_dir: Path,
+                    *, device: str, progress, warn) -> BridgeMetrics:
+    """The bridge of the same layer, data and protocol trained again under replicate seed i
+    (its own checkpoints beside the kept bridge's, resumable), measured alike; not kept."""
+    import time
+    from dataclasses import replace
+
+    from dihal.bridge.train import sample_budget
+
+    t0 = time.monotonic()
+    proto = replace(protocol, seed=replicate_seed(protocol, i), seeds=1)
+    denoiser, result, init = train_layer_bridge(
+        data, proto, ckpt_dir.parent / f"{ckpt_dir.name}_seed{i}", device=device,
+        progress=progress, warn=warn)
+    measured = measure_bridge(backbone, denoiser.to(backbone.device), data, proto,
+                              val_loss=result.val_loss)
+    return BridgeMetrics(
+        layer=data.layer, **measured, init_val_loss=init, train_loss=result.train_loss,
+        steps=result.step,
+        train_tokens=sample_budget(len(data.train), train_config_of(proto, device)) * data.train.seq_len,
+        seconds=round(time.monotonic() - t0, 1), resumed_from_step=result.resumed_from,
+        denoiser_parameters=denoiser.param_count())
 
 
 def restore_bridge(trained: TrainedBridge, device: str = "cpu") -> dict:

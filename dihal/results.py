@@ -135,13 +135,22 @@ class LayerScoreResult:
     plot_png: bytes = field(repr=False, default=b"")
     # per normalisation: l* over the token-bootstrap replicates (dihal.locate.l_star_stability)
     stability: dict[str, dict] = field(default_factory=dict)
+    # under the primary normalisation, l* over resamples of whole held-out sequences and on
+    # split halves (dihal.locate.sequence_stability); {} where not computed
+    sequence_stability: dict[str, Any] = field(default_factory=dict)
 
     def info(self) -> dict:
         return {"l_star": self.l_star, "selected": self.selected,
-                "spearman_vs_depth": self.spearman_vs_depth, "stability": self.stability}
+                "spearman_vs_depth": self.spearman_vs_depth, "stability": self.stability,
+                "sequence_stability": self.sequence_stability}
 
     def metadata(self) -> dict:
         same = {f"l* same over resamples ({n})": v["same"] for n, v in self.stability.items()}
+        seq = self.sequence_stability
+        if seq.get("bootstrap"):
+            same["l* same over sequence resamples"] = seq["bootstrap"]["same"]
+        if seq.get("split_half"):
+            same["split halves agree on l*"] = seq["split_half"]["agreement"]
         return {"l_star": self.l_star, "primary_norm": self.primary_norm,
                 "l_star_by_norm": self.selected, "spearman_S_vs_depth": self.spearman_vs_depth,
                 **same}
@@ -166,6 +175,9 @@ class BridgeMetrics:
     seconds: float
     resumed_from_step: int
     denoiser_parameters: int
+    # the validation loss at t = 1 alone (x_1 = the condition): the bridge's own endpoint error;
+    # None in metrics saved before it was measured
+    t1_loss: float | None = None
 
     def to_dict(self) -> dict:
         from dataclasses import asdict
@@ -182,13 +194,19 @@ class TrainedBridge:
     hparams: dict[str, Any]
     metrics: BridgeMetrics | None = None
     curve: list[dict] = field(default_factory=list, repr=False)
+    # the metrics of the protocol's further training seeds (protocol.seeds - 1 replicates of
+    # the same layer, not kept); empty with one seed
+    seed_metrics: list[BridgeMetrics] = field(default_factory=list)
 
     @property
     def layer(self) -> int:
         return int(self.hparams["layer"])
 
     def info(self) -> dict:
-        return {"metrics": self.metrics.to_dict()}
+        out = {"metrics": self.metrics.to_dict()}
+        if self.seed_metrics:
+            out["seed_metrics"] = [m.to_dict() for m in self.seed_metrics]
+        return out
 
     def metadata(self) -> dict:
         return {k: _round(v) for k, v in self.metrics.to_dict().items()}
@@ -199,11 +217,17 @@ class BridgeabilityResult:
     layer_rows: list[dict]  # BridgeMetrics.to_dict() of each swept layer, by layer
     spearman: list[SpearmanRow]  # one per predictor
     layers: list[int]
-    oracle: int
-    worst: int
+    oracle: int  # the swept layer with the lowest hybrid NLL (full training follows it)
+    worst: int  # the one with the highest
     l_star: int
     plot_png: bytes = field(repr=False, default=b"")
     regression: list[RegressionRow] = field(default_factory=list)  # the bridge vs its control
+    # oracle and worst by each measure (dihal.uncertainty.oracle_by_measures: "by" {measure:
+    # {"oracle", "worst"}}, "oracle_disagree", "worst_disagree")
+    oracle_by: dict[str, Any] = field(default_factory=dict)
+    # with several training seeds per layer: {"n_seeds": max per layer, "spread": {measure:
+    # seed_spread rows}, "oracle": seed_oracle of the hybrid NLL with l*'s standing}; else {}
+    seeds: dict[str, Any] = field(default_factory=dict)
 
     def spearman_columns(self) -> list[dict]:
         return [r.to_dict() for r in self.spearman]
@@ -213,8 +237,8 @@ class BridgeabilityResult:
 
     def info(self) -> dict:
         return {"l_star": self.l_star, "oracle": self.oracle, "worst": self.worst,
-                "swept_layers": self.layers, "spearman": self.spearman_columns(),
-                "regression": self.regression_columns()}
+                "oracle_by": self.oracle_by, "seeds": self.seeds, "swept_layers": self.layers,
+                "spearman": self.spearman_columns(), "regression": self.regression_columns()}
 
     def metadata(self) -> dict:
         """l*, oracle, worst and each predictor's Spearman as top-level numbers (the UI charts
@@ -222,7 +246,9 @@ class BridgeabilityResult:
         rho = {f"spearman {r.predictor} vs -{target}": r.targets[target].rho
                for r in self.spearman for target in TARGETS}
         beats = sum(r.bridge_better_nll for r in self.regression)
+        by_loss = self.oracle_by.get("by", {}).get("val_loss", {})
         return {"l_star": self.l_star, "oracle": self.oracle, "worst": self.worst,
+                **{f"{k} by val loss": v for k, v in by_loss.items()},
                 "swept_layers": self.layers, **rho,
                 "bridge beats regression (hybrid NLL)": f"{beats} of {len(self.regression)} layers"}
 

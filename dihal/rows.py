@@ -1,9 +1,9 @@
 """Typed rows of the tables that cross modules: made by one stage (dihal.replace, the
 generation stages), written by storage, read by the report, the driver and the checks.
 
-Each row serialises to exactly the columns its artifact has always had (`to_dict`, in that
-column order: the Parquet files and the manifests' info stay byte-identical) and reads them back
-(`from_dict`). The composed column names ("spearman_vs_-val_loss", "vs_depth_-val_loss", ...)
+Each row serialises to exactly the columns its artifact has (`to_dict`, in that column order;
+SpearmanRow gained the paired test's columns with bridgeability 3) and reads them back
+(`from_dict`, older rows included). The composed column names ("spearman_vs_-val_loss", "vs_depth_-val_loss", ...)
 are spelt here and nowhere else. Standard library only.
 """
 
@@ -26,17 +26,46 @@ def number(v: Any) -> float | None:
 @dataclass(frozen=True)
 class Spearman:
     """A predictor's Spearman correlation with one target over the swept layers, its 95 %
-    bootstrap interval over layers, and where it stands against depth's: "above" / "below"
-    (the intervals do not overlap), "not distinguishable", or "" for depth itself."""
+    bootstrap interval over layers, and where it stands against depth's: "above" / "below" /
+    "not distinguishable" (decided by the paired difference rho - depth's rho, with the same
+    resamples of layers for both, its p-value Holm-corrected over predictors x targets:
+    dihal.uncertainty.paired_standing), or "" for depth itself. Beside it the paired
+    difference with its interval, the raw and corrected p-values, and the partial Spearman of
+    the predictor with the target given depth, with its interval (None for depth, and in rows
+    written before the paired test)."""
 
     rho: float
     low: float
     high: float
     vs_depth: str = ""
+    diff: float | None = None
+    diff_low: float | None = None
+    diff_high: float | None = None
+    p: float | None = None
+    p_holm: float | None = None
+    partial: float | None = None
+    partial_low: float | None = None
+    partial_high: float | None = None
 
     def interval(self) -> tuple[float | None, float | None, float | None]:
         """(rho, low, high), None where undefined (NaN or missing)."""
         return number(self.rho), number(self.low), number(self.high)
+
+    def difference(self) -> tuple[float | None, float | None, float | None]:
+        """(paired difference from depth, low, high), None where undefined or not computed."""
+        return number(self.diff), number(self.diff_low), number(self.diff_high)
+
+    def partial_interval(self) -> tuple[float | None, float | None, float | None]:
+        """(partial Spearman given depth, low, high), None where undefined or not computed."""
+        return number(self.partial), number(self.partial_low), number(self.partial_high)
+
+
+# the paired test's columns, after the four older ones of each target: field -> column name
+_PAIRED = {"diff": "diff_vs_depth_-{}", "diff_low": "diff_low_vs_depth_-{}",
+           "diff_high": "diff_high_vs_depth_-{}", "p": "p_vs_depth_-{}",
+           "p_holm": "p_holm_vs_depth_-{}", "partial": "partial_given_depth_-{}",
+           "partial_low": "partial_low_given_depth_-{}",
+           "partial_high": "partial_high_given_depth_-{}"}
 
 
 @dataclass(frozen=True)
@@ -58,15 +87,17 @@ class SpearmanRow:
         for m, s in self.targets.items():
             row.update({f"spearman_vs_-{m}": s.rho, f"low_vs_-{m}": s.low,
                         f"high_vs_-{m}": s.high, f"vs_depth_-{m}": s.vs_depth})
+            row.update({col.format(m): getattr(s, f) for f, col in _PAIRED.items()})
         return row
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> SpearmanRow:
         """The row of its columns; a target is read where its Spearman column is there (an
-        older or partial row may lack the interval and the standing)."""
+        older or partial row may lack the interval, the standing and the paired test)."""
         return cls(d["predictor"], {
             m: Spearman(d[f"spearman_vs_-{m}"], d.get(f"low_vs_-{m}"), d.get(f"high_vs_-{m}"),
-                        d.get(f"vs_depth_-{m}") or "")
+                        d.get(f"vs_depth_-{m}") or "",
+                        **{f: number(d.get(col.format(m))) for f, col in _PAIRED.items()})
             for m in TARGETS if f"spearman_vs_-{m}" in d})
 
 

@@ -38,32 +38,46 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
           history="2: the held-out split keeps the backbone's next-token reference"),
     Stage("geometry", "3", "Geometry", "GeometryConfig", "GeometryRunConfig",
           history="2: the robust normalisation and the rival predictors; 3: token bootstrap"),
-    Stage("layer_score", "2", "LayerScore", "LayerScoreConfig", "LayerScoreRunConfig",
-          history="2: l*'s stability over the token bootstrap"),
-    Stage("bridge_sweep", "2", "SweepBridge", "BridgeProtocol", "BridgeProtocolRunConfig",
-          history="2: validation loss at initialisation recorded"),
-    Stage("bridgeability", "2", "Bridgeability",
-          history="2: rival predictors, intervals, standing against depth"),
-    Stage("bridge", "3", "Bridge", "BridgeProtocol", "FullBridgeRunConfig", {"epochs": 2.0},
+    Stage("layer_score", "3", "LayerScore", "LayerScoreConfig", "LayerScoreRunConfig",
+          history="2: l*'s stability over the token bootstrap; 3: over resamples of whole "
+          "sequences and split halves"),
+    Stage("bridge_sweep", "3", "SweepBridge", "BridgeProtocol", "BridgeProtocolRunConfig",
+          history="2: validation loss at initialisation recorded; 3: the loss at t = 1; "
+          "replicate training seeds (protocol seeds)"),
+    Stage("bridgeability", "3", "Bridgeability",
+          history="2: rival predictors, intervals, standing against depth; 3: standing by the "
+          "paired difference (Holm over predictors x targets), partial Spearman given depth, "
+          "oracle and worst by hybrid NLL beside those by validation loss; training seeds "
+          "resampled on two levels"),
+    Stage("bridge", "4", "Bridge", "BridgeProtocol", "FullBridgeRunConfig", {"epochs": 2.0},
           "The bridge at l* with the full budget: the sweep protocol with more passes.",
-          history="2: train_tokens = sequences consumed x length; 3: init validation loss"),
-    Stage("eval", "5", "Evaluation", "EvalConfig", "EvalRunConfig",
+          history="2: train_tokens = sequences consumed x length; 3: init validation loss; "
+          "4: the loss at t = 1; protocol seeds"),
+    Stage("eval", "6", "Evaluation", "EvalConfig", "EvalRunConfig",
           history="2: rows carry their role, the judge's name; 3: mean-of-samples Gen.PPL, "
           "intervals; 4: the backbone sampled with the step's threads (MAUVE no longer drops "
-          "them to 1); 5: rows record the CPU kernels (torch's CPU capability) beside the threads"),
-    Stage("regression_sweep", "1", "RegressionControl"),
+          "them to 1); 5: rows record the CPU kernels (torch's CPU capability) beside the threads; "
+          "6: Gen.PPL on the first L judge tokens, spaCy diversity, judge lengths, MAUVE over "
+          "k-means seeds on equal counts, the start token and temperature, per-sample log-PPL"),
+    Stage("regression_sweep", "2", "RegressionControl", history="2: the loss at t = 1"),
     Stage("sampler_steps", "4", "SamplerCurve", "SamplerCurveConfig", "SamplerCurveRunConfig",
           history="2: measured with the step's threads (as eval 4); 3: the trained K's row is "
           "the bridge's own measurement; 4: rows carry their sampler rule (`rules` setting)"),
-    Stage("baseline", "3", "BaselineRun", "BaselineRunConfig", "BaselineRunConfig",
-          history="2: trained by the bridge's loop (one trainer); 3: as eval 3"),
-    Stage("comparison", "3", "Comparison", history="2: rows carry their role; 3: as eval 3"),
-    Stage("full_training", "3", "FullTraining", history="2: as eval 3; 3: as eval 4"),
-    Stage("report", "7", "Report",
+    Stage("baseline", "4", "BaselineRun", "BaselineRunConfig", "BaselineRunConfig",
+          history="2: trained by the bridge's loop (one trainer); 3: as eval 3; 4: decoded at "
+          "the common temperature (CoDAR's 0.7 as an extra row), as eval 6"),
+    Stage("comparison", "4", "Comparison",
+          history="2: rows carry their role; 3: as eval 3; 4: as eval 6, baselines' native-"
+          "temperature rows"),
+    Stage("full_training", "4", "FullTraining",
+          history="2: as eval 3; 3: as eval 4; 4: the oracle and worst layer by hybrid NLL; as eval 6"),
+    Stage("report", "8", "Report",
           history="3: built from typed inputs; 4: rival predictors and intervals; 5: across "
           "backbones; 6: a lone backbone's report suggests another one, not itself; the CPU "
           "kernels the samples were drawn with; 7: opens on its answers, each linking to its "
-          "section; one proxy table per normalisation"),
+          "section; one proxy table per normalisation; 8: verdicts by the paired test, the oracle by "
+          "both measures; generation at one temperature with lengths, the log Gen.PPL "
+          "difference and a power count per pair; l* over resampled sequences and halves"),
 )}
 
 CODE_VERSIONS = {name: s.code_version for name, s in STAGES.items()}

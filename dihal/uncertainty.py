@@ -105,25 +105,6 @@ def jackknife_interval(n: int, statistic: Callable[[np.ndarray], float],
     return float(full - z * se), float(full + z * se)
 
 
-def samples_to_separate(a: float, a_ci: tuple[float, float], b: float, b_ci: tuple[float, float],
-                        n: int) -> int | None:
-    """About how many samples (each model's) would make the 95 % intervals of two estimates
-    from n samples each stop overlapping, with each interval's half-width facing the other
-    shrinking as 1/sqrt(n). n itself where they are already apart; None where the estimates are
-    equal (no sample count separates them).
-
-    Superseded by samples_for_power (a count with 80 % power on the paired difference, not
-    the count at which two intervals just touch); kept while dihal/report.py still calls it."""
-    if a == b:
-        return None
-    lo, hi = (a, b) if a < b else (b, a)
-    (_, lo_up), (hi_down, _) = (a_ci, b_ci) if a < b else (b_ci, a_ci)
-    reach = (lo_up - lo) + (hi - hi_down)  # the two half-widths that face each other
-    if not (reach > 0) or lo_up < hi_down:
-        return n
-    return int(math.ceil(n * (reach / (hi - lo)) ** 2))
-
-
 # ---------------------------------------------------------------------------------------------
 # Paired comparisons on the same layers (issue 18): the difference of two Spearman correlations
 # with one target, the partial Spearman given depth, Holm's correction, and the verdict.

@@ -270,14 +270,19 @@ def _chain(chain: Chain, args, layers: list[int], baselines: list[str], say) -> 
         say(f"bridgeability; the bridge at l* = {score.info['l_star']} (full budget); its eval")
         chain.job(f"bridge_eval_{b}")
         bness = Bridgeability(layout, b).require()
-        say(f"oracle layer {bness.info['oracle']}, worst {bness.info['worst']}")
+        by_loss = bness.info.get("oracle_by", {}).get("by", {}).get("val_loss")
+        say(f"oracle layer (hybrid NLL) {bness.info['oracle']}, worst {bness.info['worst']}"
+            + (f"; by val loss {by_loss['oracle']} and {by_loss['worst']}" if by_loss else ""))
         for row in bness.info["spearman"]:
-            standing = row.get("vs_depth_-val_loss")
+            standing, diff = row.get("vs_depth_-val_loss"), row.get("diff_vs_depth_-val_loss")
             say(f"  {row['predictor']}: Spearman vs -val loss {row['spearman_vs_-val_loss']:.3f} "
                 f"[{row.get('low_vs_-val_loss', float('nan')):.3f}, "
                 f"{row.get('high_vs_-val_loss', float('nan')):.3f}]"
                 + (f", {standing} {'from ' if standing.startswith('not') else ''}depth"
-                   if standing else ""))
+                   if standing else "")
+                + (f" (paired difference {diff:+.3f}, Holm p "
+                   f"{row.get('p_holm_vs_depth_-val_loss') or float('nan'):.3g})"
+                   if diff is not None else ""))
         for row in Evaluation(layout, b).require().info["rows"]:
             say(", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                           for k, v in row.items()))

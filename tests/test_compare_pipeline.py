@@ -51,6 +51,13 @@ def test_baselines_comparison_full_training_report(tiny):  # noqa: F811
         assert row["gen_ppl_mean_low"] <= row["gen_ppl_mean"] <= row["gen_ppl_mean_high"]
         # MAUVE against held-out corpus text (NaN only where fewer than 2 samples had text)
         assert row["mauve"] != row["mauve"] or 0 <= row["mauve_low"] <= row["mauve"] <= row["mauve_high"] <= 1
+        # issue 18: one temperature, the start token, lengths, Gen.PPL at a common length L
+        assert row["temperature"] == 1.0 and isinstance(row["start_token"], str)
+        assert row["ppl_length"] == EVAL["length"] // 2 and row["mean_judge_length"] >= 0
+        assert row["ppl_length_scored"] + row["ppl_length_short"] + row["empty_samples"] == 4
+        assert len(row["sample_nll"]) == len(row["sample_tokens"]) == 4 - row["empty_samples"]
+        if row["mauve"] == row["mauve"]:  # 4 samples a side: a diagnostic
+            assert row["mauve_diagnostic"] is True and row["mauve_n_p"] == row["mauve_n_q"]
 
     bridge = read_manifest(root / "llama" / "bridge").info["metrics"]
     for name in ("diffusion-lm", "sed", "ld4lg", "codar"):
@@ -63,6 +70,13 @@ def test_baselines_comparison_full_training_report(tiny):  # noqa: F811
         assert budget["sampler_steps"] == PROTOCOL["steps"]
         samples = (root / "llama" / "baseline" / name / "samples.jsonl").read_text().splitlines()
         assert len(samples) == 4 and all("text" in json.loads(s) for s in samples)
+        # decoded at the common temperature; SED and Diffusion-LM round deterministically;
+        # CoDAR's own 0.7 is one extra row
+        row = m.info["row"]
+        assert row["temperature"] == {"diffusion-lm": None, "sed": None}.get(name, 1.0)
+        assert ("native" in row) == (name == "codar")
+        if name == "codar":
+            assert row["native"]["temperature"] == 0.7 and "gen_ppl" in row["native"]
 
     res, err = _mat(defs, inst, ["comparison_llama", "full_training_llama", "report_llama"], ops)
     assert res.success, err
@@ -70,8 +84,11 @@ def test_baselines_comparison_full_training_report(tiny):  # noqa: F811
               for e in res.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"}
     assert checks == {"budgets_matched": True, "names_its_inputs": True}
     rows = read_manifest(root / "llama" / "comparison").info["rows"]
-    assert [r["model"] for r in rows][2:] == ["diffusion-lm", "sed", "ld4lg", "codar"]
-    assert [r["role"] for r in rows] == ["dihal", "backbone"] + ["baseline"] * 4
+    assert [r["model"] for r in rows][2:] == ["diffusion-lm", "sed", "ld4lg", "codar",
+                                              "codar (native T=0.7)"]
+    assert [r["role"] for r in rows] == (["dihal", "backbone"] + ["baseline"] * 4
+                                         + ["baseline (native temperature)"])
+    assert {r["ppl_length"] for r in rows[:2]} == {3} and {r["ppl_length"] for r in rows[2:]} == {4}
     assert rows[0]["train_tokens"] == bridge["train_tokens"] and rows[1]["train_tokens"] is None
     full = read_manifest(root / "llama" / "full_training").info["rows"]
     b = read_manifest(root / "llama" / "bridgeability").info
@@ -103,7 +120,10 @@ def test_baselines_comparison_full_training_report(tiny):  # noqa: F811
         for needle in ("Locate", "bridgeability", "Full training", "diffusion-lm", "codar",
                        "depth (-l)", "data:image/png;base64,", "S_l (robust)", "-cond_distance",
                        "ridge_r2", "twonn_id", "What the sampler", "mean of samples [95 %]",
-                       "MAUVE [95 %]", "regression control", "resamples picking l*"):
+                       "MAUVE [95 %] (diagnostic)", "regression control",
+                       "resamples picking l*", "diversity (spaCy, as LD4LG)",
+                       "mean length (judge tokens)", "drawn unconditionally from the",
+                       "samples per model for 80 % power", "minus depth"):
             assert needle in text, needle
     assert "5. Across backbones" in md and "Only llama has been materialised here" in md
     # it suggests an embedded backbone other than itself (gemma3's report once suggested gemma3)

@@ -55,6 +55,32 @@ def test_chunked_batched_nll_equals_full_logits(tiny_judge):
             assert k == want_k and nll == pytest.approx(want, rel=1e-5, abs=1e-9)
 
 
+def test_one_judge_pass_scores_every_prefix_as_the_judge_would(tiny_judge):
+    """The length-controlled Gen.PPL reads a text's first L token losses from the pass over
+    the whole text (dihal.generation.PrefixScorer): the same numbers as scoring the cut ids,
+    and the judge runs once."""
+    from dihal.generation import PrefixScorer
+    from dihal.metrics import gen_ppl_first_tokens
+
+    judge = Judge(tiny_judge.model, tiny_judge.tokenizer, batch_size=2)
+    calls = []
+    real = judge.token_nll_each
+    judge.token_nll_each = lambda seqs: calls.append(len(seqs)) or real(seqs)
+    scorer = PrefixScorer(judge, TEXTS)
+    assert calls == [4]  # the four non-empty texts, once
+    for length in (1, 3, 9):
+        got, want = gen_ppl_first_tokens(scorer, TEXTS, length), gen_ppl_first_tokens(
+            tiny_judge, TEXTS, length)
+        assert (got.n_short, got.gen.n_texts, got.gen.n_tokens) == (
+            want.n_short, want.gen.n_texts, want.gen.n_tokens)
+        assert got.gen.nll == pytest.approx(want.gen.nll, rel=1e-5)
+    assert gen_ppl(scorer, TEXTS).ppl == pytest.approx(gen_ppl(tiny_judge, TEXTS).ppl, rel=1e-6)
+    assert calls == [4]  # no further pass: every sequence was a text or a prefix of one
+    # a sequence that starts no text is scored by the judge itself
+    (other,) = scorer.nll_each(["an unrelated text"])
+    assert calls == [4, 1] and other == pytest.approx(tiny_judge.nll_each(["an unrelated text"])[0])
+
+
 def test_features_are_the_last_token_state_of_each_text(tiny_judge):
     judge = Judge(tiny_judge.model, tiny_judge.tokenizer, batch_size=2)
     feats = judge.features(TEXTS)

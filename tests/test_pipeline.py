@@ -67,6 +67,14 @@ def test_locate_graph_runs_caches_and_recomputes_on_change(tiny_defs):
     assert checks == {"finite_states": True, "expected_shapes": True}
     for name in ("geometry.parquet", "positions.parquet", "plan.parquet", "proxies.png"):
         assert (root / "llama" / "geometry" / name).exists()
+    # l*'s stability over whole held-out sequences (6 of them) and on split halves (3 each)
+    seq = read_manifest(root / "llama" / "layer_score").info["sequence_stability"]
+    assert seq["norm"] == "none" and seq["sequences"] == 6
+    assert seq["bootstrap"]["l_star"] == l_star and seq["bootstrap"]["replicates"] == 10
+    assert sum(seq["bootstrap"]["picks"].values()) == pytest.approx(1.0)
+    (split,) = seq["split_half"]["splits"]
+    assert {split["l_star_a"], split["l_star_b"]} <= {1, 2, 3}
+    assert seq["split_half"]["agreement"] == float(split["l_star_a"] == split["l_star_b"])
     zarr_dir = root / "llama" / "hidden_states" / "states.zarr"
     mtimes = {p: p.stat().st_mtime_ns for p in zarr_dir.rglob("*") if p.is_file()}
 

@@ -57,16 +57,20 @@ def test_sweep_bridgeability_bridge_eval_and_schedule(tiny):
     res, err = _mat(defs, inst, ["bridgeability_llama"], {})
     assert not res.success and "--select bridge_sweep_llama --partition" in err[0]
 
-    sweep_ops = {"bridge_sweep_llama": {"config": PROTOCOL}}
+    # two training seeds per swept layer: the kept bridge and one replicate (issue 18)
+    sweep_ops = {"bridge_sweep_llama": {"config": {**PROTOCOL, "seeds": 2}}}
     for layer in ("1", "2", "3"):
         res, err = _mat(defs, inst, ["bridge_sweep_llama"], sweep_ops, partition=layer)
         assert res.success, err
         m = read_manifest(root / "llama" / "bridge_sweep" / f"layer_{int(layer):03d}")
         metrics = m.info["metrics"]
-        for k in ("val_loss", "recon_error", "hybrid_nll", "top1_agreement"):
+        for k in ("val_loss", "t1_loss", "recon_error", "hybrid_nll", "top1_agreement"):
             assert isinstance(metrics[k], float) and math.isfinite(metrics[k]), (k, metrics[k])
         assert 0.0 <= metrics["top1_agreement"] <= 1.0
         assert (m.info["metrics"]["steps"]) > 0
+        (other,) = m.info["seed_metrics"]  # the replicate: same layer and budget, another seed
+        assert other["layer"] == int(layer) and other["train_tokens"] == metrics["train_tokens"]
+        assert other["val_loss"] != metrics["val_loss"]
         d = root / "llama" / "bridge_sweep" / f"layer_{int(layer):03d}"
         assert (d / "bridge.safetensors").exists() and (d / "hparams.json").exists()
 
@@ -91,6 +95,21 @@ def test_sweep_bridgeability_bridge_eval_and_schedule(tiny):
     for row in b.info["spearman"]:
         lo, rho, hi = (row[f"{k}_vs_-val_loss"] for k in ("low", "spearman", "high"))
         assert rho != rho or lo <= rho <= hi, row  # NaN where a predictor is constant
+        if row["predictor"] != "depth (-l)":  # the paired test decides, corrected over the family
+            assert row["vs_depth_-val_loss"] in ("above", "below", "not distinguishable")
+            p, adj = row["p_vs_depth_-val_loss"], row["p_holm_vs_depth_-val_loss"]
+            assert p is None or adj >= p, row
+    # the seed spread at each swept layer, and the targets resampled on two levels
+    seeds = b.info["seeds"]
+    assert seeds["n_seeds"] == 2
+    assert [r["layer"] for r in seeds["spread"]["hybrid_nll"]] == [1, 2, 3]
+    assert all(r["n_seeds"] == 2 and r["sd"] >= 0 and r["min"] <= r["mean"] <= r["max"]
+               for r in seeds["spread"]["hybrid_nll"])
+    assert seeds["oracle"]["oracle"] == b.info["oracle"]
+    by = b.info["oracle_by"]["by"]
+    assert (b.info["oracle"], b.info["worst"]) == (by["hybrid_nll"]["oracle"],
+                                                   by["hybrid_nll"]["worst"])
+    assert by["val_loss"]["oracle"] in (1, 2, 3)
     assert b.info["regression"] == []  # no control trained yet: the report says so
     assert stale_assets(layout, "llama", 4) == []
 
@@ -100,9 +119,12 @@ def test_sweep_bridgeability_bridge_eval_and_schedule(tiny):
         assert res.success, err
         ctrl = read_manifest(root / "llama" / "regression_sweep" / f"layer_{int(layer):03d}")
         sweep = read_manifest(root / "llama" / "bridge_sweep" / f"layer_{int(layer):03d}")
-        assert ctrl.config == {**sweep.config, "steps": 1}
+        assert ctrl.config == {**sweep.config, "steps": 1, "seeds": 1}
+        assert "seed_metrics" not in ctrl.info
         assert ctrl.info["metrics"]["train_tokens"] == sweep.info["metrics"]["train_tokens"]
         assert ctrl.info["metrics"]["val_loss"] < ctrl.info["metrics"]["init_val_loss"]
+        # the control is validated at t = 1: its loss there is its validation loss
+        assert ctrl.info["metrics"]["t1_loss"] == pytest.approx(ctrl.info["metrics"]["val_loss"])
     assert stale_assets(layout, "llama", 4) == ["bridgeability_llama"]
     res, err = _mat(defs, inst, ["bridgeability_llama"], {})
     assert res.success, err

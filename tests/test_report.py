@@ -89,6 +89,35 @@ def test_l_star_with_and_without_its_stability():
     assert "95% of 20 bootstrap resamples of the tokens pick it again, 95 % range [2, 3]" in text
 
 
+@pytest.mark.parametrize(("agreement", "says"), [
+    (1.0, "two disjoint halves of the sequences agree on it"),
+    (0.0, "two disjoint halves of the sequences disagree"),
+    (0.5, "two disjoint halves of the sequences agree in 50% of splits"),
+])
+def test_l_star_over_resampled_sequences_and_split_halves(agreement, says):
+    from dataclasses import replace
+
+    firm = {"robust": {"l_star": 2, "same": 0.95, "replicates": 20, "low": 2, "high": 3,
+                       "picks": {2: 0.95, 3: 0.05}}}
+    splits = [{"l_star_a": 2, "l_star_b": 2 if agreement == 1 else 3,
+               "agree": agreement == 1}] + ([{"l_star_a": 2, "l_star_b": 2, "agree": True}]
+                                            if agreement == 0.5 else [])
+    seq = {"norm": "robust", "sequences": 8, "seconds": 3.0,
+           "bootstrap": {"l_star": 2, "same": 0.6, "replicates": 10, "low": 1, "high": 3,
+                         "picks": {2: 0.6, 1: 0.3, 3: 0.1}},
+           "split_half": {"splits": splits, "agreement": agreement}}
+    x = inputs(stability=firm)
+    x = replace(x, score={**x.score, "sequence_stability": seq})
+    text, _ = answer_l_star(x)
+    assert "; 60% of 10 resamples of whole sequences, 95 % range [1, 3]" in text and says in text
+    md = build_report(x).markdown
+    assert "| whole sequences resampled (of 8; all recomputed) | 2 | 10 | 60% | [1, 3] |" in md
+    assert "| tokens resampled (neighbourhoods, preconditioner fixed) | 2 | 20 | 95% |" in md
+    assert "| split halves of the sequences | 2 |" in md
+    # not computed: the report says so and the answer is unchanged
+    assert "sequence_resamples and split_halves are 0" in build_report(inputs()).markdown
+
+
 @pytest.mark.parametrize(("standing", "says"), [
     ("above", "geometry predicts how well a bridge learns better than depth does"),
     ("below", "depth predicts how well a bridge learns better than geometry does"),
@@ -100,6 +129,51 @@ def test_geometry_against_depth_each_way(standing, says):
     text, anchor = answer_geometry_vs_depth(x)
     assert says in text and anchor == BRIDGEABILITY
     assert "S_l (robust) has Spearman 0.50 [0.20, 0.80] with -val loss and depth 0.40 [0.10, 0.70]" in text
+
+
+def _paired_spearman(predictor, rho, verdicts, diff=0.3, p_holm=0.01):
+    """A predictor's row as bridgeability 3 writes it: the paired test per target."""
+    return SpearmanRow(predictor, {t: Spearman(rho, rho - 0.2, rho + 0.1, v, diff, diff - 0.1,
+                                               diff + 0.1, p_holm / 3, p_holm, 0.4, 0.1, 0.7)
+                                   for t, v in verdicts.items()}).to_dict()
+
+
+@pytest.mark.parametrize("standing", ["above", "below", "not distinguishable"])
+def test_geometry_against_depth_reads_the_paired_test(standing):
+    """The answer and the section come from the paired difference and its Holm-corrected
+    p-value; the hybrid NLL's verdict is read beside the validation loss's."""
+    verdicts = {"val_loss": standing, "recon_error": "not distinguishable",
+                "hybrid_nll": "below" if standing == "above" else "above"}
+    x = inputs(spearman=[_paired_spearman("S_l (robust)", 0.6, verdicts),
+                         _spearman(DEPTH, 0.4, 0.1, 0.7)])
+    text, _ = answer_geometry_vs_depth(x)
+    assert "(difference +0.30 [+0.20, +0.40])" in text
+    assert "by the paired difference of the Spearman correlations (95 %, Holm-corrected)" in text
+    assert f"against -hybrid NLL it is {verdicts['hybrid_nll']} depth" in text
+    md = build_report(x).markdown
+    assert "Holm-corrected over 3 predictor x target tests" in md
+    assert ("| S_l (robust) | -val_loss | 0.60 [0.40, 0.70] | +0.30 [+0.20, +0.40] | 0.00333 | "
+            f"0.01 | {standing} | +0.40 [+0.10, +0.70] |") in md
+    above = "1 above depth (S_l (robust))" if standing == "above" else "none above depth"
+    assert f"against -val loss, {above}" in md
+
+
+@pytest.mark.parametrize(("disagree", "says"), [
+    ((True, False), "the two measures disagree on the oracle"),
+    ((True, True), "the two measures disagree on the oracle and the worst layer"),
+    ((False, False), "the two measures agree"),
+])
+def test_bridgeability_names_the_oracle_by_both_measures(disagree, says):
+    x = inputs()
+    b = {**x.bridgeability, "oracle_by": {
+        "by": {"hybrid_nll": {"oracle": 3, "worst": 1},
+               "val_loss": {"oracle": 2 if disagree[0] else 3, "worst": 2 if disagree[1] else 1}},
+        "oracle_disagree": disagree[0], "worst_disagree": disagree[1]}}
+    from dataclasses import replace
+
+    md = build_report(replace(x, bridgeability=b)).markdown
+    assert ("the oracle layer by hybrid NLL is 3 and the worst 1 (full training follows these); "
+            "by validation loss") in md and says in md
 
 
 def test_geometry_against_depth_names_rivals_above_depth_and_says_when_unsettled():
@@ -165,3 +239,122 @@ def test_report_opens_on_its_answers_and_splits_the_proxies_by_normalisation():
     # one table per normalisation, five columns, instead of one 17-column table
     assert "| layer | m_curv | m_mono | k_eff | S |" in md
     assert md.count("### Proxies and S_l under") == 2 and "m_curv[none]" not in md
+
+
+def _scored(model, role, log_ppl, spread=0.3, n=16, seed=0, **extra):
+    """A generation row that kept its per-sample judge scores (eval 6): n samples of 10 judge
+    tokens whose log-perplexities scatter around `log_ppl`."""
+    import math
+
+    import numpy as np
+
+    lp = log_ppl + spread * np.random.default_rng(seed).standard_normal(n)
+    nll = [float(10 * v) for v in lp]
+    ppl = math.exp(sum(nll) / (10 * n))
+    return _gen(model, role, ppl, ppl * 0.9, ppl * 1.1, **{
+        "sample_nll": nll, "sample_tokens": [10] * n, "temperature": 1.0, "ppl_length": 16,
+        "ppl_length_scored": n - 1, "ppl_length_short": 1, "gen_ppl_at_length": ppl,
+        "diversity_spacy": 0.45, "mean_judge_length": 10.0, "mauve_diagnostic": True,
+        "mauve_n_p": n, "mauve_n_q": n, **extra})
+
+
+def test_generation_pairs_decide_by_the_log_ppl_difference_and_give_a_power_count():
+    from dihal.report import generation_pairs
+
+    dihal = _scored("dihal", "dihal", 4.0, seed=1, denoiser_parameters=1, train_tokens=1,
+                    sampler_steps=1)
+    comparison = [dihal, _scored("backbone", "backbone", 3.0, seed=2),
+                  _scored("sed", "baseline", 5.0, seed=3), _scored("codar", "baseline", 4.0,
+                                                                   seed=4)]
+    pairs = {p["model"]: p for p in generation_pairs(dihal, comparison[1:])}
+    assert pairs["backbone"]["verdict"] == "higher" and pairs["sed"]["verdict"] == "lower"
+    assert pairs["codar"]["verdict"] == "not distinguishable"
+    assert all(p["p_holm"] >= p["p"] for p in pairs.values())
+    # the count with 80 % power grows as the effect shrinks; it is at most what separated them
+    assert pairs["backbone"]["power"]["n"] <= 16 < pairs["codar"]["power"]["n"]
+    text, _ = answer_generation(inputs(comparison=comparison))
+    assert ("higher than the backbone's" in text and "(told apart by the difference of log "
+            "Gen.PPL)" in text)
+    assert ("lower than 1 of 2 baselines' (sed), beyond the difference of log Gen.PPL (Holm "
+            "over the pairs) for 1 of them") in text
+    md = build_report(inputs(comparison=comparison)).markdown
+    assert "told apart from 2 of the 3 other models (backbone, sed)" in md
+    assert (f"about {pairs['codar']['power']['n']} for codar samples per model") in md
+    assert "| DiHAL against | Gen.PPL ratio [95 %] | p (Holm) | DiHAL's Gen.PPL |" in md
+    # a DiHAL indistinguishable from the backbone says so
+    same = [dihal, _scored("backbone", "backbone", 4.0, seed=5)]
+    assert "(not told apart by the difference of log Gen.PPL)" in answer_generation(
+        inputs(comparison=same))[0]
+
+
+def _with_eval_rows(x, **columns):
+    from dataclasses import replace
+
+    rows = [{**r, **columns} for r in x.evaluation["rows"]]
+    return replace(x, evaluation={**x.evaluation, "rows": rows})
+
+
+def test_generation_section_states_start_token_temperature_length_and_mauve_status():
+    comparison = [_scored("dihal", "dihal", 4.0, seed=1, denoiser_parameters=1, train_tokens=1,
+                          sampler_steps=1), _scored("backbone", "backbone", 3.0, seed=2),
+                  _scored("sed", "baseline", 5.0, seed=3, temperature=None),
+                  _scored("codar", "baseline", 4.0, seed=4),
+                  _scored("codar (native T=0.7)", "baseline (native temperature)", 3.5, seed=6,
+                          temperature=0.7)]
+    x = _with_eval_rows(inputs(comparison=comparison), start_token="<|im_start|>",
+                        start_token_id=1)
+    md = build_report(x).markdown
+    assert "from the backbone's start token '<|im_start|>' (id 1)" in md
+    assert "Every ranked row decodes at temperature 1 (SED and Diffusion-LM round" in md
+    assert "codar (native T=0.7): the recipe's own temperature, an extra row, not ranked." in md
+    assert "first 16 judge tokens" in md and "| 15 of 16 |" in md
+    assert "MAUVE here is a diagnostic, not a result" in md and "MAUVE [95 %] (diagnostic)" in md
+    header = next(line for line in md.splitlines() if line.startswith("| model | temperature"))
+    for column in ("mean length (words)", "mean length (judge tokens)",
+                   "diversity (spaCy, as LD4LG)", "Gen.PPL, first 16 judge tokens [95 %]"):
+        assert column in header
+    # a MAUVE from 512 samples a side is a result; rows at two temperatures are flagged
+    big = [{**r, "mauve_diagnostic": False, "mauve_n_p": 512, "mauve_n_q": 512,
+            "temperature": 0.85 if r["role"] == "backbone" else r["temperature"]}
+           for r in comparison]
+    md = build_report(_with_eval_rows(inputs(comparison=big), start_token="<s>",
+                                      start_token_id=1)).markdown
+    assert "diagnostic" not in md and "| MAUVE [95 %] |" in md
+    assert "The rows decode at different temperatures" in md
+    # an evaluation made before the start token was recorded says so
+    assert "The unconditional start token was not recorded" in build_report(inputs()).markdown
+
+
+def test_bridgeability_shows_the_seed_spread_or_says_there_is_one_seed():
+    from dataclasses import replace
+
+    x = inputs()
+    assert "trained under one seed" in build_report(x).markdown
+    spread = {m: [{"layer": ll, "n_seeds": 2, "mean": 1.0 + ll, "sd": 0.1, "min": 0.9 + ll,
+                   "max": 1.1 + ll} for ll in (1, 2, 3)] for m in ("val_loss", "hybrid_nll")}
+    seeds = {"n_seeds": 2, "spread": spread,
+             "oracle": {"oracle": 1, "oracle_share": 0.8, "l_star_rank": 2, "l_star_rank_low": 1,
+                        "l_star_rank_high": 3, "gap": 0.5, "gap_low": 0.1, "gap_high": 0.9}}
+    md = build_report(replace(x, bridgeability={**x.bridgeability, "seeds": seeds})).markdown
+    assert "trained under up to 2 seeds" in md and "stays layer 1 in 80% of replicates" in md
+    assert "l* ranks 2 of 3 (95 % [1, 3])" in md
+    assert "| 1 | 2 | 2 +- 0.1 [1.9, 2.1] | 2 +- 0.1 [1.9, 2.1] |" in md
+
+
+@pytest.mark.parametrize("disagree", [True, False])
+def test_full_training_says_what_validation_loss_would_have_chosen(disagree):
+    from dataclasses import replace
+
+    from dihal.report import _full_training_summary
+
+    full = [{"role": role, "layer": ll, "val_loss": 0.5, "hybrid_nll": 3.0, "gen_ppl": 40.0}
+            for role, ll in (("geometry l*", 2), ("oracle", 3), ("worst", 1))]
+    x = inputs()
+    b = {**x.bridgeability, "oracle_by": {
+        "by": {"hybrid_nll": {"oracle": 3, "worst": 1},
+               "val_loss": {"oracle": 1 if disagree else 3, "worst": 1}},
+        "oracle_disagree": disagree, "worst_disagree": False}}
+    text = _full_training_summary(replace(x, full_training=full, bridgeability=b))
+    assert "oracle layer 3: 3.000 and 0.500" in text
+    assert ("By the sweep's validation loss the oracle would be layer 1 and the worst 1" in text) \
+        == disagree

@@ -31,6 +31,22 @@ def test_spearman_row_reads_a_row_without_intervals():
     row = SpearmanRow.from_dict({"predictor": "S_l (none)", "spearman_vs_-val_loss": 0.5})
     assert row.of().interval() == (0.5, None, None) and row.of().vs_depth == ""
     assert row.of("hybrid_nll") is None
+    # a row written before the paired test (bridgeability 2) has none of its columns
+    assert row.of().difference() == (None, None, None) and row.of().p_holm is None
+    assert row.of().partial_interval() == (None, None, None)
+
+
+def test_spearman_row_round_trips_the_paired_test_and_reads_nan_as_undefined():
+    from dihal.rows import Spearman
+
+    s = Spearman(0.9, 0.7, 1.0, "above", 0.4, 0.1, 0.6, 0.002, 0.012, 0.5, 0.2, 0.8)
+    row = SpearmanRow("S_l (none)", {"val_loss": s})
+    d = row.to_dict()
+    assert d["diff_vs_depth_-val_loss"] == 0.4 and d["p_holm_vs_depth_-val_loss"] == 0.012
+    assert d["partial_low_given_depth_-val_loss"] == 0.2
+    assert SpearmanRow.from_dict(d) == row
+    undefined = SpearmanRow.from_dict({**d, "partial_given_depth_-val_loss": math.nan})
+    assert undefined.of().partial_interval() == (None, 0.2, 0.8)
 
 
 def test_generation_row_keeps_its_columns_and_reads_intervals():

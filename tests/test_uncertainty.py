@@ -89,32 +89,120 @@ def test_bridgeability_table_rivals_orientation_and_standing_against_depth():
     assert rows["-cond_distance"].rho == 1.0
     assert rows["-cond_distance"].vs_depth == "not distinguishable"
     assert rows["S_l (none)"].vs_depth == "below"
-    # the typed row is written as the columns it always had, and read back from them
+    # the standing is the paired test's: depth's own row has none, the others carry it
+    assert rows[DEPTH].diff is None and rows["-cond_distance"].diff == 0.0
+    assert rows["S_l (none)"].diff < 0 and rows["S_l (none)"].diff_high < 0
+    assert rows["S_l (none)"].p_holm >= rows["S_l (none)"].p
+    # the typed row is written as its columns, and read back from them
     first = table["rows"][0].to_dict()
     assert list(first) == ["predictor"] + [c.format(m) for m in ("val_loss", "recon_error",
                                                                  "hybrid_nll")
                                            for c in ("spearman_vs_-{}", "low_vs_-{}",
-                                                     "high_vs_-{}", "vs_depth_-{}")]
+                                                     "high_vs_-{}", "vs_depth_-{}",
+                                                     "diff_vs_depth_-{}", "diff_low_vs_depth_-{}",
+                                                     "diff_high_vs_depth_-{}", "p_vs_depth_-{}",
+                                                     "p_holm_vs_depth_-{}",
+                                                     "partial_given_depth_-{}",
+                                                     "partial_low_given_depth_-{}",
+                                                     "partial_high_given_depth_-{}")]
     assert SpearmanRow.from_dict(first) == table["rows"][0]
+    assert [SpearmanRow.from_dict(r.to_dict()) for r in table["rows"]] == table["rows"]
     assert table["oracle"] == 1 and table["worst"] == 10
     # a rival table that lacks a swept layer is refused
     with pytest.raises(ValueError, match="lack swept layers"):
         bridgeability_table(_layers(losses), score, rivals[1:], n_boot=10)
 
 
-def test_samples_to_separate_scales_the_facing_half_widths():
-    from dihal.uncertainty import samples_to_separate
-
-    # 100 [90, 110] vs 130 [115, 150] from 64 samples: facing half-widths 10 + 15 = 25 > gap 30?
-    # no: 25 < 30, already apart
-    assert samples_to_separate(100, (90, 110), 130, (115, 150), 64) == 64
-    # 100 [80, 125] vs 130 [110, 160]: 25 + 20 = 45 over a gap of 30 -> 64 * 1.5^2 = 144
-    assert samples_to_separate(100, (80, 125), 130, (110, 160), 64) == 144
-    assert samples_to_separate(130, (110, 160), 100, (80, 125), 64) == 144  # symmetric
-    assert samples_to_separate(100, (80, 125), 100, (90, 110), 64) is None
+def _score(values, norm="none"):
+    return [{"norm": norm, "layer": ll, "S": float(v), "candidate": True}
+            for ll, v in enumerate(values, start=1)]
 
 
-# ---------------------------------------------------------------- paired comparisons (issue 18)
+@pytest.mark.parametrize("verdict", ["above", "below", "not distinguishable"])
+def test_bridgeability_table_gives_every_standing_on_hand_made_layers(verdict):
+    """Through bridgeability_table on hand-made layer rows: a score that ranks the layers
+    perfectly where depth barely does is "above"; a score unrelated to a target that depth
+    ranks perfectly is "below"; a score equal in rank to depth is "not distinguishable"."""
+    n = 12
+    layers = list(range(1, n + 1))
+    if verdict == "above":  # the loss follows a shuffle of the layers; the score ranks it exactly
+        order = np.random.default_rng(3).permutation(n)
+        losses = {ll: float(order[i]) for i, ll in enumerate(layers)}
+        score = _score([-losses[ll] for ll in layers])
+    elif verdict == "below":  # deeper is harder; the score is noise
+        losses = {ll: 0.1 * ll for ll in layers}
+        score = _score(np.random.default_rng(4).permutation(n))
+    else:  # deeper is harder, and the score is (a rescaled) depth: no difference
+        losses = {ll: 0.1 * ll + 0.01 * (ll % 3) for ll in layers}
+        score = _score([-2.0 * ll for ll in layers])
+    table = bridgeability_table(_layers(losses), score, n_boot=1000)
+    rows = {r.predictor: r for r in table["rows"]}
+    for target in ("val_loss", "recon_error", "hybrid_nll"):
+        s = rows["S_l (none)"].of(target)
+        assert s.vs_depth == verdict, (target, s)
+        assert rows[DEPTH].of(target).vs_depth == ""
+    s = rows["S_l (none)"].of()
+    if verdict == "above":
+        assert s.diff > 0 and s.diff_low > 0 and s.p_holm < 0.05 and s.partial > 0.9
+    elif verdict == "below":
+        assert s.diff < 0 and s.diff_high < 0 and s.p_holm < 0.05
+    else:  # a monotone function of depth: the same ranks, nothing left once depth is known
+        assert s.diff == 0.0 and s.p_holm >= 0.05 and s.partial is None
+
+
+def test_bridgeability_table_names_the_oracle_by_hybrid_nll_and_by_validation_loss():
+    """The validation loss ranks the layers opposite to the hybrid NLL: the oracle (and full
+    training) follow the NLL, and both are named with their disagreement."""
+    rows = [{"layer": ll, "val_loss": 1.0 / ll, "recon_error": 0.5, "hybrid_nll": 0.1 * ll}
+            for ll in range(1, 6)]
+    score = _score([0.1, 0.5, 0.2, 0.9, 0.3])
+    table = bridgeability_table(rows, score, n_boot=50)
+    assert (table["oracle"], table["worst"]) == (1, 5)
+    assert table["oracle_by"]["by"] == {"val_loss": {"oracle": 5, "worst": 1},
+                                        "hybrid_nll": {"oracle": 1, "worst": 5}}
+    assert table["oracle_by"]["oracle_disagree"] and table["oracle_by"]["worst_disagree"]
+    same = [{**r, "val_loss": r["hybrid_nll"]} for r in rows]
+    agree = bridgeability_table(same, score, n_boot=50)["oracle_by"]
+    assert not agree["oracle_disagree"] and not agree["worst_disagree"]
+
+
+def test_bridgeability_table_resamples_training_seeds_on_two_levels():
+    """With replicate seeds, the targets are the per-layer seed means, the intervals come from
+    the two-level resample (wider where seeds disagree), and the spread and the oracle's
+    standing over seeds are reported; one seed everywhere is the one-level table."""
+    n = 10
+    layers = list(range(1, n + 1))
+    rows = [{"layer": ll, "val_loss": 0.1 * ll, "recon_error": 0.1 * ll, "hybrid_nll": 0.1 * ll}
+            for ll in layers]
+    score = _score([-3, -1, -2, -4, -5, -8, -6, -7, -10, -9])  # depth's order, a few swaps
+    rng = np.random.default_rng(8)
+
+    def replicates(noise):
+        return {ll: [{k: 0.1 * ll + noise * rng.standard_normal() for k in
+                      ("val_loss", "recon_error", "hybrid_nll")} for _ in range(2)]
+                for ll in layers}
+
+    one = bridgeability_table(rows, score, n_boot=400)
+    assert one["seeds"] == {}
+    quiet = bridgeability_table(rows, score, n_boot=400, seed_rows=replicates(0.001), l_star=2)
+    noisy = bridgeability_table(rows, score, n_boot=400, seed_rows=replicates(0.3), l_star=2)
+    assert quiet["seeds"]["n_seeds"] == 3
+    spread = quiet["seeds"]["spread"]["hybrid_nll"]
+    assert [r["layer"] for r in spread] == layers and all(r["n_seeds"] == 3 for r in spread)
+    assert quiet["oracle"] == 1 and quiet["seeds"]["oracle"]["oracle"] == 1
+    assert quiet["seeds"]["oracle"]["l_star_rank"] == 2
+
+    def width(table):
+        s = next(r for r in table["rows"] if r.predictor == "S_l (none)").of("hybrid_nll")
+        return s.high - s.low, s.diff_high - s.diff_low
+
+    assert width(noisy)[0] > width(quiet)[0] and width(noisy)[1] > width(quiet)[1]
+    # a layer whose replicates are missing keeps its one seed (NaN-padded, not dropped)
+    partial = replicates(0.001)
+    del partial[3]
+    got = bridgeability_table(rows, score, n_boot=50, seed_rows=partial)["seeds"]["spread"]
+    assert [r["n_seeds"] for r in got["val_loss"]][:4] == [3, 3, 1, 3]
+
 
 def _better_than_depth(rng, n=10, noise=3.15, pred_noise=0.4):
     """10 layers: the target is depth plus noise (Spearman with depth about 0.7); the

@@ -71,7 +71,8 @@ class BridgeRun(WorkArtifact):
             raise CorruptArtifactError(
                 f"the bridge at {self.directory} cannot be read ({exc}). Delete the directory "
                 f"and materialise it again: {self.command()}") from exc
-        return TrainedBridge(tensors, hparams, BridgeMetrics(**m.info["metrics"]))
+        return TrainedBridge(tensors, hparams, BridgeMetrics(**m.info["metrics"]),
+                             seed_metrics=[BridgeMetrics(**d) for d in m.info.get("seed_metrics", [])])
 
 
 class SweepBridge(BridgeRun):

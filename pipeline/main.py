@@ -157,6 +157,10 @@ class Chain:
               + (f" (reused: {', '.join(cached)})" if cached else ""), flush=True)
 
 
+# dihal.backbones.DEVICE_MAPS, spelled here so that --help needs no torch (a test keeps them equal)
+DEVICE_MAP_CHOICES = ("auto", "balanced", "balanced_low_0", "sequential")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from dihal.registry import BASELINES
 
@@ -183,6 +187,11 @@ def build_parser() -> argparse.ArgumentParser:
                     help="cpu (default) | gpu | gpu-smollm2 | a JSON file of stage -> {field: "
                          "value} (dihal/profiles.py); gpu sweeps every layer unless --layers "
                          "is given")
+    ap.add_argument("--device-map", choices=DEVICE_MAP_CHOICES,
+                    default=os.environ.get("DIHAL_DEVICE_MAP") or None,
+                    help="spread the backbone over this host's GPUs (accelerate's device_map; "
+                         "default: one device). Recorded in the dump's backbone info and "
+                         "carried in every run's config")
     ap.add_argument("--module", default="pipeline.definitions",
                     help="the Dagster code location (a Python module defining `defs`)")
     return ap
@@ -204,6 +213,8 @@ def main(argv: list[str] | None = None) -> None:
     # profile's, and every run is submitted with them spelled out (pipeline.launch.Launcher), so
     # that a daemon or worker started under another profile runs what was asked here
     os.environ.update(DIHAL_PROFILE=args.profile, DIHAL_WORKERS=str(args.workers))
+    if args.device_map:  # the backbone resource's default in the driver's code server
+        os.environ["DIHAL_DEVICE_MAP"] = args.device_map
     if not os.environ.get("DAGSTER_HOME"):
         ap.error("DAGSTER_HOME is not set: runs go through a persistent Dagster instance. Run "
                  "`make run`, or `. ./env.sh` first.")

@@ -98,3 +98,22 @@ def test_backbone_resource_reads_the_device_map_setting(monkeypatch):
     assert importlib.reload(resources).BackboneResource().device_map == "auto"
     monkeypatch.delenv("DIHAL_DEVICE_MAP")
     assert importlib.reload(resources).BackboneResource().device_map is None
+
+
+def test_the_driver_offers_exactly_the_supported_device_maps_and_passes_one_on(monkeypatch):
+    """--device-map is checked by the parser against dihal.backbones.DEVICE_MAPS, and reaches
+    the backbone resource's default in the driver's code server (so every run's config)."""
+    import pytest
+
+    from dihal.backbones import DEVICE_MAPS
+    from pipeline import main as driver
+
+    assert tuple(driver.DEVICE_MAP_CHOICES) == tuple(DEVICE_MAPS)
+    monkeypatch.delenv("DIHAL_DEVICE_MAP", raising=False)
+    ap = driver.build_parser()
+    assert ap.parse_args(["--device-map", "auto"]).device_map == "auto"
+    assert ap.parse_args([]).device_map is None  # one device
+    monkeypatch.setenv("DIHAL_DEVICE_MAP", "balanced")
+    assert driver.build_parser().parse_args([]).device_map == "balanced"
+    with pytest.raises(SystemExit):
+        ap.parse_args(["--device-map", "everywhere"])

@@ -140,7 +140,7 @@ DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
 
 
 class Backbone:
-    """A loaded causal LM with the access DiHAL needs. Layers are 0-based (METHOD.md s.0)."""
+    """A loaded causal LM with the access DiHAL needs. Layers are 0-based (docs/method.md §0)."""
 
     device_map: str | None = None  # how load_backbone spread the model (None: one device)
 

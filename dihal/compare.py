@@ -1,4 +1,4 @@
-"""Baselines at DiHAL's budget and the full-training comparison (METHOD.md s.2, s.5)."""
+"""Baselines at DiHAL's budget and the full-training comparison (docs/method.md §2, §5)."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ NORMALIZATIONS = ("none", "rms", "standardize", "robust")
 MONO_STATS = ("median", "q05", "min_eig")
 DTYPE_MAX = {"float16": 65504.0, "float32": 3.4028234663852886e38}
 MIN_SWEPT_LAYERS = 3  # bridgeability needs at least this many swept layers
-# The bridge sampler's update rules (dihal.bridge.sampler; METHOD.md section 2): the posterior
+# The bridge sampler's update rules (dihal.bridge.sampler; docs/method.md §2): the posterior
 # step ("ancestral", the default until measured otherwise) and the marginal-preserving one.
 SAMPLER_RULES = ("ancestral", "marginal")
 DEFAULT_SAMPLER_RULE = "ancestral"
@@ -346,7 +346,7 @@ class BaselineRunConfig:
 
 @dataclass(frozen=True)
 class LayerScoreConfig:
-    # The normalisation whose argmax is l* (METHOD.md: the paper does not say; plain reading).
+    # The normalisation whose argmax is l* (docs/method.md: the paper does not say; plain reading).
     primary_norm: str = "none"
     # l*'s stability when the held-out SEQUENCES change (dihal.stability), under primary_norm:
     # cluster-bootstrap replicates of whole sequences, each recomputing the geometry of every

@@ -1,4 +1,4 @@
-"""Evaluation of generated text (METHOD.md s.4): the hybrid at l* and the backbone itself,
+"""Evaluation of generated text (docs/method.md §4): the hybrid at l* and the backbone itself,
 sampled the same way, scored by the same judge and metric code."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Locate: geometry proxies of one layer's hidden states (METHOD.md section 1).
+"""Locate: geometry proxies of one layer's hidden states (docs/method.md §1).
 
 For a sample x of n hidden states (n, d), after normalisation, with Sigma the sample covariance
 (denominator n - 1):

@@ -1,4 +1,4 @@
-"""The DiHAL hybrid (METHOD.md section 3) and autoregressive sampling shared with the backbone.
+"""The DiHAL hybrid (docs/method.md §3) and autoregressive sampling shared with the backbone.
 
     tokens -> E -> standardise -> bridge sampler -> de-standardise -> h_l_hat
            -> decoder layers l..N-1 -> final norm -> LM head -> logits
@@ -9,7 +9,7 @@ and feeds each new token through both exactly once: the prefix is never recomput
 uncached path recomputes the whole sequence at every step; with eta = 0 both give the same
 tokens.
 
-Sampling is the same code for the hybrid and for the backbone reference row (METHOD.md
+Sampling is the same code for the hybrid and for the backbone reference row (docs/method.md
 section 4): temperature, no top-p, and one uniform number per (sequence, position) drawn up
 front from a generator seeded with `seed`, turned into a token by inverting the CDF of the
 next-token distribution. So the tokens do not depend on the batch size or on the cached/uncached
@@ -245,7 +245,7 @@ def generate_backbone(backbone: Backbone, n: int, length: int, **kwargs) -> Tens
 
 
 class Hybrid:
-    """Backbone with its layers 0..l-1 replaced by a bridge from hs[0] (METHOD.md section 3).
+    """Backbone with its layers 0..l-1 replaced by a bridge from hs[0] (docs/method.md §3).
 
     cond_std / target_std: the standardisations of c = hs[0] and of h_l the bridge was trained
     with. first_state: the raw h_l of position 0 when the bridge was trained with position 0

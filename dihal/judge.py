@@ -1,4 +1,4 @@
-"""The judge LM that scores generated text (Gen.PPL, METHOD.md section 4).
+"""The judge LM that scores generated text (Gen.PPL, docs/method.md §4).
 
 `Judge` wraps any Hugging Face causal LM and its tokenizer and returns the total next-token NLL
 of texts, re-tokenised with the judge's own tokenizer (and its BOS). The LM head runs on chunks

@@ -99,7 +99,7 @@ def compute_geometry(
 
 def score_summary(rows: list[dict], *, primary_norm: str = "none") -> dict:
     """Layer scores per normalisation, l* for each, and Spearman(S_l, -l): how much of the
-    score is just "shallower is better" (the depth control of METHOD.md s.1)."""
+    score is just "shallower is better" (the depth control of docs/method.md §1)."""
     from dihal.score import depth_control, layer_scores, select_layer, spearman
 
     layers = sorted({r["layer"] for r in rows})

@@ -1,4 +1,4 @@
-"""Text metrics of generated samples (METHOD.md section 4), each a small function on strings.
+"""Text metrics of generated samples (docs/method.md §4), each a small function on strings.
 
 Words are `\\w+|[^\\w\\s]` matches (runs of word characters, or single punctuation marks), as in
 LD4LG's evaluation; case is kept. A metric that is undefined for the given texts (no n-grams at

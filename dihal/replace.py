@@ -1,5 +1,5 @@
 """Replace: train a bridge c = hs[0] -> h_l for one candidate layer under the fixed protocol,
-and measure its bridgeability (METHOD.md section 2).
+and measure its bridgeability (docs/method.md §2).
 
 Position 0 [ours]: every sequence starts with BOS, so h_l at position 0 is one constant vector
 of the backbone (the attention-sink state, with massive activations). It is excluded from the

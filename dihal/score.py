@@ -1,4 +1,4 @@
-"""Locate: the layer score S_l and its evaluation (METHOD.md section 1).
+"""Locate: the layer score S_l and its evaluation (docs/method.md §1).
 
 S_l = z(m_curv)_l + z(m_mono)_l - z(k_eff)_l, z-scored over the candidate layers of one backbone,
 separately for each normalisation; l* = argmax S_l. Correlations with bridgeability are reported

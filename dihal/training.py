@@ -1,4 +1,4 @@
-"""One training loop for every model that trains: the bridge and the baselines (METHOD.md s.2, s.5).
+"""One training loop for every model that trains: the bridge and the baselines (docs/method.md §2, §5).
 
 A model supplies a module and its loss; the loop owns everything a fair comparison must hold
 fixed, pinned by `TrainConfig`: the order of the sequences (a permutation from the seed), the
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 
 LossTerms = Callable[[nn.Module, Tensor, torch.Generator, torch.device], tuple[Tensor, Tensor | float]]
 
-# The noise levels t at which the bridge's validation loss is averaged (METHOD.md s.2): the
+# The noise levels t at which the bridge's validation loss is averaged (docs/method.md §2): the
 # default of TrainConfig.val_t_grid and of dihal.bridge.measures.
 DEFAULT_T_GRID: tuple[float, ...] = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 

@@ -1,4 +1,4 @@
-"""Geometry proxies on synthetic data with known answers (METHOD.md section 1)."""
+"""Geometry proxies on synthetic data with known answers (docs/method.md §1)."""
 
 from __future__ import annotations
 

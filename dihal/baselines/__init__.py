@@ -1,4 +1,4 @@
-"""Continuous-diffusion language-model baselines at DiHAL's budget (METHOD.md s.5).
+"""Continuous-diffusion language-model baselines at DiHAL's budget (docs/method.md §5).
 
 Each module exposes `build(embeddings, seq_len, target_params, seed, bos_id, eos_id)` returning
 a model that follows `dihal.baselines.base.Baseline`. The list of baselines, their modules and

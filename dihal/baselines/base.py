@@ -1,4 +1,4 @@
-"""What every continuous-diffusion baseline shares (METHOD.md s.5): the matched budget, its
+"""What every continuous-diffusion baseline shares (docs/method.md §5): the matched budget, its
 check, the interface, and its loss as the shared training loop takes it
 (`dihal.training.train_model`: the bridge's order, optimiser, schedule, budget and checks).
 

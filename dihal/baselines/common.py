@@ -1,6 +1,6 @@
 """What the baselines share besides their interface (`base.py`): sizing a denoiser to DiHAL's
 budget, the frozen token table in its normalised form, rounding vectors to the vocabulary, the
-length check, and `build`, the one construction of every baseline (METHOD.md s.5).
+length check, and `build`, the one construction of every baseline (docs/method.md §5).
 
 A baseline class declares what its construction needs (`build` reads nothing else):
     Config                                  its config dataclass (the default when none is given)

@@ -107,7 +107,7 @@ class LD4LGConfig:
     decoder: DecoderConfig = field(default_factory=DecoderConfig)
     self_cond_prob: float = 0.5
     eta: float = 1.0
-    temperature: float = 1.0  # METHOD.md s.4: samples at temperature 1 (greedy collapses)
+    temperature: float = 1.0  # docs/method.md §4: samples at temperature 1 (greedy collapses)
     autoencoder_steps: int | None = None
     schedule: CosineSchedule = field(default_factory=CosineSchedule)
 

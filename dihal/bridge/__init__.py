@@ -1,4 +1,4 @@
-"""The conditional diffusion bridge c = hs[0] -> h_l (METHOD.md sections 2 and 3).
+"""The conditional diffusion bridge c = hs[0] -> h_l (docs/method.md §2 and §3).
 
 Separate small pieces: the process (`BrownianBridge`), the network (`CausalDenoiser`), the loss,
 the samplers (full and incremental), the training loop and the evaluation measures.

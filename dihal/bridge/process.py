@@ -31,7 +31,7 @@ def _as_time(t: TimeLike, like: Tensor) -> Tensor:
 class BrownianBridge:
     """x_t = (1 - t) z0 + t z1 + sigma * sqrt(t (1 - t)) * eps, t in [0, 1].
 
-    sigma: bridge noise scale (METHOD.md section 2: 1 by default).
+    sigma: bridge noise scale (docs/method.md §2: 1 by default).
     t_eps: `sample_t` draws from U(t_eps, 1 - t_eps) so that training never sees the noiseless
         endpoints exactly (both are allowed in `marginal`).
     """
@@ -111,7 +111,7 @@ class BrownianBridge:
         eps: Tensor | None = None,
     ) -> Tensor:
         """x_s for 0 <= s < t <= 1 that keeps the training marginals (the bridge analogue of
-        DDIM, METHOD.md section 2):
+        DDIM, docs/method.md §2):
 
             x_s = (1 - s) z0_hat + s z1 + sigma sqrt(s (1 - s)) eps_hat,
 

@@ -1,7 +1,7 @@
 """Samplers for the bridge: the full-sequence one and an incremental one for generation.
 
 Both walk the grid t_k = k / K from x_1 = z1 = c down to t_0 = 0 with one of two update rules
-(METHOD.md section 2); the denoiser is an argument, never a dependency.
+(docs/method.md §2); the denoiser is an argument, never a dependency.
 
 - "ancestral": the process's posterior step, x_s = (1 - s/t) z0_hat + (s/t) x_t (+ eta noise);
   with eta = 0 every x_s is noise-free, off the training marginals.

@@ -1,4 +1,4 @@
-"""Training a bridge denoiser under the fixed protocol of METHOD.md section 2.
+"""Training a bridge denoiser under the fixed protocol of docs/method.md §2.
 
 The loop itself (order, noise seeds, optimiser, schedule, budget, resume, checks, bf16,
 checkpoints) is `dihal.training.train_model`, shared with the baselines; this module supplies

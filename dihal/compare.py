@@ -115,15 +115,24 @@ def comparison(eval_rows: list[dict], bridge: BridgeMetrics, sampler_steps: int,
     dihal_budget = {"denoiser_parameters": bridge.denoiser_parameters,
                     "train_tokens": bridge.train_tokens, "sampler_steps": sampler_steps,
                     "seq_len": None}
+    from dihal.generation import CHOSEN_K, PAIRED_KEYS
+
     keys = (*GENERATION_KEYS, "repetition", "mean_length")
+    # DiHAL at the K chosen on validation: the same bridge, sampled with that K; the control
+    # hybrids' rows and the backbone's carry their paired difference from DiHAL's Gen.PPL
     rows = [{"model": r["model"], "role": r["role"], **{k: r[k] for k in keys},
-             **(dihal_budget if r["role"] == "dihal" else dict.fromkeys(dihal_budget))}
+             **(dihal_budget if r["role"] == "dihal" else
+                {**dihal_budget, "sampler_steps": r["steps"]} if r["role"] == CHOSEN_K
+                else dict.fromkeys(dihal_budget)),
+             **{k: r[k] for k in ("layer", *PAIRED_KEYS) if k in r}}
             for r in eval_rows]
     rows += [{"model": n, "role": "baseline", **{k: r[k] for k in keys}, **r["budget"]}
              for n, r in baselines.items()]
+    columns = dict.fromkeys(k for r in rows for k in r)  # every row has every column
+    rows = [{k: r.get(k) for k in columns} for r in rows]
     seq_len = next((r["seq_len"] for r in rows if r.get("seq_len")), None)
     for r in rows:
-        if r["role"] == "dihal":
+        if r["role"] in ("dihal", CHOSEN_K):
             r["seq_len"] = seq_len
     return ComparisonResult(rows=rows, missing=missing)
 

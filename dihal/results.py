@@ -235,9 +235,13 @@ class EvalResult:
     samples: list[dict]  # {"model", "index", "seed", "text"}
     judge: dict[str, Any]  # Judge.info()
     layer: int
+    # the controls' settings (dihal.generation.evaluate_with_controls): the protocol's K, the
+    # (rule, K) chosen on validation, and why a control has no row
+    controls: dict[str, Any] = field(default_factory=dict)
 
     def info(self) -> dict:
-        return {"rows": self.rows, "judge": self.judge}
+        return {"rows": self.rows, "judge": self.judge,
+                **({"controls": self.controls} if self.controls else {})}
 
     def metadata(self) -> dict:
         """Gen.PPL, diversity and latency of the hybrid and the backbone as top-level numbers."""

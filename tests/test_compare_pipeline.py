@@ -70,8 +70,18 @@ def test_baselines_comparison_full_training_report(tiny):  # noqa: F811
               for e in res.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"}
     assert checks == {"budgets_matched": True, "names_its_inputs": True}
     rows = read_manifest(root / "llama" / "comparison").info["rows"]
-    assert [r["model"] for r in rows][2:] == ["diffusion-lm", "sed", "ld4lg", "codar"]
-    assert [r["role"] for r in rows] == ["dihal", "backbone"] + ["baseline"] * 4
+    assert [r["model"] for r in rows][-4:] == ["diffusion-lm", "sed", "ld4lg", "codar"]
+    # the control hybrids of the eval (no regression control was swept here: no regression
+    # row, and the eval says so), and DiHAL at the chosen K where that is not the protocol's
+    ev_info = read_manifest(root / "llama" / "eval").info
+    assert "no regression control" in ev_info["controls"]["regression"]
+    chosen = [] if ev_info["controls"].get("chosen_is_protocol") else ["dihal (chosen K)"]
+    assert [r["role"] for r in rows] == ["dihal", "backbone", *chosen, "control", "control"] + [
+        "baseline"] * 4
+    assert [r["model"] for r in rows if r["role"] == "control"] == [
+        f"layer-drop (l={bridge['layer']})", f"ridge (l={bridge['layer']})"]
+    for r in rows[1:-4]:
+        assert r["dihal_verdict"] in ("above", "below", "not distinguishable")
     assert rows[0]["train_tokens"] == bridge["train_tokens"] and rows[1]["train_tokens"] is None
     full = read_manifest(root / "llama" / "full_training").info["rows"]
     b = read_manifest(root / "llama" / "bridgeability").info

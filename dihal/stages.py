@@ -47,23 +47,26 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
     Stage("bridge", "3", "Bridge", "BridgeProtocol", "FullBridgeRunConfig", {"epochs": 2.0},
           "The bridge at l* with the full budget: the sweep protocol with more passes.",
           history="2: train_tokens = sequences consumed x length; 3: init validation loss"),
-    Stage("eval", "5", "Evaluation", "EvalConfig", "EvalRunConfig",
+    Stage("eval", "6", "Evaluation", "EvalConfig", "EvalRunConfig",
           history="2: rows carry their role, the judge's name; 3: mean-of-samples Gen.PPL, "
           "intervals; 4: the backbone sampled with the step's threads (MAUVE no longer drops "
-          "them to 1); 5: rows record the CPU kernels (torch's CPU capability) beside the threads"),
+          "them to 1); 5: rows record the CPU kernels (torch's CPU capability) beside the "
+          "threads; 6: DiHAL at the K chosen on validation and the control hybrids (regression, "
+          "layer-drop, ridge), each with its paired difference from DiHAL"),
     Stage("regression_sweep", "1", "RegressionControl"),
     Stage("sampler_steps", "4", "SamplerCurve", "SamplerCurveConfig", "SamplerCurveRunConfig",
           history="2: measured with the step's threads (as eval 4); 3: the trained K's row is "
           "the bridge's own measurement; 4: rows carry their sampler rule (`rules` setting)"),
     Stage("baseline", "3", "BaselineRun", "BaselineRunConfig", "BaselineRunConfig",
           history="2: trained by the bridge's loop (one trainer); 3: as eval 3"),
-    Stage("comparison", "3", "Comparison", history="2: rows carry their role; 3: as eval 3"),
+    Stage("comparison", "4", "Comparison", history="2: rows carry their role; 3: as eval 3; "
+          "4: the control hybrids' rows and DiHAL's at the chosen K, with paired differences"),
     Stage("full_training", "3", "FullTraining", history="2: as eval 3; 3: as eval 4"),
-    Stage("report", "7", "Report",
+    Stage("report", "8", "Report",
           history="3: built from typed inputs; 4: rival predictors and intervals; 5: across "
           "backbones; 6: a lone backbone's report suggests another one, not itself; the CPU "
           "kernels the samples were drawn with; 7: opens on its answers, each linking to its "
-          "section; one proxy table per normalisation"),
+          "section; one proxy table per normalisation; 8: DiHAL against its control hybrids"),
 )}
 
 CODE_VERSIONS = {name: s.code_version for name, s in STAGES.items()}

@@ -8,10 +8,12 @@ import pytest
 from dihal.report import (
     ANSWERS,
     BRIDGEABILITY,
+    CONTROLS,
     GENERATION,
     LOCATE,
     REGRESSION,
     answer_bridge_vs_regression,
+    answer_controls,
     answer_cost,
     answer_generation,
     answer_geometry_vs_depth,
@@ -165,3 +167,48 @@ def test_report_opens_on_its_answers_and_splits_the_proxies_by_normalisation():
     # one table per normalisation, five columns, instead of one 17-column table
     assert "| layer | m_curv | m_mono | k_eff | S |" in md
     assert md.count("### Proxies and S_l under") == 2 and "m_curv[none]" not in md
+
+
+def _control(model, ppl, diff, low, high, verdict, role="control"):
+    return _gen(model, role, ppl, ppl * 0.9, ppl * 1.1, dihal_log_ppl_diff=diff,
+                dihal_log_ppl_diff_low=low, dihal_log_ppl_diff_high=high,
+                dihal_log_ppl_diff_p=0.01 if verdict != "not distinguishable" else 0.5,
+                dihal_verdict=verdict, paired_samples=4)
+
+
+def _with_controls(*controls):
+    return inputs(comparison=[_gen("DiHAL (l=2)", "dihal", 50.0, 45.0, 55.0, denoiser_parameters=1,
+                                   train_tokens=1, sampler_steps=4),
+                              _gen("backbone", "backbone", 30.0, 28.0, 32.0), *controls])
+
+
+def test_controls_each_way():
+    import math
+
+    # no control rows: not settled
+    text, anchor = answer_controls(inputs())
+    assert anchor == CONTROLS and text.startswith("Whether DiHAL beats its control hybrids is "
+                                                  "not settled")
+    # DiHAL lower than the ridge beyond the paired interval, the layer-drop not distinguishable
+    x = _with_controls(_control("ridge (l=2)", 80.0, math.log(0.625), -0.6, -0.3, "below"),
+                       _control("layer-drop (l=2)", 52.0, -0.04, -0.2, 0.1, "not distinguishable"))
+    text, _ = answer_controls(x)
+    assert text.startswith("DiHAL has the lowest Gen.PPL of itself and its controls: ")
+    assert "0.62x ridge (l=2)'s [0.55, 0.74], lower beyond the paired 95 % interval" in text
+    assert "0.96x layer-drop (l=2)'s [0.82, 1.11], not distinguishable at the paired 95 % level" in text
+    assert text.endswith("(DiHAL lower beyond the paired interval than 1, higher than 0 of 2).")
+    # the regression hybrid wins beyond the interval; DiHAL at the chosen K is a row too
+    x = _with_controls(_control("regression (l=2)", 20.0, math.log(2.5), 0.7, 1.1, "above"),
+                       _control("DiHAL (l=2, K=2 marginal, chosen on validation)", 45.0,
+                                math.log(50 / 45), 0.0, 0.2, "not distinguishable",
+                                role="dihal (chosen K)"))
+    text, _ = answer_controls(x)
+    assert text.startswith("regression (l=2) has the lowest Gen.PPL of DiHAL and its controls: ")
+    assert "2.50x regression (l=2)'s [2.01, 3.00], higher beyond the paired 95 % interval" in text
+    assert text.endswith("(DiHAL lower beyond the paired interval than 0, higher than 1 of 2).")
+    # a row with too few paired samples has no interval, and says so
+    x = _with_controls(_control("ridge (l=2)", 80.0, float("nan"), float("nan"), float("nan"),
+                                "not distinguishable"))
+    assert "ridge (l=2): no paired difference" in answer_controls(x)[0]
+    md = build_report(x).markdown
+    assert "## 3a. DiHAL against its control hybrids" in md and "ridge (l=2)" in md

@@ -106,14 +106,18 @@ def _regression_summary(rows: list[RegressionRow], swept: list[int]) -> str:
 
 
 def _sampler_summary(curve: dict) -> str:
-    rows = sorted(curve["rows"], key=lambda r: r["steps"])
+    from dihal.config import DEFAULT_SAMPLER_RULE
+
+    rows = sorted((r for r in curve["rows"] if r.get("rule", DEFAULT_SAMPLER_RULE)
+                   == DEFAULT_SAMPLER_RULE), key=lambda r: r["steps"]) or curve["rows"]
     lo, hi = rows[0], rows[-1]
-    best = min(rows, key=lambda r: r["hybrid_nll"])
+    best = min(curve["rows"], key=lambda r: (r["hybrid_nll"], r["steps"]))
     return (f"At l* = {curve['layer']} the bridge was trained for a {lo['trained_steps']}-step "
             f"sampler. With K = {lo['steps']} step(s) the hybrid's NLL is {lo['hybrid_nll']:.3f} "
             f"and its reconstruction error {lo['recon_error']:.3f}; with K = {hi['steps']}, "
             f"{hi['hybrid_nll']:.3f} and {hi['recon_error']:.3f} (the backbone: "
-            f"{lo['backbone_nll']:.3f}). The lowest NLL is at K = {best['steps']}. Generation "
+            f"{lo['backbone_nll']:.3f}). The lowest NLL is at K = {best['steps']}"
+            f"{' (' + best['rule'] + ' rule)' if best.get('rule') else ''}. Generation "
             f"costs {lo['ms_per_token']:.1f} ms per token at K = {lo['steps']} and "
             f"{hi['ms_per_token']:.1f} at K = {hi['steps']}.")
 
@@ -488,8 +492,8 @@ def _regression_section(r: Document, x: ReportInputs) -> None:
 def _sampler_section(r: Document, x: ReportInputs) -> None:
     r.h2("2b. What the sampler's steps buy at l*", SAMPLER)
     r.p(_sampler_summary(x.sampler_curve))
-    r.table(x.sampler_curve["rows"], ["steps", "recon_error", "hybrid_nll", "top1_agreement",
-                                      "ms_per_token"], ".4g")
+    r.table(x.sampler_curve["rows"], ["rule", "steps", "recon_error", "hybrid_nll",
+                                      "top1_agreement", "ms_per_token"], ".4g")
 
 
 def _generation_section(r: Document, x: ReportInputs) -> None:

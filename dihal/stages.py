@@ -54,9 +54,10 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
           "threads; 6: DiHAL at the K chosen on validation and the control hybrids (regression, "
           "layer-drop, ridge), each with its paired difference from DiHAL"),
     Stage("regression_sweep", "1", "RegressionControl"),
-    Stage("sampler_steps", "4", "SamplerCurve", "SamplerCurveConfig", "SamplerCurveRunConfig",
+    Stage("sampler_steps", "5", "SamplerCurve", "SamplerCurveConfig", "SamplerCurveRunConfig",
           history="2: measured with the step's threads (as eval 4); 3: the trained K's row is "
-          "the bridge's own measurement; 4: rows carry their sampler rule (`rules` setting)"),
+          "the bridge's own measurement; 4: rows carry their sampler rule (`rules` setting); "
+          "5: both rules by default (eval samples at the (rule, K) they choose)"),
     Stage("baseline", "3", "BaselineRun", "BaselineRunConfig", "BaselineRunConfig",
           history="2: trained by the bridge's loop (one trainer); 3: as eval 3"),
     Stage("comparison", "4", "Comparison", history="2: rows carry their role; 3: as eval 3; "

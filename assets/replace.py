@@ -175,7 +175,8 @@ def replace_assets(backbone: str, n_layers: int) -> list:
             reference=run.judge().features(reference_texts(run, cfg.length)),
             reader=states.reader(), train_pairs=pairs_of(run, layer),
             regression=control.read() if control else None,
-            chosen=choose_steps(cm.info["rows"])), judge=run.judge_name())
+            chosen=choose_steps(cm.info["rows"]),
+            cost_steps=[r["steps"] for r in cm.info["rows"]]), judge=run.judge_name())
 
     @stage_asset(backbone, "sampler_steps", [bridge, key("hidden_states")], kinds={"parquet"})
     def sampler_steps(context: dg.AssetExecutionContext,

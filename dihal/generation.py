@@ -169,7 +169,8 @@ CHOSEN_K = "dihal (chosen K)"  # the role of DiHAL's row at the (rule, K) chosen
 def evaluate_with_controls(backbone, trained: TrainedBridge, judge, cfg: EvalConfig,
                            progress: Callable[[str], None] | None = None, *, reference=None,
                            reader, train_pairs: Callable, regression: TrainedBridge | None = None,
-                           chosen: dict | None = None) -> EvalResult:
+                           chosen: dict | None = None,
+                           cost_steps: Sequence[int] = (1, 2, 4, 8, 16)) -> EvalResult:
     """The eval stage with DiHAL's controls (issue 20): DiHAL at its protocol's K and the
     backbone (evaluate_generation), then, sampled and scored the same way (count, length,
     temperature, seed, judge):
@@ -181,7 +182,9 @@ def evaluate_with_controls(backbone, trained: TrainedBridge, judge, cfg: EvalCon
     - the ridge hybrid, fitted on the layer's training pairs (`train_pairs()`, raw, as the
       bridge stage builds them) in the bridge's standardisation, its penalty chosen on the
       held-out pairs of `reader`.
-    Each row after DiHAL's carries the paired difference of its log Gen.PPL from DiHAL's."""
+    Each row after DiHAL's carries the paired difference of its log Gen.PPL from DiHAL's.
+    The result's `cost`: FLOPs and measured ms per generated token of the backbone, DiHAL at
+    each K of `cost_steps` and each control (controls_cost), and the FLOP model."""
     from dihal.config import DEFAULT_SAMPLER_RULE
     from dihal.control_hybrids import (
         bridge_hybrid,
@@ -190,6 +193,7 @@ def evaluate_with_controls(backbone, trained: TrainedBridge, judge, cfg: EvalCon
         regression_hybrid,
         ridge_hybrid,
     )
+    from dihal.cost import COST_LENGTH
 
     layer, k0 = trained.layer, int(trained.hparams["protocol"]["steps"])
     extra, notes = [], {"protocol_steps": k0, "chosen": chosen}
@@ -224,7 +228,32 @@ def evaluate_with_controls(backbone, trained: TrainedBridge, judge, cfg: EvalCon
                    "ridge_val_mse": ridge.val_mse}))
     result = evaluate_generation(backbone, trained, judge, cfg, progress, reference=reference,
                                  extra=extra)
-    return replace(result, controls=notes)
+    if progress:
+        progress("cost per generated token: FLOPs and timed decodes")
+    cost = controls_cost(backbone, trained, [(n, m, c["steps"]) for n, role, m, c in extra
+                                             if role == CONTROL],
+                         steps=cost_steps, length=min(cfg.length, COST_LENGTH), seed=cfg.seed)
+    return replace(result, controls=notes, cost=cost)
+
+
+def controls_cost(backbone, trained: TrainedBridge, controls: list[tuple[str, Any, int]], *,
+                  steps: Sequence[int], length: int, seed: int = 0) -> dict:
+    """dihal.cost.eval_cost of the backbone, DiHAL at each K of `steps` (default rule) and
+    each control hybrid (name, model, its denoiser steps: 1 for the regression hybrid, else 0)."""
+    from functools import partial
+
+    from dihal.control_hybrids import bridge_hybrid
+    from dihal.cost import CostSubject, eval_cost
+    from dihal.hybrid import decode_backbone
+
+    layer = trained.layer
+    dihal = {k: bridge_hybrid(backbone, trained, steps=k) for k in sorted(set(steps))}
+    subjects = [CostSubject("backbone", partial(decode_backbone, backbone)),
+                *(CostSubject(f"DiHAL (l={layer}, K={k})", h.decode, k, layer)
+                  for k, h in dihal.items()),
+                *(CostSubject(name, m.decode, k, layer) for name, m, k in controls)]
+    return eval_cost(backbone, next(iter(dihal.values())).denoiser, subjects, length=length,
+                     seed=seed)
 
 
 def sample_and_score(backbone, models: list[tuple[str, str, Callable]], judge, cfg: EvalConfig,

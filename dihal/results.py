@@ -238,10 +238,13 @@ class EvalResult:
     # the controls' settings (dihal.generation.evaluate_with_controls): the protocol's K, the
     # (rule, K) chosen on validation, and why a control has no row
     controls: dict[str, Any] = field(default_factory=dict)
+    # cost per generated token (dihal.cost.eval_cost): the FLOP model and the measured rows
+    cost: dict[str, Any] = field(default_factory=dict)
 
     def info(self) -> dict:
         return {"rows": self.rows, "judge": self.judge,
-                **({"controls": self.controls} if self.controls else {})}
+                **({"controls": self.controls} if self.controls else {}),
+                **({"cost": self.cost} if self.cost else {})}
 
     def metadata(self) -> dict:
         """Gen.PPL, diversity and latency of the hybrid and the backbone as top-level numbers."""

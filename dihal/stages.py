@@ -52,7 +52,7 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
           "intervals; 4: the backbone sampled with the step's threads (MAUVE no longer drops "
           "them to 1); 5: rows record the CPU kernels (torch's CPU capability) beside the "
           "threads; 6: DiHAL at the K chosen on validation and the control hybrids (regression, "
-          "layer-drop, ridge), each with its paired difference from DiHAL"),
+          "layer-drop, ridge), each with its paired difference from DiHAL; cost per token"),
     Stage("regression_sweep", "1", "RegressionControl"),
     Stage("sampler_steps", "5", "SamplerCurve", "SamplerCurveConfig", "SamplerCurveRunConfig",
           history="2: measured with the step's threads (as eval 4); 3: the trained K's row is "
@@ -67,7 +67,8 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
           history="3: built from typed inputs; 4: rival predictors and intervals; 5: across "
           "backbones; 6: a lone backbone's report suggests another one, not itself; the CPU "
           "kernels the samples were drawn with; 7: opens on its answers, each linking to its "
-          "section; one proxy table per normalisation; 8: DiHAL against its control hybrids"),
+          "section; one proxy table per normalisation; 8: DiHAL against its control hybrids; "
+          "cost per generated token, hybrid NLL against FLOPs, the break-even"),
 )}
 
 CODE_VERSIONS = {name: s.code_version for name, s in STAGES.items()}

@@ -4,6 +4,7 @@ full training (l*, oracle, worst) and the report."""
 import json
 
 import dagster as dg
+import pytest
 
 from dihal.report import another_backbone
 from storage import read_manifest
@@ -85,6 +86,19 @@ def test_baselines_comparison_full_training_report(tiny):  # noqa: F811
         f"layer-drop (l={bridge['layer']})", f"ridge (l={bridge['layer']})"]
     for r in rows[1:-4]:
         assert r["dihal_verdict"] in ("above", "below", "not distinguishable")
+    # the cost table: the backbone, DiHAL at each K of the curve, the controls; the FLOP model
+    # counted from the parts prices each hybrid as the direct count of its decode does
+    from dihal.cost import flop_model_of
+
+    cost = ev_info["cost"]
+    model = flop_model_of(cost["flop_model"])
+    assert [c["model"] for c in cost["rows"]] == ["backbone"] + [
+        f"DiHAL (l={bridge['layer']}, K={k})" for k in (1, 2, 4)] + [
+        f"layer-drop (l={bridge['layer']})", f"ridge (l={bridge['layer']})"]
+    assert cost["rows"][0]["flops_per_token"] == pytest.approx(model.backbone(), rel=1e-9)
+    for c in cost["rows"][1:4]:
+        assert c["flops_per_token"] == pytest.approx(model.hybrid(c["layer"], c["K"]), rel=1e-9)
+        assert c["ms_per_token"] > 0
     assert rows[0]["train_tokens"] == bridge["train_tokens"] and rows[1]["train_tokens"] is None
     full = read_manifest(root / "llama" / "full_training").info["rows"]
     b = read_manifest(root / "llama" / "bridgeability").info
@@ -116,7 +130,9 @@ def test_baselines_comparison_full_training_report(tiny):  # noqa: F811
         for needle in ("Locate", "bridgeability", "Full training", "diffusion-lm", "codar",
                        "depth (-l)", "data:image/png;base64,", "S_l (robust)", "-cond_distance",
                        "ridge_r2", "twonn_id", "What the sampler", "mean of samples [95 %]",
-                       "MAUVE [95 %]", "regression control", "resamples picking l*"):
+                       "MAUVE [95 %]", "regression control", "resamples picking l*",
+                       "3a. DiHAL against its control hybrids", "3b. Cost per generated token",
+                       "max K cheaper", "Gen.PPL DiHAL / this [paired 95 %]"):
             assert needle in text, needle
     assert "5. Across backbones" in md and "Only llama has been materialised here" in md
     # it suggests an embedded backbone other than itself (gemma3's report once suggested gemma3)

@@ -109,6 +109,8 @@ def evaluate_generation(backbone, trained: TrainedBridge, judge, cfg: EvalConfig
         ref["latency_vs_backbone"] = 1.0
     if extra:
         paired_against_first(rows, samples, scorer, seed=cfg.seed)
+        columns = dict.fromkeys(k for r in rows for k in r)  # every row has every column
+        rows = [{k: r.get(k) for k in columns} for r in rows]
     return EvalResult(rows=rows, samples=samples, judge=judge.info(), layer=layer)
 
 

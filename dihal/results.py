@@ -248,8 +248,10 @@ class EvalResult:
 
     def metadata(self) -> dict:
         """Gen.PPL, diversity and latency of the hybrid and the backbone as top-level numbers."""
-        numbers = {f"{r['role']} {k}": r[k] for r in self.rows
-                   for k in ("gen_ppl", "diversity", "repetition", "ms_per_token")}
+        # (by role for DiHAL and the backbone; by name for the controls, which share a role)
+        numbers = {f"{r['role'] if r['role'] in ('dihal', 'backbone') else r['model']} {k}": r[k]
+                   for r in self.rows for k in ("gen_ppl", "diversity", "repetition",
+                                                "ms_per_token")}
         return {"layer": self.layer, "judge": self.judge["judge"], **numbers,
                 "latency_vs_backbone": self.rows[0]["latency_vs_backbone"]}
 

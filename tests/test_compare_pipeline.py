@@ -86,6 +86,10 @@ def test_baselines_comparison_full_training_report(tiny):  # noqa: F811
         f"layer-drop (l={bridge['layer']})", f"ridge (l={bridge['layer']})"]
     for r in rows[1:-4]:
         assert r["dihal_verdict"] in ("above", "below", "not distinguishable")
+    import pyarrow.parquet as pq
+
+    written = pq.read_table(root / "llama" / "eval" / "eval.parquet").to_pylist()
+    assert [r["dihal_verdict"] for r in written][1:] == [r["dihal_verdict"] for r in ev_info["rows"][1:]]
     # the cost table: the backbone, DiHAL at each K of the curve, the controls; the FLOP model
     # counted from the parts prices each hybrid as the direct count of its decode does
     from dihal.cost import flop_model_of

@@ -29,6 +29,7 @@ from storage import (
     Sequences,
     SweepBridge,
     bridgeability_inputs,
+    eval_inputs,
 )
 
 
@@ -54,6 +55,25 @@ def trainer(run: StageRun, art: BridgeRun, layer: int, protocol, regression: boo
                            warn=run.warn, keep_pairs=keep_pairs)
 
     return compute
+
+
+def pairs_of(run: StageRun, layer: int):
+    """The raw (hs[0], h_layer) training pairs, as `trainer` builds them: from the dump, or
+    computed for the training sequences where the dump did not store that split."""
+    def pairs():
+        from dihal.config import ExtractConfig
+        from dihal.extract import layer_pairs
+        from dihal.replace import _pairs
+
+        states = run.art(HiddenStates)
+        (dump,) = run.require(states)
+        reader = states.reader()
+        if "train" in reader.splits:
+            return _pairs(reader, "train", layer)
+        return layer_pairs(run.model(), run.art(Sequences).token_ids()["train"], layer,
+                           ExtractConfig(**dump.config), progress=run.throttled())
+
+    return pairs
 
 
 def reference_texts(run: StageRun, length: int) -> list[str]:
@@ -138,18 +158,33 @@ def replace_assets(backbone: str, n_layers: int) -> list:
         return run.produce(out, protocol, [states, score], trainer(run, out, layer, protocol),
                            layer=layer)
 
-    @stage_asset(backbone, "eval", [bridge], kinds={"jsonl"})
+    @stage_asset(backbone, "eval", [bridge, key("sampler_steps"), key("hidden_states")],
+                 kinds={"jsonl"})
     def evaluation(context: dg.AssetExecutionContext, config: EvalRunConfig) -> dg.MaterializeResult:
         """Unconditional samples of the hybrid at l* and of the backbone (same count, length,
-        temperature, seeds): Gen.PPL under the judge, diversity, repetition, latency."""
-        from dihal.generation import evaluate_generation
+        temperature, seeds): Gen.PPL under the judge, diversity, repetition, latency; and of
+        the hybrid at the K chosen on validation and the control hybrids (regression at l*
+        where swept, layer-drop, ridge), each against DiHAL with a paired interval."""
+        from dihal.controls import choose_steps
+        from dihal.generation import evaluate_with_controls
 
         run, cfg = StageRun(context, backbone), config.to_dihal()
-        br = run.art(Bridge)
-        return run.produce(run.art(Evaluation), cfg, [br], lambda: evaluate_generation(
+        br, curve, states = run.art(Bridge), run.art(SamplerCurve), run.art(HiddenStates)
+        bm, cm, hm = run.require(br, curve, states)
+        layer = int(bm.info["metrics"]["layer"])
+        ups = [a for a, _ in eval_inputs(run.layout, backbone, n_layers, hm, layer)]
+        control = next((a for a in ups if isinstance(a, RegressionControl)), None)
+        if control is None:
+            context.log.warning(f"no regression control of l* = {layer} on the current sweep: "
+                                f"the eval has no regression row (run regression_sweep_{backbone} "
+                                f"--partition {layer})")
+        return run.produce(run.art(Evaluation), cfg, ups, lambda: evaluate_with_controls(
             run.model(), br.read(), run.judge(), cfg, progress=run.log,
-            reference=run.judge().features(reference_texts(run, cfg.length))),
-            judge=run.judge_name())
+            reference=run.judge().features(reference_texts(run, cfg.length)),
+            reader=states.reader(), train_pairs=pairs_of(run, layer),
+            regression=control.read() if control else None,
+            chosen=choose_steps(cm.info["rows"]),
+            cost_steps=[r["steps"] for r in cm.info["rows"]]), judge=run.judge_name())
 
     @stage_asset(backbone, "sampler_steps", [bridge, key("hidden_states")], kinds={"parquet"})
     def sampler_steps(context: dg.AssetExecutionContext,
@@ -165,13 +200,13 @@ def replace_assets(backbone: str, n_layers: int) -> list:
             run.model(), br.read(), states.reader(), cfg, progress=run.log))
 
     reeval_job = dg.define_asset_job(
-        f"reevaluate_{backbone}", selection=[key("bridgeability"), key("eval")],
+        f"reevaluate_{backbone}", selection=[key("bridgeability"), key("sampler_steps"), key("eval")],
         description="Re-materialise the evaluation assets; the schedule runs it when stale.")
 
     @dg.schedule(job=reeval_job, cron_schedule="0 3 * * *", name=f"reevaluate_{backbone}_nightly",
                  default_status=dg.DefaultScheduleStatus.STOPPED)
     def reevaluate(context: dg.ScheduleEvaluationContext, storage: StorageResource):
-        """Nightly: re-run bridgeability and eval when an upstream artifact changed since they
+        """Nightly: re-run bridgeability, the sampler-steps curve and eval when an upstream artifact changed since they
         were made (fingerprint mismatch); skip otherwise."""
         stale = stale_assets(storage.layout(), backbone, n_layers)
         if not stale:

@@ -29,13 +29,14 @@ BUDGET = ("denoiser_parameters", "train_tokens", "sampler_steps", "seq_len")
 def budgets_matched(rows: list[dict], param_tol: float = 0.10) -> tuple[bool, dict]:
     """Every generated row of a comparison ran at DiHAL's budget: denoiser parameters within
     +-param_tol, the same training tokens, sampler steps and sequence length (the backbone, the
-    autoregressive reference, has no budget)."""
+    autoregressive reference, has no budget; nor have the control hybrids, and DiHAL at the K
+    chosen on validation is the same bridge sampled otherwise: only baselines are checked)."""
     ref = next((r for r in rows if r["role"] == "dihal"), None)
     if ref is None:
         return False, {"problem": "no DiHAL row"}
     problems = []
     for r in rows:
-        if r["role"] == "backbone":
+        if r["role"] not in ("dihal", "baseline"):
             continue
         for k in BUDGET:
             a, b = ref.get(k), r.get(k)

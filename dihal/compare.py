@@ -151,22 +151,31 @@ def comparison(eval_rows: list[dict], bridge: BridgeMetrics, sampler_steps: int,
     dihal_budget = {"denoiser_parameters": bridge.denoiser_parameters,
                     "train_tokens": bridge.train_tokens, "sampler_steps": sampler_steps,
                     "seq_len": None}
+    from dihal.generation import CHOSEN_K, PAIRED_KEYS
+
     keys = (*GENERATION_KEYS, "repetition", "mean_length")
 
     def measured(r: dict) -> dict:  # LENGTH_KEYS are None in rows made before they were measured
         return {**{k: r[k] for k in keys}, **{k: r.get(k) for k in LENGTH_KEYS}}
 
+    # DiHAL at the K chosen on validation: the same bridge, sampled with that K; the control
+    # hybrids' rows and the backbone's carry their paired difference from DiHAL's Gen.PPL
     rows = [{"model": r["model"], "role": r["role"], **measured(r),
-             **(dihal_budget if r["role"] == "dihal" else dict.fromkeys(dihal_budget))}
+             **(dihal_budget if r["role"] == "dihal" else
+                {**dihal_budget, "sampler_steps": r["steps"]} if r["role"] == CHOSEN_K
+                else dict.fromkeys(dihal_budget)),
+             **{k: r[k] for k in ("layer", *PAIRED_KEYS) if k in r}}
             for r in eval_rows]
     for n, r in baselines.items():
         rows.append({"model": n, "role": "baseline", **measured(r), **r["budget"]})
         if r.get("native"):  # the recipe's own temperature: an extra row, labelled, not ranked
             rows.append({"model": f"{n} (native T={r['native']['temperature']:g})",
                          "role": NATIVE_ROLE, **measured(r["native"]), **r["budget"]})
+    columns = dict.fromkeys(k for r in rows for k in r)  # every row has every column
+    rows = [{k: r.get(k) for k in columns} for r in rows]
     seq_len = next((r["seq_len"] for r in rows if r.get("seq_len")), None)
     for r in rows:
-        if r["role"] == "dihal":
+        if r["role"] in ("dihal", CHOSEN_K):
             r["seq_len"] = seq_len
     return ComparisonResult(rows=rows, missing=missing)
 

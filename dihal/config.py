@@ -302,8 +302,9 @@ class SamplerCurveConfig:
     n_samples: int = 8
     length: int = 32
     seed: int = 0
-    # the sampler rules measured, each at every K (SAMPLER_RULES)
-    rules: tuple[str, ...] = ("ancestral",)
+    # the sampler rules measured, each at every K (SAMPLER_RULES); eval samples the bridge at
+    # the (rule, K) of lowest held-out hybrid NLL over all of them (dihal.controls.choose_steps)
+    rules: tuple[str, ...] = SAMPLER_RULES
 
     def __post_init__(self) -> None:
         steps = tuple(self.steps) if isinstance(self.steps, tuple | list) else None

@@ -305,3 +305,22 @@ def held_out_nll(model: ControlModel, val_ids: Tensor,
     if n == 0:
         raise ValueError("held_out_nll needs at least one held-out sequence")
     return {"hybrid_nll": nll_h / n, "backbone_nll": nll_b / n, "top1_agreement": agree / n}
+
+
+def fit_layer_ridge(reader, trained, *, train_pairs: Callable[[], tuple[Tensor, Tensor]]
+                    ) -> tuple[RidgeMap, dict]:
+    """The ridge map hs[0] -> h_l of a saved bridge's layer, fitted on its training pairs in
+    the bridge's own standardisation (its cond_std, target_std; BOS masked as the bridge's
+    loss masks it), the penalty chosen on the held-out pairs the bridge is measured on.
+    `train_pairs()`: the layer's raw (hs[0], h_l) training pairs, built as the bridge stage
+    builds them (dihal.replace.train_layer). Returns (the map, restore_bridge's modules)."""
+    from dihal.config import BridgeProtocol
+    from dihal.replace import _loss_mask, _standardise, held_out, restore_bridge
+
+    bridge = restore_bridge(trained)
+    protocol = BridgeProtocol(**trained.hparams["protocol"])
+    c, h = train_pairs()
+    mask = _loss_mask(c, protocol)
+    zc, zh = _standardise(c, h, bridge["cond_std"], bridge["target_std"], protocol)
+    val, _ = held_out(reader, trained.layer, protocol, bridge["cond_std"], bridge["target_std"])
+    return fit_ridge(BridgeData(zc, zh, mask), val), bridge

@@ -220,3 +220,35 @@ def ridge_map_flops(d_in: int, d_out: int) -> float:
     """FLOPs per token of a dense d_in x d_out map (the ridge control's one matmul)."""
     return 2.0 * d_in * d_out
 
+
+
+# ---------------------------------------------------------------- the eval stage's cost table
+
+COST_N, COST_LENGTH, COST_REPEATS = 2, 16, 3
+"""The eval stage's timed decode: COST_N sequences x COST_LENGTH tokens (at most the eval's
+length), cached, median of COST_REPEATS interleaved rounds: small, so that the table costs a
+few seconds per model on the CPU."""
+
+
+def flop_model_dict(model: FlopModel) -> dict:
+    return {"block_flops": list(model.block_flops), "head_flops": model.head_flops,
+            "other_flops": model.other_flops, "denoiser_step_flops": model.denoiser_step_flops}
+
+
+def flop_model_of(d: dict) -> FlopModel:
+    """The FlopModel of `flop_model_dict`'s output."""
+    return FlopModel(tuple(d["block_flops"]), d["head_flops"], d.get("other_flops", 0.0),
+                     d.get("denoiser_step_flops"))
+
+
+def eval_cost(backbone, denoiser: nn.Module, subjects: Sequence[CostSubject], *,
+              length: int = COST_LENGTH, n: int = COST_N, repeats: int = COST_REPEATS,
+              seed: int = 0) -> dict:
+    """The eval stage's cost table: the FlopModel of the backbone with the bridge's denoiser
+    (counted over a decode of `length` tokens; it prices any hybrid (l, K), as the report's
+    cost/quality plot and break-even do), and `cost_rows` of `subjects` (the backbone first).
+    {"flop_model", "rows", "n", "length", "repeats", "note"}."""
+    model = with_bridge(backbone_flop_model(backbone, length), denoiser, length)
+    rows = cost_rows(subjects, n=n, length=length, seed=seed, repeats=repeats)
+    return {"flop_model": flop_model_dict(model), "rows": rows, "n": n, "length": length,
+            "repeats": repeats, "note": FLOP_NOTE}

@@ -3,7 +3,9 @@ sampled the same way, scored by the same judge and metric code."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any
 
 import torch
 
@@ -128,11 +130,15 @@ def text_metrics(texts: list[str], judge, *, seed: int = 0, reference=None,
 
 def evaluate_generation(backbone, trained: TrainedBridge, judge, cfg: EvalConfig,
                         progress: Callable[[str], None] | None = None, *,
-                        with_backbone: bool = True, reference=None) -> EvalResult:
+                        with_backbone: bool = True, reference=None,
+                        extra: Sequence[tuple[str, str, Any, dict]] = ()) -> EvalResult:
     """The eval stage: sample from the hybrid (the bridge at its layer) and from the backbone,
     the same way; score both with the same judge and metric code (MAUVE against `reference`,
     the judge's features of held-out text, when given). `with_backbone=False` samples the hybrid only (callers that
-    already have the backbone's row)."""
+    already have the backbone's row). `extra`: more models, each (name, role, model with
+    `decode` (dihal.control_hybrids.ControlModel), columns added to its row), sampled and
+    scored the same way after them; every row after DiHAL's then carries the paired
+    difference of log Gen.PPL against DiHAL's (`paired_against_first`)."""
     from dihal.bridge import BrownianBridge
     from dihal.hybrid import Hybrid, decode_backbone
     from dihal.replace import restore_bridge
@@ -155,12 +161,167 @@ def evaluate_generation(backbone, trained: TrainedBridge, judge, cfg: EvalConfig
     if with_backbone:
         models.append(("backbone (AR reference)", "backbone",
                        lambda: decode_backbone(backbone, cfg.n_samples, cfg.length, **kw)))
-    rows, samples = sample_and_score(backbone, models, judge, cfg, progress, reference=reference)
+    for name, role, model, _ in extra:
+        models.append((name, role, lambda m=model: m.decode(cfg.n_samples, cfg.length, **kw)))
+    scorer = MemoJudge(judge) if extra else judge
+    rows, samples = sample_and_score(backbone, models, scorer, cfg, progress, reference=reference)
+    rows[0].update({"layer": layer, "steps": proto["steps"], "rule": hybrid.rule})
+    for row, (_, _, _, columns) in zip(rows[len(rows) - len(extra):], extra, strict=True):
+        row.update(columns)
     if with_backbone:
-        hyb, ref = rows
-        hyb["latency_vs_backbone"] = hyb["ms_per_step"] / ref["ms_per_step"]
+        hyb, ref = rows[:2]
+        for r in rows:
+            r["latency_vs_backbone"] = r["ms_per_step"] / ref["ms_per_step"]
         ref["latency_vs_backbone"] = 1.0
+    if extra:
+        paired_against_first(rows, samples, scorer, seed=cfg.seed)
+        columns = dict.fromkeys(k for r in rows for k in r)  # every row has every column
+        rows = [{k: r.get(k) for k in columns} for r in rows]
     return EvalResult(rows=rows, samples=samples, judge=judge.info(), layer=layer)
+
+
+# the paired difference of each row's log Gen.PPL from DiHAL's (paired_against_first)
+PAIRED_KEYS = ("dihal_log_ppl_diff", "dihal_log_ppl_diff_low", "dihal_log_ppl_diff_high",
+               "dihal_log_ppl_diff_p", "dihal_verdict", "paired_samples")
+
+
+class MemoJudge:
+    """A judge whose per-text scores are kept, so that scoring the same texts again (the
+    paired comparison after the metrics) costs nothing; everything else is the judge's."""
+
+    def __init__(self, judge) -> None:
+        self._judge, self._nll = judge, {}
+
+    def nll_each(self, texts: Sequence[str]) -> list[tuple[float, int]]:
+        todo = list(dict.fromkeys(t for t in texts if t not in self._nll))
+        if todo:
+            self._nll.update(zip(todo, self._judge.nll_each(todo), strict=True))
+        return [self._nll[t] for t in texts]
+
+    def __getattr__(self, name: str):
+        return getattr(self._judge, name)
+
+
+def paired_against_first(rows: list[dict], samples: list[dict], judge, *, seed: int = 0) -> None:
+    """Each row after the first gets log Gen.PPL(first) - log Gen.PPL(row) (token-weighted)
+    with a paired bootstrap interval and p-value over the samples both scored (dihal.uncertainty
+    .log_ppl_difference, paired = True: the models draw sample i with the same seed and the
+    same uniforms, so sample i of one is paired with sample i of the other), and its verdict:
+    "below" (the first's Gen.PPL is lower beyond the 95 % level), "above", or "not
+    distinguishable"; NaN and "not distinguishable" where fewer than 2 samples pair up."""
+    from dihal.uncertainty import log_ppl_difference
+
+    def scored(model: str) -> dict[int, tuple[float, int]]:
+        mine = [s for s in samples if s["model"] == model and s["text"].strip()]
+        each = judge.nll_each([s["text"] for s in mine])
+        return {s["index"]: e for s, e in zip(mine, each, strict=True) if e[1] > 0}
+
+    first = scored(rows[0]["model"])
+    for row in rows[1:]:
+        other = scored(row["model"])
+        both = sorted(set(first) & set(other))
+        try:
+            d = log_ppl_difference([first[i] for i in both], [other[i] for i in both],
+                                   paired=True, seed=seed)
+        except ValueError:  # fewer than 2 pairs
+            d = {"diff": float("nan"), "low": float("nan"), "high": float("nan"),
+                 "p": float("nan"), "verdict": "not distinguishable"}
+        row.update(dict(zip(PAIRED_KEYS, (d["diff"], d["low"], d["high"], d["p"], d["verdict"],
+                                          len(both)), strict=True)))
+
+
+CONTROL = "control"  # the role of the control hybrids' rows
+CHOSEN_K = "dihal (chosen K)"  # the role of DiHAL's row at the (rule, K) chosen on validation
+
+
+def evaluate_with_controls(backbone, trained: TrainedBridge, judge, cfg: EvalConfig,
+                           progress: Callable[[str], None] | None = None, *, reference=None,
+                           reader, train_pairs: Callable, regression: TrainedBridge | None = None,
+                           chosen: dict | None = None,
+                           cost_steps: Sequence[int] = (1, 2, 4, 8, 16)) -> EvalResult:
+    """The eval stage with DiHAL's controls (issue 20): DiHAL at its protocol's K and the
+    backbone (evaluate_generation), then, sampled and scored the same way (count, length,
+    temperature, seed, judge):
+    - DiHAL at the (rule, K) chosen on validation (`chosen`: dihal.controls.choose_steps of the
+      sampler-steps curve), where that differs from the protocol's (K, default rule);
+    - the regression hybrid: `regression`, the regression control at the bridge's layer (None:
+      no row, and the result says so);
+    - the layer-drop hybrid (hs[0] into block l, BOS pinned as DiHAL's);
+    - the ridge hybrid, fitted on the layer's training pairs (`train_pairs()`, raw, as the
+      bridge stage builds them) in the bridge's standardisation, its penalty chosen on the
+      held-out pairs of `reader`.
+    Each row after DiHAL's carries the paired difference of its log Gen.PPL from DiHAL's.
+    The result's `cost`: FLOPs and measured ms per generated token of the backbone, DiHAL at
+    each K of `cost_steps` and each control (controls_cost), and the FLOP model."""
+    from dihal.config import DEFAULT_SAMPLER_RULE
+    from dihal.control_hybrids import (
+        bridge_hybrid,
+        fit_layer_ridge,
+        layer_drop_hybrid,
+        regression_hybrid,
+        ridge_hybrid,
+    )
+    from dihal.cost import COST_LENGTH
+
+    layer, k0 = trained.layer, int(trained.hparams["protocol"]["steps"])
+    extra, notes = [], {"protocol_steps": k0, "chosen": chosen}
+    if chosen is not None and (chosen["steps"], chosen["rule"]) != (k0, DEFAULT_SAMPLER_RULE):
+        extra.append((f"DiHAL (l={layer}, K={chosen['steps']} {chosen['rule']}, chosen on "
+                      "validation)", CHOSEN_K,
+                      bridge_hybrid(backbone, trained, steps=chosen["steps"], rule=chosen["rule"],
+                                    eta=cfg.eta),
+                      {"layer": layer, "steps": chosen["steps"], "rule": chosen["rule"]}))
+    elif chosen is not None:
+        notes["chosen_is_protocol"] = True
+    if regression is not None:
+        if regression.layer != layer:
+            raise ValueError(f"the regression control is of layer {regression.layer}, the bridge "
+                             f"of layer {layer}")
+        extra.append((f"regression (l={layer})", CONTROL, regression_hybrid(backbone, regression),
+                      {"layer": layer, "steps": 1}))
+    else:
+        notes["regression"] = (f"no regression control of layer {layer} was trained on the "
+                               f"current sweep: no regression row")
+    if progress:
+        progress(f"fitting the ridge map hs[0] -> h_{layer} on the training pairs")
+    ridge, bridge = fit_layer_ridge(reader, trained, train_pairs=train_pairs)
+    first = bridge["first_state"]
+    first = first.to(backbone.device) if first is not None else None
+    extra.append((f"layer-drop (l={layer})", CONTROL, layer_drop_hybrid(backbone, layer, first),
+                  {"layer": layer, "steps": 0}))
+    extra.append((f"ridge (l={layer})", CONTROL,
+                  ridge_hybrid(backbone, layer, ridge, bridge["cond_std"], bridge["target_std"],
+                               first),
+                  {"layer": layer, "steps": 0, "ridge_lambda": ridge.lam,
+                   "ridge_val_mse": ridge.val_mse}))
+    result = evaluate_generation(backbone, trained, judge, cfg, progress, reference=reference,
+                                 extra=extra)
+    if progress:
+        progress("cost per generated token: FLOPs and timed decodes")
+    cost = controls_cost(backbone, trained, [(n, m, c["steps"]) for n, role, m, c in extra
+                                             if role == CONTROL],
+                         steps=cost_steps, length=min(cfg.length, COST_LENGTH), seed=cfg.seed)
+    return replace(result, controls=notes, cost=cost)
+
+
+def controls_cost(backbone, trained: TrainedBridge, controls: list[tuple[str, Any, int]], *,
+                  steps: Sequence[int], length: int, seed: int = 0) -> dict:
+    """dihal.cost.eval_cost of the backbone, DiHAL at each K of `steps` (default rule) and
+    each control hybrid (name, model, its denoiser steps: 1 for the regression hybrid, else 0)."""
+    from functools import partial
+
+    from dihal.control_hybrids import bridge_hybrid
+    from dihal.cost import CostSubject, eval_cost
+    from dihal.hybrid import decode_backbone
+
+    layer = trained.layer
+    dihal = {k: bridge_hybrid(backbone, trained, steps=k) for k in sorted(set(steps))}
+    subjects = [CostSubject("backbone", partial(decode_backbone, backbone)),
+                *(CostSubject(f"DiHAL (l={layer}, K={k})", h.decode, k, layer)
+                  for k, h in dihal.items()),
+                *(CostSubject(name, m.decode, k, layer) for name, m, k in controls)]
+    return eval_cost(backbone, next(iter(dihal.values())).denoiser, subjects, length=length,
+                     seed=seed)
 
 
 def sample_and_score(backbone, models: list[tuple[str, str, Callable]], judge, cfg: EvalConfig,

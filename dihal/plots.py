@@ -97,3 +97,28 @@ def plot_quality_diversity(rows: list[dict], title: str) -> bytes:
     ax.set_title(title)
     fig.tight_layout()
     return _png(plt, fig)
+
+
+def plot_cost_quality(points: list[dict], backbone: dict, title: str) -> bytes:
+    """Held-out hybrid NLL (lower is better) against FLOPs per generated token, one point per
+    swept layer and kind of replacement (`points`: {"kind", "layer", "flops", "nll"}; each kind
+    a line over layers, annotated with l), and the backbone ({"flops", "nll"}) as a star:
+    which layers are worth replacing at all."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for kind in dict.fromkeys(p["kind"] for p in points):
+        mine = sorted((p for p in points if p["kind"] == kind), key=lambda p: p["layer"])
+        ax.plot([p["flops"] / 1e6 for p in mine], [p["nll"] for p in mine], "o-", ms=4,
+                label=kind)
+        for p in mine:
+            ax.annotate(f"l={p['layer']}", (p["flops"] / 1e6, p["nll"]), fontsize=7,
+                        xytext=(3, 2), textcoords="offset points")
+    ax.scatter([backbone["flops"] / 1e6], [backbone["nll"]], marker="*", s=120, color="k",
+               label="backbone", zorder=3)
+    ax.set_xlabel("MFLOPs per generated token")
+    ax.set_ylabel("held-out NLL (nats, lower is better)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(title)
+    fig.tight_layout()
+    return _png(plt, fig)

@@ -250,14 +250,18 @@ def _regression_summary(rows: list[RegressionRow], swept: list[int]) -> str:
 
 
 def _sampler_summary(curve: dict) -> str:
-    rows = sorted(curve["rows"], key=lambda r: r["steps"])
+    from dihal.config import DEFAULT_SAMPLER_RULE
+
+    rows = sorted((r for r in curve["rows"] if r.get("rule", DEFAULT_SAMPLER_RULE)
+                   == DEFAULT_SAMPLER_RULE), key=lambda r: r["steps"]) or curve["rows"]
     lo, hi = rows[0], rows[-1]
-    best = min(rows, key=lambda r: r["hybrid_nll"])
+    best = min(curve["rows"], key=lambda r: (r["hybrid_nll"], r["steps"]))
     return (f"At l* = {curve['layer']} the bridge was trained for a {lo['trained_steps']}-step "
             f"sampler. With K = {lo['steps']} step(s) the hybrid's NLL is {lo['hybrid_nll']:.3f} "
             f"and its reconstruction error {lo['recon_error']:.3f}; with K = {hi['steps']}, "
             f"{hi['hybrid_nll']:.3f} and {hi['recon_error']:.3f} (the backbone: "
-            f"{lo['backbone_nll']:.3f}). The lowest NLL is at K = {best['steps']}. Generation "
+            f"{lo['backbone_nll']:.3f}). The lowest NLL is at K = {best['steps']}"
+            f"{' (' + best['rule'] + ' rule)' if best.get('rule') else ''}. Generation "
             f"costs {lo['ms_per_token']:.1f} ms per token at K = {lo['steps']} and "
             f"{hi['ms_per_token']:.1f} at K = {hi['steps']}.")
 
@@ -540,6 +544,7 @@ def another_backbone(name: str) -> str:
 LOCATE, BRIDGEABILITY, REGRESSION, SAMPLER, GENERATION, FULL, BACKBONES, SAMPLES, CONFIG = (
     "locate", "bridgeability", "regression-control", "sampler-steps", "generation",
     "full-training", "across-backbones", "samples", "configuration")
+CONTROLS, COST = "control-hybrids", "cost"
 
 
 def answer_l_star(x: ReportInputs) -> tuple[str, str]:
@@ -662,8 +667,93 @@ def answer_cost(x: ReportInputs) -> tuple[str, str]:
             GENERATION)
 
 
+def _against_dihal(row: dict) -> tuple[float, float, float] | None:
+    """Gen.PPL of DiHAL over `row`'s (exp of the paired log difference) with its paired 95 %
+    interval; None where the row has no paired difference."""
+    import math
+
+    v = [number(row.get(k)) for k in ("dihal_log_ppl_diff", "dihal_log_ppl_diff_low",
+                                      "dihal_log_ppl_diff_high")]
+    return None if None in v else tuple(math.exp(x) for x in v)
+
+
+def _control_phrase(row: dict) -> str:
+    """"the ridge (l=3)'s: 1.23x [1.05, 1.41], higher beyond the paired interval"."""
+    got = _against_dihal(row)
+    if got is None:
+        return f"{row['model']}: no paired difference (fewer than 2 samples scored on both sides)"
+    ratio, lo, hi = got
+    verdict = {"below": "lower beyond the paired 95 % interval",
+               "above": "higher beyond the paired 95 % interval"}.get(
+        row.get("dihal_verdict"), "not distinguishable at the paired 95 % level")
+    return f"{ratio:.2f}x {row['model']}'s [{lo:.2f}, {hi:.2f}], {verdict}"
+
+
+def answer_controls(x: ReportInputs) -> tuple[str, str]:
+    """DiHAL's Gen.PPL against its control hybrids' (regression, layer-drop, ridge) and its
+    own at the K chosen on validation, each as a ratio with a paired interval; which wins."""
+    from dihal.generation import CHOSEN_K, CONTROL
+
+    rows = x.comparison["rows"]
+    dihal = next(r for r in rows if r["role"] == "dihal")
+    others = [r for r in rows if r["role"] in (CONTROL, CHOSEN_K)]
+    if not others:
+        return ("Whether DiHAL beats its control hybrids is not settled: the evaluation has no "
+                "control rows (materialise eval and comparison again).", CONTROLS)
+    best = min([dihal, *others], key=lambda r: r["gen_ppl"])
+    beaten = [r["model"] for r in others if r.get("dihal_verdict") == "below"]
+    lost = [r["model"] for r in others if r.get("dihal_verdict") == "above"]
+    head = ("DiHAL has the lowest Gen.PPL of itself and its controls" if best is dihal else
+            f"{best['model']} has the lowest Gen.PPL of DiHAL and its controls")
+    return (f"{head}: DiHAL's Gen.PPL is " + "; ".join(_control_phrase(r) for r in others)
+            + f" (DiHAL lower beyond the paired interval than {len(beaten)}, higher than "
+            f"{len(lost)} of {len(others)}).", CONTROLS)
+
+
+def _cost_model(x: ReportInputs):
+    """The FLOP model the eval stage counted, None where the evaluation has none."""
+    from dihal.cost import flop_model_of
+
+    cost = x.evaluation.get("cost")
+    return flop_model_of(cost["flop_model"]) if cost else None
+
+
+def _cheaper_layers(model, layers: list[int], steps: int) -> list[int]:
+    from dihal.cost import break_even
+
+    return [b["layer"] for b in break_even(model, layers, [steps]) if b["cheaper"]]
+
+
+def answer_break_even(x: ReportInputs) -> tuple[str, str]:
+    """What replacing the lower layers costs per generated token, in FLOPs counted from the
+    shapes (and measured time): DiHAL at l* against the backbone, and at which swept layers
+    and K a hybrid is cheaper than the backbone (dihal.cost.break_even)."""
+    model = _cost_model(x)
+    if model is None:
+        return ("What the replacement costs per token is not settled: the evaluation has no "
+                "cost table (materialise eval again).", COST)
+    dihal = next(r for r in x.comparison["rows"] if r["role"] == "dihal")
+    l_star, k0 = int(x.bridgeability["l_star"]), int(dihal["sampler_steps"])
+    ratio = model.hybrid(l_star, k0) / model.backbone()
+    timed = next((r for r in x.evaluation["cost"]["rows"]
+                  if r.get("layer") == l_star and r.get("K") == k0
+                  and r["model"].startswith("DiHAL")), None)
+    k_sweep = int(x.sweep_protocol.get("steps", k0))
+    layers = sorted(x.bridgeability["swept_layers"])
+    cheaper = _cheaper_layers(model, layers, k_sweep)
+    line = (f"Per generated token the backbone costs {model.backbone() / 1e6:.3g} MFLOPs; DiHAL "
+            f"at l* = {l_star} with K = {k0} costs {ratio:.2f}x that"
+            + (f" ({timed['ms_vs_backbone']:.2f}x in measured time)" if timed else "")
+            + f", and at l* it is cheaper only for K <= {model.max_cheaper_steps(l_star)}"
+            + (" (never)" if model.max_cheaper_steps(l_star) == 0 else "")
+            + f". At the sweep's K = {k_sweep} a hybrid is cheaper than the backbone at "
+            + (f"{len(cheaper)} of {len(layers)} swept layers ({', '.join(map(str, cheaper))})"
+               if cheaper else f"none of the {len(layers)} swept layers"))
+    return line + ".", COST
+
+
 ANSWERS = (answer_l_star, answer_geometry_vs_depth, answer_bridge_vs_regression,
-           answer_generation, answer_cost)
+           answer_generation, answer_cost, answer_controls, answer_break_even)
 
 
 def _answers_section(r: Document, x: ReportInputs) -> None:
@@ -781,8 +871,8 @@ def _regression_section(r: Document, x: ReportInputs) -> None:
 def _sampler_section(r: Document, x: ReportInputs) -> None:
     r.h2("2b. What the sampler's steps buy at l*", SAMPLER)
     r.p(_sampler_summary(x.sampler_curve))
-    r.table(x.sampler_curve["rows"], ["steps", "recon_error", "hybrid_nll", "top1_agreement",
-                                      "ms_per_token"], ".4g")
+    r.table(x.sampler_curve["rows"], ["rule", "steps", "recon_error", "hybrid_nll",
+                                      "top1_agreement", "ms_per_token"], ".4g")
 
 
 def _generation_section(r: Document, x: ReportInputs) -> None:
@@ -817,6 +907,102 @@ def _generation_section(r: Document, x: ReportInputs) -> None:
     if cmp_.get("missing"):
         r.p(f"Not run: {', '.join(cmp_['missing'])}.")
     _judge_and_latency(r, x)
+
+
+def _controls_section(r: Document, x: ReportInputs) -> None:
+    """DiHAL against its control hybrids and against itself at the K chosen on validation."""
+    from dihal.generation import CHOSEN_K, CONTROL
+
+    r.h2("3a. DiHAL against its control hybrids", CONTROLS)
+    rows = x.comparison["rows"]
+    shown = [row for row in rows if row["role"] in ("dihal", CHOSEN_K, CONTROL)]
+    r.p(answer_controls(x)[0])
+    notes = x.evaluation.get("controls", {})
+    r.p("Each control replaces layers 0..l-1 as DiHAL does and keeps the upper layers and the "
+        "head: the regression hybrid (the sweep's regression control of that layer: the bridge "
+        "network trained at t = 1 only, sampled in one step), the layer-drop hybrid (hs[0] "
+        "straight into block l) and the ridge hybrid (a linear map hs[0] -> h_l fitted on the "
+        "training pairs, its penalty chosen on held-out pairs). All are sampled with the same "
+        "count, length, temperature and seeds as DiHAL and scored by the same judge; sample i "
+        "of each is paired with DiHAL's sample i (the same uniforms), and the ratio of Gen.PPL "
+        "(DiHAL over the row) has a paired percentile-bootstrap 95 % interval.")
+    if notes.get("regression"):
+        r.p(f"Regression hybrid: {notes['regression']}.")
+    chosen = notes.get("chosen")
+    if chosen:
+        r.p(f"The sampler-steps curve chose the {chosen['rule']} rule with K = {chosen['steps']} "
+            f"(held-out hybrid NLL {chosen['hybrid_nll']:.4f}) against the protocol's K = "
+            f"{notes.get('protocol_steps')}"
+            + (": the same sampler, so DiHAL's row is that K's." if notes.get("chosen_is_protocol")
+               else "; DiHAL at that K has its own row."))
+
+    def ratio(row: dict) -> str:
+        got = _against_dihal(row)
+        return "" if got is None else f"{got[0]:.3f} [{got[1]:.3f}, {got[2]:.3f}]"
+
+    r.table([{"model": row["model"], "role": row["role"], "Gen.PPL [95 %]": _ci(row, "gen_ppl"),
+              "diversity [95 %]": _ci(row, "diversity", ".3f"),
+              "MAUVE [95 %]": _ci(row, "mauve", ".3f"),
+              "Gen.PPL DiHAL / this [paired 95 %]": ratio(row),
+              "paired p": row.get("dihal_log_ppl_diff_p"),
+              "DiHAL is": row.get("dihal_verdict", "")} for row in shown],
+            ["model", "role", "Gen.PPL [95 %]", "diversity [95 %]", "MAUVE [95 %]",
+             "Gen.PPL DiHAL / this [paired 95 %]", "paired p", "DiHAL is"], ".3g")
+
+
+def _cost_points(x: ReportInputs, model) -> list[dict]:
+    """Hybrid NLL against FLOPs per token of each swept layer: the bridge at the sweep's K and
+    its regression control (one step)."""
+    k_sweep = int(x.sweep_protocol.get("steps", 1))
+    pts = [{"kind": f"bridge (K = {k_sweep})", "layer": r["layer"],
+            "flops": model.hybrid(r["layer"], k_sweep), "nll": r["hybrid_nll"]}
+           for r in x.sweep_layers]
+    pts += [{"kind": "regression control (1 step)", "layer": r["layer"],
+             "flops": model.hybrid(r["layer"], 1), "nll": r["regression_hybrid_nll"]}
+            for r in x.bridgeability.get("regression", [])]
+    return pts
+
+
+def _cost_section(r: Document, x: ReportInputs) -> None:
+    """Cost per generated token: FLOPs and measured time of the backbone, DiHAL at each K and
+    the controls; hybrid NLL against FLOPs per swept layer; the break-even."""
+    from dihal.cost import break_even
+    from dihal.plots import plot_cost_quality
+
+    r.h2("3b. Cost per generated token", COST)
+    model = _cost_model(x)
+    r.p(answer_break_even(x)[0])
+    if model is None:
+        return
+    cost = x.evaluation["cost"]
+    r.p(f"{cost['note']}; ms per token measured over a cached decode of {cost['n']} x "
+        f"{cost['length']} tokens, the median of {cost['repeats']} rounds that go round the "
+        "models (a load change falls on all alike). Time over FLOPs: the measured time "
+        "relative to the backbone's over what the FLOPs predict (1: as predicted).")
+    r.table([{"model": c["model"], "K": c["K"], "MFLOPs per token": c["flops_per_token"] / 1e6,
+              "ms per token": c["ms_per_token"], "FLOPs x backbone": c["flops_vs_backbone"],
+              "time x backbone": c["ms_vs_backbone"], "time over FLOPs": c["time_over_flops"]}
+             for c in cost["rows"]],
+            ["model", "K", "MFLOPs per token", "ms per token", "FLOPs x backbone",
+             "time x backbone", "time over FLOPs"], ".4g")
+    pts = _cost_points(x, model)
+    if pts:
+        base = {"flops": model.backbone(), "nll": x.sweep_layers[0]["backbone_nll"]}
+        r.image(plot_cost_quality(pts, base, f"{x.backbone}: hybrid NLL vs cost per token"),
+                "Held-out hybrid NLL against FLOPs per generated token, per swept layer")
+    layers = sorted(x.bridgeability["swept_layers"])
+    steps = sorted({int(c["K"]) for c in cost["rows"] if c["model"].startswith("DiHAL")})
+    if layers and steps:
+        r.p(f"Break-even (FLOPs): a denoising step costs {model.denoiser_step_flops / 1e6:.3g} "
+            "MFLOPs per token; the largest K at which the hybrid at layer l costs fewer FLOPs "
+            "than the backbone, and the hybrid's FLOPs over the backbone's at each K:")
+        by_layer: dict[int, dict] = {}
+        for b in break_even(model, layers, steps):
+            row = by_layer.setdefault(b["layer"], {"l": b["layer"],
+                                                   "max K cheaper": b["max_cheaper_steps"]})
+            row[f"K={b['steps']}"] = b["flops_vs_backbone"]
+        r.table(list(by_layer.values()), ["l", "max K cheaper", *(f"K={k}" for k in steps)],
+                ".3g")
 
 
 def _judge_and_latency(r: Document, x: ReportInputs) -> None:
@@ -861,8 +1047,9 @@ def _configuration_section(r: Document, x: ReportInputs) -> None:
 
 
 SECTIONS = (_answers_section, _locate_section, _bridgeability_section, _regression_section,
-            _sampler_section, _generation_section, _full_training_section,
-            _cross_backbone_section, _samples_section, _configuration_section)
+            _sampler_section, _generation_section, _controls_section, _cost_section,
+            _full_training_section, _cross_backbone_section, _samples_section,
+            _configuration_section)
 
 
 def build_report(x: ReportInputs) -> ReportResult:

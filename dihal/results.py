@@ -261,14 +261,23 @@ class EvalResult:
     samples: list[dict]  # {"model", "index", "seed", "text"}
     judge: dict[str, Any]  # Judge.info()
     layer: int
+    # the controls' settings (dihal.generation.evaluate_with_controls): the protocol's K, the
+    # (rule, K) chosen on validation, and why a control has no row
+    controls: dict[str, Any] = field(default_factory=dict)
+    # cost per generated token (dihal.cost.eval_cost): the FLOP model and the measured rows
+    cost: dict[str, Any] = field(default_factory=dict)
 
     def info(self) -> dict:
-        return {"rows": self.rows, "judge": self.judge}
+        return {"rows": self.rows, "judge": self.judge,
+                **({"controls": self.controls} if self.controls else {}),
+                **({"cost": self.cost} if self.cost else {})}
 
     def metadata(self) -> dict:
         """Gen.PPL, diversity and latency of the hybrid and the backbone as top-level numbers."""
-        numbers = {f"{r['role']} {k}": r[k] for r in self.rows
-                   for k in ("gen_ppl", "diversity", "repetition", "ms_per_token")}
+        # (by role for DiHAL and the backbone; by name for the controls, which share a role)
+        numbers = {f"{r['role'] if r['role'] in ('dihal', 'backbone') else r['model']} {k}": r[k]
+                   for r in self.rows for k in ("gen_ppl", "diversity", "repetition",
+                                                "ms_per_token")}
         return {"layer": self.layer, "judge": self.judge["judge"], **numbers,
                 "latency_vs_backbone": self.rows[0]["latency_vs_backbone"]}
 

@@ -37,6 +37,7 @@ from storage.lineage import (
     bridgeability_inputs,
     cross_backbone_artifacts,
     current_baselines,
+    eval_inputs,
     regression_controls,
     swept_bridges,
 )
@@ -49,6 +50,6 @@ __all__ = [
     "Geometry", "HiddenStates", "LayerScore", "Manifest", "Markdown", "Plot", "RegressionControl",
     "Report", "SamplerCurve", "Sequences", "SweepBridge", "Table", "WorkArtifact",
     "backbone_summary", "bridgeability_inputs", "cross_backbone_artifacts", "current_baselines",
-    "fingerprint", "read_manifest",
+    "eval_inputs", "fingerprint", "read_manifest",
     "regression_controls", "report_inputs", "swept_bridges",
 ]

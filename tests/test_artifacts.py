@@ -109,7 +109,10 @@ def test_evaluation_samples_round_trip(tmp_path):
     rows = [{"model": "DiHAL (l=2)", "role": "dihal", "gen_ppl": 10.0, "diversity": 0.5,
              "repetition": 0.1, "ms_per_token": 3.0, "latency_vs_backbone": 1.5},
             {"model": "backbone (AR reference)", "role": "backbone", "gen_ppl": 5.0,
-             "diversity": 0.6, "repetition": 0.05, "ms_per_token": 2.0, "latency_vs_backbone": 1.0}]
+             "diversity": 0.6, "repetition": 0.05, "ms_per_token": 2.0, "latency_vs_backbone": 1.0},
+            *({"model": f"{name} (l=2)", "role": "control", "gen_ppl": ppl, "diversity": 0.4,
+               "repetition": 0.2, "ms_per_token": 1.0, "latency_vs_backbone": 0.5}
+              for name, ppl in (("ridge", 12.0), ("layer-drop", 90.0)))]
     samples = [{"model": r["model"], "index": 0, "seed": 0, "text": f"text of {r['role']}"} for r in rows]
     res = EvalResult(rows, samples, {"judge": "tiny-judge", "revision": "x"}, 2)
     art = Evaluation(tmp_path, "llama")
@@ -118,6 +121,8 @@ def test_evaluation_samples_round_trip(tmp_path):
     meta = art.metadata(art.manifest())
     assert meta["judge"] == "tiny-judge" and meta["layer"] == 2
     assert meta["dihal gen_ppl"] == 10.0 and meta["backbone diversity"] == 0.6  # top-level numbers
+    # the controls share a role: their numbers are keyed by name, none overwrites another's
+    assert meta["ridge (l=2) gen_ppl"] == 12.0 and meta["layer-drop (l=2) gen_ppl"] == 90.0
     assert "text of dihal" in meta["samples"].text
     assert json.loads(art.path("samples.jsonl").read_text().splitlines()[1])["text"] == "text of backbone"
 

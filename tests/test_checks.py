@@ -48,6 +48,11 @@ def test_budgets_matched():
     fewer_steps = [*ROWS[:2], {**ROWS[2], "sampler_steps": 8}]
     assert not budgets_matched(fewer_steps)[0]
     assert not budgets_matched(ROWS[1:])[0]  # no DiHAL row
+    # the control hybrids (no budget) and DiHAL at the chosen K (other steps) are not checked
+    controls = [*ROWS, {"model": "ridge (l=3)", "role": "control", "denoiser_parameters": None,
+                        "train_tokens": None, "sampler_steps": None, "seq_len": None},
+                {**ROWS[0], "model": "DiHAL (K=2)", "role": "dihal (chosen K)", "sampler_steps": 2}]
+    assert budgets_matched(controls)[0]
 
 
 def _lines(texts_by_model):

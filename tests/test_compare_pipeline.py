@@ -4,6 +4,7 @@ full training (l*, oracle, worst) and the report."""
 import json
 
 import dagster as dg
+import pytest
 
 from dihal.report import another_backbone
 from storage import read_manifest
@@ -37,13 +38,16 @@ def test_baselines_comparison_full_training_report(tiny):  # noqa: F811
     # bridge's own measurement (test_extract checks that measuring again gives it back)
     curve = read_manifest(root / "llama" / "sampler_steps").info
     trained = read_manifest(root / "llama" / "bridge").info["metrics"]
-    assert [r["steps"] for r in curve["rows"]] == [1, 2, 4] and curve["layer"] == trained["layer"]
+    # (both sampler rules by default, each at every K)
+    assert [(r["rule"], r["steps"]) for r in curve["rows"]] == [
+        (rule, k) for rule in ("ancestral", "marginal") for k in (1, 2, 4)]
+    assert curve["layer"] == trained["layer"]
     at_trained = curve["rows"][2]
     for key in ("recon_error", "hybrid_nll", "top1_agreement"):
         assert at_trained[key] == trained[key], key
-    assert [r["from_bridge_metrics"] for r in curve["rows"]] == [False, False, True]
+    assert [r["from_bridge_metrics"] for r in curve["rows"]] == [False, False, True] + [False] * 3
     assert all(r["ms_per_token"] > 0 for r in curve["rows"])
-    assert len({r["hybrid_nll"] for r in curve["rows"]}) == 3
+    assert len({r["hybrid_nll"] for r in curve["rows"][:3]}) == 3
     # the eval rows carry both Gen.PPL conventions and intervals over samples
     ev = read_manifest(root / "llama" / "eval").info["rows"]
     for row in ev:
@@ -84,11 +88,37 @@ def test_baselines_comparison_full_training_report(tiny):  # noqa: F811
               for e in res.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"}
     assert checks == {"budgets_matched": True, "names_its_inputs": True}
     rows = read_manifest(root / "llama" / "comparison").info["rows"]
-    assert [r["model"] for r in rows][2:] == ["diffusion-lm", "sed", "ld4lg", "codar",
-                                              "codar (native T=0.7)"]
-    assert [r["role"] for r in rows] == (["dihal", "backbone"] + ["baseline"] * 4
-                                         + ["baseline (native temperature)"])
-    assert {r["ppl_length"] for r in rows[:2]} == {3} and {r["ppl_length"] for r in rows[2:]} == {4}
+    assert [r["model"] for r in rows][-5:] == ["diffusion-lm", "sed", "ld4lg", "codar",
+                                               "codar (native T=0.7)"]
+    # the control hybrids of the eval (no regression control was swept here: no regression
+    # row, and the eval says so), and DiHAL at the chosen K where that is not the protocol's
+    ev_info = read_manifest(root / "llama" / "eval").info
+    assert "no regression control" in ev_info["controls"]["regression"]
+    chosen = [] if ev_info["controls"].get("chosen_is_protocol") else ["dihal (chosen K)"]
+    assert [r["role"] for r in rows] == ["dihal", "backbone", *chosen, "control", "control"] + [
+        "baseline"] * 4 + ["baseline (native temperature)"]
+    assert {r["ppl_length"] for r in rows[:-5]} == {3} and {r["ppl_length"] for r in rows[-5:]} == {4}
+    assert [r["model"] for r in rows if r["role"] == "control"] == [
+        f"layer-drop (l={bridge['layer']})", f"ridge (l={bridge['layer']})"]
+    for r in rows[1:-5]:
+        assert r["dihal_verdict"] in ("above", "below", "not distinguishable")
+    import pyarrow.parquet as pq
+
+    written = pq.read_table(root / "llama" / "eval" / "eval.parquet").to_pylist()
+    assert [r["dihal_verdict"] for r in written][1:] == [r["dihal_verdict"] for r in ev_info["rows"][1:]]
+    # the cost table: the backbone, DiHAL at each K of the curve, the controls; the FLOP model
+    # counted from the parts prices each hybrid as the direct count of its decode does
+    from dihal.cost import flop_model_of
+
+    cost = ev_info["cost"]
+    model = flop_model_of(cost["flop_model"])
+    assert [c["model"] for c in cost["rows"]] == ["backbone"] + [
+        f"DiHAL (l={bridge['layer']}, K={k})" for k in (1, 2, 4)] + [
+        f"layer-drop (l={bridge['layer']})", f"ridge (l={bridge['layer']})"]
+    assert cost["rows"][0]["flops_per_token"] == pytest.approx(model.backbone(), rel=1e-9)
+    for c in cost["rows"][1:4]:
+        assert c["flops_per_token"] == pytest.approx(model.hybrid(c["layer"], c["K"]), rel=1e-9)
+        assert c["ms_per_token"] > 0
     assert rows[0]["train_tokens"] == bridge["train_tokens"] and rows[1]["train_tokens"] is None
     full = read_manifest(root / "llama" / "full_training").info["rows"]
     b = read_manifest(root / "llama" / "bridgeability").info
@@ -123,7 +153,9 @@ def test_baselines_comparison_full_training_report(tiny):  # noqa: F811
                        "MAUVE [95 %] (diagnostic)", "regression control",
                        "resamples picking l*", "diversity (spaCy, as LD4LG)",
                        "mean length (judge tokens)", "drawn unconditionally from the",
-                       "samples per model for 80 % power", "minus depth"):
+                       "samples per model for 80 % power", "minus depth",
+                       "3a. DiHAL against its control hybrids", "3b. Cost per generated token",
+                       "max K cheaper", "Gen.PPL DiHAL / this [paired 95 %]"):
             assert needle in text, needle
     assert "5. Across backbones" in md and "Only llama has been materialised here" in md
     # it suggests an embedded backbone other than itself (gemma3's report once suggested gemma3)

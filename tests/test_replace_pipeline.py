@@ -139,22 +139,44 @@ def test_sweep_bridgeability_bridge_eval_and_schedule(tiny):
     assert res.success, err
     l_star = read_manifest(root / "llama" / "layer_score").info["l_star"]
     assert read_manifest(root / "llama" / "bridge").info["metrics"]["layer"] == l_star
-    assert stale_assets(layout, "llama", 4) == ["eval_llama"]
+    assert stale_assets(layout, "llama", 4) == ["sampler_steps_llama", "eval_llama"]
 
-    eval_ops = {"eval_llama": {"config": {"n_samples": 4, "length": 6, "batch_size": 2}}}
+    # eval reads the K chosen on the sampler-steps curve: it runs after it
+    eval_ops = {"eval_llama": {"config": {"n_samples": 4, "length": 6, "batch_size": 2}},
+                "sampler_steps_llama": {"config": {"steps": [1, 4], "n_samples": 2, "length": 4,
+                                                   "rules": ["ancestral", "marginal"]}}}
     res, err = _mat(defs, inst, ["eval_llama"], eval_ops)
+    assert not res.success and "sampler_steps" in err[0]
+    res, err = _mat(defs, inst, ["sampler_steps_llama", "eval_llama"], eval_ops)
     assert res.success, err
     ev = read_manifest(root / "llama" / "eval")
+    curve = read_manifest(root / "llama" / "sampler_steps").info["rows"]
+    best = min(curve, key=lambda r: (r["hybrid_nll"], r["steps"]))
+    chosen = ev.info["controls"]["chosen"]
+    assert (chosen["rule"], chosen["steps"]) == (best["rule"], best["steps"])
     models = [r["model"] for r in ev.info["rows"]]
-    assert models == [f"DiHAL (l={l_star})", "backbone (AR reference)"]
+    at_chosen = ([] if (best["rule"], best["steps"]) == ("ancestral", PROTOCOL["steps"]) else
+                 [f"DiHAL (l={l_star}, K={best['steps']} {best['rule']}, chosen on validation)"])
+    assert models == [f"DiHAL (l={l_star})", "backbone (AR reference)", *at_chosen,
+                      f"regression (l={l_star})", f"layer-drop (l={l_star})",
+                      f"ridge (l={l_star})"]
+    assert [r["role"] for r in ev.info["rows"]][-3:] == ["control"] * 3
+    # the regression row is the control of l* from the sweep (the eval records it upstream)
+    assert f"regression_sweep_llama[{l_star}]" in ev.upstream
     for row in ev.info["rows"]:
         assert row["gen_ppl"] > 1.0 or row["empty_samples"] == 4
         assert 0.0 <= row["diversity"] <= 1.0 and row["ms_per_token"] > 0
+    for row in ev.info["rows"][1:]:  # each against DiHAL, paired by sample
+        lo, d, hi = (row[k] for k in ("dihal_log_ppl_diff_low", "dihal_log_ppl_diff",
+                                      "dihal_log_ppl_diff_high"))
+        assert row["paired_samples"] < 2 or lo <= d <= hi, row
+        assert row["dihal_verdict"] in ("above", "below", "not distinguishable")
     lines = (root / "llama" / "eval" / "samples.jsonl").read_text().splitlines()
-    assert len(lines) == 8
+    assert len(lines) == 4 * len(models)
     # the judge that scored the samples is recorded, in the manifest and the UI metadata
     assert ev.info["judge"]["judge"] == str(tiny_llama_dir_of(defs))
-    meta = res.get_asset_materialization_events()[0].step_materialization_data.materialization.metadata
+    meta = next(e for e in res.get_asset_materialization_events()
+                if e.asset_key.to_user_string() == "eval_llama").step_materialization_data.materialization.metadata
     assert meta["judge"].value == str(tiny_llama_dir_of(defs))
     assert stale_assets(layout, "llama", 4) == []
 
@@ -165,7 +187,8 @@ def test_sweep_bridgeability_bridge_eval_and_schedule(tiny):
     res, err = _mat(defs, inst, ["bridge_llama"], {"bridge_llama": {"config": {**full, "seed": 1}}})
     assert res.success, err
     requests = schedule.evaluate_tick(ctx).run_requests
-    assert [k.to_user_string() for k in requests[0].asset_selection] == ["eval_llama"]
+    assert [k.to_user_string() for k in requests[0].asset_selection] == [
+        "sampler_steps_llama", "eval_llama"]
 
 
 def test_layer_outside_the_model_fails_clearly(tiny):

@@ -8,10 +8,14 @@ import pytest
 from dihal.report import (
     ANSWERS,
     BRIDGEABILITY,
+    CONTROLS,
+    COST,
     GENERATION,
     LOCATE,
     REGRESSION,
+    answer_break_even,
     answer_bridge_vs_regression,
+    answer_controls,
     answer_cost,
     answer_generation,
     answer_geometry_vs_depth,
@@ -358,3 +362,91 @@ def test_full_training_says_what_validation_loss_would_have_chosen(disagree):
     assert "oracle layer 3: 3.000 and 0.500" in text
     assert ("By the sweep's validation loss the oracle would be layer 1 and the worst 1" in text) \
         == disagree
+
+
+def _control(model, ppl, diff, low, high, verdict, role="control"):
+    return _gen(model, role, ppl, ppl * 0.9, ppl * 1.1, dihal_log_ppl_diff=diff,
+                dihal_log_ppl_diff_low=low, dihal_log_ppl_diff_high=high,
+                dihal_log_ppl_diff_p=0.01 if verdict != "not distinguishable" else 0.5,
+                dihal_verdict=verdict, paired_samples=4)
+
+
+def _with_controls(*controls):
+    return inputs(comparison=[_gen("DiHAL (l=2)", "dihal", 50.0, 45.0, 55.0, denoiser_parameters=1,
+                                   train_tokens=1, sampler_steps=4),
+                              _gen("backbone", "backbone", 30.0, 28.0, 32.0), *controls])
+
+
+def test_controls_each_way():
+    import math
+
+    # no control rows: not settled
+    text, anchor = answer_controls(inputs())
+    assert anchor == CONTROLS and text.startswith("Whether DiHAL beats its control hybrids is "
+                                                  "not settled")
+    # DiHAL lower than the ridge beyond the paired interval, the layer-drop not distinguishable
+    x = _with_controls(_control("ridge (l=2)", 80.0, math.log(0.625), -0.6, -0.3, "below"),
+                       _control("layer-drop (l=2)", 52.0, -0.04, -0.2, 0.1, "not distinguishable"))
+    text, _ = answer_controls(x)
+    assert text.startswith("DiHAL has the lowest Gen.PPL of itself and its controls: ")
+    assert "0.62x ridge (l=2)'s [0.55, 0.74], lower beyond the paired 95 % interval" in text
+    assert "0.96x layer-drop (l=2)'s [0.82, 1.11], not distinguishable at the paired 95 % level" in text
+    assert text.endswith("(DiHAL lower beyond the paired interval than 1, higher than 0 of 2).")
+    # the regression hybrid wins beyond the interval; DiHAL at the chosen K is a row too
+    x = _with_controls(_control("regression (l=2)", 20.0, math.log(2.5), 0.7, 1.1, "above"),
+                       _control("DiHAL (l=2, K=2 marginal, chosen on validation)", 45.0,
+                                math.log(50 / 45), 0.0, 0.2, "not distinguishable",
+                                role="dihal (chosen K)"))
+    text, _ = answer_controls(x)
+    assert text.startswith("regression (l=2) has the lowest Gen.PPL of DiHAL and its controls: ")
+    assert "2.50x regression (l=2)'s [2.01, 3.00], higher beyond the paired 95 % interval" in text
+    assert text.endswith("(DiHAL lower beyond the paired interval than 0, higher than 1 of 2).")
+    # a row with too few paired samples has no interval, and says so
+    x = _with_controls(_control("ridge (l=2)", 80.0, float("nan"), float("nan"), float("nan"),
+                                "not distinguishable"))
+    assert "ridge (l=2): no paired difference" in answer_controls(x)[0]
+    md = build_report(x).markdown
+    assert "## 3a. DiHAL against its control hybrids" in md and "ridge (l=2)" in md
+
+
+def _with_cost(step_mflops, timed=True):
+    """The hand-made inputs with a cost table: 4 blocks of 10 MFLOPs, a head of 5, a denoising
+    step of `step_mflops`; DiHAL at l* = 2 samples with K = 4, the sweep too."""
+    from dataclasses import replace
+
+    x = inputs()
+    rows = [{"model": "backbone", "layer": None, "K": 0, "flops_per_token": 45e6,
+             "ms_per_token": 2.0, "flops_vs_backbone": 1.0, "ms_vs_backbone": 1.0,
+             "time_over_flops": 1.0}]
+    if timed:
+        f = 25e6 + 4 * step_mflops * 1e6
+        rows.append({"model": "DiHAL (l=2, K=4)", "layer": 2, "K": 4, "flops_per_token": f,
+                     "ms_per_token": 3.0, "flops_vs_backbone": f / 45e6, "ms_vs_backbone": 1.5,
+                     "time_over_flops": 1.5 / (f / 45e6)})
+    cost = {"flop_model": {"block_flops": [10e6] * 4, "head_flops": 5e6, "other_flops": 0.0,
+                           "denoiser_step_flops": step_mflops * 1e6},
+            "rows": rows, "n": 2, "length": 16, "repeats": 3, "note": "FLOPs counted"}
+    sweep = [{"layer": ll, "hybrid_nll": 3.0 + ll, "backbone_nll": 2.5} for ll in (1, 2, 3)]
+    return replace(x, evaluation={**x.evaluation, "cost": cost}, sweep_layers=sweep)
+
+
+def test_break_even_each_way():
+    # no cost table: not settled
+    text, anchor = answer_break_even(inputs())
+    assert anchor == COST and text.startswith("What the replacement costs per token is not settled")
+    # a step of 15 MFLOPs: DiHAL at l* = 2, K = 4 costs (25 + 60) / 45 = 1.89x; cheaper at l*
+    # only for K <= 1; at the sweep's K = 4 at no swept layer
+    text, _ = answer_break_even(_with_cost(15.0))
+    assert text == ("Per generated token the backbone costs 45 MFLOPs; DiHAL at l* = 2 with K = 4 "
+                    "costs 1.89x that (1.50x in measured time), and at l* it is cheaper only for "
+                    "K <= 1. At the sweep's K = 4 a hybrid is cheaper than the backbone at none "
+                    "of the 3 swept layers.")
+    # a step of 3 MFLOPs: cheaper at layers 2 and 3 (37 and 27 < 45), not at 1 (47)
+    text, _ = answer_break_even(_with_cost(3.0, timed=False))
+    assert "costs 0.82x that, and at l* it is cheaper only for K <= 6." in text
+    assert text.endswith("cheaper than the backbone at 2 of 3 swept layers (2, 3).")
+    # a step that costs more than the layers saved at l*: never cheaper there
+    assert "cheaper only for K <= 0 (never)" in answer_break_even(_with_cost(30.0))[0]
+    md = build_report(_with_cost(3.0)).markdown
+    assert "## 3b. Cost per generated token" in md and "| l | max K cheaper |" in md
+    assert "data:image/png;base64," in build_report(_with_cost(3.0)).html

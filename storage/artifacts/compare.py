@@ -66,7 +66,7 @@ class Comparison(Artifact):
 
     def _write_files(self, directory: Path, result: ComparisonResult) -> None:
         write_table(directory / "comparison.parquet",
-                    [{k: (None if v is None else v if k in ("model", "role") else
+                    [{k: (None if v is None else v if isinstance(v, str) else
                           [float(x) for x in v] if isinstance(v, list) else float(v))
                       for k, v in r.items()} for r in result.rows])
 

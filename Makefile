@@ -27,7 +27,9 @@ test: setup
 	. ./env.sh && python -m pytest
 
 ui: setup
-	. ./env.sh && dagster dev
+	# dagster dev never serves while DAGSTER_MODULE_NAME is set (it reads pyproject.toml's
+	# [tool.dagster] itself); the other dagster commands need it
+	. ./env.sh && env -u DAGSTER_MODULE_NAME dagster dev
 
 clean-artifacts:
 	rm -rf .dihal/artifacts .dagster

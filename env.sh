@@ -1,6 +1,7 @@
 # Source this file (`. ./env.sh`) to use the dagster CLI on this project by hand:
 #   dagster asset materialize --select '*layer_score_smollm2'
-#   dagster dev            # web UI on http://127.0.0.1:3000 (plus the schedule daemon)
+#   make ui                # web UI on http://127.0.0.1:3000 (dagster dev, plus the schedule
+#                          # daemon; run it without DAGSTER_MODULE_NAME, which makes it hang)
 _dihal_root="$(cd "$(dirname "${BASH_SOURCE[0]:-$0}")" && pwd)"
 [ -f "$_dihal_root/.venv/bin/activate" ] && . "$_dihal_root/.venv/bin/activate"
 export DAGSTER_HOME="$_dihal_root/.dagster"

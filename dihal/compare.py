@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -57,22 +57,13 @@ def baseline(
     workdir; `warn` gets the reason a damaged checkpoint is passed over), sample and score. Its
     row carries the budget it ran under."""
     from dihal.baselines import build_baseline
-    from dihal.generation import common_ppl_length, text_metrics, texts_until_eos
 
     n_seq, seq_len = train_ids.shape
-    emb = backbone.decoder.embed_tokens.weight.detach().float().cpu()
-    vocab = None
-    if cfg.restrict_vocab:
-        vocab = torch.unique(torch.cat([train_ids.flatten(),
-                                        torch.tensor([backbone.bos_id, backbone.eos_id])]))
-        lookup = torch.full((emb.shape[0],), -1, dtype=torch.long)
-        lookup[vocab] = torch.arange(len(vocab))
-        train_ids, emb = lookup[train_ids], emb[vocab]
-    bos, eos = ((int(lookup[backbone.bos_id]), int(lookup[backbone.eos_id])) if vocab is not None
-                else (backbone.bos_id, backbone.eos_id))
-    model = build_baseline(name, embeddings=emb, seq_len=seq_len,
+    space = TokenSpace.of(backbone, train_ids, cfg.restrict_vocab)
+    model = build_baseline(name, embeddings=space.embeddings, seq_len=seq_len,
                            target_params=reference.denoiser_parameters,
-                           seed=derive_seed(cfg.seed, "baseline", name), bos_id=bos, eos_id=eos)
+                           seed=derive_seed(cfg.seed, "baseline", name), bos_id=space.bos,
+                           eos_id=space.eos)
     tcfg = replace(BridgeProtocol(**bridge_protocol).train_config(device), lr=cfg.lr, seed=cfg.seed)
     budget = Budget(denoiser_parameters=model.denoiser_parameters(),
                     train_tokens=sample_budget(n_seq, tcfg) * seq_len,
@@ -84,12 +75,60 @@ def baseline(
             progress(f"{name}: step {entry['step']}/{entry['total_steps']} loss {entry['loss']:.4f} "
                      f"({entry['elapsed_s']:.0f} s)")
 
-    trained = train_model(model, baseline_loss(train_ids), n_seq, tcfg,
+    trained = train_model(model, baseline_loss(space.train_ids), n_seq, tcfg,
                           Path(workdir) / "checkpoints", log, protocol={"baseline": name},
                           device=device, warn=warn)
     features = judge.features(reference_texts) if reference_texts else None
+    texts, metrics = _samples_and_metrics(name, model, backbone, space, cfg, reference, judge,
+                                          features, device)
+    total = getattr(model, "total_parameters", lambda: sum(p.numel() for p in model.parameters()))()
+    row = {"model": name, "role": "baseline", **metrics, "budget": budget.to_dict(),
+           "total_parameters": int(total), "train_steps": trained.step,
+           "train_seconds": trained.wall_s,
+           "final_loss": trained.train_loss if trained.train_loss is not None else float("nan"),
+           "vocab_size": int(space.embeddings.shape[0])}
+    hparams = {"baseline": name, "config": cfg.__dict__, "budget": budget.to_dict(),
+               "reference": reference.to_dict(), "train_config": tcfg.to_dict()}
+    return BaselineResult(name=name, row=row, texts=texts, tensors=model.state_dict(),
+                          hparams=hparams)
 
-    def sample_and_score(temperature: float | None) -> tuple[list[str], dict]:
+
+@dataclass
+class TokenSpace:
+    """The token table a baseline works in: the backbone's embeddings, or (restrict_vocab) only
+    the rows of the tokens the training data uses, plus BOS and EOS; `vocab` maps its ids back
+    to the backbone's (None: the backbone's own ids)."""
+
+    train_ids: torch.Tensor
+    embeddings: torch.Tensor
+    vocab: torch.Tensor | None
+    bos: int
+    eos: int
+
+    @classmethod
+    def of(cls, backbone, train_ids: torch.Tensor, restrict_vocab: bool) -> TokenSpace:
+        emb = backbone.decoder.embed_tokens.weight.detach().float().cpu()
+        if not restrict_vocab:
+            return cls(train_ids, emb, None, backbone.bos_id, backbone.eos_id)
+        vocab = torch.unique(torch.cat([train_ids.flatten(),
+                                        torch.tensor([backbone.bos_id, backbone.eos_id])]))
+        lookup = torch.full((emb.shape[0],), -1, dtype=torch.long)
+        lookup[vocab] = torch.arange(len(vocab))
+        return cls(lookup[train_ids], emb[vocab], vocab, int(lookup[backbone.bos_id]),
+                   int(lookup[backbone.eos_id]))
+
+    def to_backbone(self, tokens: torch.Tensor) -> torch.Tensor:
+        return tokens if self.vocab is None else self.vocab[tokens]
+
+
+def _samples_and_metrics(name: str, model, backbone, space: TokenSpace, cfg: BaselineRunConfig,
+                         reference: Budget, judge, features, device: str) -> tuple[list[str], dict]:
+    """A trained baseline's texts and metrics at the common temperature (cfg.temperature, the
+    eval's; every row of the comparison decodes there); a recipe whose own default differs
+    (CoDAR's 0.7) also gets its metrics there, as `metrics["native"]` (an extra row)."""
+    from dihal.generation import common_ppl_length, text_metrics, texts_until_eos
+
+    def at(temperature: float | None) -> tuple[list[str], dict]:
         """Samples at `temperature` (None: the recipe has none, it rounds deterministically),
         each time from the same seeded generator, and their metrics."""
         gen = torch.Generator(device=device).manual_seed(derive_seed(cfg.seed, "sample", name))
@@ -97,30 +136,17 @@ def baseline(
         with torch.no_grad():
             tokens = model.sample(cfg.n_samples, cfg.length, reference.sampler_steps, gen,
                                   **kw).cpu()
-        if vocab is not None:
-            tokens = vocab[tokens]  # back to backbone ids
-        texts = texts_until_eos(backbone.tokenizer, tokens, backbone.eos_id, prompt_len=0,
-                                bos_id=backbone.bos_id)
+        texts = texts_until_eos(backbone.tokenizer, space.to_backbone(tokens), backbone.eos_id,
+                                prompt_len=0, bos_id=backbone.bos_id)
         return texts, {**text_metrics(texts, judge, seed=cfg.seed, reference=features,
                                       ppl_length=common_ppl_length(cfg.length)),
                        "temperature": temperature}
 
-    # every row of the comparison decodes at the common temperature (cfg.temperature, the
-    # eval's); a recipe whose own default differs (CoDAR's 0.7) also gets one extra row there
     native = decoding_temperature(model)
-    texts, metrics = sample_and_score(None if native is None else cfg.temperature)
+    texts, metrics = at(None if native is None else cfg.temperature)
     if native is not None and native != cfg.temperature:
-        metrics["native"] = sample_and_score(native)[1]
-    total = getattr(model, "total_parameters", lambda: sum(p.numel() for p in model.parameters()))()
-    row = {"model": name, "role": "baseline", **metrics, "budget": budget.to_dict(),
-           "total_parameters": int(total), "train_steps": trained.step,
-           "train_seconds": trained.wall_s,
-           "final_loss": trained.train_loss if trained.train_loss is not None else float("nan"),
-           "vocab_size": int(emb.shape[0])}
-    hparams = {"baseline": name, "config": cfg.__dict__, "budget": budget.to_dict(),
-               "reference": reference.to_dict(), "train_config": tcfg.to_dict()}
-    return BaselineResult(name=name, row=row, texts=texts, tensors=model.state_dict(),
-                          hparams=hparams)
+        metrics["native"] = at(native)[1]
+    return texts, metrics
 
 
 # ---------------------------------------------------------------------------------------------

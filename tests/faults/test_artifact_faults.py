@@ -232,7 +232,9 @@ def test_non_finite_dump_stops_with_the_place_and_keeps_earlier_batches(world, m
     assert meta["batches_resumed"].value == 1  # the batch before the bad one was kept
 
 
-def test_interrupted_bridge_training_resumes_to_the_same_weights(world, monkeypatch):
+def _cut_after_training(world, monkeypatch):
+    """Layer 3's sweep bridge trained again with a power cut after training (its checkpoints
+    kept); (the weights' path, their good digest, a function that restores the measurement)."""
     import dihal.replace
 
     weights = world.path("bridge_sweep", "layer_003", "bridge.safetensors")
@@ -246,9 +248,14 @@ def test_interrupted_bridge_training_resumes_to_the_same_weights(world, monkeypa
     monkeypatch.setattr(dihal.replace, "measure_bridge", crash)
     res, err = world.materialize(["bridge_sweep_llama"], partition="3")
     assert not res.success and "power cut" in err[0]
+    return weights, good, lambda: monkeypatch.setattr(dihal.replace, "measure_bridge", real)
+
+
+def test_interrupted_bridge_training_resumes_to_the_same_weights(world, monkeypatch):
+    weights, good, restore = _cut_after_training(world, monkeypatch)
     ckpts = world.path("bridge_sweep", "layer_003.partial", "checkpoints")
     assert sorted(p.name for p in ckpts.iterdir() if p.name.startswith("step-"))  # kept
-    monkeypatch.setattr(dihal.replace, "measure_bridge", real)
+    restore()
     res, err = world.materialize(["bridge_sweep_llama"], partition="3")
     assert res.success, err
     meta = res.get_asset_materialization_events()[0].step_materialization_data.materialization.metadata
@@ -259,26 +266,15 @@ def test_interrupted_bridge_training_resumes_to_the_same_weights(world, monkeypa
 def test_a_damaged_checkpoint_s_fallback_is_in_the_run_s_event_log(world, monkeypatch):
     """A same-size change to the newest checkpoint: the bridge falls back to the previous one,
     ends with the same weights, and the reason is a warning in the Dagster event log."""
-    import dihal.replace
     from dihal.checkpoint import list_checkpoints
 
-    weights = world.path("bridge_sweep", "layer_003", "bridge.safetensors")
-    good = _digest(weights)
-    shutil.rmtree(weights.parent)
-    real = dihal.replace.measure_bridge
-
-    def crash(*a, **k):
-        raise RuntimeError("power cut after training")
-
-    monkeypatch.setattr(dihal.replace, "measure_bridge", crash)
-    res, _ = world.materialize(["bridge_sweep_llama"], partition="3")
-    assert not res.success
+    weights, good, restore = _cut_after_training(world, monkeypatch)
     newest = list_checkpoints(world.path("bridge_sweep", "layer_003.partial", "checkpoints"))[-1]
     f = newest / "model.safetensors"
     data = bytearray(f.read_bytes())
     data[-1] ^= 0xFF  # same size, one byte changed
     f.write_bytes(bytes(data))
-    monkeypatch.setattr(dihal.replace, "measure_bridge", real)
+    restore()
     import dagster as dg
 
     instance = dg.DagsterInstance.ephemeral()

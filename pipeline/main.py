@@ -262,6 +262,24 @@ def main(argv: list[str] | None = None) -> None:
     print(f"[dihal] finished in {time.monotonic() - t0:.0f} s")
 
 
+def eval_line(row: dict) -> str:
+    """One generation row as the driver prints it: Gen.PPL with its interval, diversity, the
+    mean length, ms per token, and its paired standing against DiHAL where it has one (the
+    per-sample lists and the rest stay in the artifact and the report)."""
+    def num(k: str, fmt: str = ".4g") -> str:
+        v = row.get(k)
+        return "n/a" if v is None else format(v, fmt)
+
+    line = (f"  {row['model']}: Gen.PPL {num('gen_ppl', '.1f')} [{num('gen_ppl_low', '.1f')}, "
+            f"{num('gen_ppl_high', '.1f')}], diversity {num('diversity', '.3f')}, mean length "
+            f"{num('mean_length', '.1f')} words, {num('ms_per_token', '.2f')} ms/token")
+    if row.get("dihal_verdict"):
+        line += f"; DiHAL's log Gen.PPL minus this: {num('dihal_log_ppl_diff', '+.3f')} " \
+                f"[{num('dihal_log_ppl_diff_low', '+.3f')}, " \
+                f"{num('dihal_log_ppl_diff_high', '+.3f')}] ({row['dihal_verdict']})"
+    return line
+
+
 def _chain(chain: Chain, args, layers: list[int], baselines: list[str], say) -> None:
     from resources import StorageResource
     from storage import Bridgeability, Comparison, Evaluation, LayerScore, Report, SamplerCurve
@@ -295,8 +313,7 @@ def _chain(chain: Chain, args, layers: list[int], baselines: list[str], say) -> 
                    f"{row.get('p_holm_vs_depth_-val_loss') or float('nan'):.3g})"
                    if diff is not None else ""))
         for row in Evaluation(layout, b).require().info["rows"]:
-            say(", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                          for k, v in row.items()))
+            say(eval_line(row))
         for row in SamplerCurve(layout, b).require().info["rows"]:
             say(f"  sampler K={row['steps']}: hybrid NLL {row['hybrid_nll']:.4f}, reconstruction "
                 f"error {row['recon_error']:.4f}, {row['ms_per_token']:.1f} ms/token")

@@ -84,3 +84,22 @@ def test_the_driver_needs_a_persistent_instance(monkeypatch, capsys):
         driver.main(["--layers", "1,2,3", "--stop-after", "sweep"])
     assert exit_.value.code == 2
     assert "DAGSTER_HOME is not set" in capsys.readouterr().err
+
+
+def test_an_eval_row_prints_as_one_short_line():
+    """The driver prints each generation row's key numbers, never its per-sample lists."""
+    from pipeline.main import eval_line
+
+    row = {"model": "ridge (l=1)", "gen_ppl": 355.41, "gen_ppl_low": 275.5, "gen_ppl_high": 469.2,
+           "diversity": 0.8705, "mean_length": 49.67, "ms_per_token": 3.505,
+           "sample_nll": [363.8] * 64, "dihal_log_ppl_diff": 0.7858,
+           "dihal_log_ppl_diff_low": 0.4141, "dihal_log_ppl_diff_high": 1.147,
+           "dihal_verdict": "above"}
+    line = eval_line(row)
+    assert line == ("  ridge (l=1): Gen.PPL 355.4 [275.5, 469.2], diversity 0.871, mean length "
+                    "49.7 words, 3.50 ms/token; DiHAL's log Gen.PPL minus this: +0.786 "
+                    "[+0.414, +1.147] (above)")
+    assert "363.8" not in line
+    # DiHAL's own row has no paired standing; a row made before a metric existed prints n/a
+    assert eval_line({"model": "DiHAL (l=1)", "gen_ppl": 779.8}).endswith(
+        "Gen.PPL 779.8 [n/a, n/a], diversity n/a, mean length n/a words, n/a ms/token")

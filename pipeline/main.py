@@ -315,7 +315,8 @@ def _chain(chain: Chain, args, layers: list[int], baselines: list[str], say) -> 
         for row in Evaluation(layout, b).require().info["rows"]:
             say(eval_line(row))
         for row in SamplerCurve(layout, b).require().info["rows"]:
-            say(f"  sampler K={row['steps']}: hybrid NLL {row['hybrid_nll']:.4f}, reconstruction "
+            say(f"  sampler K={row['steps']}" + (f" ({row['rule']})" if row.get("rule") else "")
+                + f": hybrid NLL {row['hybrid_nll']:.4f}, reconstruction "
                 f"error {row['recon_error']:.4f}, {row['ms_per_token']:.1f} ms/token")
     if last >= STAGES.index("report"):
         say(f"baselines {', '.join(baselines)} at DiHAL's budget")

@@ -253,6 +253,27 @@ def evaluate_with_controls(backbone, trained: TrainedBridge, judge, cfg: EvalCon
     Each row after DiHAL's carries the paired difference of its log Gen.PPL from DiHAL's.
     The result's `cost`: FLOPs and measured ms per generated token of the backbone, DiHAL at
     each K of `cost_steps` and each control (controls_cost), and the FLOP model."""
+    from dihal.cost import COST_LENGTH
+
+    extra, notes = control_models(backbone, trained, cfg, progress, reader=reader,
+                                  train_pairs=train_pairs, regression=regression, chosen=chosen)
+    result = evaluate_generation(backbone, trained, judge, cfg, progress, reference=reference,
+                                 extra=extra)
+    if progress:
+        progress("cost per generated token: FLOPs and timed decodes")
+    cost = controls_cost(backbone, trained, [(n, m, c["steps"]) for n, role, m, c in extra
+                                             if role == CONTROL],
+                         steps=cost_steps, length=min(cfg.length, COST_LENGTH), seed=cfg.seed)
+    return replace(result, controls=notes, cost=cost)
+
+
+def control_models(backbone, trained: TrainedBridge, cfg: EvalConfig,
+                   progress: Callable[[str], None] | None = None, *, reader,
+                   train_pairs: Callable, regression: TrainedBridge | None = None,
+                   chosen: dict | None = None) -> tuple[list[tuple], dict]:
+    """The extra rows of evaluate_with_controls: [(name, role, model, columns)] for DiHAL at
+    the chosen (rule, K) where it is not the protocol's, the regression, layer-drop and ridge
+    hybrids; and the notes on what was (not) there."""
     from dihal.config import DEFAULT_SAMPLER_RULE
     from dihal.control_hybrids import (
         bridge_hybrid,
@@ -261,7 +282,6 @@ def evaluate_with_controls(backbone, trained: TrainedBridge, judge, cfg: EvalCon
         regression_hybrid,
         ridge_hybrid,
     )
-    from dihal.cost import COST_LENGTH
 
     layer, k0 = trained.layer, int(trained.hparams["protocol"]["steps"])
     extra, notes = [], {"protocol_steps": k0, "chosen": chosen}
@@ -294,14 +314,7 @@ def evaluate_with_controls(backbone, trained: TrainedBridge, judge, cfg: EvalCon
                                first),
                   {"layer": layer, "steps": 0, "ridge_lambda": ridge.lam,
                    "ridge_val_mse": ridge.val_mse}))
-    result = evaluate_generation(backbone, trained, judge, cfg, progress, reference=reference,
-                                 extra=extra)
-    if progress:
-        progress("cost per generated token: FLOPs and timed decodes")
-    cost = controls_cost(backbone, trained, [(n, m, c["steps"]) for n, role, m, c in extra
-                                             if role == CONTROL],
-                         steps=cost_steps, length=min(cfg.length, COST_LENGTH), seed=cfg.seed)
-    return replace(result, controls=notes, cost=cost)
+    return extra, notes
 
 
 def controls_cost(backbone, trained: TrainedBridge, controls: list[tuple[str, Any, int]], *,

@@ -282,36 +282,14 @@ def bridgeability_table(layer_rows: list[dict], score_rows: list[dict],
     and the oracle's (and l*'s) standing over resampled seeds (seed_oracle); else "seeds" is
     {}."""
     from dihal.rows import number
-    from dihal.uncertainty import (
-        oracle_by_measures,
-        paired_standing,
-        seed_oracle,
-        seed_spread,
-        spearman_interval,
-        two_level_spearman,
-    )
+    from dihal.uncertainty import oracle_by_measures, paired_standing
 
     layers = sorted(r["layer"] for r in layer_rows)
     by_layer = {r["layer"]: r for r in layer_rows}
     seed_rows = {ll: rows for ll, rows in (seed_rows or {}).items() if rows and ll in by_layer}
     preds = _predictor_values(layers, score_rows, predictor_rows)
-    seeds_info: dict = {}
-    if seed_rows:
-        raw = {m: _seed_values(layers, by_layer, seed_rows, m) for m in TARGETS}
-        targets = {m: -v for m, v in raw.items()}
-        stats = {(p, m): two_level_spearman(v, t, n_boot=n_boot, seed=seed)
-                 for p, v in preds.items() for m, t in targets.items()}
-        oracle_rows = [{"layer": ll, **{m: float(np.nanmean(raw[m][i])) for m in TARGETS}}
-                       for i, ll in enumerate(layers)]
-        seeds_info = {"n_seeds": int(raw["hybrid_nll"].shape[1]),
-                      "spread": {m: seed_spread(raw[m], layers) for m in TARGETS},
-                      "oracle": seed_oracle(raw[ORACLE_BY], layers, n_boot=n_boot, seed=seed,
-                                            l_star=l_star if l_star in layers else None)}
-    else:
-        targets = {m: [-by_layer[ll][m] for ll in layers] for m in TARGETS}
-        stats = {(p, m): spearman_interval(v, t, n_boot=n_boot, seed=seed)
-                 for p, v in preds.items() for m, t in targets.items()}
-        oracle_rows = layer_rows
+    targets, stats, oracle_rows, seeds_info = _layer_statistics(
+        layers, layer_rows, seed_rows, preds, n_boot=n_boot, seed=seed, l_star=l_star)
     rivals = {p: v for p, v in preds.items() if p != DEPTH}
     paired = {(r["predictor"], r["target"]): r for r in paired_standing(
         rivals, preds[DEPTH], targets, n_boot=n_boot, seed=seed)} if rivals else {}
@@ -330,6 +308,32 @@ def bridgeability_table(layer_rows: list[dict], score_rows: list[dict],
     by = oracle_by_measures(oracle_rows, ORACLE_MEASURES)
     return {"rows": table, "layers": layers, "oracle": by["by"][ORACLE_BY]["oracle"],
             "worst": by["by"][ORACLE_BY]["worst"], "oracle_by": by, "seeds": seeds_info}
+
+
+def _layer_statistics(layers: list[int], layer_rows: list[dict], seed_rows: dict, preds: dict,
+                      *, n_boot: int, seed: int, l_star: int | None):
+    """(targets, Spearman stats per (predictor, target), the rows the oracle is chosen from,
+    the seed information) of bridgeability_table: over one seed per layer, or, with
+    `seed_rows`, over the per-layer seed means with the two-level resample."""
+    from dihal.uncertainty import seed_oracle, seed_spread, spearman_interval, two_level_spearman
+
+    by_layer = {r["layer"]: r for r in layer_rows}
+    if not seed_rows:
+        targets = {m: [-by_layer[ll][m] for ll in layers] for m in TARGETS}
+        stats = {(p, m): spearman_interval(v, t, n_boot=n_boot, seed=seed)
+                 for p, v in preds.items() for m, t in targets.items()}
+        return targets, stats, layer_rows, {}
+    raw = {m: _seed_values(layers, by_layer, seed_rows, m) for m in TARGETS}
+    targets = {m: -v for m, v in raw.items()}
+    stats = {(p, m): two_level_spearman(v, t, n_boot=n_boot, seed=seed)
+             for p, v in preds.items() for m, t in targets.items()}
+    oracle_rows = [{"layer": ll, **{m: float(np.nanmean(raw[m][i])) for m in TARGETS}}
+                   for i, ll in enumerate(layers)]
+    seeds_info = {"n_seeds": int(raw["hybrid_nll"].shape[1]),
+                  "spread": {m: seed_spread(raw[m], layers) for m in TARGETS},
+                  "oracle": seed_oracle(raw[ORACLE_BY], layers, n_boot=n_boot, seed=seed,
+                                        l_star=l_star if l_star in layers else None)}
+    return targets, stats, oracle_rows, seeds_info
 
 
 def regression_table(swept: list[BridgeMetrics], controls: list[BridgeMetrics]) -> list[RegressionRow]:

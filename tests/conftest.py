@@ -44,3 +44,14 @@ def tiny_backbone(tiny_llama_dir, tmp_path_factory):
     from dihal.backbones import load_backbone
 
     return load_backbone("llama", path=tiny_llama_dir, cache_dir=tmp_path_factory.mktemp("cache"))
+
+
+@pytest.fixture()
+def calls(monkeypatch):
+    """Records any use of the Dagster instance by the driver: a refused command must not
+    reach it."""
+    import dagster as dg
+
+    made = []
+    monkeypatch.setattr(dg.DagsterInstance, "get", staticmethod(lambda: made.append("get")))
+    return made

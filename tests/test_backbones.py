@@ -5,6 +5,7 @@ import torch
 
 from dihal.backbones import get_spec, load_backbone, resolve_weights
 from dihal.errors import BackboneNotFoundError, LayerIndexError, UnknownBackboneError
+from tests.tiny import check_replay
 
 ARCHS = [("llama", "tiny_llama_dir", "LlamaForCausalLM"), ("qwen", "tiny_qwen_dir", "Qwen3ForCausalLM"),
          ("gemma3", "tiny_gemma_dir", "Gemma3ForCausalLM")]
@@ -14,15 +15,7 @@ ARCHS = [("llama", "tiny_llama_dir", "LlamaForCausalLM"), ("qwen", "tiny_qwen_di
 def test_upper_layers_replayed_from_stored_states_reproduce_logits(request, tmp_path, name, fixture, arch):
     bb = load_backbone(name, path=request.getfixturevalue(fixture), cache_dir=tmp_path)
     assert type(bb.model).__name__ == arch
-    ids = torch.randint(4, len(bb.tokenizer), (2, 12), generator=torch.Generator().manual_seed(0))
-    full = bb.model(ids).logits
-    hs = bb.hidden_states(ids)
-    assert hs.shape == (bb.n_layers, 2, 12, bb.hidden_size)
-    assert torch.equal(hs[0], bb.embed(ids))
-    for layer in range(bb.n_layers):
-        torch.testing.assert_close(bb.run_upper(hs[layer], layer), full, rtol=0, atol=1e-5)
-        first, state = bb.lower_states(ids, layer)  # the forward stopped after block layer-1
-        assert torch.equal(first, hs[0]) and torch.equal(state, hs[layer])
+    full, hs = check_replay(bb)
     # fp16 storage round trip stays close
     torch.testing.assert_close(bb.run_upper(hs[2].half().float(), 2), full, rtol=1e-2, atol=1e-2)
 

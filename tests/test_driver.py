@@ -8,14 +8,6 @@ import pytest
 import pipeline.main as driver
 
 
-@pytest.fixture()
-def calls(monkeypatch):
-    """Records any use of the Dagster instance: a refused command must not reach it."""
-    made = []
-    monkeypatch.setattr(driver.dg.DagsterInstance, "get", staticmethod(lambda: made.append("get")))
-    return made
-
-
 @pytest.mark.parametrize(("argv", "says"), [
     (["--layers", "0,99"], "--layers 0,99: 0, 99 out of range: smollm2 has 30 layers, "
                            "the candidate layers are 1..29"),

@@ -13,7 +13,7 @@ from dihal.bridge.process import BrownianBridge
 from dihal.errors import UnsupportedArchitectureError
 from dihal.hybrid import Hybrid, decode_backbone
 from dihal.registry import SUPPORTED_ARCHITECTURES, BackboneSpec, declare
-from tests.tiny import FAMILIES, REFUSED, build_model
+from tests.tiny import FAMILIES, REFUSED, build_model, check_replay
 
 LAYER = 2
 MODEL_TYPE = {"gemma3": "gemma3_text"}  # the tiny arch -> its config's model_type
@@ -40,15 +40,7 @@ def test_replayed_upper_layers_equal_the_full_models_logits(family):
     (soft-capped where the family caps them) for every layer l."""
     arch, bb = family
     assert bb.model.config.model_type == MODEL_TYPE.get(arch, arch)
-    ids = torch.randint(4, len(bb.tokenizer), (2, 12), generator=torch.Generator().manual_seed(0))
-    full = bb.model(ids).logits
-    hs = bb.hidden_states(ids)
-    assert hs.shape == (bb.n_layers, 2, 12, bb.hidden_size)
-    assert torch.equal(hs[0], bb.embed(ids))
-    for layer in range(bb.n_layers):
-        torch.testing.assert_close(bb.run_upper(hs[layer], layer), full, rtol=0, atol=1e-5)
-        first, state = bb.lower_states(ids, layer)
-        assert torch.equal(first, hs[0]) and torch.equal(state, hs[layer])
+    full, hs = check_replay(bb)
     # the layers differ: a replay from the wrong layer is not the model
     assert not torch.allclose(bb.run_upper(hs[1], 2), full, atol=1e-3)
 

@@ -125,3 +125,19 @@ def randomised_denoiser(cfg, seed: int = 0):
         for p in model.parameters():
             p.copy_(0.3 * torch.randn(p.shape, generator=g))
     return model.eval()
+
+
+def check_replay(bb) -> tuple[torch.Tensor, torch.Tensor]:
+    """Assert that hs[0] is the embedding, that run_upper(hs[l], l) equals the full forward's
+    logits for every layer l, and that lower_states stops at the same values; (full logits,
+    hidden states) of the 2 x 12 token batch it checked, for further checks."""
+    ids = torch.randint(4, len(bb.tokenizer), (2, 12), generator=torch.Generator().manual_seed(0))
+    full = bb.model(ids).logits
+    hs = bb.hidden_states(ids)
+    assert hs.shape == (bb.n_layers, 2, 12, bb.hidden_size)
+    assert torch.equal(hs[0], bb.embed(ids))
+    for layer in range(bb.n_layers):
+        torch.testing.assert_close(bb.run_upper(hs[layer], layer), full, rtol=0, atol=1e-5)
+        first, state = bb.lower_states(ids, layer)  # the forward stopped after block layer-1
+        assert torch.equal(first, hs[0]) and torch.equal(state, hs[layer])
+    return full, hs

@@ -8,13 +8,6 @@ import pytest
 import pipeline.main as driver
 
 
-@pytest.fixture()
-def calls(monkeypatch):
-    made = []
-    monkeypatch.setattr(driver.dg.DagsterInstance, "get", staticmethod(lambda: made.append("get")))
-    return made
-
-
 @pytest.mark.parametrize(("argv", "says"), [
     (["--layers", "5"], "a sweep of 1 layer(s) (5) feeds bridgeability, which needs at least 5 "
                         "distinct layers"),

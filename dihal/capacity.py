@@ -66,14 +66,14 @@ class Workload:
 
     seq_len: int = GPU["sequences"].get("seq_len", 128)
     n_train: int = GPU["sequences"]["n_train"]  # 8192: 1,048,576 training tokens
-    n_val: int = GPU["sequences"]["n_val"]  # 144: 18,432 held-out tokens (geometry samples 16,384)
+    n_val: int = GPU["sequences"]["n_val"]  # 576: 73,728 held-out tokens (geometry samples 16,384)
     state_bytes: int = 2  # the store's float16
     extract_batch: int = GPU["hidden_states"]["batch_size"]  # sequences per forward (dump, pairs)
     # The profile's denoiser (d_model 272 x 4 blocks); only its in/out projections scale with the
     # backbone's d: 5.48M parameters at d = 576.
     bridge: BridgeProtocol = field(default_factory=lambda: BridgeProtocol(**GPU["bridge_sweep"]))
     checkpoints: int = 2  # BridgeProtocol.train_config keeps the newest 2 (bridge and baselines)
-    n_eval: int = GPU["eval"]["n_samples"]  # 512 samples of 128 tokens per evaluated system
+    n_eval: int = GPU["eval"]["n_samples"]  # 544 samples of 128 tokens per evaluated system
     n_baselines: int = len(BASELINES)  # each trained on the same n_train x seq_len tokens
 
     @property

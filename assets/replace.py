@@ -96,7 +96,10 @@ def replace_assets(backbone: str, n_layers: int) -> list:
                      config: BridgeProtocolRunConfig) -> dg.MaterializeResult:
         """A bridge per candidate layer under one fixed protocol, with its bridgeability:
         validation loss, reconstruction error, hybrid NLL, top-1 agreement."""
-        run, protocol, layer = StageRun(context, backbone), config.to_dihal(), int(context.partition_key)
+        run, layer = StageRun(context, backbone), int(context.partition_key)
+        # this layer's seeds (seed_layers: the layers with replicates; the others 1): stored
+        # resolved, so a layer's artifact depends on its own seeds only
+        protocol = config.to_dihal().for_layer(layer)
         out = run.art(SweepBridge, layer)
         return run.produce(out, protocol, [run.art(HiddenStates)],
                            trainer(run, out, layer, protocol, keep_pairs=True), layer=layer)
@@ -154,6 +157,7 @@ def replace_assets(backbone: str, n_layers: int) -> list:
         run, protocol = StageRun(context, backbone), config.to_dihal()
         states, score = run.art(HiddenStates), run.art(LayerScore)
         layer = int(run.require(score)[0].info["l_star"])
+        protocol = protocol.for_layer(layer)  # its seeds, where seed_layers names l* (or is empty)
         out = run.art(Bridge)
         return run.produce(out, protocol, [states, score], trainer(run, out, layer, protocol),
                            layer=layer)
@@ -234,6 +238,14 @@ def check_sweep(swept: list, backbone: str) -> None:
             f"bridgeability needs >= {MIN_SWEPT_LAYERS} swept layers of the current hidden states, "
             f"found {len(swept)}. Run: dagster asset materialize --select bridge_sweep_{backbone} "
             f"--partition L for more layers L (or `python -m pipeline.main --backbone {backbone}`).")
-    if len({json.dumps(m.config, sort_keys=True) for _, m in swept}) > 1:
-        raise dg.Failure("the swept layers were trained under different protocols; "
-                         "re-materialise the sweep with one config")
+    from dihal.config import SEED_FIELDS
+
+    # the seed fields may differ: the kept bridge of every layer is trained alike
+    protocols = {json.dumps({k: v for k, v in m.config.items() if k not in SEED_FIELDS},
+                            sort_keys=True) for _, m in swept}
+    if len(protocols) > 1:
+        fields = sorted({k for _, m in swept for k in m.config if k not in SEED_FIELDS
+                         and len({json.dumps(n.config.get(k)) for _, n in swept}) > 1})
+        raise dg.Failure(f"the swept layers were trained under different protocols (they differ "
+                         f"in {', '.join(fields)}); re-materialise the sweep with one config "
+                         "(only seeds and seed_layers may differ between layers)")

@@ -237,12 +237,26 @@ class BridgeProtocol:
     # training seeds per bridge: the bridge kept is trained with `seed`; seeds - 1 replicates
     # more with derived seeds (initialisation, data order, validation noise), measured alike,
     # give the seed spread that bridgeability resamples (two levels: layers, seeds in layers).
-    # 1 on the CPU (a second seed would double the sweep, about 12 min); the gpu profile: 3
+    # 1 here; the driver's cpu profile trains 2 on a subset of the swept layers (a second seed
+    # on every layer would add up to 10 min to the SmolLM2 CPU run); the gpu profile: 3
     seeds: int = 1
+    # the layers whose bridge gets the `seeds` training seeds (the others: 1); empty: every
+    # layer. A sweep partition or the bridge resolves it for its own layer (for_layer), so the
+    # protocol it stores has none and the kept bridge of every layer is trained alike
+    seed_layers: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         _ints(self, 1, "d_model", "n_layers", "n_heads", "batch_size", "steps", "eval_sequences",
               "checkpoint_every", "seeds")
+        layers = tuple(self.seed_layers) if isinstance(self.seed_layers, tuple | list) else None
+        if layers is None or len(set(layers)) != len(layers) or not all(
+                isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in layers):
+            raise _invalid(self, "seed_layers", "a tuple of distinct layers >= 1 (empty: every "
+                           "layer)")
+        object.__setattr__(self, "seed_layers", tuple(sorted(layers)))  # a run config's list
+        if layers and self.seeds == 1:
+            raise _invalid(self, "seed_layers", "empty while seeds is 1 (it names the layers "
+                           "trained under several seeds: give seeds >= 2 with it)")
         if self.d_model % self.n_heads or (self.d_model // self.n_heads) % 2:
             raise ValueError(
                 f"BridgeProtocol.d_model ({self.d_model}) must be a multiple of n_heads "
@@ -273,8 +287,30 @@ class BridgeProtocol:
                            log_every=5, val_seed=self.seed,  # the seed measure_bridge uses
                            keep_checkpoints=2)  # a damaged newest one falls back to the previous
 
+    def for_layer(self, layer: int) -> BridgeProtocol:
+        """The protocol of `layer`'s bridge: `seeds` where seed_layers is empty or names it,
+        else 1; seed_layers resolved (empty)."""
+        from dataclasses import replace
+
+        seeds = self.seeds if not self.seed_layers or layer in self.seed_layers else 1
+        return replace(self, seeds=seeds, seed_layers=())
+
     def to_dict(self) -> dict:
-        return asdict(self)
+        """Its fields; seed_layers only where set (a resolved protocol, as every bridge stores
+        it, has the fields and fingerprint it had before seed_layers existed)."""
+        out = asdict(self)
+        if not self.seed_layers:
+            del out["seed_layers"]
+        else:
+            out["seed_layers"] = list(self.seed_layers)
+        return out
+
+    fingerprint_fields = to_dict  # storage.manifest.canonical: what a fingerprint and manifest hold
+
+
+# the protocol fields that may differ between swept layers under one protocol: how many training
+# seeds a layer's bridge has (its kept bridge is trained alike either way)
+SEED_FIELDS = ("seeds", "seed_layers")
 
 
 @dataclass(frozen=True)

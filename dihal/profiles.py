@@ -57,6 +57,13 @@ PROFILES["gpu-smollm2"] = {
 }
 # Profiles whose sweep covers every candidate layer unless the driver is given --layers
 ALL_LAYERS = {"gpu"}
+# Profiles whose driver trains replicate seeds on a subset of the swept layers: (seeds, layers).
+# On the cpu profile a second seed on all 10 default layers would add up to 10 min to the SmolLM2
+# run (the sweep took 581 s, benchmarks/RESULTS.md); 2 seeds on 4 of them, at most 4 min, fit. The
+# driver picks the layers evenly over the sorted swept layers, first and last included
+# (dihal.replace.default_seed_layers); --seeds / --seed-layers choose others. Elsewhere the
+# profile's bridge_sweep seeds (gpu: 3) train every swept layer.
+SEED_SUBSET = {"cpu": (2, 4)}
 
 
 def load_profile(name: str | None = None) -> tuple[str, dict[str, dict]]:

@@ -44,6 +44,19 @@ def default_sweep_layers(n_layers: int, count: int = 10) -> list[int]:
     return sorted(set(head + rest))
 
 
+def default_seed_layers(swept: list[int], count: int = 4) -> list[int]:
+    """The swept layers that get replicate seeds where only `count` of them can: evenly spaced
+    over the sorted swept layers, the first and the last included (all of them where there are
+    no more than `count`)."""
+    layers = sorted(set(swept))
+    if count < 1:
+        raise ValueError(f"count must be >= 1, got {count}")
+    if count >= len(layers):
+        return layers
+    idx = np.linspace(0, len(layers) - 1, count).round().astype(int)
+    return [layers[i] for i in sorted(set(idx.tolist()))]
+
+
 @dataclass
 class LayerData:
     layer: int
@@ -332,8 +345,21 @@ def _layer_statistics(layers: list[int], layer_rows: list[dict], seed_rows: dict
     seeds_info = {"n_seeds": int(raw["hybrid_nll"].shape[1]),
                   "spread": {m: seed_spread(raw[m], layers) for m in TARGETS},
                   "oracle": seed_oracle(raw[ORACLE_BY], layers, n_boot=n_boot, seed=seed,
-                                        l_star=l_star if l_star in layers else None)}
+                                        l_star=l_star if l_star in layers else None),
+                  **_seed_cost(layers, by_layer, seed_rows)}
     return targets, stats, oracle_rows, seeds_info
+
+
+def _seed_cost(layers: list[int], by_layer: dict, seed_rows: dict) -> dict:
+    """What the replicate seeds cost, from the bridges' own timings: {"replicates",
+    "replicate_seconds" (their total), "bridge_seconds" (the kept bridges' total, each with its
+    training pairs)}; the report sizes from it what more seeds would take. (Each layer's seed
+    count is in the spread rows.)"""
+    reps = [r for ll in layers for r in seed_rows.get(ll, [])]
+    return {"replicates": len(reps),
+            "replicate_seconds": round(float(sum(r.get("seconds") or 0.0 for r in reps)), 1),
+            "bridge_seconds": round(float(sum(by_layer[ll].get("seconds") or 0.0
+                                               for ll in layers)), 1)}
 
 
 def regression_table(swept: list[BridgeMetrics], controls: list[BridgeMetrics]) -> list[RegressionRow]:
@@ -428,6 +454,7 @@ def train_layer(backbone, reader, layer: int, protocol: BridgeProtocol, ckpt_dir
     control instead (train_layer_bridge; `protocol.steps` must then be 1), on the pairs a
     bridge of the same layer kept (`keep_pairs`) where there are any (layer_data_for). `warn`
     gets the reason a damaged checkpoint is passed over (default: a RuntimeWarning)."""
+    protocol = protocol.for_layer(layer)  # `seeds` only where seed_layers is empty or names it
     if regression and protocol.steps != 1:
         raise ValueError(f"the regression control predicts in one step: steps must be 1, got "
                          f"{protocol.steps}")

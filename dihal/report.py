@@ -156,7 +156,8 @@ def _seed_summary(b: dict) -> str:
     seeds = b.get("seeds") or {}
     if not seeds:
         return ("Each swept layer was trained under one seed: the intervals cover the choice of "
-                "layers, not the bridge's training seed (bridge_sweep seeds, 1 on the CPU).")
+                "layers, not the bridge's training seed (bridge_sweep seeds and seed_layers, or "
+                "the driver's --seeds and --seed-layers).")
     o = seeds["oracle"]
     line = (f"Each swept layer was trained under up to {seeds['n_seeds']} seeds: every "
             "Spearman, paired test and the oracle above use the per-layer mean over seeds, with "
@@ -168,6 +169,59 @@ def _seed_summary(b: dict) -> str:
                  f"[{o['l_star_rank_low']}, {o['l_star_rank_high']}]), {o['gap']:.3g} above the "
                  f"best mean NLL (95 % [{o['gap_low']:.3g}, {o['gap_high']:.3g}])")
     return line + ". The spread between seeds at each swept layer:"
+
+
+def seed_counts(seeds: dict) -> dict[int, int]:
+    """layer -> its training seeds (the kept bridge and its replicates), from the spread rows;
+    {} where every swept layer had one."""
+    first = next(iter((seeds.get("spread") or {}).values()), [])
+    return {int(r["layer"]): int(r["n_seeds"]) for r in first}
+
+
+def _layers_text(layers: list[int]) -> str:
+    return ("layer " if len(layers) == 1 else "layers ") + ", ".join(map(str, layers))
+
+
+def _seed_coverage(seeds: dict, on_cpu: bool | None) -> str:
+    """Which layers had how many seeds; where fewer than all had the most, what bringing the
+    others up would cost by the replicates' own timings, and on the CPU that the subset is what
+    fits the run's budget. "" where every swept layer had one seed."""
+    from dihal.profiles import SEED_SUBSET
+
+    counts = seed_counts(seeds)
+    if not counts:
+        return ""
+    by_n: dict[int, list[int]] = {}
+    for ll, n in sorted(counts.items()):
+        by_n.setdefault(n, []).append(ll)
+    line = "Training seeds per swept layer: " + "; ".join(
+        f"{n} at {_layers_text(ls)}" for n, ls in sorted(by_n.items(), reverse=True)) + "."
+    top, short = max(by_n), [ll for ll, n in counts.items() if n < max(by_n)]
+    reps, rep_s = seeds.get("replicates"), seeds.get("replicate_seconds")
+    if not short or not reps or rep_s is None:
+        return line
+    each = rep_s / reps
+    more = sum(top - counts[ll] for ll in short) * each
+    line += (f" The {reps} replicates took {rep_s:.0f} s ({each:.0f} s each; the kept bridges "
+             f"{seeds.get('bridge_seconds', 0):.0f} s in all): {top} seeds on the other "
+             f"{len(short)} layer{'s' if len(short) > 1 else ''} would add about {more:.0f} s")
+    if seeds.get("bridge_seconds"):
+        line += f", {more / seeds['bridge_seconds']:.0%} of the kept bridges' time"
+    if on_cpu:
+        n, k = SEED_SUBSET["cpu"]
+        return line + (f". On the CPU the sweep trains replicates on a subset, what fits the run's "
+                       f"budget (the driver's cpu default: {n} seeds on {k} swept layers, evenly "
+                       "spread; --seeds and --seed-layers, or bridge_sweep seeds and seed_layers, "
+                       "choose others).")
+    return line + (". The replicates cover the layers the sweep's seed_layers named (bridge_sweep "
+                   "seeds and seed_layers; the driver's --seeds, --seed-layers).")
+
+
+def _on_cpu(x: ReportInputs) -> bool | None:
+    """Whether the run was on the CPU, as the eval recorded it (its sampling threads, 0 on a
+    GPU); None where not recorded."""
+    threads = ((x.evaluation or {}).get("rows") or [{}])[0].get("cpu_threads")
+    return None if threads is None else threads > 0
 
 
 def _bridgeability_summary(x: ReportInputs) -> str:
@@ -843,6 +897,7 @@ def _bridgeability_section(r: Document, x: ReportInputs) -> None:
     seeds = seed_table(x.bridgeability.get("seeds") or {})
     if seeds:
         r.table(seeds, list(seeds[0]))
+        r.p(_seed_coverage(x.bridgeability["seeds"], _on_cpu(x)))
     r.image(x.plots["scatter"], "S_l vs bridge validation loss per normalisation, and the depth control")
     r.p("Each swept layer: validation loss (the training loss averaged over t in 0.1..0.9, "
         "where x_t still carries most of the target), the same loss at t = 1 alone (t1_loss: "
@@ -852,7 +907,12 @@ def _bridgeability_section(r: Document, x: ReportInputs) -> None:
                              "hybrid_nll", "backbone_nll", "top1_agreement", "steps", "seconds"],
             ".4g")
     r.p("The protocol every swept layer was trained under:")
-    r.table(_key_value(x.sweep_protocol), ["setting", "value"])
+    counts = seed_counts(x.bridgeability.get("seeds") or {})
+    proto = dict(x.sweep_protocol)  # the oracle's; the seeds are each layer's
+    if len(set(counts.values())) > 1:
+        proto["seeds"] = "per layer (the seed table above): " + ", ".join(
+            f"{ll}: {n}" for ll, n in sorted(counts.items()))
+    r.table(_key_value(proto), ["setting", "value"])
 
 
 def _regression_section(r: Document, x: ReportInputs) -> None:

@@ -44,11 +44,12 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
     Stage("bridge_sweep", "3", "SweepBridge", "BridgeProtocol", "BridgeProtocolRunConfig",
           history="2: validation loss at initialisation recorded; 3: the loss at t = 1; "
           "replicate training seeds (protocol seeds)"),
-    Stage("bridgeability", "3", "Bridgeability",
+    Stage("bridgeability", "4", "Bridgeability",
           history="2: rival predictors, intervals, standing against depth; 3: standing by the "
           "paired difference (Holm over predictors x targets), partial Spearman given depth, "
           "oracle and worst by hybrid NLL beside those by validation loss; training seeds "
-          "resampled on two levels"),
+          "resampled on two levels; 4: the replicates' count and time beside the seed spread "
+          "(seed_layers: replicates on some swept layers only)"),
     Stage("bridge", "4", "Bridge", "BridgeProtocol", "FullBridgeRunConfig", {"epochs": 2.0},
           "The bridge at l* with the full budget: the sweep protocol with more passes.",
           history="2: train_tokens = sequences consumed x length; 3: init validation loss; "
@@ -77,7 +78,7 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
     Stage("full_training", "5", "FullTraining",
           history="2: as eval 3; 3: as eval 4; 4: the oracle and worst layer by hybrid NLL; "
           "5: as eval 7"),
-    Stage("report", "9", "Report",
+    Stage("report", "10", "Report",
           history="3: built from typed inputs; 4: rival predictors and intervals; 5: across "
           "backbones; 6: a lone backbone's report suggests another one, not itself; the CPU "
           "kernels the samples were drawn with; 7: opens on its answers, each linking to its "
@@ -85,7 +86,7 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
           "oracle by both measures; generation at one temperature with lengths, the log Gen.PPL "
           "difference and a power count per pair; l* over resampled sequences and halves; DiHAL "
           "against its control hybrids; cost per generated token, hybrid NLL against FLOPs, the "
-          "break-even"),
+          "break-even; 10: which layers had how many training seeds, and what more would cost"),
 )}
 
 CODE_VERSIONS = {name: s.code_version for name, s in STAGES.items()}

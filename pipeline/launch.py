@@ -141,7 +141,7 @@ class Launcher:
     `workers` of this driver's runs at a time, whatever the daemon's environment."""
 
     def __init__(self, instance: dg.DagsterInstance, workspace, *, workers: int = 1,
-                 tags: dict[str, str] | None = None):
+                 tags: dict[str, str] | None = None, ops: dict[str, dict] | None = None):
         from dagster._cli.workspace.cli_target import (
             get_code_location_from_workspace,
             get_remote_repository_from_code_location,
@@ -151,6 +151,7 @@ class Launcher:
         self.location = get_code_location_from_workspace(workspace, None)
         self.repo = get_remote_repository_from_code_location(self.location, None)
         self.workers, self.tags, self._runs = workers, dict(tags or {}), 0
+        self.ops = dict(ops or {})  # op -> run config merged over the defaults (driver flags)
         self.tags.setdefault("dihal/driver", driver_tag())
 
     def _job(self, name: str):
@@ -164,6 +165,8 @@ class Launcher:
         config = full_run_config(job)
         if "compute" in config.get("resources", {}):
             config["resources"]["compute"]["config"]["workers"] = self.workers
+        if over := {op: v for op, v in self.ops.items() if op in config.get("ops", {})}:
+            config = _merged(config, {"ops": over})
         return config
 
     def _run_tags(self, tags: dict[str, str] | None) -> dict[str, str]:
@@ -356,7 +359,8 @@ def failure_causes(events) -> list[str]:
 
 @contextmanager
 def launcher(instance: dg.DagsterInstance, module: str, *, workers: int = 1,
-             tags: dict[str, str] | None = None) -> Iterator[Launcher]:
+             tags: dict[str, str] | None = None,
+             ops: dict[str, dict] | None = None) -> Iterator[Launcher]:
     """A Launcher over the code location `module` (loaded once, in a code server process
     started here: under this process's environment, so its config defaults are the driver's)."""
     from dagster._cli.workspace.cli_target import WorkspaceOpts, get_workspace_from_cli_opts
@@ -364,4 +368,4 @@ def launcher(instance: dg.DagsterInstance, module: str, *, workers: int = 1,
 
     opts = WorkspaceOpts(module_name=(module,), working_directory=os.getcwd())
     with get_workspace_from_cli_opts(instance, version=__version__, workspace_opts=opts) as ws:
-        yield Launcher(instance, ws, workers=workers, tags=tags)
+        yield Launcher(instance, ws, workers=workers, tags=tags, ops=ops)

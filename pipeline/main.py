@@ -109,6 +109,49 @@ def plan(args: argparse.Namespace) -> tuple[list[int], list[str]]:
     return layers, baselines
 
 
+def seed_plan(args: argparse.Namespace, layers: list[int]) -> dict:
+    """bridge_sweep's `seeds` and `seed_layers` for this run, checked against the swept
+    `layers`: --seeds / --seed-layers where given; else, on a profile of
+    dihal.profiles.SEED_SUBSET (cpu: 2 seeds on 4 layers, what fits its budget), its seeds on
+    that many swept layers evenly spread, first and last included (default_seed_layers); else
+    the profile's own bridge_sweep seeds and seed_layers (gpu: 3 on every layer). A
+    ValueError names the flag and the fix."""
+    from dihal.config import BridgeProtocol
+    from dihal.profiles import SEED_SUBSET, load_profile
+    from dihal.replace import default_seed_layers
+
+    base = BridgeProtocol(**load_profile(args.profile)[1].get("bridge_sweep", {}))
+    subset = SEED_SUBSET.get(args.profile)
+    if args.seeds is not None and args.seeds < 1:
+        raise ValueError(f"--seeds {args.seeds}: give at least 1 (1: no replicate seeds)")
+    seeds = args.seeds if args.seeds is not None else subset[0] if subset else base.seeds
+    flag, given = "--seed-layers", args.seed_layers
+    if given is not None and seeds == 1:
+        raise ValueError(f"{flag} {given}: those layers would be trained under {seeds} seed; "
+                         "give --seeds 2 or more with it, or drop it")
+    if given is not None and given.strip() == "all":
+        chosen: list[int] = []
+    elif given is not None:
+        items = _listed(flag, given)
+        try:
+            chosen = sorted(int(x) for x in items)
+        except ValueError:
+            raise ValueError(f"{flag} {given}: give comma-separated swept layers (integers), "
+                             "or all") from None
+    elif seeds == 1:
+        chosen = []
+    elif subset:
+        chosen = default_seed_layers(layers, subset[1])
+    else:
+        chosen, flag, given = list(base.seed_layers), "the profile's bridge_sweep seed_layers", \
+            ",".join(map(str, base.seed_layers))
+    if bad := [ll for ll in chosen if ll not in layers]:
+        raise ValueError(f"{flag} {given}: {', '.join(map(str, bad))} not swept (the swept "
+                         f"layers are {', '.join(map(str, layers))}): give seed layers among "
+                         "them, or add those to --layers")
+    return {"seeds": seeds, "seed_layers": chosen}
+
+
 def _preflight(args: argparse.Namespace, layers: list[int]) -> None:
     """Refuse, before any run, a run that would not fit (pipeline/preflight.py): the lines of
     dihal.preflight's refusals on stderr, exit status 2."""
@@ -174,6 +217,12 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--sweep-count", type=int, default=None,
                     help="layers in the default sweep (1, 2, 3, then evenly spaced; 10)")
     ap.add_argument("--all-layers", action="store_true", help="sweep every candidate layer")
+    ap.add_argument("--seeds", type=int, default=None,
+                    help="training seeds per seed layer of the sweep (default: the cpu profile "
+                         "2, on 4 swept layers; gpu 3, on every layer)")
+    ap.add_argument("--seed-layers",
+                    help="comma-separated swept layers trained under --seeds, or all (default "
+                         "on cpu: 4 of the swept layers, evenly spread, first and last included)")
     ap.add_argument("--stop-after", choices=STAGES, default="report")
     ap.add_argument("--skip-bridgeability", action="store_true",
                     help="sweep fewer layers than bridgeability needs (dihal.config."
@@ -207,6 +256,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         args.backbone = declare_model(args.backbone)  # $DIHAL_BACKBONE_MODELS for the daemon
         layers, baselines = plan(args)
+        seeds = seed_plan(args, layers)
     except (DihalError, ValueError) as exc:
         ap.error(str(exc))  # usage and the message on stderr, exit status 2; nothing ran
     # The driver's own code server reads these at load time: its config defaults are this
@@ -250,8 +300,9 @@ def main(argv: list[str] | None = None) -> None:
         with daemon(instance, args.module, say, tag), launcher(
                 instance, args.module, workers=args.workers,
                 tags={"dihal/profile": args.profile, "dihal/driver": tag,
-                      "dihal/command": command}) as launch:
-            _chain(Chain(launch, say), args, layers, baselines, say)
+                      "dihal/command": command},
+                ops={f"bridge_sweep_{args.backbone}": {"config": seeds}}) as launch:
+            _chain(Chain(launch, say), args, layers, baselines, say, seeds)
     except KeyboardInterrupt:
         print(f"INTERRUPTED after {time.monotonic() - t0:.0f} s: the runs in flight were canceled "
               "(see the web UI); run the same command again to resume (finished artifacts, "
@@ -280,7 +331,17 @@ def eval_line(row: dict) -> str:
     return line
 
 
-def _chain(chain: Chain, args, layers: list[int], baselines: list[str], say) -> None:
+def seed_line(seeds: dict, layers: list[int]) -> str:
+    """What the driver says of the sweep's training seeds."""
+    if seeds["seeds"] == 1:
+        return "one training seed per swept layer"
+    where = seeds["seed_layers"] or layers
+    rest = "" if len(where) == len(layers) else "; 1 on the others"
+    return f"{seeds['seeds']} training seeds on layers {', '.join(map(str, where))}{rest}"
+
+
+def _chain(chain: Chain, args, layers: list[int], baselines: list[str], say,
+           seeds: dict) -> None:
     from resources import StorageResource
     from storage import Bridgeability, Comparison, Evaluation, LayerScore, Report, SamplerCurve
 
@@ -293,7 +354,7 @@ def _chain(chain: Chain, args, layers: list[int], baselines: list[str], say) -> 
     score = LayerScore(layout, b).require()
     say(f"l* = {score.info['l_star']} (by normalisation: {score.info['selected']})")
     if last >= STAGES.index("sweep"):
-        say(f"bridge sweep over layers {layers}")
+        say(f"bridge sweep over layers {layers}, {seed_line(seeds, layers)}")
         chain.backfill(f"sweep_{b}", [str(ll) for ll in layers])
     if last >= STAGES.index("bridge"):
         say(f"bridgeability; the bridge at l* = {score.info['l_star']} (full budget); its eval")

@@ -23,7 +23,10 @@ MANIFEST = "manifest.json"
 def canonical(obj: Any) -> Any:
     """JSON-able form of dataclasses, dicts (sorted), tuples (as lists) and paths."""
     if is_dataclass(obj) and not isinstance(obj, type):
-        return canonical(asdict(obj))
+        # a config may leave out a field at its unset default (BridgeProtocol.seed_layers), so
+        # the fingerprints made before that field existed stay valid
+        own = getattr(obj, "fingerprint_fields", None)
+        return canonical(own() if callable(own) else asdict(obj))
     if isinstance(obj, dict):
         return {str(k): canonical(v) for k, v in sorted(obj.items(), key=lambda kv: str(kv[0]))}
     if isinstance(obj, list | tuple):

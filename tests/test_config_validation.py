@@ -31,6 +31,8 @@ BAD = {
         "epochs": [0, -1.0, math.nan], "grad_clip": [-1.0], "seed": [-1, 1.5], "mixed_precision": ["fp16"],
         "sigma": [0.0], "steps": [0], "eval_sequences": [0], "pin_first": [1, "yes"],
         "checkpoint_every": [0], "seeds": [0, 1.5],
+        # not layers, a layer twice, layer 0; and layers named for several seeds under seeds 1
+        "seed_layers": ["1", (True,), (1, 1), (0,), (2,)],
     },
     dc.EvalConfig: {
         "n_samples": [0], "length": [0], "temperature": [0.0, math.inf], "seed": [-1],
@@ -89,3 +91,22 @@ def test_accepted_edges_and_normalised_types():
     assert dc.BridgeProtocol(epochs=2, warmup_frac=0.0, grad_clip=0.0, weight_decay=0.0).epochs == 2
     dc.EvalConfig(eta=1.0, temperature=0.5)
     dc.SequenceConfig(max_tokens_per_doc=None, seq_len=4)
+
+
+def test_seed_layers_resolve_per_layer_and_leave_the_stored_protocol_as_before():
+    """seed_layers names the layers trained under `seeds` (the others: 1); a bridge stores the
+    protocol resolved for its layer, whose dict and fingerprint carry no seed_layers."""
+    from storage.manifest import fingerprint
+
+    p = dc.BridgeProtocol(seeds=2, seed_layers=[4, 1])  # a run config's list, any order
+    assert p.seed_layers == (1, 4) and p.to_dict()["seed_layers"] == [1, 4]
+    assert [p.for_layer(ll).seeds for ll in (1, 2, 4)] == [2, 1, 2]
+    assert p.for_layer(2) == dc.BridgeProtocol() and p.for_layer(2).seed_layers == ()
+    assert "seed_layers" not in dc.BridgeProtocol().to_dict()
+    assert dc.BridgeProtocol(seeds=3).for_layer(7).seeds == 3  # empty: every layer
+    # the fingerprint of an unset seed_layers is the one made before the field existed
+    before = {k: v for k, v in dataclasses.asdict(dc.BridgeProtocol()).items() if k != "seed_layers"}
+    assert fingerprint(dc.BridgeProtocol()) == fingerprint(before)
+    assert fingerprint(p) != fingerprint(p.for_layer(1))
+    with pytest.raises(ValueError, match="seed_layers must be empty while seeds is 1"):
+        dc.BridgeProtocol(seed_layers=(3,))

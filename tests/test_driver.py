@@ -1,5 +1,6 @@
 """The driver checks its arguments before any work, and a failed step ends with its cause."""
 
+import json
 import time
 
 import dagster as dg
@@ -20,6 +21,13 @@ import pipeline.main as driver
     (["--sweep-count", "0"], "--sweep-count 0: give at least 1"),
     (["--workers", "0"], "--workers 0: give at least 1"),
     (["--profile", "tpu"], "unknown profile 'tpu': give one of ['cpu', 'gpu', 'gpu-smollm2'] or a .json file"),
+    (["--seed-layers", "5,16"], "--seed-layers 5,16: 5 not swept (the swept layers are 1, 2, 3, "
+                                "4, 8, 12, 16, 21, 25, 29): give seed layers among them, or add "
+                                "those to --layers"),
+    (["--seed-layers", "1,x"], "--seed-layers 1,x: give comma-separated swept layers"),
+    (["--seeds", "0"], "--seeds 0: give at least 1"),
+    (["--seeds", "1", "--seed-layers", "4"], "--seed-layers 4: those layers would be trained "
+                                             "under 1 seed; give --seeds 2 or more with it"),
 ])
 def test_bad_arguments_fail_at_once_naming_the_valid_values(argv, says, calls, capsys):
     t0 = time.monotonic()
@@ -95,3 +103,51 @@ def test_an_eval_row_prints_as_one_short_line():
     # DiHAL's own row has no paired standing; a row made before a metric existed prints n/a
     assert eval_line({"model": "DiHAL (l=1)", "gen_ppl": 779.8}).endswith(
         "Gen.PPL 779.8 [n/a, n/a], diversity n/a, mean length n/a words, n/a ms/token")
+
+
+@pytest.mark.parametrize(("argv", "want"), [
+    # the cpu profile: 2 seeds on 4 swept layers, evenly spread, first and last included
+    ([], {"seeds": 2, "seed_layers": [1, 4, 16, 29]}),
+    (["--seeds", "3"], {"seeds": 3, "seed_layers": [1, 4, 16, 29]}),
+    (["--seed-layers", "29,2"], {"seeds": 2, "seed_layers": [2, 29]}),
+    (["--seed-layers", "all"], {"seeds": 2, "seed_layers": []}),  # every swept layer
+    (["--seeds", "1"], {"seeds": 1, "seed_layers": []}),
+    (["--layers", "2,5,9", "--stop-after", "sweep"], {"seeds": 2, "seed_layers": [2, 5, 9]}),
+    (["--profile", "gpu"], {"seeds": 3, "seed_layers": []}),  # the gpu profile: every layer
+    (["--profile", "gpu", "--seed-layers", "3,7"], {"seeds": 3, "seed_layers": [3, 7]}),
+])
+def test_the_driver_chooses_the_seed_layers(argv, want):
+    args = driver.build_parser().parse_args(["--profile", "cpu", *argv])
+    layers, _ = driver.plan(args)
+    assert driver.seed_plan(args, layers) == want
+    assert driver.seed_line(want, layers).startswith(
+        "one training seed" if want["seeds"] == 1 else f"{want['seeds']} training seeds on layers")
+
+
+def test_default_seed_layers_spread_over_the_sweep():
+    from dihal.replace import default_seed_layers
+
+    assert default_seed_layers([29, 1, 2, 3, 4, 8, 12, 16, 21, 25]) == [1, 4, 16, 29]
+    assert default_seed_layers([1, 2, 3, 4, 5]) == [1, 2, 4, 5]
+    assert default_seed_layers([3, 9], 4) == [3, 9]
+    assert default_seed_layers(list(range(1, 30)), 2) == [1, 29]
+    with pytest.raises(ValueError):
+        default_seed_layers([1, 2], 0)
+
+
+def test_the_launcher_merges_the_drivers_seeds_into_the_sweeps_run_config(monkeypatch):
+    import pipeline.launch as launch
+
+    full = {"ops": {"bridge_sweep_smollm2": {"config": {"seeds": 1, "seed_layers": [], "lr": 1e-3}},
+                    "regression_sweep_smollm2": {"config": {"x": 1}}},
+            "resources": {"compute": {"config": {"workers": 1}}}}
+    monkeypatch.setattr(launch, "full_run_config", lambda job: json.loads(json.dumps(full)))
+    lau = launch.Launcher.__new__(launch.Launcher)
+    lau.workers, lau.ops = 2, {"bridge_sweep_smollm2": {"config": {"seeds": 2, "seed_layers": [1, 4]}},
+                               "eval_smollm2": {"config": {"n_samples": 8}}}
+    got = lau.run_config(None)
+    assert got["ops"]["bridge_sweep_smollm2"]["config"] == {"seeds": 2, "seed_layers": [1, 4],
+                                                            "lr": 1e-3}
+    assert "eval_smollm2" not in got["ops"]  # only the ops of the job
+    assert got["ops"]["regression_sweep_smollm2"] == full["ops"]["regression_sweep_smollm2"]
+    assert got["resources"]["compute"]["config"]["workers"] == 2

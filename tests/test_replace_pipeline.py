@@ -57,8 +57,9 @@ def test_sweep_bridgeability_bridge_eval_and_schedule(tiny):
     res, err = _mat(defs, inst, ["bridgeability_llama"], {})
     assert not res.success and "--select bridge_sweep_llama --partition" in err[0]
 
-    # two training seeds per swept layer: the kept bridge and one replicate (issue 18)
-    sweep_ops = {"bridge_sweep_llama": {"config": {**PROTOCOL, "seeds": 2}}}
+    # two training seeds (the kept bridge and one replicate, issue 18) on 2 of the 3 swept
+    # layers (seed_layers), one on layer 2: one run config for every partition
+    sweep_ops = {"bridge_sweep_llama": {"config": {**PROTOCOL, "seeds": 2, "seed_layers": [1, 3]}}}
     for layer in ("1", "2", "3"):
         res, err = _mat(defs, inst, ["bridge_sweep_llama"], sweep_ops, partition=layer)
         assert res.success, err
@@ -68,6 +69,11 @@ def test_sweep_bridgeability_bridge_eval_and_schedule(tiny):
             assert isinstance(metrics[k], float) and math.isfinite(metrics[k]), (k, metrics[k])
         assert 0.0 <= metrics["top1_agreement"] <= 1.0
         assert (m.info["metrics"]["steps"]) > 0
+        # each partition stores its own seeds, seed_layers resolved
+        assert m.config["seeds"] == (1 if layer == "2" else 2) and "seed_layers" not in m.config
+        if layer == "2":
+            assert "seed_metrics" not in m.info
+            continue
         (other,) = m.info["seed_metrics"]  # the replicate: same layer and budget, another seed
         assert other["layer"] == int(layer) and other["train_tokens"] == metrics["train_tokens"]
         assert other["val_loss"] != metrics["val_loss"]
@@ -99,13 +105,24 @@ def test_sweep_bridgeability_bridge_eval_and_schedule(tiny):
             assert row["vs_depth_-val_loss"] in ("above", "below", "not distinguishable")
             p, adj = row["p_vs_depth_-val_loss"], row["p_holm_vs_depth_-val_loss"]
             assert p is None or adj >= p, row
-    # the seed spread at each swept layer, and the targets resampled on two levels
+    # the seed spread at each swept layer (2 seeds at layers 1 and 3, one at 2), and the
+    # targets resampled on two levels (the one-protocol check let the seeds differ)
     seeds = b.info["seeds"]
     assert seeds["n_seeds"] == 2
-    assert [r["layer"] for r in seeds["spread"]["hybrid_nll"]] == [1, 2, 3]
-    assert all(r["n_seeds"] == 2 and r["sd"] >= 0 and r["min"] <= r["mean"] <= r["max"]
-               for r in seeds["spread"]["hybrid_nll"])
+    spread = seeds["spread"]["hybrid_nll"]
+    assert [(r["layer"], r["n_seeds"]) for r in spread] == [(1, 2), (2, 1), (3, 2)]
+    assert all(r["sd"] >= 0 for r in spread if r["n_seeds"] == 2)
+    assert all(r["min"] <= r["mean"] <= r["max"] for r in spread)
+    assert spread[1]["sd"] is None or math.isnan(spread[1]["sd"])  # one seed: no spread
+    assert seeds["replicates"] == 2 and seeds["replicate_seconds"] > 0
     assert seeds["oracle"]["oracle"] == b.info["oracle"]
+    assert seeds["oracle"]["l_star_rank_low"] <= seeds["oracle"]["l_star_rank_high"]
+    assert math.isfinite(seeds["oracle"]["gap_low"]) and math.isfinite(seeds["oracle"]["gap_high"])
+    for row in b.info["spearman"]:  # every interval of the two-level resample is finite
+        for t in ("-val_loss", "-recon_error", "-hybrid_nll"):
+            lo, hi = row[f"low_vs_{t}"], row[f"high_vs_{t}"]
+            assert row[f"spearman_vs_{t}"] != row[f"spearman_vs_{t}"] or (
+                math.isfinite(lo) and math.isfinite(hi)), (row["predictor"], t)
     by = b.info["oracle_by"]["by"]
     assert (b.info["oracle"], b.info["worst"]) == (by["hybrid_nll"]["oracle"],
                                                    by["hybrid_nll"]["worst"])
@@ -316,3 +333,23 @@ def test_a_sweep_partition_builds_its_training_pairs_once(tiny, monkeypatch):
     assert res.success, err
     assert built == [2, 2]  # the bridge was reused from its artifact: the control built its own
     assert digest() == shared
+
+
+def test_check_sweep_lets_the_seeds_differ_but_not_the_protocol():
+    """The kept bridge of every layer is trained alike whatever its seeds: layers under
+    different seeds (or seed_layers) are one protocol; any other difference is refused, named."""
+    from types import SimpleNamespace
+
+    from assets.replace import check_sweep
+    from dihal.config import BridgeProtocol
+
+    base = BridgeProtocol(**PROTOCOL, seeds=2, seed_layers=(1, 3))
+    swept = [(None, SimpleNamespace(config=base.for_layer(ll).to_dict())) for ll in (1, 2, 3)]
+    assert len({m.config["seeds"] for _, m in swept}) == 2
+    check_sweep(swept, "llama")  # no Failure
+    swept[2] = (None, SimpleNamespace(config={**swept[2][1].config, "lr": 5e-4,
+                                              "seed_layers": [3]}))
+    with pytest.raises(dg.Failure, match=r"different protocols \(they differ in lr\)"):
+        check_sweep(swept, "llama")
+    with pytest.raises(dg.Failure, match="needs >= 3 swept layers"):
+        check_sweep(swept[:2], "llama")

@@ -450,3 +450,37 @@ def test_break_even_each_way():
     md = build_report(_with_cost(3.0)).markdown
     assert "## 3b. Cost per generated token" in md and "| l | max K cheaper |" in md
     assert "data:image/png;base64," in build_report(_with_cost(3.0)).html
+
+
+@pytest.mark.parametrize("cpu_threads", [2, 0, None])
+def test_the_report_says_which_layers_had_how_many_seeds_and_what_more_would_cost(cpu_threads):
+    """Two of three layers under 2 seeds: the table shows 1 seed for the third, the text names
+    the counts and sizes the missing replicate from the replicates' own timings; on the CPU
+    (the eval's threads > 0) it says the subset is what fits the budget."""
+    from dataclasses import replace
+
+    x = _with_eval_rows(inputs(), cpu_threads=cpu_threads)
+    spread = {m: [{"layer": ll, "n_seeds": n, "mean": 1.0 + ll,
+                   "sd": 0.1 if n > 1 else float("nan"), "min": 0.9 + ll, "max": 1.1 + ll}
+                  for ll, n in ((1, 2), (2, 1), (3, 2))] for m in ("val_loss", "hybrid_nll")}
+    seeds = {"n_seeds": 2, "spread": spread, "replicates": 2, "replicate_seconds": 60.0,
+             "bridge_seconds": 120.0,
+             "oracle": {"oracle": 1, "oracle_share": 0.8}}
+    x = replace(x, bridgeability={**x.bridgeability, "seeds": seeds},
+                sweep_protocol={"steps": 4, "seeds": 2})
+    md = build_report(x).markdown
+    assert "Training seeds per swept layer: 2 at layers 1, 3; 1 at layer 2." in md
+    assert "| 2 | 1 | 3 [2.9, 3.1] | 3 [2.9, 3.1] |" in md  # one seed: no spread
+    assert ("The 2 replicates took 60 s (30 s each; the kept bridges 120 s in all): 2 seeds on "
+            "the other 1 layer would add about 30 s, 25% of the kept bridges' time") in md
+    assert ("what fits the run's budget (the driver's cpu default: 2 seeds on 4 swept layers"
+            in md) == (cpu_threads == 2)
+    assert ("The replicates cover the layers the sweep's seed_layers named" in md) == (
+        cpu_threads != 2)
+    assert "| seeds | per layer (the seed table above): 1: 2, 2: 1, 3: 2 |" in md
+    # every layer under the same seeds: the counts, no cost of more
+    even = {**seeds, "spread": {m: [{**r, "n_seeds": 2, "sd": 0.1} for r in rows]
+                                for m, rows in spread.items()}}
+    md = build_report(replace(x, bridgeability={**x.bridgeability, "seeds": even})).markdown
+    assert "Training seeds per swept layer: 2 at layers 1, 2, 3." in md
+    assert "would add about" not in md and "| seeds | 2 |" in md

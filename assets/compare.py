@@ -62,7 +62,8 @@ def compare_assets(backbone: str) -> list:
 
     @stage_asset(backbone, "comparison", [key("eval"), baseline], kinds={"parquet"})
     def comparison(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
-        """Gen.PPL and diversity of DiHAL, the four baselines and the backbone, with budgets."""
+        """Gen.PPL and diversity of DiHAL, the four baselines and the backbone, with budgets;
+        and the temperature frontier of the eval and the baselines."""
         from dihal.compare import comparison as stage
 
         run = StageRun(context, backbone)
@@ -73,7 +74,8 @@ def compare_assets(backbone: str) -> list:
             context.log.warning(f"baselines not materialised for the current bridge: {missing}")
         rows = {a.key: m.info["row"] for a, m in current}
         return run.produce(run.art(Comparison), {}, [ev] + [a for a, _ in current], lambda: stage(
-            em.info["rows"], br.read().metrics, bm.config["steps"], rows, missing))
+            em.info["rows"], br.read().metrics, bm.config["steps"], rows, missing,
+            em.info.get("frontier", [])))
 
     @stage_asset(backbone, "full_training", [key("bridgeability"), key("bridge")],
                  kinds={"pytorch", "parquet"})

@@ -166,9 +166,9 @@ def replace_assets(backbone: str, n_layers: int) -> list:
                  kinds={"jsonl"})
     def evaluation(context: dg.AssetExecutionContext, config: EvalRunConfig) -> dg.MaterializeResult:
         """Unconditional samples of the hybrid at l* and of the backbone (same count, length,
-        temperature, seeds): Gen.PPL under the judge, diversity, repetition, latency; and of
-        the hybrid at the K chosen on validation and the control hybrids (regression at l*
-        where swept, layer-drop, ridge), each against DiHAL with a paired interval."""
+        temperature, seeds): Gen.PPL, diversity, repetition, latency; of the hybrid at the
+        chosen K and the control hybrids, each against DiHAL with a paired interval; and the
+        temperature frontier (both at each of frontier_temperatures), kept apart."""
         from dihal.controls import choose_steps
         from dihal.generation import evaluate_with_controls
 

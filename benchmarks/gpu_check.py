@@ -414,9 +414,14 @@ def _stage_times(r: dict, prof: dict, n: int, swept: list[int]) -> dict:
         steps = seq["n_train"] / prof["bridge_sweep"]["batch_size"]
         out["baselines_training_s"] = len(BASELINES) * steps * r["baseline"]["ms_per_step"] / 1e3
     if "hybrid_ms_per_step" in r.get("decode", {}):
+        from dihal.config import FRONTIER_TEMPERATURES
+
         ev = prof["eval"]
         batches = -(-ev["n_samples"] // ev["batch_size"])
-        out["eval_decoding_s"] = batches * ev["length"] * (
+        # the main rows, and the temperature frontier's other temperatures (sampled again)
+        draws = 1 + len(set(ev.get("frontier_temperatures", FRONTIER_TEMPERATURES))
+                        - {ev.get("temperature", 1.0)})
+        out["eval_decoding_s"] = draws * batches * ev["length"] * (
             r["decode"]["hybrid_ms_per_step"] + r["decode"]["backbone_ms_per_step"]) / 1e3
     if r.get("geometry", {}).get("layers"):
         per = np.mean([v["seconds"] for v in r["geometry"]["layers"].values()])

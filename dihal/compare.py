@@ -125,12 +125,16 @@ def _samples_and_metrics(name: str, model, backbone, space: TokenSpace, cfg: Bas
                          reference: Budget, judge, features, device: str) -> tuple[list[str], dict]:
     """A trained baseline's texts and metrics at the common temperature (cfg.temperature, the
     eval's; every row of the comparison decodes there); a recipe whose own default differs
-    (CoDAR's 0.7) also gets its metrics there, as `metrics["native"]` (an extra row)."""
+    (CoDAR's 0.7) also gets its metrics there, as `metrics["native"]` (an extra row); and its
+    points of the temperature frontier, `metrics["frontier"]` (baseline_frontier)."""
+    import time
+
     from dihal.generation import common_ppl_length, text_metrics, texts_until_eos
 
-    def at(temperature: float | None) -> tuple[list[str], dict]:
+    def at(temperature: float | None, mauve: bool = True) -> tuple[list[str], dict]:
         """Samples at `temperature` (None: the recipe has none, it rounds deterministically),
-        each time from the same seeded generator, and their metrics."""
+        each time from the same seeded generator, and their metrics (MAUVE with `mauve`)."""
+        start = time.perf_counter()
         gen = torch.Generator(device=device).manual_seed(derive_seed(cfg.seed, "sample", name))
         kw = {} if temperature is None else {"temperature": temperature}
         with torch.no_grad():
@@ -138,15 +142,40 @@ def _samples_and_metrics(name: str, model, backbone, space: TokenSpace, cfg: Bas
                                   **kw).cpu()
         texts = texts_until_eos(backbone.tokenizer, space.to_backbone(tokens), backbone.eos_id,
                                 prompt_len=0, bos_id=backbone.bos_id)
-        return texts, {**text_metrics(texts, judge, seed=cfg.seed, reference=features,
+        return texts, {**text_metrics(texts, judge, seed=cfg.seed,
+                                      reference=features if mauve else None,
                                       ppl_length=common_ppl_length(cfg.length)),
-                       "temperature": temperature}
+                       "temperature": temperature, "n_samples": cfg.n_samples,
+                       "sample_seconds": time.perf_counter() - start}
 
     native = decoding_temperature(model)
     texts, metrics = at(None if native is None else cfg.temperature)
+    measured = {metrics["temperature"]: metrics}
     if native is not None and native != cfg.temperature:
-        metrics["native"] = at(native)[1]
+        metrics["native"] = measured[native] = at(native)[1]
+    metrics["frontier"] = baseline_frontier(name, native is not None, cfg.frontier_temperatures,
+                                            measured, lambda t: at(t, mauve=False)[1])
     return texts, metrics
+
+
+def baseline_frontier(name: str, has_temperature: bool, temperatures: tuple[float, ...],
+                      measured: dict, measure: Callable[[float], dict]) -> list[dict]:
+    """A baseline's points of the temperature frontier (dihal.frontier.point): one per
+    temperature where the recipe has one (from `measured`, temperature -> metrics, where it
+    holds that temperature: the common and the native one; else `measure(t)`); one point at
+    temperature None for a recipe that rounds deterministically (its row's); none where
+    `temperatures` is empty."""
+    from dihal.frontier import point, points_at
+
+    def make(t: float | None, metrics: dict, sampled: bool) -> dict:
+        return {**point(name, "baseline", t, metrics, sampled=sampled),
+                "sample_seconds": metrics["sample_seconds"] if sampled else 0.0}
+
+    if not temperatures:
+        return []
+    if not has_temperature:
+        return [make(None, measured[None], False)]
+    return points_at(temperatures, measured, measure, make)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -171,9 +200,11 @@ NATIVE_ROLE = "baseline (native temperature)"  # a baseline's extra row at its o
 
 
 def comparison(eval_rows: list[dict], bridge: BridgeMetrics, sampler_steps: int,
-               baselines: dict[str, dict], missing: list[str]) -> ComparisonResult:
+               baselines: dict[str, dict], missing: list[str],
+               eval_frontier: list[dict] = ()) -> ComparisonResult:
     """The comparison stage: one table of DiHAL, the backbone and the baselines (`baselines`:
-    name -> baseline row), with the budget each ran under (the backbone has none)."""
+    name -> baseline row), with the budget each ran under (the backbone has none); and the
+    temperature frontier: the eval's points (`eval_frontier`), then each baseline's."""
     dihal_budget = {"denoiser_parameters": bridge.denoiser_parameters,
                     "train_tokens": bridge.train_tokens, "sampler_steps": sampler_steps,
                     "seq_len": None}
@@ -203,7 +234,8 @@ def comparison(eval_rows: list[dict], bridge: BridgeMetrics, sampler_steps: int,
     for r in rows:
         if r["role"] in ("dihal", CHOSEN_K):
             r["seq_len"] = seq_len
-    return ComparisonResult(rows=rows, missing=missing)
+    frontier = [*eval_frontier, *(p for r in baselines.values() for p in r.get("frontier", []))]
+    return ComparisonResult(rows=rows, missing=missing, frontier=frontier)
 
 
 FULL_TRAINING_ROLES = ("geometry l*", "oracle", "worst")

@@ -21,6 +21,11 @@ DEFAULT_SAMPLER_RULE = "ancestral"
 # backbone) where the sweep feeds bridgeability: a Spearman over 3 layers takes 4 values
 MIN_BRIDGEABILITY_LAYERS = 5
 
+# The decoding temperatures of the temperature frontier (issue 18): DiHAL, the backbone and
+# every baseline with a temperature, each sampled at each (the main temperature's points are
+# the main rows), so that a lower Gen.PPL can be read against a lower diversity
+FRONTIER_TEMPERATURES = (0.7, 0.85, 1.0)
+
 
 # ---------------------------------------------------------------------------------------------
 # Validation helpers: each names the class, the field, what is allowed and the value given.
@@ -59,6 +64,17 @@ def _reals(obj: object, *names: str, low: float, high: float = math.inf,
 
 def _positive(value: float) -> bool:  # also used by dihal.geometry
     return math.isfinite(value) and value > 0
+
+
+def _temperatures(obj: object, name: str) -> None:
+    """The field is a tuple (a list from a run config) of distinct finite numbers > 0, stored
+    as a tuple of floats; empty is allowed (no frontier)."""
+    v = getattr(obj, name)
+    ok = isinstance(v, tuple | list) and all(
+        not isinstance(t, bool) and isinstance(t, int | float) and _positive(t) for t in v)
+    if not ok or len({float(t) for t in v}) != len(v):
+        raise _invalid(obj, name, "a tuple of distinct finite numbers > 0 (empty: no frontier)")
+    object.__setattr__(obj, name, tuple(float(t) for t in v))
 
 
 def _bools(obj: object, *names: str) -> None:
@@ -321,12 +337,17 @@ class EvalConfig:
     seed: int = 0
     batch_size: int = 32
     eta: float = 0.0
+    # DiHAL (at its protocol's K) and the backbone sampled again at each of these temperatures
+    # (n_samples, length, seed, judge as above; no MAUVE): the temperature frontier, kept out
+    # of the main rows. The point at `temperature` is the main row's. (): no frontier
+    frontier_temperatures: tuple[float, ...] = FRONTIER_TEMPERATURES
 
     def __post_init__(self) -> None:
         _ints(self, 1, "n_samples", "length", "batch_size")
         _reals(self, "temperature", low=0.0, low_open=True)
         _ints(self, 0, "seed")
         _reals(self, "eta", low=0.0)  # 0: deterministic sampler; 1: the exact bridge posterior
+        _temperatures(self, "frontier_temperatures")
 
 
 @dataclass(frozen=True)
@@ -372,6 +393,10 @@ class BaselineRunConfig:
     # (plus BOS/EOS), mapped back to backbone ids when sampling [ours]: a baseline trained
     # from scratch never learns the others, and the full 49k read-out dominates CPU time.
     restrict_vocab: bool = True
+    # the temperature frontier (as EvalConfig's): a recipe with a temperature sampled again at
+    # each (the points at `temperature` and at its native one are those rows'); a recipe that
+    # rounds deterministically gives one point. (): no frontier
+    frontier_temperatures: tuple[float, ...] = FRONTIER_TEMPERATURES
 
     def __post_init__(self) -> None:
         _reals(self, "lr", low=0.0, low_open=True)
@@ -379,6 +404,7 @@ class BaselineRunConfig:
         _ints(self, 1, "n_samples", "length")
         _reals(self, "temperature", low=0.0, low_open=True)
         _bools(self, "restrict_vocab")
+        _temperatures(self, "frontier_temperatures")
 
 
 @dataclass(frozen=True)

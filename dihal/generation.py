@@ -259,12 +259,49 @@ def evaluate_with_controls(backbone, trained: TrainedBridge, judge, cfg: EvalCon
                                   train_pairs=train_pairs, regression=regression, chosen=chosen)
     result = evaluate_generation(backbone, trained, judge, cfg, progress, reference=reference,
                                  extra=extra)
+    frontier = temperature_frontier(backbone, trained, judge, cfg, result.rows, progress)
     if progress:
         progress("cost per generated token: FLOPs and timed decodes")
     cost = controls_cost(backbone, trained, [(n, m, c["steps"]) for n, role, m, c in extra
                                              if role == CONTROL],
                          steps=cost_steps, length=min(cfg.length, COST_LENGTH), seed=cfg.seed)
-    return replace(result, controls=notes, cost=cost)
+    return replace(result, controls=notes, cost=cost, frontier=frontier)
+
+
+def temperature_frontier(backbone, trained: TrainedBridge, judge, cfg: EvalConfig,
+                         rows: list[dict], progress: Callable[[str], None] | None = None
+                         ) -> list[dict]:
+    """The eval's points of the temperature frontier (dihal.frontier): DiHAL (the bridge at its
+    protocol's K, default rule) and the backbone at each of cfg.frontier_temperatures, sampled
+    and scored as their main rows (`rows`: evaluate_generation's, DiHAL's first, the
+    backbone's second) but without MAUVE; at cfg.temperature the point is the main row's (not
+    sampled again). Each sampled point records its wall time (`sample_seconds`: sampling and
+    scoring)."""
+    import time
+
+    from dihal.control_hybrids import bridge_hybrid
+    from dihal.frontier import point, points_at
+    from dihal.hybrid import decode_backbone
+
+    hybrid = bridge_hybrid(backbone, trained, eta=cfg.eta)
+    decoders = {"dihal": hybrid.decode, "backbone": lambda *a, **k: decode_backbone(backbone, *a, **k)}
+    out = []
+    for row in (r for r in rows if r["role"] in decoders):
+        def measure(t: float, row=row) -> dict:
+            kw = dict(temperature=t, seed=cfg.seed, batch_size=cfg.batch_size, cached=True)
+            decode, start = decoders[row["role"]], time.perf_counter()
+            scored, _ = sample_and_score(
+                backbone, [(f"{row['model']} at T={t:g}", row["role"],
+                            lambda: decode(cfg.n_samples, cfg.length, **kw))],
+                judge, replace(cfg, temperature=t), progress)
+            return {**scored[0], "sample_seconds": time.perf_counter() - start}
+
+        def make(t: float, metrics: dict, sampled: bool, row=row) -> dict:
+            return {**point(row["model"], row["role"], t, metrics, sampled=sampled),
+                    "sample_seconds": metrics["sample_seconds"] if sampled else 0.0}
+
+        out += points_at(cfg.frontier_temperatures, {cfg.temperature: row}, measure, make)
+    return out
 
 
 def control_models(backbone, trained: TrainedBridge, cfg: EvalConfig,

@@ -122,3 +122,35 @@ def plot_cost_quality(points: list[dict], backbone: dict, title: str) -> bytes:
     ax.set_title(title)
     fig.tight_layout()
     return _png(plt, fig)
+
+
+def plot_frontier(points: list[dict], title: str) -> bytes:
+    """Gen.PPL (log scale) against diversity across decoding temperatures: one line per model
+    through its temperatures, each point labelled with T; a recipe without a temperature
+    (deterministic rounding) as one marked point (`points`: dihal.frontier.point)."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for i, model in enumerate(dict.fromkeys(p["model"] for p in points)):
+        mine = [p for p in points if p["model"] == model and p["gen_ppl"] is not None
+                and p["diversity"] is not None]
+        color = f"C{i % 10}"  # one colour per model (scatter and plot cycle apart)
+        if not mine:
+            continue
+        if all(p["temperature"] is None for p in mine):
+            ax.scatter([p["diversity"] for p in mine], [p["gen_ppl"] for p in mine], marker="D",
+                       s=50, color=color, label=f"{model} (no temperature)", zorder=3)
+            continue
+        mine.sort(key=lambda p: p["temperature"])
+        ax.plot([p["diversity"] for p in mine], [p["gen_ppl"] for p in mine], "o-", ms=4,
+                color=color, label=model)
+        for p in mine:
+            ax.annotate(f"T={p['temperature']:g}", (p["diversity"], p["gen_ppl"]), fontsize=7,
+                        xytext=(3, 2), textcoords="offset points")
+    ax.set_yscale("log")
+    ax.set_xlabel("diversity (higher is better)")
+    ax.set_ylabel("Gen.PPL (log scale, lower is better)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    ax.set_title(title)
+    fig.tight_layout()
+    return _png(plt, fig)

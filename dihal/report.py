@@ -598,7 +598,7 @@ def another_backbone(name: str) -> str:
 LOCATE, BRIDGEABILITY, REGRESSION, SAMPLER, GENERATION, FULL, BACKBONES, SAMPLES, CONFIG = (
     "locate", "bridgeability", "regression-control", "sampler-steps", "generation",
     "full-training", "across-backbones", "samples", "configuration")
-CONTROLS, COST = "control-hybrids", "cost"
+CONTROLS, COST, FRONTIER = "control-hybrids", "cost", "temperature-frontier"
 
 
 def answer_l_star(x: ReportInputs) -> tuple[str, str]:
@@ -1065,6 +1065,40 @@ def _cost_section(r: Document, x: ReportInputs) -> None:
                 ".3g")
 
 
+def frontier_table(points: list[dict]) -> list[dict]:
+    """One line per frontier point: model, T, Gen.PPL with its interval, diversity (ours and
+    spaCy's), mean length in judge tokens, and whether it lies on the frontier."""
+    from dihal.frontier import on_frontier
+
+    return [{"model": p["model"], "T": _temperature(p), "Gen.PPL [95 %]": _ci(p, "gen_ppl"),
+             "diversity": p["diversity"], "diversity (spaCy)": p.get("diversity_spacy"),
+             "mean length (judge tokens)": p.get("mean_judge_length"),
+             "on the frontier": "yes" if on else "no"}
+            for p, on in zip(points, on_frontier(points), strict=True)]
+
+
+def _frontier_section(r: Document, x: ReportInputs) -> None:
+    """Gen.PPL against diversity of every model at each decoding temperature measured."""
+    from dihal.frontier import frontier_sentence
+    from dihal.plots import plot_frontier
+
+    points = x.comparison.get("frontier") or []
+    r.h2("3c. Gen.PPL against diversity across temperatures", FRONTIER)
+    r.p(frontier_sentence(points))
+    if not points:
+        return
+    r.p("A lower temperature can buy a lower Gen.PPL with less diverse samples, so one "
+        "temperature's Gen.PPL alone can favour the less diverse model. DiHAL (at its "
+        "protocol's K), the backbone and each baseline with a temperature are sampled at each "
+        "temperature with the main table's count, length, seed and judge (no MAUVE); the point "
+        "at the main table's temperature, and CoDAR's at its own, are those rows. SED and "
+        "Diffusion-LM round to tokens deterministically: one point each, at no temperature.")
+    r.image(plot_frontier(points, f"{x.backbone}: Gen.PPL vs diversity across temperatures"),
+            "Gen.PPL against diversity across temperatures")
+    table = frontier_table(points)
+    r.table(table, list(table[0]), ".4g")
+
+
 def _judge_and_latency(r: Document, x: ReportInputs) -> None:
     ev_cfg, first = x.configs["eval"], x.evaluation["rows"][0]
     r.p("Samples are scored by the judge below, the same for every model:")
@@ -1108,6 +1142,7 @@ def _configuration_section(r: Document, x: ReportInputs) -> None:
 
 SECTIONS = (_answers_section, _locate_section, _bridgeability_section, _regression_section,
             _sampler_section, _generation_section, _controls_section, _cost_section,
+            _frontier_section,
             _full_training_section, _cross_backbone_section, _samples_section,
             _configuration_section)
 

@@ -266,11 +266,15 @@ class EvalResult:
     controls: dict[str, Any] = field(default_factory=dict)
     # cost per generated token (dihal.cost.eval_cost): the FLOP model and the measured rows
     cost: dict[str, Any] = field(default_factory=dict)
+    # the temperature frontier's points of DiHAL and the backbone (dihal.frontier.point, one per
+    # model and temperature; the main temperature's are the main rows'), kept out of `rows`
+    frontier: list[dict] = field(default_factory=list)
 
     def info(self) -> dict:
         return {"rows": self.rows, "judge": self.judge,
                 **({"controls": self.controls} if self.controls else {}),
-                **({"cost": self.cost} if self.cost else {})}
+                **({"cost": self.cost} if self.cost else {}),
+                **({"frontier": self.frontier} if self.frontier else {})}
 
     def metadata(self) -> dict:
         """Gen.PPL, diversity and latency of the hybrid and the backbone as top-level numbers."""
@@ -323,9 +327,11 @@ class BaselineResult:
 class ComparisonResult:
     rows: list[dict]  # model, role, metrics, and the budget figures
     missing: list[str]
+    # the temperature frontier: the eval's points and every baseline's (dihal.frontier.point)
+    frontier: list[dict] = field(default_factory=list)
 
     def info(self) -> dict:
-        return {"rows": self.rows, "missing": self.missing}
+        return {"rows": self.rows, "missing": self.missing, "frontier": self.frontier}
 
     def metadata(self) -> dict:
         numbers = {f"{r['model']} {k}": r[k] for r in self.rows for k in ("gen_ppl", "diversity")}

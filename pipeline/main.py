@@ -384,8 +384,12 @@ def _chain(chain: Chain, args, layers: list[int], baselines: list[str], say,
         chain.backfill(f"baselines_{b}", baselines)
         say("comparison; full training at l*, the oracle and the worst layer; the report")
         chain.job(f"compare_{b}")
-        for row in Comparison(layout, b).require().info["rows"]:
+        cmp_ = Comparison(layout, b).require().info
+        for row in cmp_["rows"]:
             say(f"{row['model']}: Gen.PPL {row['gen_ppl']:.2f}, diversity {row['diversity']:.4f}")
+        from dihal.frontier import frontier_sentence
+
+        say(f"temperature frontier: {frontier_sentence(cmp_.get('frontier', []))}")
         say(f"report: {Report(layout, b).html}")
     say(f"artifacts under {layout.root}")
 

@@ -63,6 +63,18 @@ def test_baselines_comparison_full_training_report(tiny):  # noqa: F811
         if row["mauve"] == row["mauve"]:  # 4 samples a side: a diagnostic
             assert row["mauve_diagnostic"] is True and row["mauve_n_p"] == row["mauve_n_q"]
 
+    # the temperature frontier (default 0.7, 0.85, 1): DiHAL and the backbone at each, kept
+    # out of the rows (all at 1); the points at 1 are the main rows', the others sampled
+    front = read_manifest(root / "llama" / "eval").info["frontier"]
+    assert [(p["role"], p["temperature"], p["sampled"]) for p in front] == [
+        (role, t, t != 1.0) for role in ("dihal", "backbone") for t in (0.7, 0.85, 1.0)]
+    for p in front:
+        main = next(r for r in ev if r["role"] == p["role"])
+        assert p["model"] == main["model"] and "sample_nll" not in p
+        assert p["gen_ppl_low"] <= p["gen_ppl"] <= p["gen_ppl_high"]
+        assert (p["gen_ppl"] == main["gen_ppl"]) == (p["temperature"] == 1.0)
+        assert (p["sample_seconds"] > 0) == p["sampled"]
+
     bridge = read_manifest(root / "llama" / "bridge").info["metrics"]
     for name in ("diffusion-lm", "sed", "ld4lg", "codar"):
         res, err = _mat(defs, inst, ["baseline_llama"], ops, partition=name)
@@ -81,6 +93,12 @@ def test_baselines_comparison_full_training_report(tiny):  # noqa: F811
         assert ("native" in row) == (name == "codar")
         if name == "codar":
             assert row["native"]["temperature"] == 0.7 and "gen_ppl" in row["native"]
+        # its frontier: each temperature where the recipe has one (the common and the native
+        # temperature's points are those rows'), else one point at no temperature
+        got = [(p["temperature"], p["sampled"]) for p in row["frontier"]]
+        assert got == ([(None, False)] if name in ("diffusion-lm", "sed") else
+                       [(0.7, name != "codar"), (0.85, True), (1.0, False)]), name
+        assert all("sample_nll" not in p for p in row["frontier"])
 
     res, err = _mat(defs, inst, ["comparison_llama", "full_training_llama", "report_llama"], ops)
     assert res.success, err
@@ -90,6 +108,12 @@ def test_baselines_comparison_full_training_report(tiny):  # noqa: F811
     rows = read_manifest(root / "llama" / "comparison").info["rows"]
     assert [r["model"] for r in rows][-5:] == ["diffusion-lm", "sed", "ld4lg", "codar",
                                                "codar (native T=0.7)"]
+    # the comparison gathers the frontier: the eval's six points, then each baseline's
+    cmp_front = read_manifest(root / "llama" / "comparison").info["frontier"]
+    assert cmp_front[:6] == front and [p["model"] for p in cmp_front[6:]] == [
+        "diffusion-lm", "sed"] + ["ld4lg"] * 3 + ["codar"] * 3
+    assert {r["temperature"] for r in rows if r["role"] != "baseline (native temperature)"} <= {
+        1.0, None}  # the main table stays at one temperature
     # the control hybrids of the eval (no regression control was swept here: no regression
     # row, and the eval says so), and DiHAL at the chosen K where that is not the protocol's
     ev_info = read_manifest(root / "llama" / "eval").info
@@ -155,7 +179,9 @@ def test_baselines_comparison_full_training_report(tiny):  # noqa: F811
                        "mean length (judge tokens)", "drawn unconditionally from the",
                        "samples per model for 80 % power", "minus depth",
                        "3a. DiHAL against its control hybrids", "3b. Cost per generated token",
-                       "max K cheaper", "Gen.PPL DiHAL / this [paired 95 %]"):
+                       "max K cheaper", "Gen.PPL DiHAL / this [paired 95 %]",
+                       "3c. Gen.PPL against diversity across temperatures",
+                       "on the frontier", "none (deterministic rounding)"):
             assert needle in text, needle
     assert "5. Across backbones" in md and "Only llama has been materialised here" in md
     # it suggests an embedded backbone other than itself (gemma3's report once suggested gemma3)

@@ -37,10 +37,12 @@ BAD = {
     dc.EvalConfig: {
         "n_samples": [0], "length": [0], "temperature": [0.0, math.inf], "seed": [-1],
         "batch_size": [0], "eta": [-0.5],
+        "frontier_temperatures": [(0.0,), (0.7, 0.7), (0.7, math.inf), "0.7", (True,), (-1.0,)],
     },
     dc.BaselineRunConfig: {
         "lr": [0.0], "seed": [-1], "n_samples": [0], "length": [0], "temperature": [0.0, math.inf],
         "restrict_vocab": ["no"],
+        "frontier_temperatures": [(0.0,), (1, 1.0), (math.nan,), 0.7, ("0.7",)],
     },
     dc.LayerScoreConfig: {"primary_norm": ["l2"], "sequence_resamples": [-1, 1.5],
                           "split_halves": [-1]},
@@ -110,3 +112,13 @@ def test_seed_layers_resolve_per_layer_and_leave_the_stored_protocol_as_before()
     assert fingerprint(p) != fingerprint(p.for_layer(1))
     with pytest.raises(ValueError, match="seed_layers must be empty while seeds is 1"):
         dc.BridgeProtocol(seed_layers=(3,))
+
+
+@pytest.mark.parametrize("cls", [dc.EvalConfig, dc.BaselineRunConfig], ids=lambda c: c.__name__)
+def test_frontier_temperatures_default_list_and_empty(cls):
+    """The same default in both configs; a run config's list of numbers becomes a tuple of
+    floats; empty means no frontier."""
+    assert cls().frontier_temperatures == dc.FRONTIER_TEMPERATURES == (0.7, 0.85, 1.0)
+    assert cls(frontier_temperatures=[1, 0.5]).frontier_temperatures == (1.0, 0.5)
+    assert all(isinstance(t, float) for t in cls(frontier_temperatures=[1]).frontier_temperatures)
+    assert cls(frontier_temperatures=()).frontier_temperatures == ()

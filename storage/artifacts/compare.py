@@ -24,7 +24,7 @@ from storage.artifacts.base import (
     WorkArtifact,
     _preview,
 )
-from storage.artifacts.replace import RowsArtifact
+from storage.artifacts.replace import FRONTIER_COLUMNS, RowsArtifact
 from storage.manifest import Manifest
 from storage.tables import write_table
 
@@ -73,7 +73,9 @@ class Comparison(Artifact):
     def metadata(self, manifest: Manifest) -> dict[str, Any]:
         return {**super().metadata(manifest), "table": Table(
             manifest.info["rows"], ["model", "gen_ppl", "diversity", "repetition",
-                                    "denoiser_parameters", "train_tokens", "sampler_steps"])}
+                                    "denoiser_parameters", "train_tokens", "sampler_steps"]),
+                **({"frontier": Table(manifest.info["frontier"], FRONTIER_COLUMNS)}
+                   if manifest.info.get("frontier") else {})}
 
 
 class FullTraining(RowsArtifact):

@@ -169,5 +169,12 @@ class Evaluation(Artifact):
         return {**super().metadata(manifest),
                 "table": Table(manifest.info["rows"], ["model", "gen_ppl", "diversity",
                                                        "repetition", "mean_length", "ms_per_token"]),
+                **({"frontier": Table(manifest.info["frontier"], FRONTIER_COLUMNS)}
+                   if manifest.info.get("frontier") else {}),
                 "samples": Markdown(_preview(_by_model(self.samples())))}
+
+
+# the temperature frontier's points as the UI shows them (eval's and comparison's)
+FRONTIER_COLUMNS = ["model", "temperature", "gen_ppl", "diversity", "diversity_spacy",
+                    "mean_judge_length", "sampled"]
 

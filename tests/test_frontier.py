@@ -1,0 +1,94 @@
+"""The temperature frontier (issue 18): which points lie on it, the sentence that reads it each
+way it can come out, a baseline's points (sampled once per temperature, the main and native
+rows reused, one point for a deterministic recipe), and its section in the report."""
+
+import math
+
+import pytest
+
+from dihal.compare import baseline_frontier
+from dihal.frontier import dominates, frontier_sentence, on_frontier, point
+
+
+def _p(model, role, t, ppl, div, **extra):
+    return {**point(model, role, t, {"gen_ppl": ppl, "gen_ppl_low": ppl * 0.9,
+                                     "gen_ppl_high": ppl * 1.1, "diversity": div,
+                                     "diversity_spacy": div, "mean_judge_length": 20.0},
+                    sampled=True), **extra}
+
+
+def test_dominance_needs_lower_gen_ppl_at_equal_or_higher_diversity():
+    a, b = _p("a", "x", 1.0, 10.0, 0.5), _p("b", "x", 1.0, 20.0, 0.5)
+    assert dominates(a, b) and not dominates(b, a)
+    assert not dominates(a, a)  # equal on both: neither dominates
+    c = _p("c", "x", 1.0, 5.0, 0.2)  # lower Gen.PPL, but less diverse: both on the frontier
+    assert on_frontier([a, c]) == [True, True]
+    assert on_frontier([a, b, c]) == [True, False, True]
+    nan = _p("n", "x", 1.0, math.nan, 0.9)
+    assert on_frontier([a, nan]) == [True, False]  # no finite Gen.PPL: never on it
+
+
+# each way the sentence can come out
+DIHAL_ON = [_p("DiHAL", "dihal", 0.7, 30.0, 0.4), _p("DiHAL", "dihal", 1.0, 60.0, 0.8),
+            _p("backbone", "backbone", 0.7, 10.0, 0.3), _p("backbone", "backbone", 1.0, 20.0, 0.7),
+            _p("sed", "baseline", None, 500.0, 0.5)]
+DIHAL_OFF = [_p("DiHAL", "dihal", 0.7, 30.0, 0.4), _p("DiHAL", "dihal", 1.0, 60.0, 0.6),
+             _p("backbone", "backbone", 0.7, 10.0, 0.5), _p("backbone", "backbone", 1.0, 20.0, 0.7)]
+
+
+@pytest.mark.parametrize(("points", "says"), [
+    (DIHAL_ON, ["At the temperatures measured (0.7, 1), 2 of the 3 models have a point on the "
+                "frontier", "DiHAL (T = 1), backbone (T = 0.7, 1)",
+                "; every point of sed is dominated", ". DiHAL lies on it at T = 1."]),
+    (DIHAL_OFF, ["1 of the 2 models have a point", "backbone (T = 0.7, 1)",
+                 "every point of DiHAL is dominated",
+                 ". DiHAL does not: at each temperature measured another point has a lower "
+                 "Gen.PPL at equal or higher diversity."]),
+    (DIHAL_ON[:2] + [_p("backbone", "backbone", 0.7, 10.0, 0.3)],
+     ["every one of the 2 models has a point on the frontier", "DiHAL lies on it at T = 0.7, 1."]),
+    ([], ["No temperature frontier was measured"]),
+    ([_p("DiHAL", "dihal", 1.0, math.nan, 0.5)], ["No frontier point has a finite Gen.PPL"]),
+])
+def test_frontier_sentence_each_way(points, says):
+    text = frontier_sentence(points)
+    for s in says:
+        assert s in text, (s, text)
+    # "is dominated" only where some model has no point on the frontier
+    assert ("is dominated" in text) == any("is dominated" in s for s in says)
+
+
+def test_a_baseline_samples_each_missing_temperature_once():
+    """The common temperature's and the native one's points are those rows' (not sampled
+    again); the others are sampled once each; a deterministic recipe gives one point."""
+    row = {"gen_ppl": 40.0, "diversity": 0.6, "sample_nll": [1.0], "sample_seconds": 3.0}
+    native = {"gen_ppl": 30.0, "diversity": 0.5, "sample_seconds": 3.0}
+    asked = []
+
+    def measure(t):
+        asked.append(t)
+        return {"gen_ppl": 35.0, "diversity": 0.55, "sample_seconds": 2.0}
+
+    pts = baseline_frontier("codar", True, (0.7, 0.85, 1.0), {1.0: row, 0.7: native}, measure)
+    assert asked == [0.85]
+    assert [(p["temperature"], p["gen_ppl"], p["sampled"], p["sample_seconds"]) for p in pts] == [
+        (0.7, 30.0, False, 0.0), (0.85, 35.0, True, 2.0), (1.0, 40.0, False, 0.0)]
+    assert all("sample_nll" not in p for p in pts)  # lean: no per-sample lists
+    sed = baseline_frontier("sed", False, (0.7, 0.85, 1.0), {None: row}, measure)
+    assert asked == [0.85] and [(p["temperature"], p["sampled"]) for p in sed] == [(None, False)]
+    assert baseline_frontier("sed", False, (), {None: row}, measure) == []
+
+
+def test_report_section_plots_and_tabulates_the_frontier():
+    from dihal.report import FRONTIER, build_report
+    from tests.test_report import inputs
+
+    x = inputs()
+    with_points = type(x)(**{**x.__dict__, "comparison": {**x.comparison, "frontier": DIHAL_ON}})
+    md = build_report(with_points).markdown
+    section = md[md.index("3c. Gen.PPL against diversity across temperatures"):]
+    assert "DiHAL lies on it at T = 1" in section and "data:image/png;base64," in section
+    for column in ("| model | T | Gen.PPL [95 %] | diversity | diversity (spaCy) | mean length "
+                   "(judge tokens) | on the frontier |", "none (deterministic rounding)"):
+        assert column in section, column
+    assert FRONTIER in build_report(with_points).html
+    assert "No temperature frontier was measured" in build_report(x).markdown

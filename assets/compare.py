@@ -75,18 +75,22 @@ def compare_assets(backbone: str) -> list:
         return run.produce(run.art(Comparison), {}, [ev] + [a for a, _ in current], lambda: stage(
             em.info["rows"], br.read().metrics, bm.config["steps"], rows, missing))
 
-    @stage_asset(backbone, "full_training", [key("bridgeability"), key("bridge")],
+    @stage_asset(backbone, "full_training", [key("bridgeability"), key("bridge"),
+                                             key("sampler_steps")],
                  kinds={"pytorch", "parquet"})
     def full_training(context: dg.AssetExecutionContext, config: EvalRunConfig) -> dg.MaterializeResult:
         """Bridges at l* (geometry), the oracle and the worst sweep layer under the full budget
-        of bridge_<b>, evaluated the same way (bridgeability + generation)."""
+        (and training seeds) of bridge_<b>, evaluated the same way (bridgeability + generation)
+        at the protocol's K and at the (rule, K) chosen on validation at l*."""
         from dihal.compare import full_training as stage
         from dihal.compare import full_training_roles
         from dihal.config import BridgeProtocol
+        from dihal.controls import choose_steps
 
         run, cfg = StageRun(context, backbone), config.to_dihal()
-        bness, br, states = run.art(Bridgeability), run.art(Bridge), run.art(HiddenStates)
-        bn, bm, _ = run.require(bness, br, states)
+        bness, br, curve = run.art(Bridgeability), run.art(Bridge), run.art(SamplerCurve)
+        states = run.art(HiddenStates)
+        bn, bm, cm, _ = run.require(bness, br, curve, states)
         protocol = BridgeProtocol(**bm.config)
 
         def bridge_at(layer: int):
@@ -95,9 +99,9 @@ def compare_assets(backbone: str) -> list:
                 run.obtain(art, protocol, [states], trainer(run, art, layer, protocol), layer=layer)
             return art.read()
 
-        return run.produce(run.art(FullTraining), cfg, [bness, br], lambda: stage(
+        return run.produce(run.art(FullTraining), cfg, [bness, br, curve], lambda: stage(
             full_training_roles(bn.info), bridge_at, run.model(), run.judge(), cfg, run.log,
-            reference_texts=reference_texts(run, cfg.length)),
+            reference_texts=reference_texts(run, cfg.length), chosen=choose_steps(cm.info["rows"])),
             judge=run.judge_name())
 
     @stage_asset(backbone, "report", [key("comparison"), full_training,

@@ -33,7 +33,9 @@ PROFILES: dict[str, dict[str, dict]] = {
         "geometry": {"n_tokens": 16384},
         "layer_score": {"sequence_resamples": 20, "split_halves": 3},
         "bridge_sweep": {**_GPU_PROTOCOL, "seeds": 3},
-        "bridge": {**_GPU_PROTOCOL, "epochs": 2.0},
+        # the full-training bridges (l*, oracle, worst) under 3 training seeds each: their
+        # spread is reported per role (dihal.compare.full_training); gpu-smollm2 inherits it
+        "bridge": {**_GPU_PROTOCOL, "epochs": 2.0, "seeds": 3},
         "eval": {"n_samples": 512, "length": 128, "batch_size": 128},
         "baseline": {"n_samples": 512, "length": 128},
     },

@@ -29,6 +29,20 @@ from storage import (
 )
 
 
+def same_eval(run: StageRun, cfg, made_from: list) -> list:
+    """[the eval] where it sampled the current bridge at l* under the current sampler curve
+    with the same config as `cfg` (so full training takes l*'s rows from it), else []."""
+    from storage.manifest import canonical
+
+    ev = run.art(Evaluation)
+    m = ev.manifest()
+    if m is None or m.config != canonical(cfg):
+        return []
+    current = {a.name: mm.fingerprint for a, mm in zip(made_from, run.require(*made_from),
+                                                       strict=True)}
+    return [ev] if all(m.upstream.get(k) == fp for k, fp in current.items()) else []
+
+
 def compare_assets(backbone: str) -> list:
     def key(stage: str) -> str:  # the asset key of this backbone's stage
         return asset_key(stage, backbone)
@@ -99,9 +113,11 @@ def compare_assets(backbone: str) -> list:
                 run.obtain(art, protocol, [states], trainer(run, art, layer, protocol), layer=layer)
             return art.read()
 
-        return run.produce(run.art(FullTraining), cfg, [bness, br, curve], lambda: stage(
+        ev = same_eval(run, cfg, [br, curve])  # l*'s rows where the eval drew them alike
+        return run.produce(run.art(FullTraining), cfg, [bness, br, curve, *ev], lambda: stage(
             full_training_roles(bn.info), bridge_at, run.model(), run.judge(), cfg, run.log,
-            reference_texts=reference_texts(run, cfg.length), chosen=choose_steps(cm.info["rows"])),
+            reference_texts=reference_texts(run, cfg.length), chosen=choose_steps(cm.info["rows"]),
+            from_eval=ev[0].manifest().info["rows"] if ev else None),
             judge=run.judge_name())
 
     @stage_asset(backbone, "report", [key("comparison"), full_training,

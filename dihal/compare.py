@@ -213,14 +213,17 @@ SEED_MEASURES = ("val_loss", "t1_loss", "hybrid_nll")  # spread over training se
 
 def full_training(roles: dict[str, int], bridge_at: Callable[[int], TrainedBridge], backbone,
                   judge, cfg, progress: Callable[[str], None] | None = None, *,
-                  reference_texts: list[str] | None = None,
-                  chosen: dict | None = None) -> FullTrainingResult:
+                  reference_texts: list[str] | None = None, chosen: dict | None = None,
+                  from_eval: list[dict] | None = None) -> FullTrainingResult:
     """The full_training stage: the full-budget bridge of each role's layer (`bridge_at` reuses
     or trains it, with the bridge stage's training seeds), evaluated like the bridge at l*
     (bridgeability, with the spread over seeds, and generation) at the protocol's K and at the
     (rule, K) `chosen` on validation at l* (dihal.controls.choose_steps; one row where that is
     the protocol's K and default rule), each generation row labelled by its `sampler`; the
-    chosen row carries the paired difference of its log Gen.PPL from the protocol row's."""
+    chosen row carries the paired difference of its log Gen.PPL from the protocol row's.
+    `from_eval`: the eval's rows, where the eval sampled this very bridge at l* with the same
+    config and chosen (rule, K): l*'s generation rows are taken from them (the same samples),
+    not drawn again; its rows say so (`from_eval`)."""
     from dihal.config import DEFAULT_SAMPLER_RULE
     from dihal.generation import PAIRED_KEYS, evaluate_generation
 
@@ -233,9 +236,12 @@ def full_training(roles: dict[str, int], bridge_at: Callable[[int], TrainedBridg
             chosen["steps"], chosen["rule"]) == (k0, DEFAULT_SAMPLER_RULE))
         extra = _at_chosen(backbone, trained, cfg, chosen) if chosen and not sampler[
             "chosen_is_protocol"] else []
-        hybrids = evaluate_generation(backbone, trained, judge, cfg, progress=progress,
-                                      with_backbone=False, reference=reference, extra=extra).rows
-        trained_columns = {"role": role, "layer": layer, **_bridge_columns(trained)}
+        reused = _eval_rows(from_eval, layer, bool(extra))
+        hybrids = reused or evaluate_generation(
+            backbone, trained, judge, cfg, progress=progress, with_backbone=False,
+            reference=reference, extra=extra).rows
+        trained_columns = {"role": role, "layer": layer, **_bridge_columns(trained),
+                           "from_eval": reused is not None}
         for hybrid, label in zip(hybrids, (PROTOCOL_K, CHOSEN_ON_VALIDATION), strict=False):
             rows.append({**trained_columns, "sampler": label, "steps": hybrid["steps"],
                          "rule": hybrid["rule"], **{k: hybrid[k] for k in GENERATION_KEYS},
@@ -244,6 +250,18 @@ def full_training(roles: dict[str, int], bridge_at: Callable[[int], TrainedBridg
                          **{k: hybrid.get(k) for k in PAIRED_KEYS}})
     columns = dict.fromkeys(k for r in rows for k in r)  # every row has every column
     return FullTrainingResult([{k: r.get(k) for k in columns} for r in rows], sampler=sampler)
+
+
+def _eval_rows(rows: list[dict] | None, layer: int, at_chosen: bool) -> list[dict] | None:
+    """The eval's DiHAL rows of `layer` (at the protocol's K, and at the chosen K where
+    `at_chosen`), or None where the eval has not got them."""
+    from dihal.generation import CHOSEN_K
+
+    dihal = [r for r in rows or [] if r["role"] == "dihal" and r.get("layer") == layer]
+    chosen = [r for r in rows or [] if r["role"] == CHOSEN_K and r.get("layer") == layer]
+    if not dihal or (at_chosen and not chosen):
+        return None
+    return [dihal[0], *chosen[:1]] if at_chosen else dihal[:1]
 
 
 def _at_chosen(backbone, trained: TrainedBridge, cfg, chosen: dict) -> list[tuple]:

@@ -1046,7 +1046,8 @@ def _full_training_section(r: Document, x: ReportInputs) -> None:
     r.p(full_training_sampler(x.full_training_sampler) + " The control hybrids at l* are "
         "copied from the eval (from eval: not sampled again, under the eval's settings), with "
         "their paired ratio against DiHAL at l* there; a row at the chosen K has its ratio "
-        "against the same bridge at the protocol's K.")
+        "against the same bridge at the protocol's K. Where the eval sampled the bridge at l* "
+        "with the same settings, l*'s rows are the eval's samples (marked), not drawn again.")
     rows = full_training_generation_rows(x)
     extra = ["DiHAL / this [paired 95 %]", "train_tokens"]
     r.table(_generation_table(rows, ["sampler", *extra]),
@@ -1100,7 +1101,8 @@ def full_training_generation_rows(x: ReportInputs) -> list[dict]:
         got = _against_dihal(row)
         return "" if got is None else f"{got[0]:.3f} [{got[1]:.3f}, {got[2]:.3f}]"
 
-    rows = [{**row, "sampler": f"K={row['steps']} {row['rule']} ({row['sampler']})"
+    rows = [{**row, "sampler": (f"K={row['steps']} {row['rule']} ({row['sampler']}"
+                                + (", the eval's samples)" if row.get("from_eval") else ")"))
              if row.get("steps") is not None else "protocol K",
              "DiHAL / this [paired 95 %]": ratio(row)} for row in x.full_training]
     rows += [{**row, "role": f"{row['model']}, from eval", "sampler": "from eval",

@@ -80,7 +80,8 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
           history="2: as eval 3; 3: as eval 4; 4: the oracle and worst layer by hybrid NLL; "
           "5: as eval 7; 6: each bridge also sampled at the (rule, K) chosen on validation at l* "
           "(sampler_steps upstream; rows labelled by sampler), the bridge stage's training seeds "
-          "with their spread, training seconds"),
+          "with their spread, training seconds; l*'s rows taken from the eval where it drew "
+          "that bridge with the same config (eval upstream then)"),
     Stage("report", "10", "Report",
           history="3: built from typed inputs; 4: rival predictors and intervals; 5: across "
           "backbones; 6: a lone backbone's report suggests another one, not itself; the CPU "

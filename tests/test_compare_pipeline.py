@@ -139,6 +139,12 @@ def test_baselines_comparison_full_training_report(tiny):  # noqa: F811
         [("chosen on validation", sampler["chosen"]["steps"], sampler["chosen"]["rule"])])
     assert [(r["role"], r["sampler"], r["steps"], r["rule"]) for r in full] == [
         (role, *label) for role in ("geometry l*", "oracle", "worst") for label in labels]
+    # the eval drew l*'s bridge with the same config: l*'s rows are its samples, not new ones
+    ev_dihal = next(r for r in ev_info["rows"] if r["role"] == "dihal")
+    for r in full:
+        assert r["from_eval"] == (r["layer"] == bridge["layer"])
+        if r["from_eval"] and r["sampler"] == "protocol":
+            assert r["gen_ppl"] == ev_dihal["gen_ppl"]
     # two training seeds per role: their spread (the kept seed within it)
     for r in full:
         assert r["n_seeds"] == 2

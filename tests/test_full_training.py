@@ -64,3 +64,56 @@ def test_full_training_one_row_when_the_chosen_is_the_protocols(tiny_backbone, j
         assert row[f"{m}_seed_min"] == lo and row[f"{m}_seed_max"] == hi
         assert row[f"{m}_seed_mean"] == pytest.approx((lo + hi) / 2)
         assert row[f"{m}_seed_sd"] == pytest.approx((hi - lo) / 2 ** 0.5)
+
+
+def test_a_failed_full_budget_regression_control_says_what_to_run(tmp_path):
+    """The eval goes on without its regression row, and the warning and the eval's note say
+    what to run; the control is trained with the bridge's protocol, one step and one seed."""
+    from types import SimpleNamespace
+
+    import dagster as dg
+
+    from assets.replace import full_regression
+    from dihal.config import BridgeProtocol
+    from storage import ArtifactLayout
+
+    class Run:
+        backbone, layout, warned, asked = "llama", ArtifactLayout(tmp_path), [], []
+
+        def art(self, kind, key=None):
+            return kind(self.layout, self.backbone, key)
+
+        def obtain(self, art, protocol, upstream, compute, **extra):
+            self.asked.append((type(art).__name__, protocol, extra))
+            raise dg.Failure(description="training diverged (loss NaN at step 3)")
+
+        def warn(self, msg):
+            self.warned.append(msg)
+
+    run = Run()
+    bridge = SimpleNamespace(config=BridgeProtocol(epochs=2.0, seeds=3).to_dict())
+    control, why = full_regression(run, bridge, 2)
+    assert control is None
+    assert run.asked == [("FullRegressionControl", BridgeProtocol(epochs=2.0, seeds=1, steps=1),
+                          {"layer": 2})]
+    assert why.startswith("the full-budget regression control of layer 2 could not be trained "
+                          "(training diverged (loss NaN at step 3)); materialise eval_llama again")
+    assert run.warned == [why + ": the eval has no regression row"]
+
+
+def test_full_training_takes_l_stars_rows_from_the_eval_where_it_drew_them(tiny_backbone):
+    """The eval sampled this bridge at l* with the same config: its rows, not new samples (no
+    judge is needed); at the chosen K too, where that is not the protocol's."""
+    from dihal.compare import GENERATION_KEYS
+
+    def row(role, steps, rule, ppl):
+        return {"model": role, "role": role, "layer": LAYER, "steps": steps, "rule": rule,
+                **dict.fromkeys(GENERATION_KEYS, ppl), "repetition": 0.0, "mean_length": 5.0}
+
+    ev = [row("dihal", 4, "ancestral", 10.0), row("backbone", None, None, 5.0),
+          row("dihal (chosen K)", 2, "marginal", 9.0)]
+    trained = replace(_trained(tiny_backbone), metrics=_metrics(1.0, 0.3, 4.0))
+    res = full_training(ROLES, lambda layer: trained, tiny_backbone, None, EvalConfig(),
+                        chosen={"rule": "marginal", "steps": 2, "hybrid_nll": 3.9}, from_eval=ev)
+    assert [(r["sampler"], r["steps"], r["gen_ppl"], r["from_eval"]) for r in res.rows] == [
+        ("protocol", 4, 10.0, True), ("chosen on validation", 2, 9.0, True)] * len(ROLES)

@@ -29,6 +29,24 @@ from storage import (
 )
 
 
+def full_bridges(run: StageRun):
+    """layer -> the full-budget bridge there: bridge_<b> at l*, else a FullTrainingBridge under
+    the same protocol (its seeds included), trained or reused."""
+    from dihal.config import BridgeProtocol
+
+    br, states = run.art(Bridge), run.art(HiddenStates)
+    bm, _ = run.require(br, states)
+    protocol = BridgeProtocol(**bm.config)
+
+    def bridge_at(layer: int):
+        art = br if layer == bm.info["metrics"]["layer"] else run.art(FullTrainingBridge, layer)
+        if art is not br:
+            run.obtain(art, protocol, [states], trainer(run, art, layer, protocol), layer=layer)
+        return art.read()
+
+    return bridge_at
+
+
 def same_eval(run: StageRun, cfg, made_from: list) -> list:
     """[the eval] where it sampled the current bridge at l* under the current sampler curve
     with the same config as `cfg` (so full training takes l*'s rows from it), else []."""
@@ -98,24 +116,14 @@ def compare_assets(backbone: str) -> list:
         at the protocol's K and at the (rule, K) chosen on validation at l*."""
         from dihal.compare import full_training as stage
         from dihal.compare import full_training_roles
-        from dihal.config import BridgeProtocol
         from dihal.controls import choose_steps
 
         run, cfg = StageRun(context, backbone), config.to_dihal()
         bness, br, curve = run.art(Bridgeability), run.art(Bridge), run.art(SamplerCurve)
-        states = run.art(HiddenStates)
-        bn, bm, cm, _ = run.require(bness, br, curve, states)
-        protocol = BridgeProtocol(**bm.config)
-
-        def bridge_at(layer: int):
-            art = br if layer == bm.info["metrics"]["layer"] else run.art(FullTrainingBridge, layer)
-            if art is not br:
-                run.obtain(art, protocol, [states], trainer(run, art, layer, protocol), layer=layer)
-            return art.read()
-
+        bn, cm = run.require(bness, curve)
         ev = same_eval(run, cfg, [br, curve])  # l*'s rows where the eval drew them alike
         return run.produce(run.art(FullTraining), cfg, [bness, br, curve, *ev], lambda: stage(
-            full_training_roles(bn.info), bridge_at, run.model(), run.judge(), cfg, run.log,
+            full_training_roles(bn.info), full_bridges(run), run.model(), run.judge(), cfg, run.log,
             reference_texts=reference_texts(run, cfg.length), chosen=choose_steps(cm.info["rows"]),
             from_eval=ev[0].manifest().info["rows"] if ev else None),
             judge=run.judge_name())

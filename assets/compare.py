@@ -29,6 +29,38 @@ from storage import (
 )
 
 
+def full_bridges(run: StageRun):
+    """layer -> the full-budget bridge there: bridge_<b> at l*, else a FullTrainingBridge under
+    the same protocol (its seeds included), trained or reused."""
+    from dihal.config import BridgeProtocol
+
+    br, states = run.art(Bridge), run.art(HiddenStates)
+    bm, _ = run.require(br, states)
+    protocol = BridgeProtocol(**bm.config)
+
+    def bridge_at(layer: int):
+        art = br if layer == bm.info["metrics"]["layer"] else run.art(FullTrainingBridge, layer)
+        if art is not br:
+            run.obtain(art, protocol, [states], trainer(run, art, layer, protocol), layer=layer)
+        return art.read()
+
+    return bridge_at
+
+
+def same_eval(run: StageRun, cfg, made_from: list) -> list:
+    """[the eval] where it sampled the current bridge at l* under the current sampler curve
+    with the same config as `cfg` (so full training takes l*'s rows from it), else []."""
+    from storage.manifest import canonical
+
+    ev = run.art(Evaluation)
+    m = ev.manifest()
+    if m is None or m.config != canonical(cfg):
+        return []
+    current = {a.name: mm.fingerprint for a, mm in zip(made_from, run.require(*made_from),
+                                                       strict=True)}
+    return [ev] if all(m.upstream.get(k) == fp for k, fp in current.items()) else []
+
+
 def compare_assets(backbone: str) -> list:
     def key(stage: str) -> str:  # the asset key of this backbone's stage
         return asset_key(stage, backbone)
@@ -77,29 +109,25 @@ def compare_assets(backbone: str) -> list:
             em.info["rows"], br.read().metrics, bm.config["steps"], rows, missing,
             em.info.get("frontier", [])))
 
-    @stage_asset(backbone, "full_training", [key("bridgeability"), key("bridge")],
+    @stage_asset(backbone, "full_training", [key("bridgeability"), key("bridge"),
+                                             key("sampler_steps")],
                  kinds={"pytorch", "parquet"})
     def full_training(context: dg.AssetExecutionContext, config: EvalRunConfig) -> dg.MaterializeResult:
         """Bridges at l* (geometry), the oracle and the worst sweep layer under the full budget
-        of bridge_<b>, evaluated the same way (bridgeability + generation)."""
+        (and training seeds) of bridge_<b>, evaluated the same way (bridgeability + generation)
+        at the protocol's K and at the (rule, K) chosen on validation at l*."""
         from dihal.compare import full_training as stage
         from dihal.compare import full_training_roles
-        from dihal.config import BridgeProtocol
+        from dihal.controls import choose_steps
 
         run, cfg = StageRun(context, backbone), config.to_dihal()
-        bness, br, states = run.art(Bridgeability), run.art(Bridge), run.art(HiddenStates)
-        bn, bm, _ = run.require(bness, br, states)
-        protocol = BridgeProtocol(**bm.config)
-
-        def bridge_at(layer: int):
-            art = br if layer == bm.info["metrics"]["layer"] else run.art(FullTrainingBridge, layer)
-            if art is not br:
-                run.obtain(art, protocol, [states], trainer(run, art, layer, protocol), layer=layer)
-            return art.read()
-
-        return run.produce(run.art(FullTraining), cfg, [bness, br], lambda: stage(
-            full_training_roles(bn.info), bridge_at, run.model(), run.judge(), cfg, run.log,
-            reference_texts=reference_texts(run, cfg.length)),
+        bness, br, curve = run.art(Bridgeability), run.art(Bridge), run.art(SamplerCurve)
+        bn, cm = run.require(bness, curve)
+        ev = same_eval(run, cfg, [br, curve])  # l*'s rows where the eval drew them alike
+        return run.produce(run.art(FullTraining), cfg, [bness, br, curve, *ev], lambda: stage(
+            full_training_roles(bn.info), full_bridges(run), run.model(), run.judge(), cfg, run.log,
+            reference_texts=reference_texts(run, cfg.length), chosen=choose_steps(cm.info["rows"]),
+            from_eval=ev[0].manifest().info["rows"] if ev else None),
             judge=run.judge_name())
 
     @stage_asset(backbone, "report", [key("comparison"), full_training,

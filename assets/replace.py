@@ -21,6 +21,7 @@ from storage import (
     Bridgeability,
     BridgeRun,
     Evaluation,
+    FullRegressionControl,
     Geometry,
     HiddenStates,
     LayerScore,
@@ -166,9 +167,11 @@ def replace_assets(backbone: str, n_layers: int) -> list:
                  kinds={"jsonl"})
     def evaluation(context: dg.AssetExecutionContext, config: EvalRunConfig) -> dg.MaterializeResult:
         """Unconditional samples of the hybrid at l* and of the backbone (same count, length,
-        temperature, seeds): Gen.PPL, diversity, repetition, latency; of the hybrid at the
-        chosen K and the control hybrids, each against DiHAL with a paired interval; and the
-        temperature frontier (both at each of frontier_temperatures), kept apart."""
+        temperature, seeds): Gen.PPL under the judge, diversity, repetition, latency; and of
+        the hybrid at the K chosen on validation and the control hybrids (the regression
+        control at l* trained here with the bridge's full budget, layer-drop, ridge), each
+        against DiHAL with a paired interval; and the temperature frontier (DiHAL and the
+        backbone at each of frontier_temperatures), kept apart."""
         from dihal.controls import choose_steps
         from dihal.generation import evaluate_with_controls
 
@@ -176,17 +179,13 @@ def replace_assets(backbone: str, n_layers: int) -> list:
         br, curve, states = run.art(Bridge), run.art(SamplerCurve), run.art(HiddenStates)
         bm, cm, hm = run.require(br, curve, states)
         layer = int(bm.info["metrics"]["layer"])
-        ups = [a for a, _ in eval_inputs(run.layout, backbone, n_layers, hm, layer)]
-        control = next((a for a in ups if isinstance(a, RegressionControl)), None)
-        if control is None:
-            context.log.warning(f"no regression control of l* = {layer} on the current sweep: "
-                                f"the eval has no regression row (run regression_sweep_{backbone} "
-                                f"--partition {layer})")
+        control, note = full_regression(run, bm, layer)
+        ups = [a for a, _ in eval_inputs(run.layout, backbone, hm, layer)]
         return run.produce(run.art(Evaluation), cfg, ups, lambda: evaluate_with_controls(
             run.model(), br.read(), run.judge(), cfg, progress=run.log,
             reference=run.judge().features(reference_texts(run, cfg.length)),
             reader=states.reader(), train_pairs=pairs_of(run, layer),
-            regression=control.read() if control else None,
+            regression=control, regression_note=note,
             chosen=choose_steps(cm.info["rows"]),
             cost_steps=[r["steps"] for r in cm.info["rows"]]), judge=run.judge_name())
 
@@ -220,6 +219,29 @@ def replace_assets(backbone: str, n_layers: int) -> list:
 
     return [bridge_sweep, regression_sweep, bridgeability, bridge, evaluation, sampler_steps,
             reeval_job, reevaluate]
+
+
+def full_regression(run: StageRun, bridge_manifest, layer: int):
+    """(the regression control at `layer` with the full budget, None) -- trained, or reused
+    when made from the same protocol and hidden states: the bridge stage's protocol with one
+    step and one seed, as regression_sweep does with the sweep's -- or (None, why) where its
+    training failed (the eval goes on without a regression row and says what to run)."""
+    from dataclasses import replace
+
+    from dihal.config import BridgeProtocol
+
+    protocol = replace(BridgeProtocol(**bridge_manifest.config), steps=1, seeds=1)
+    art, states = run.art(FullRegressionControl, layer), run.art(HiddenStates)
+    try:
+        run.obtain(art, protocol, [states], trainer(run, art, layer, protocol, regression=True),
+                   layer=layer)
+    except dg.Failure as exc:
+        why = (f"the full-budget regression control of layer {layer} could not be trained "
+               f"({exc.description}); materialise eval_{run.backbone} again to retry (its "
+               f"training resumes from {art.checkpoints})")
+        run.warn(why + ": the eval has no regression row")
+        return None, why
+    return art.read(), None
 
 
 def warn_missing_controls(context, swept: list, controls: list, backbone: str) -> None:

@@ -37,7 +37,7 @@ def stale_assets(layout: ArtifactLayout, backbone: str, n_layers: int) -> list[s
                                                HiddenStates(layout, backbone).name: hs.fingerprint}:
             stale.append(asset_key("sampler_steps", backbone))  # eval reads its chosen K
         mine = Evaluation(layout, backbone).manifest()
-        inputs = eval_inputs(layout, backbone, n_layers, hs, int(bm.info["metrics"]["layer"]))
+        inputs = eval_inputs(layout, backbone, hs, int(bm.info["metrics"]["layer"]))
         want = {a.name: m.fingerprint if m else None for a, m in inputs}
         if mine is None or mine.upstream != want:
             stale.append(asset_key("eval", backbone))

@@ -398,8 +398,9 @@ def _stage_times(r: dict, prof: dict, n: int, swept: list[int]) -> dict:
         pts = sorted((int(k), v["tokens_per_s"]) for k, v in r["pairs"]["layers"].items())
         ls, tps = zip(*pts, strict=True)
         per_layer = {ll: train_tokens / float(np.interp(ll, ls, tps)) for ll in range(1, n)}
-        # once per partition (bridge and control share them); 4 more bridges: l*, and full
-        # training at l*, the oracle and the worst layer (mid-depth taken for each)
+        # once per partition (bridge and control share them); 4 more: l* (the bridge and its
+        # seeds), the eval's regression control at l*, the oracle and the worst layer (a
+        # layer's replicate seeds share its pairs; mid-depth taken for each)
         out["sweep_pairs_s"] = sum(per_layer[ll] for ll in swept)
         out["bridges_pairs_s"] = 4 * per_layer[n // 2]
     if r.get("bridge", {}).get("runs"):
@@ -407,7 +408,10 @@ def _stage_times(r: dict, prof: dict, n: int, swept: list[int]) -> dict:
         sweep_bs = prof["bridge_sweep"]["batch_size"]
         steps = prof["bridge_sweep"].get("epochs", 1.0) * seq["n_train"] / sweep_bs
         out["sweep_training_s"] = 2 * len(swept) * steps * ms / 1e3  # bridge + control
-        out["bridges_training_s"] = 4 * prof["bridge"]["epochs"] * seq["n_train"] / sweep_bs * ms / 1e3
+        # full budget: l*, oracle and worst under the bridge stage's seeds each, and the eval's
+        # full-budget regression control at l* (one seed)
+        bridges = 3 * prof["bridge"].get("seeds", 1) + 1
+        out["bridges_training_s"] = bridges * prof["bridge"]["epochs"] * seq["n_train"] / sweep_bs * ms / 1e3
     if "ms_per_step" in r.get("baseline", {}):
         from dihal.registry import BASELINES
 

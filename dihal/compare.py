@@ -239,30 +239,94 @@ def comparison(eval_rows: list[dict], bridge: BridgeMetrics, sampler_steps: int,
 
 
 FULL_TRAINING_ROLES = ("geometry l*", "oracle", "worst")
+PROTOCOL_K, CHOSEN_ON_VALIDATION = "protocol", "chosen on validation"  # a row's `sampler`
+SEED_MEASURES = ("val_loss", "t1_loss", "hybrid_nll")  # spread over training seeds, per role
 
 
 def full_training(roles: dict[str, int], bridge_at: Callable[[int], TrainedBridge], backbone,
                   judge, cfg, progress: Callable[[str], None] | None = None, *,
-                  reference_texts: list[str] | None = None) -> FullTrainingResult:
+                  reference_texts: list[str] | None = None, chosen: dict | None = None,
+                  from_eval: list[dict] | None = None) -> FullTrainingResult:
     """The full_training stage: the full-budget bridge of each role's layer (`bridge_at` reuses
-    or trains it), evaluated like the bridge at l* (bridgeability and generation)."""
-    from dihal.generation import evaluate_generation
+    or trains it, with the bridge stage's training seeds), evaluated like the bridge at l*
+    (bridgeability, with the spread over seeds, and generation) at the protocol's K and at the
+    (rule, K) `chosen` on validation at l* (dihal.controls.choose_steps; one row where that is
+    the protocol's K and default rule), each generation row labelled by its `sampler`; the
+    chosen row carries the paired difference of its log Gen.PPL from the protocol row's.
+    `from_eval`: the eval's rows, where the eval sampled this very bridge at l* with the same
+    config and chosen (rule, K): l*'s generation rows are taken from them (the same samples),
+    not drawn again; its rows say so (`from_eval`)."""
+    from dihal.config import DEFAULT_SAMPLER_RULE
+    from dihal.generation import PAIRED_KEYS, evaluate_generation
 
-    rows = []
+    rows, sampler = [], {"chosen": chosen}
     reference = judge.features(reference_texts) if reference_texts else None
     for role, layer in roles.items():
         trained = bridge_at(layer)
-        hybrid = evaluate_generation(backbone, trained, judge, cfg, progress=progress,
-                                     with_backbone=False, reference=reference).rows[0]
-        m = trained.metrics
-        rows.append({"role": role, "layer": layer, "val_loss": m.val_loss,
-                     "recon_error": m.recon_error, "hybrid_nll": m.hybrid_nll,
-                     "top1_agreement": m.top1_agreement,
-                     **{k: hybrid[k] for k in GENERATION_KEYS}, "repetition": hybrid["repetition"],
-                     "mean_length": hybrid["mean_length"],
-                     **{k: hybrid.get(k) for k in LENGTH_KEYS if not k.startswith("sample_")},
-                     "train_tokens": m.train_tokens})
-    return FullTrainingResult(rows)
+        k0 = int(trained.hparams["protocol"]["steps"])
+        sampler.update(protocol_steps=k0, chosen_is_protocol=chosen is not None and (
+            chosen["steps"], chosen["rule"]) == (k0, DEFAULT_SAMPLER_RULE))
+        extra = _at_chosen(backbone, trained, cfg, chosen) if chosen and not sampler[
+            "chosen_is_protocol"] else []
+        reused = _eval_rows(from_eval, layer, bool(extra))
+        hybrids = reused or evaluate_generation(
+            backbone, trained, judge, cfg, progress=progress, with_backbone=False,
+            reference=reference, extra=extra).rows
+        trained_columns = {"role": role, "layer": layer, **_bridge_columns(trained),
+                           "from_eval": reused is not None}
+        for hybrid, label in zip(hybrids, (PROTOCOL_K, CHOSEN_ON_VALIDATION), strict=False):
+            rows.append({**trained_columns, "sampler": label, "steps": hybrid["steps"],
+                         "rule": hybrid["rule"], **{k: hybrid[k] for k in GENERATION_KEYS},
+                         "repetition": hybrid["repetition"], "mean_length": hybrid["mean_length"],
+                         **{k: hybrid.get(k) for k in LENGTH_KEYS if not k.startswith("sample_")},
+                         **{k: hybrid.get(k) for k in PAIRED_KEYS}})
+    columns = dict.fromkeys(k for r in rows for k in r)  # every row has every column
+    return FullTrainingResult([{k: r.get(k) for k in columns} for r in rows], sampler=sampler)
+
+
+def _eval_rows(rows: list[dict] | None, layer: int, at_chosen: bool) -> list[dict] | None:
+    """The eval's DiHAL rows of `layer` (at the protocol's K, and at the chosen K where
+    `at_chosen`), or None where the eval has not got them."""
+    from dihal.generation import CHOSEN_K
+
+    dihal = [r for r in rows or [] if r["role"] == "dihal" and r.get("layer") == layer]
+    chosen = [r for r in rows or [] if r["role"] == CHOSEN_K and r.get("layer") == layer]
+    if not dihal or (at_chosen and not chosen):
+        return None
+    return [dihal[0], *chosen[:1]] if at_chosen else dihal[:1]
+
+
+def _at_chosen(backbone, trained: TrainedBridge, cfg, chosen: dict) -> list[tuple]:
+    """The extra model of evaluate_generation: the same bridge sampled at the chosen (rule, K)."""
+    from dihal.control_hybrids import bridge_hybrid
+    from dihal.generation import CHOSEN_K
+
+    k, rule = chosen["steps"], chosen["rule"]
+    return [(f"DiHAL (l={trained.layer}, K={k} {rule}, chosen on validation at l*)", CHOSEN_K,
+             bridge_hybrid(backbone, trained, steps=k, rule=rule, eta=cfg.eta),
+             {"steps": k, "rule": rule})]
+
+
+def _bridge_columns(trained: TrainedBridge) -> dict:
+    """A full-training bridge's measures (its kept seed), its training tokens and seconds, and
+    over its training seeds (the kept one and the replicates): how many, and per measure of
+    SEED_MEASURES their mean, sd (ddof 1), min and max (None with one seed)."""
+    import math
+
+    from dihal.uncertainty import seed_spread
+
+    m, seeds = trained.metrics, [trained.metrics, *trained.seed_metrics]
+    out = {"val_loss": m.val_loss, "t1_loss": m.t1_loss, "recon_error": m.recon_error,
+           "hybrid_nll": m.hybrid_nll, "top1_agreement": m.top1_agreement,
+           "train_tokens": m.train_tokens, "train_seconds": m.seconds,
+           "train_seconds_all_seeds": sum(s.seconds for s in seeds), "n_seeds": len(seeds)}
+    for measure in SEED_MEASURES:
+        values = [getattr(s, measure) for s in seeds]
+        values = [math.nan if v is None else float(v) for v in values]
+        measured = len(seeds) > 1 and any(not math.isnan(v) for v in values)
+        spread = seed_spread([values], [m.layer])[0] if measured else {}
+        out.update({f"{measure}_seed_{k}": spread.get(k) for k in ("mean", "sd", "min", "max")})
+    return out
 
 
 def full_training_roles(bridgeability: dict) -> dict[str, int]:

@@ -237,15 +237,16 @@ CHOSEN_K = "dihal (chosen K)"  # the role of DiHAL's row at the (rule, K) chosen
 def evaluate_with_controls(backbone, trained: TrainedBridge, judge, cfg: EvalConfig,
                            progress: Callable[[str], None] | None = None, *, reference=None,
                            reader, train_pairs: Callable, regression: TrainedBridge | None = None,
-                           chosen: dict | None = None,
+                           regression_note: str | None = None, chosen: dict | None = None,
                            cost_steps: Sequence[int] = (1, 2, 4, 8, 16)) -> EvalResult:
     """The eval stage with DiHAL's controls (issue 20): DiHAL at its protocol's K and the
     backbone (evaluate_generation), then, sampled and scored the same way (count, length,
     temperature, seed, judge):
     - DiHAL at the (rule, K) chosen on validation (`chosen`: dihal.controls.choose_steps of the
       sampler-steps curve), where that differs from the protocol's (K, default rule);
-    - the regression hybrid: `regression`, the regression control at the bridge's layer (None:
-      no row, and the result says so);
+    - the regression hybrid: `regression`, the regression control at the bridge's layer (the
+      eval's: trained with the bridge's full budget; its row is labelled with its budget and
+      records its train_tokens; None: no row, and the result says why: `regression_note`);
     - the layer-drop hybrid (hs[0] into block l, BOS pinned as DiHAL's);
     - the ridge hybrid, fitted on the layer's training pairs (`train_pairs()`, raw, as the
       bridge stage builds them) in the bridge's standardisation, its penalty chosen on the
@@ -256,7 +257,8 @@ def evaluate_with_controls(backbone, trained: TrainedBridge, judge, cfg: EvalCon
     from dihal.cost import COST_LENGTH
 
     extra, notes = control_models(backbone, trained, cfg, progress, reader=reader,
-                                  train_pairs=train_pairs, regression=regression, chosen=chosen)
+                                  train_pairs=train_pairs, regression=regression, chosen=chosen,
+                                  regression_note=regression_note)
     result = evaluate_generation(backbone, trained, judge, cfg, progress, reference=reference,
                                  extra=extra)
     frontier = temperature_frontier(backbone, trained, judge, cfg, result.rows, progress)
@@ -307,7 +309,8 @@ def temperature_frontier(backbone, trained: TrainedBridge, judge, cfg: EvalConfi
 def control_models(backbone, trained: TrainedBridge, cfg: EvalConfig,
                    progress: Callable[[str], None] | None = None, *, reader,
                    train_pairs: Callable, regression: TrainedBridge | None = None,
-                   chosen: dict | None = None) -> tuple[list[tuple], dict]:
+                   chosen: dict | None = None,
+                   regression_note: str | None = None) -> tuple[list[tuple], dict]:
     """The extra rows of evaluate_with_controls: [(name, role, model, columns)] for DiHAL at
     the chosen (rule, K) where it is not the protocol's, the regression, layer-drop and ridge
     hybrids; and the notes on what was (not) there."""
@@ -334,11 +337,14 @@ def control_models(backbone, trained: TrainedBridge, cfg: EvalConfig,
         if regression.layer != layer:
             raise ValueError(f"the regression control is of layer {regression.layer}, the bridge "
                              f"of layer {layer}")
-        extra.append((f"regression (l={layer})", CONTROL, regression_hybrid(backbone, regression),
-                      {"layer": layer, "steps": 1}))
+        tokens = int(regression.metrics.train_tokens)
+        budget = ("full budget" if tokens == int(trained.metrics.train_tokens)
+                  else f"{tokens:,} training tokens")
+        extra.append((f"regression (l={layer}, {budget})", CONTROL,
+                      regression_hybrid(backbone, regression),
+                      {"layer": layer, "steps": 1, "train_tokens": tokens}))
     else:
-        notes["regression"] = (f"no regression control of layer {layer} was trained on the "
-                               f"current sweep: no regression row")
+        notes["regression"] = regression_note or f"no regression control of layer {layer}"
     if progress:
         progress(f"fitting the ridge map hs[0] -> h_{layer} on the training pairs")
     ridge, bridge = fit_layer_ridge(reader, trained, train_pairs=train_pairs)

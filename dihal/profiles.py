@@ -35,7 +35,9 @@ PROFILES: dict[str, dict[str, dict]] = {
         "geometry": {"n_tokens": 16384},
         "layer_score": {"sequence_resamples": 20, "split_halves": 3},
         "bridge_sweep": {**_GPU_PROTOCOL, "seeds": 3},
-        "bridge": {**_GPU_PROTOCOL, "epochs": 2.0},
+        # the full-training bridges (l*, oracle, worst) under 3 training seeds each: their
+        # spread is reported per role (dihal.compare.full_training); gpu-smollm2 inherits it
+        "bridge": {**_GPU_PROTOCOL, "epochs": 2.0, "seeds": 3},
         # 544 samples: MAUVE compares equal counts of non-empty samples and held-out texts, and
         # is a result (not a diagnostic) only at 512 or more a side; a few samples of a hybrid
         # may be empty (EOS first)

@@ -340,10 +340,14 @@ class ComparisonResult:
 
 @dataclass(frozen=True)
 class FullTrainingResult:
-    rows: list[dict]  # role, layer, bridgeability and generation metrics
+    # role, layer, bridgeability (with the spread over training seeds) and generation metrics,
+    # one row per role and sampler (the protocol's K; the (rule, K) chosen on validation)
+    rows: list[dict]
+    # the protocol's K, the (rule, K) chosen on validation, whether they are the same sampler
+    sampler: dict[str, Any] = field(default_factory=dict)
 
     def info(self) -> dict:
-        return {"rows": self.rows}
+        return {"rows": self.rows, **({"sampler": self.sampler} if self.sampler else {})}
 
     def metadata(self) -> dict:
         return {"roles": {r["role"]: r["layer"] for r in self.rows}}
@@ -371,6 +375,7 @@ class ReportInputs:
     backbones: list[dict] = field(default_factory=list)
     artifacts: str = ""
     fingerprints: dict[str, str] = field(default_factory=dict)  # input artifact -> fingerprint
+    full_training_sampler: dict[str, Any] = field(default_factory=dict)  # FullTrainingResult's
 
 
 @dataclass(frozen=True)

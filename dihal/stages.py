@@ -54,7 +54,7 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
           "The bridge at l* with the full budget: the sweep protocol with more passes.",
           history="2: train_tokens = sequences consumed x length; 3: init validation loss; "
           "4: the loss at t = 1; protocol seeds"),
-    Stage("eval", "8", "Evaluation", "EvalConfig", "EvalRunConfig",
+    Stage("eval", "9", "Evaluation", "EvalConfig", "EvalRunConfig",
           history="2: rows carry their role, the judge's name; 3: mean-of-samples Gen.PPL, "
           "intervals; 4: the backbone sampled with the step's threads (MAUVE no longer drops "
           "them to 1); 5: rows record the CPU kernels (torch's CPU capability) beside the threads; "
@@ -62,8 +62,10 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
           "judge lengths, MAUVE over k-means seeds on equal counts, the start token and "
           "temperature, per-sample log-PPL; DiHAL at the K chosen on validation and the control "
           "hybrids (regression, layer-drop, ridge), each with its paired difference from DiHAL; "
-          "cost per token; 8: the temperature frontier (DiHAL and the backbone at each "
-          "frontier_temperatures), kept out of the rows"),
+          "cost per token; 8: the regression row is the regression control at l* trained with the "
+          "bridge stage's full budget (FullRegressionControl, made or reused by eval), labelled "
+          "with its budget and its train_tokens; 9: the temperature frontier (DiHAL and the "
+          "backbone at each frontier_temperatures), kept out of the rows"),
     Stage("regression_sweep", "2", "RegressionControl", history="2: the loss at t = 1"),
     Stage("sampler_steps", "5", "SamplerCurve", "SamplerCurveConfig", "SamplerCurveRunConfig",
           history="2: measured with the step's threads (as eval 4); 3: the trained K's row is "
@@ -77,10 +79,13 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
           history="2: rows carry their role; 3: as eval 3; 4/5: as eval 6/7, baselines' native-"
           "temperature rows, the control hybrids' rows and DiHAL's at the chosen K, with paired "
           "differences; 6: the temperature frontier of the eval and the baselines"),
-    Stage("full_training", "5", "FullTraining",
+    Stage("full_training", "6", "FullTraining",
           history="2: as eval 3; 3: as eval 4; 4: the oracle and worst layer by hybrid NLL; "
-          "5: as eval 7"),
-    Stage("report", "11", "Report",
+          "5: as eval 7; 6: each bridge also sampled at the (rule, K) chosen on validation at l* "
+          "(sampler_steps upstream; rows labelled by sampler), the bridge stage's training seeds "
+          "with their spread, training seconds; l*'s rows taken from the eval where it drew "
+          "that bridge with the same config (eval upstream then)"),
+    Stage("report", "12", "Report",
           history="3: built from typed inputs; 4: rival predictors and intervals; 5: across "
           "backbones; 6: a lone backbone's report suggests another one, not itself; the CPU "
           "kernels the samples were drawn with; 7: opens on its answers, each linking to its "
@@ -89,7 +94,9 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
           "difference and a power count per pair; l* over resampled sequences and halves; DiHAL "
           "against its control hybrids; cost per generated token, hybrid NLL against FLOPs, the "
           "break-even; 10: which layers had how many training seeds, and what more would cost; "
-          "11: Gen.PPL against diversity across temperatures (the frontier)"),
+          "11: Gen.PPL against diversity across temperatures (the frontier); 12: full training "
+          "at both samplers, with the eval's control hybrids (from eval) and the seed spread, or "
+          "what a second seed would cost"),
 )}
 
 CODE_VERSIONS = {name: s.code_version for name, s in STAGES.items()}

@@ -17,6 +17,7 @@ from storage.artifacts import (
     Corpus,
     Evaluation,
     FileLink,
+    FullRegressionControl,
     FullTraining,
     FullTrainingBridge,
     Geometry,
@@ -46,7 +47,8 @@ from storage.report_inputs import backbone_summary, report_inputs
 
 __all__ = [
     "Artifact", "ArtifactLayout", "BaselineRun", "Bridge", "BridgeRun", "Bridgeability",
-    "Comparison", "Corpus", "Evaluation", "FileLink", "FullTraining", "FullTrainingBridge",
+    "Comparison", "Corpus", "Evaluation", "FileLink", "FullRegressionControl", "FullTraining",
+    "FullTrainingBridge",
     "Geometry", "HiddenStates", "LayerScore", "Manifest", "Markdown", "Plot", "RegressionControl",
     "Report", "SamplerCurve", "Sequences", "SweepBridge", "Table", "WorkArtifact",
     "backbone_summary", "bridgeability_inputs", "cross_backbone_artifacts", "current_baselines",

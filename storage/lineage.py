@@ -11,6 +11,7 @@ from storage.artifacts import (
     Bridge,
     Bridgeability,
     Evaluation,
+    FullRegressionControl,
     Geometry,
     HiddenStates,
     LayerScore,
@@ -91,16 +92,17 @@ def cross_backbone_artifacts(layout: ArtifactLayout, backbone: str) -> list[Arti
 
 
 
-def eval_inputs(layout: ArtifactLayout, backbone: str, n_layers: int,
-                hidden_states: Manifest, layer: int) -> list[tuple[Artifact, Manifest | None]]:
+def eval_inputs(layout: ArtifactLayout, backbone: str, hidden_states: Manifest,
+                layer: int) -> list[tuple[Artifact, Manifest | None]]:
     """What eval_<b> is made from: the bridge at l*, the sampler-steps curve (the K chosen on
-    validation), the hidden states (the ridge control's pairs) and, where one was trained on
-    the current sweep, the regression control of layer `layer`; each with its manifest (None
-    where it does not exist yet)."""
+    validation), the hidden states (the ridge control's pairs) and, where the eval trained it
+    on the current hidden states, the full-budget regression control of layer `layer` (the
+    regression row); each with its manifest (None where it does not exist yet)."""
     out: list[tuple[Artifact, Manifest | None]] = [
         (a, a.manifest()) for a in (Bridge(layout, backbone), SamplerCurve(layout, backbone))]
     out.append((HiddenStates(layout, backbone), hidden_states))
-    swept = [(a, m) for a, m in swept_bridges(layout, backbone, n_layers, hidden_states)
-             if a.key == layer]
-    out += regression_controls(layout, backbone, swept)
+    control = FullRegressionControl(layout, backbone, layer)
+    m = control.manifest()
+    if m is not None and m.upstream.get(HiddenStates(layout, backbone).name) == hidden_states.fingerprint:
+        out.append((control, m))
     return out

@@ -57,6 +57,7 @@ def report_inputs(layout: ArtifactLayout, backbone: str) -> ReportInputs:
         sweep_layers=arts["bridgeability"].layer_rows(),
         sweep_protocol=SweepBridge(layout, backbone, bness["oracle"]).require().config,
         comparison=cmp_, evaluation=m["eval"].info, full_training=m["full_training"].info["rows"],
+        full_training_sampler=m["full_training"].info.get("sampler", {}),
         sampler_curve=m["sampler_steps"].info,
         samples=samples, plots={"proxies": arts["geometry"].plot(), "score": arts["layer_score"].plot(),
                                 "scatter": arts["bridgeability"].plot()},

@@ -21,7 +21,8 @@ def test_baselines_comparison_full_training_report(tiny):  # noqa: F811
     inst = dg.DagsterInstance.ephemeral()
     ops = {**TINY_RUN, "corpus": {"config": {"paths": [str(shard)]}},
            "bridge_sweep_llama": {"config": PROTOCOL},
-           "bridge_llama": {"config": {**PROTOCOL, "epochs": 2.0}},
+           # two training seeds for the full-training bridges (their spread per role)
+           "bridge_llama": {"config": {**PROTOCOL, "epochs": 2.0, "seeds": 2}},
            "eval_llama": {"config": EVAL}, "full_training_llama": {"config": EVAL},
            "sampler_steps_llama": {"config": {"steps": [1, 2, 4], "n_samples": 2, "length": 4}},
            "baseline_llama": {"config": {"n_samples": 4, "length": 8}}}
@@ -114,16 +115,21 @@ def test_baselines_comparison_full_training_report(tiny):  # noqa: F811
         "diffusion-lm", "sed"] + ["ld4lg"] * 3 + ["codar"] * 3
     assert {r["temperature"] for r in rows if r["role"] != "baseline (native temperature)"} <= {
         1.0, None}  # the main table stays at one temperature
-    # the control hybrids of the eval (no regression control was swept here: no regression
-    # row, and the eval says so), and DiHAL at the chosen K where that is not the protocol's
+    # the control hybrids of the eval (the regression control at l* trained by the eval with
+    # the full budget, though no sweep control exists here), and DiHAL at the chosen K where
+    # that is not the protocol's
     ev_info = read_manifest(root / "llama" / "eval").info
-    assert "no regression control" in ev_info["controls"]["regression"]
+    assert "regression" not in ev_info["controls"]
     chosen = [] if ev_info["controls"].get("chosen_is_protocol") else ["dihal (chosen K)"]
-    assert [r["role"] for r in rows] == ["dihal", "backbone", *chosen, "control", "control"] + [
-        "baseline"] * 4 + ["baseline (native temperature)"]
+    assert [r["role"] for r in rows] == ["dihal", "backbone", *chosen, "control", "control",
+                                         "control"] + ["baseline"] * 4 + [
+        "baseline (native temperature)"]
     assert {r["ppl_length"] for r in rows[:-5]} == {3} and {r["ppl_length"] for r in rows[-5:]} == {4}
-    assert [r["model"] for r in rows if r["role"] == "control"] == [
-        f"layer-drop (l={bridge['layer']})", f"ridge (l={bridge['layer']})"]
+    controls = [f"regression (l={bridge['layer']}, full budget)",
+                f"layer-drop (l={bridge['layer']})", f"ridge (l={bridge['layer']})"]
+    assert [r["model"] for r in rows if r["role"] == "control"] == controls
+    assert [r.get("train_tokens") for r in ev_info["rows"] if r["role"] == "control"] == [
+        bridge["train_tokens"], None, None]
     for r in rows[1:-5]:
         assert r["dihal_verdict"] in ("above", "below", "not distinguishable")
     import pyarrow.parquet as pq
@@ -137,8 +143,7 @@ def test_baselines_comparison_full_training_report(tiny):  # noqa: F811
     cost = ev_info["cost"]
     model = flop_model_of(cost["flop_model"])
     assert [c["model"] for c in cost["rows"]] == ["backbone"] + [
-        f"DiHAL (l={bridge['layer']}, K={k})" for k in (1, 2, 4)] + [
-        f"layer-drop (l={bridge['layer']})", f"ridge (l={bridge['layer']})"]
+        f"DiHAL (l={bridge['layer']}, K={k})" for k in (1, 2, 4)] + controls
     assert cost["rows"][0]["flops_per_token"] == pytest.approx(model.backbone(), rel=1e-9)
     for c in cost["rows"][1:4]:
         assert c["flops_per_token"] == pytest.approx(model.hybrid(c["layer"], c["K"]), rel=1e-9)
@@ -149,6 +154,27 @@ def test_baselines_comparison_full_training_report(tiny):  # noqa: F811
     assert {r["role"]: r["layer"] for r in full} == {"geometry l*": b["l_star"],
                                                      "oracle": b["oracle"], "worst": b["worst"]}
     assert len({r["train_tokens"] for r in full}) == 1  # one full budget for all three
+    # each role at the protocol's K and, unless it is the same sampler, the chosen (rule, K)
+    sampler = read_manifest(root / "llama" / "full_training").info["sampler"]
+    assert sampler["chosen"] == ev_info["controls"]["chosen"]
+    assert sampler["chosen_is_protocol"] == bool(ev_info["controls"].get("chosen_is_protocol"))
+    labels = [("protocol", PROTOCOL["steps"], "ancestral")] + (
+        [] if sampler["chosen_is_protocol"] else
+        [("chosen on validation", sampler["chosen"]["steps"], sampler["chosen"]["rule"])])
+    assert [(r["role"], r["sampler"], r["steps"], r["rule"]) for r in full] == [
+        (role, *label) for role in ("geometry l*", "oracle", "worst") for label in labels]
+    # the eval drew l*'s bridge with the same config: l*'s rows are its samples, not new ones
+    ev_dihal = next(r for r in ev_info["rows"] if r["role"] == "dihal")
+    for r in full:
+        assert r["from_eval"] == (r["layer"] == bridge["layer"])
+        if r["from_eval"] and r["sampler"] == "protocol":
+            assert r["gen_ppl"] == ev_dihal["gen_ppl"]
+    # two training seeds per role: their spread (the kept seed within it)
+    for r in full:
+        assert r["n_seeds"] == 2
+        for m in ("val_loss", "t1_loss", "hybrid_nll"):
+            assert r[f"{m}_seed_min"] <= r[m] <= r[f"{m}_seed_max"]
+            assert r[f"{m}_seed_sd"] >= 0
     # the science checks of the earlier assets: 3 swept layers are too few for a Spearman
     from dagster import build_asset_check_context
 
@@ -181,7 +207,9 @@ def test_baselines_comparison_full_training_report(tiny):  # noqa: F811
                        "3a. DiHAL against its control hybrids", "3b. Cost per generated token",
                        "max K cheaper", "Gen.PPL DiHAL / this [paired 95 %]",
                        "3c. Gen.PPL against diversity across temperatures",
-                       "on the frontier", "none (deterministic rounding)"):
+                       "on the frontier", "none (deterministic rounding)",
+                       "Each full-training bridge was trained under 2 seeds",
+                       f"{controls[0]}, from eval", "K=4 ancestral (protocol)"):
             assert needle in text, needle
     assert "5. Across backbones" in md and "Only llama has been materialised here" in md
     # it suggests an embedded backbone other than itself (gemma3's report once suggested gemma3)

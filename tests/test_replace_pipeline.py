@@ -175,11 +175,29 @@ def test_sweep_bridgeability_bridge_eval_and_schedule(tiny):
     at_chosen = ([] if (best["rule"], best["steps"]) == ("ancestral", PROTOCOL["steps"]) else
                  [f"DiHAL (l={l_star}, K={best['steps']} {best['rule']}, chosen on validation)"])
     assert models == [f"DiHAL (l={l_star})", "backbone (AR reference)", *at_chosen,
-                      f"regression (l={l_star})", f"layer-drop (l={l_star})",
+                      f"regression (l={l_star}, full budget)", f"layer-drop (l={l_star})",
                       f"ridge (l={l_star})"]
     assert [r["role"] for r in ev.info["rows"]][-3:] == ["control"] * 3
-    # the regression row is the control of l* from the sweep (the eval records it upstream)
-    assert f"regression_sweep_llama[{l_star}]" in ev.upstream
+    # the regression row is the control of l* trained by the eval with the bridge's full
+    # budget (the eval records it upstream), not the sweep's
+    control = read_manifest(root / "llama" / "full_regression" / f"layer_{l_star:03d}")
+    bridge_m = read_manifest(root / "llama" / "bridge")
+    assert control.config == {**bridge_m.config, "steps": 1, "seeds": 1}
+    assert ev.upstream[f"eval_llama[{l_star}]"] == control.fingerprint
+    assert f"regression_sweep_llama[{l_star}]" not in ev.upstream
+    reg_row = next(r for r in ev.info["rows"] if r["model"].startswith("regression"))
+    swept = read_manifest(root / "llama" / "regression_sweep" / f"layer_{l_star:03d}")
+    assert reg_row["train_tokens"] == bridge_m.info["metrics"]["train_tokens"] == \
+        control.info["metrics"]["train_tokens"] > swept.info["metrics"]["train_tokens"]
+    # a second eval (another seed) reuses the control: the same weights file, untouched
+    weights = root / "llama" / "full_regression" / f"layer_{l_star:03d}" / "bridge.safetensors"
+    made = weights.stat().st_mtime_ns
+    again = {**eval_ops, "eval_llama": {"config": {**eval_ops["eval_llama"]["config"], "seed": 1}}}
+    res, err = _mat(defs, inst, ["eval_llama"], again)
+    assert res.success, err
+    assert weights.stat().st_mtime_ns == made
+    assert read_manifest(root / "llama" / "eval").upstream[f"eval_llama[{l_star}]"] == \
+        control.fingerprint
     for row in ev.info["rows"]:
         assert row["gen_ppl"] > 1.0 or row["empty_samples"] == 4
         assert 0.0 <= row["diversity"] <= 1.0 and row["ms_per_token"] > 0

@@ -484,3 +484,63 @@ def test_the_report_says_which_layers_had_how_many_seeds_and_what_more_would_cos
     md = build_report(replace(x, bridgeability={**x.bridgeability, "seeds": even})).markdown
     assert "Training seeds per swept layer: 2 at layers 1, 2, 3." in md
     assert "would add about" not in md and "| seeds | 2 |" in md
+
+
+def _full_rows(n_seeds: int, chosen: bool) -> list[dict]:
+    spread = ({f"{m}_seed_{k}": v for m in ("val_loss", "t1_loss", "hybrid_nll")
+               for k, v in (("mean", 1.5), ("sd", 0.25), ("min", 1.25), ("max", 1.75))}
+              if n_seeds > 1 else {})
+    rows = []
+    for role, ll, secs in (("geometry l*", 2, 10.0), ("oracle", 3, 20.0), ("worst", 1, 30.0)):
+        base = {"layer": ll, "val_loss": 0.5, "t1_loss": 0.2, "hybrid_nll": 3.0,
+                "train_tokens": 4096, "train_seconds": secs, "n_seeds": n_seeds,
+                "train_seconds_all_seeds": secs * n_seeds, **spread}
+        rows.append(_gen("x", role, 40.0, 35.0, 45.0, **base, sampler="protocol", steps=4,
+                         rule="ancestral"))
+        if chosen:
+            rows.append(_gen("x", role, 38.0, 33.0, 43.0, **base,
+                             sampler="chosen on validation", steps=2, rule="marginal",
+                             dihal_log_ppl_diff=0.05, dihal_log_ppl_diff_low=-0.1,
+                             dihal_log_ppl_diff_high=0.2))
+    return rows
+
+
+@pytest.mark.parametrize(("n_seeds", "chosen"), [(1, True), (2, False)])
+def test_full_training_table_seeds_samplers_and_controls_from_eval(n_seeds, chosen):
+    from dataclasses import replace
+
+    from dihal.report import full_training_sampler, full_training_seeds
+
+    x = inputs()
+    control = {**_control("regression (l=2, full budget)", 60.0, -0.2, -0.4, -0.1, "below"),
+               "layer": 2, "train_tokens": 4096, "ms_per_token": 5.0, "latency_vs_backbone": 2.5}
+    sampler = {"protocol_steps": 4, "chosen_is_protocol": not chosen,
+               "chosen": ({"rule": "marginal", "steps": 2, "hybrid_nll": 2.9} if chosen else
+                          {"rule": "ancestral", "steps": 4, "hybrid_nll": 3.0})}
+    x = replace(x, full_training=_full_rows(n_seeds, chosen), full_training_sampler=sampler,
+                evaluation={**x.evaluation, "rows": [*x.evaluation["rows"], control]})
+    seeds = full_training_seeds(_full_rows(n_seeds, chosen)[:: 2 if chosen else 1])
+    says = full_training_sampler(sampler)
+    if n_seeds == 1:
+        assert seeds.startswith("Each full-training bridge was trained under one seed")
+        assert ("training took 60 s here (geometry l* 10 s, oracle 20 s, worst 30 s), so a "
+                "second seed would cost about that again") in seeds
+    else:
+        assert seeds.startswith("Each full-training bridge was trained under 2 seeds")
+        assert "120 s of training in all" in seeds
+    if chosen:
+        assert says == ("Each full-training bridge is sampled twice: at the protocol's K = 4 and "
+                        "at the marginal rule with K = 2 (held-out hybrid NLL 2.9000), chosen on "
+                        "validation at l*.")
+    else:
+        assert says.endswith("the protocol's own K = 4 and rule, so each bridge has one "
+                             "generation row (no duplicate).")
+    assert full_training_sampler({}) == ("Each full-training bridge is sampled at the "
+                                         "protocol's K only.")
+    md = build_report(x).markdown
+    section = md[md.index("## 4. Full training"):md.index("## 5.")]
+    assert seeds in section and says in section
+    assert "| regression (l=2, full budget), from eval | 2 | from eval |" in section
+    assert ("| 1.5 +- 0.25 [1.25, 1.75] |" in section) == (n_seeds > 1)
+    assert ("K=2 marginal (chosen on validation)" in section) == chosen
+    assert section.count("K=4 ancestral (protocol)") == 3

@@ -23,6 +23,7 @@ from storage.artifacts.replace import (
     Bridgeability,
     BridgeRun,
     Evaluation,
+    FullRegressionControl,
     FullTrainingBridge,
     RegressionControl,
     RowsArtifact,
@@ -32,7 +33,8 @@ from storage.artifacts.replace import (
 
 __all__ = [
     "DAMAGED", "VERIFIED", "Artifact", "BaselineRun", "Bridge", "BridgeRun", "Bridgeability",
-    "Comparison", "Corpus", "Evaluation", "FileLink", "FullTraining", "FullTrainingBridge",
+    "Comparison", "Corpus", "Evaluation", "FileLink", "FullRegressionControl", "FullTraining",
+    "FullTrainingBridge",
     "Geometry", "HiddenStates", "LayerScore", "Markdown", "Plot", "RegressionControl", "Report",
     "RowsArtifact", "SamplerCurve", "Sequences", "SweepBridge", "Table", "WorkArtifact",
     "_by_model", "_preview",

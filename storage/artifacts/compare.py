@@ -80,7 +80,8 @@ class Comparison(Artifact):
 
 class FullTraining(RowsArtifact):
     files = ("full_training.parquet",)
-    columns = ["role", "layer", "val_loss", "hybrid_nll", "top1_agreement", "gen_ppl", "diversity"]
+    columns = ["role", "layer", "sampler", "steps", "rule", "val_loss", "hybrid_nll", "top1_agreement",
+               "gen_ppl", "diversity"]
 
 
 class Report(Artifact):

@@ -106,6 +106,25 @@ class FullTrainingBridge(BridgeRun):
         return asset_key("full_training", self.backbone)
 
 
+class FullRegressionControl(BridgeRun):
+    """The regression control at l* trained with the full budget (the bridge stage's protocol,
+    one step, one seed), made by the eval asset for its regression row; the sweep-budget
+    controls (RegressionControl) stay bridgeability's."""
+
+    stage = "regression_sweep"  # made by the regression control's code, under the eval asset
+
+    @property
+    def directory(self) -> Path:
+        return self.layout.stage("full_regression", self.backbone) / f"layer_{int(self.key):03d}"
+
+    @property
+    def asset(self) -> str:
+        return asset_key("eval", self.backbone)
+
+    def command(self) -> str:  # made by the (unpartitioned) eval asset
+        return f"dagster asset materialize --select '*{self.asset}'"
+
+
 class Bridgeability(Artifact):
     files = ("layers.parquet", "spearman.parquet", "regression.parquet", "scatter.png")
 

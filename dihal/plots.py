@@ -115,13 +115,8 @@ def plot_cost_quality(points: list[dict], backbone: dict, title: str) -> bytes:
                         xytext=(3, 2), textcoords="offset points")
     ax.scatter([backbone["flops"] / 1e6], [backbone["nll"]], marker="*", s=120, color="k",
                label="backbone", zorder=3)
-    ax.set_xlabel("MFLOPs per generated token")
-    ax.set_ylabel("held-out NLL (nats, lower is better)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    ax.set_title(title)
-    fig.tight_layout()
-    return _png(plt, fig)
+    return _finish(plt, fig, ax, title, "MFLOPs per generated token",
+                   "held-out NLL (nats, lower is better)", legend_size=8)
 
 
 def plot_frontier(points: list[dict], title: str) -> bytes:
@@ -147,10 +142,16 @@ def plot_frontier(points: list[dict], title: str) -> bytes:
             ax.annotate(f"T={p['temperature']:g}", (p["diversity"], p["gen_ppl"]), fontsize=7,
                         xytext=(3, 2), textcoords="offset points")
     ax.set_yscale("log")
-    ax.set_xlabel("diversity (higher is better)")
-    ax.set_ylabel("Gen.PPL (log scale, lower is better)")
+    return _finish(plt, fig, ax, title, "diversity (higher is better)",
+                   "Gen.PPL (log scale, lower is better)", legend_size=7)
+
+
+def _finish(plt, fig, ax, title: str, xlabel: str, ylabel: str, *, legend_size: int) -> bytes:
+    """Axis labels, grid, legend and title of a plot with labelled series, as PNG bytes."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=legend_size)
     ax.set_title(title)
     fig.tight_layout()
     return _png(plt, fig)

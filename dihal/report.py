@@ -811,8 +811,16 @@ def answer_break_even(x: ReportInputs) -> tuple[str, str]:
     return line + ".", COST
 
 
+def answer_frontier(x: ReportInputs) -> tuple[str, str]:
+    """Who lies on the Gen.PPL/diversity frontier across the decoding temperatures measured
+    (dihal.frontier.frontier_sentence over the comparison's frontier points)."""
+    from dihal.frontier import frontier_sentence
+
+    return frontier_sentence(x.comparison.get("frontier") or []), FRONTIER
+
+
 ANSWERS = (answer_l_star, answer_geometry_vs_depth, answer_bridge_vs_regression,
-           answer_generation, answer_cost, answer_controls, answer_break_even)
+           answer_generation, answer_frontier, answer_cost, answer_controls, answer_break_even)
 
 
 def _answers_section(r: Document, x: ReportInputs) -> None:

@@ -85,7 +85,7 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
           "(sampler_steps upstream; rows labelled by sampler), the bridge stage's training seeds "
           "with their spread, training seconds; l*'s rows taken from the eval where it drew "
           "that bridge with the same config (eval upstream then)"),
-    Stage("report", "12", "Report",
+    Stage("report", "13", "Report",
           history="3: built from typed inputs; 4: rival predictors and intervals; 5: across "
           "backbones; 6: a lone backbone's report suggests another one, not itself; the CPU "
           "kernels the samples were drawn with; 7: opens on its answers, each linking to its "
@@ -96,7 +96,7 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
           "break-even; 10: which layers had how many training seeds, and what more would cost; "
           "11: Gen.PPL against diversity across temperatures (the frontier); 12: full training "
           "at both samplers, with the eval's control hybrids (from eval) and the seed spread, or "
-          "what a second seed would cost"),
+          "what a second seed would cost; 13: the frontier among the opening answers"),
 )}
 
 CODE_VERSIONS = {name: s.code_version for name, s in STAGES.items()}

@@ -92,3 +92,19 @@ def test_report_section_plots_and_tabulates_the_frontier():
         assert column in section, column
     assert FRONTIER in build_report(with_points).html
     assert "No temperature frontier was measured" in build_report(x).markdown
+
+
+def test_the_reports_opening_answers_read_the_frontier():
+    """The sentence is among "What this run shows", linking to section 3c; without points it
+    says none was measured."""
+    from dihal.report import build_report
+    from tests.test_report import inputs
+
+    x = inputs()
+    with_points = type(x)(**{**x.__dict__, "comparison": {**x.comparison, "frontier": DIHAL_ON}})
+    for got, says in ((with_points, "DiHAL lies on it at T = 1"),
+                      (x, "No temperature frontier was measured")):
+        md = build_report(got).markdown
+        answers = md[md.index("What this run shows"):md.index("3c. Gen.PPL against")]
+        answers = answers[:answers.index("\n## ", 1)] if "\n## " in answers[1:] else answers
+        assert says in answers and "#temperature-frontier" in answers, answers[:2000]

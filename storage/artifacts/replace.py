@@ -92,34 +92,36 @@ class Bridge(BridgeRun):
     """bridge_<b>: the bridge at l*, full budget."""
 
 
-class FullTrainingBridge(BridgeRun):
-    """A full-budget bridge at another layer (the oracle or the worst), made by full_training."""
+class _LayerMadeUnder(BridgeRun):
+    """A bridge of layer `key`, kept in `<folder>/layer_NNN` and made under another stage's
+    asset (`under`) by the code of `stage`."""
 
-    stage = "bridge"  # made by the bridge's code, under the full_training asset
+    folder: str
+    under: str
 
     @property
     def directory(self) -> Path:
-        return self.layout.stage("full_training_bridges", self.backbone) / f"layer_{int(self.key):03d}"
+        return self.layout.stage(self.folder, self.backbone) / f"layer_{int(self.key):03d}"
 
     @property
     def asset(self) -> str:
-        return asset_key("full_training", self.backbone)
+        return asset_key(self.under, self.backbone)
 
 
-class FullRegressionControl(BridgeRun):
+class FullTrainingBridge(_LayerMadeUnder):
+    """A full-budget bridge at another layer (the oracle or the worst), made by full_training."""
+
+    stage = "bridge"  # made by the bridge's code, under the full_training asset
+    folder, under = "full_training_bridges", "full_training"
+
+
+class FullRegressionControl(_LayerMadeUnder):
     """The regression control at l* trained with the full budget (the bridge stage's protocol,
     one step, one seed), made by the eval asset for its regression row; the sweep-budget
     controls (RegressionControl) stay bridgeability's."""
 
     stage = "regression_sweep"  # made by the regression control's code, under the eval asset
-
-    @property
-    def directory(self) -> Path:
-        return self.layout.stage("full_regression", self.backbone) / f"layer_{int(self.key):03d}"
-
-    @property
-    def asset(self) -> str:
-        return asset_key("eval", self.backbone)
+    folder, under = "full_regression", "eval"
 
     def command(self) -> str:  # made by the (unpartitioned) eval asset
         return f"dagster asset materialize --select '*{self.asset}'"

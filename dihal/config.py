@@ -415,9 +415,11 @@ class LayerScoreConfig:
     # cluster-bootstrap replicates of whole sequences, each recomputing the geometry of every
     # candidate layer from the dump, and seeded splits of the sequences into two disjoint
     # halves (each as costly as a replicate). About 29 s a replicate for SmolLM2's 30 layers at
-    # the default geometry on one shared CPU thread, so the CPU default is 10 (+1 split: about
-    # 5.5 min); the gpu profile takes more. 0 turns either off.
-    sequence_resamples: int = 10
+    # the default geometry on one shared CPU thread (55 s beside other work), so the CPU
+    # default is 5 (+1 split: 7 geometries, about 3.5 min; 10 took 660 s of a loaded run,
+    # benchmarks/RESULTS.md): enough to see l* move, not to put a fine share on it. The gpu
+    # profile takes 20 + 3. 0 turns either off.
+    sequence_resamples: int = 5
     split_halves: int = 1
 
     def __post_init__(self) -> None:

@@ -55,7 +55,20 @@ class PrefixScorer:
     def __init__(self, judge, texts: list[str]) -> None:
         self.judge = judge
         ids = [judge.encode(t) for t in texts if t.strip()]
-        self._tokens = {tuple(s): t for s, t in zip(ids, judge.token_nll_each(ids), strict=True)}
+        if hasattr(judge, "score_ids"):  # the features MAUVE reads come from the same pass
+            tokens, feats = judge.score_ids(ids)
+            self._features = {tuple(s): f for s, f in zip(ids, feats, strict=True)}
+        else:
+            tokens, self._features = judge.token_nll_each(ids), {}
+        self._tokens = {tuple(s): t for s, t in zip(ids, tokens, strict=True)}
+
+    def features(self, texts: Sequence[str]):
+        """The judge's features of `texts` (Judge.features), from the scoring pass where every
+        text was in it, else from the judge."""
+        ids = [tuple(self.encode(t)) for t in texts]
+        if texts and all(i in self._features for i in ids):
+            return torch.stack([self._features[i] for i in ids])
+        return self.judge.features(texts)
 
     def encode(self, text: str) -> list[int]:
         return self.judge.encode(text)
@@ -122,7 +135,7 @@ def text_metrics(texts: list[str], judge, *, seed: int = 0, reference=None,
     kept = [t for t in texts if t.strip()]
     if reference is not None and len(kept) >= 2 and len(reference) >= 2:
         n = min(len(kept), len(reference))  # equal counts a side
-        out.update(mauve_interval_seeds(judge.features(kept[:n]), reference[:n], seed=seed))
+        out.update(mauve_interval_seeds(scorer.features(kept[:n]), reference[:n], seed=seed))
     else:
         out.update(dict.fromkeys(("mauve", "mauve_low", "mauve_high"), math.nan))
     return out
@@ -163,7 +176,7 @@ def evaluate_generation(backbone, trained: TrainedBridge, judge, cfg: EvalConfig
                        lambda: decode_backbone(backbone, cfg.n_samples, cfg.length, **kw)))
     for name, role, model, _ in extra:
         models.append((name, role, lambda m=model: m.decode(cfg.n_samples, cfg.length, **kw)))
-    scorer = MemoJudge(judge) if extra else judge
+    scorer = (ScoreMemo(judge) if hasattr(judge, "score_ids") else MemoJudge(judge)) if extra else judge
     rows, samples = sample_and_score(backbone, models, scorer, cfg, progress, reference=reference)
     rows[0].update({"layer": layer, "steps": proto["steps"], "rule": hybrid.rule})
     for row, (_, _, _, columns) in zip(rows[len(rows) - len(extra):], extra, strict=True):
@@ -200,6 +213,33 @@ class MemoJudge:
 
     def __getattr__(self, name: str):
         return getattr(self._judge, name)
+
+
+class ScoreMemo(MemoJudge):
+    """A MemoJudge over a judge with one-pass scoring (Judge.score_ids): every sequence's
+    token NLLs and features are kept by its ids, so the metrics' pass (PrefixScorer) serves
+    the paired comparison after it, which then runs no judge at all."""
+
+    def __init__(self, judge) -> None:
+        super().__init__(judge)
+        self._scored: dict[tuple[int, ...], tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def score_ids(self, sequences) -> tuple[list[torch.Tensor], torch.Tensor]:
+        todo = list(dict.fromkeys(tuple(s) for s in sequences if tuple(s) not in self._scored))
+        if todo:
+            tokens, feats = self._judge.score_ids([list(t) for t in todo])
+            self._scored.update(zip(todo, zip(tokens, feats, strict=True), strict=True))
+        got = [self._scored[tuple(s)] for s in sequences]
+        feats = (torch.stack([f for _, f in got]) if got
+                 else torch.zeros(0, self._judge.model.config.hidden_size))
+        return [t for t, _ in got], feats
+
+    def token_nll_each(self, sequences) -> list[torch.Tensor]:
+        return self.score_ids(sequences)[0]
+
+    def nll_each(self, texts: Sequence[str]) -> list[tuple[float, int]]:
+        tokens = self.token_nll_each([self._judge.encode(t) for t in texts])
+        return [(float(t.sum()), int(t.numel())) for t in tokens]
 
 
 def paired_against_first(rows: list[dict], samples: list[dict], judge, *, seed: int = 0) -> None:

@@ -108,65 +108,73 @@ class Judge:
         """
         return [(float(t.sum()), int(t.numel())) for t in self.token_nll_each(sequences)]
 
-    @torch.no_grad()
     def token_nll_each(self, sequences: Sequence[Sequence[int]]) -> list[torch.Tensor]:
         """The NLL in nats (float64, CPU) of every predicted token of each sequence, in the
         given order: token j + 1 from tokens 0..j (empty for a sequence of fewer than 2
         tokens). A causal judge's losses of a sequence's first L tokens are those of its
         first L + 1 ids alone, so one pass serves every prefix (dihal.generation's
         length-controlled Gen.PPL)."""
-        order = [i for i in sorted(range(len(sequences)), key=lambda i: len(sequences[i]))
-                 if len(sequences[i]) >= 2]
-        decoder = self.model.get_decoder()
-        out = [torch.zeros(0, dtype=torch.float64)] * len(sequences)
-        for start in range(0, len(order), self.batch_size):
-            rows = order[start : start + self.batch_size]
-            batch = [list(sequences[i]) for i in rows]
-            width = max(len(s) for s in batch)
-            ids = torch.zeros(len(batch), width, dtype=torch.long)
-            mask = torch.zeros(len(batch), width, dtype=torch.long)
-            for row, s in enumerate(batch):
-                ids[row, : len(s)] = torch.tensor(s)
-                mask[row, : len(s)] = 1
-            ids, mask = ids.to(self.device), mask.to(self.device)
-            hidden = decoder(input_ids=ids, attention_mask=mask).last_hidden_state
-            # Position j predicts token j + 1 where both are real tokens.
-            keep = (mask[:, :-1] * mask[:, 1:]).bool()
-            h = hidden[:, :-1][keep]
-            targets = ids[:, 1:][keep]
-            losses = torch.cat([
-                F.cross_entropy(self._logits(h[c : c + self.chunk_size]),
-                                targets[c : c + self.chunk_size], reduction="none").double()
-                for c in range(0, targets.shape[0], self.chunk_size)])
-            # the real tokens of each row are contiguous, in row order: split them (each row's
-            # sum is then a plain per-row sum, whatever the thread count)
-            counts = keep.sum(dim=1).tolist()
-            for i, part in zip(rows, torch.split(losses.cpu(), counts), strict=True):
-                out[i] = part
-        return out
+        return self._forward(sequences, losses=True, features=False)[0]
 
-    @torch.no_grad()
+    def score_ids(self, sequences: Sequence[Sequence[int]]) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """(token_nll_each, features) of token sequences from ONE pass of the judge: each
+        sequence's token NLLs and its final hidden state at its last token ((n, d) float32;
+        zeros for an empty sequence). What scoring a generated text needs (Gen.PPL and MAUVE's
+        features) for the cost of one forward instead of two."""
+        return self._forward(sequences, losses=True, features=True)
+
     def features(self, texts: Sequence[str]) -> torch.Tensor:
         """(n, d) float32: the judge's final hidden state at the last token of each text
         (re-tokenised with its BOS; an empty text gives the BOS's state), the text features
         MAUVE compares (as its reference implementation takes them from GPT-2)."""
-        seqs = [self.encode(t) for t in texts]
-        order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))
+        return self._forward([self.encode(t) for t in texts], losses=False, features=True)[1]
+
+    @torch.no_grad()
+    def _forward(self, sequences: Sequence[Sequence[int]], *, losses: bool,
+                 features: bool) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """One pass over `sequences`, batched (right-padded, by length so that little padding
+        is computed): each one's token losses where `losses` (float64 on the CPU; the LM head
+        on at most `chunk_size` positions at a time), and its last token's final hidden state
+        where `features` ((n, d), else (0, d))."""
+        order = sorted((i for i in range(len(sequences)) if len(sequences[i]) >= 1),
+                       key=lambda i: len(sequences[i]))
         decoder = self.model.get_decoder()
-        out = torch.zeros(len(seqs), self.model.config.hidden_size)
+        out = [torch.zeros(0, dtype=torch.float64)] * len(sequences)
+        feats = torch.zeros(len(sequences) if features else 0, self.model.config.hidden_size)
         for start in range(0, len(order), self.batch_size):
             rows = order[start : start + self.batch_size]
-            width = max(len(seqs[i]) for i in rows)
+            width = max(len(sequences[i]) for i in rows)
             ids = torch.zeros(len(rows), width, dtype=torch.long)
             mask = torch.zeros(len(rows), width, dtype=torch.long)
             for row, i in enumerate(rows):
-                ids[row, : len(seqs[i])] = torch.tensor(seqs[i])
-                mask[row, : len(seqs[i])] = 1
-            hidden = decoder(input_ids=ids.to(self.device),
-                             attention_mask=mask.to(self.device)).last_hidden_state
-            last = mask.sum(dim=1) - 1
-            out[rows] = hidden[torch.arange(len(rows)), last.to(self.device)].float().cpu()
-        return out
+                ids[row, : len(sequences[i])] = torch.tensor(list(sequences[i]))
+                mask[row, : len(sequences[i])] = 1
+            ids, mask = ids.to(self.device), mask.to(self.device)
+            hidden = decoder(input_ids=ids, attention_mask=mask).last_hidden_state
+            if features:
+                last = mask.sum(dim=1) - 1
+                feats[rows] = hidden[torch.arange(len(rows), device=hidden.device),
+                                     last].float().cpu()
+            if losses:
+                for i, part in zip(rows, self._row_losses(hidden, ids, mask), strict=True):
+                    out[i] = part
+        return out, feats
+
+    def _row_losses(self, hidden: torch.Tensor, ids: torch.Tensor,
+                    mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Each batch row's token losses (float64, CPU): position j predicts token j + 1 where
+        both are real tokens."""
+        keep = (mask[:, :-1] * mask[:, 1:]).bool()
+        h = hidden[:, :-1][keep]
+        targets = ids[:, 1:][keep]
+        losses = torch.cat([
+            F.cross_entropy(self._logits(h[c : c + self.chunk_size]),
+                            targets[c : c + self.chunk_size], reduction="none").double()
+            for c in range(0, targets.shape[0], self.chunk_size)]
+            + [torch.zeros(0, dtype=torch.float64, device=hidden.device)])
+        # the real tokens of each row are contiguous, in row order: split them (each row's sum
+        # is then a plain per-row sum, whatever the thread count)
+        return torch.split(losses.cpu(), keep.sum(dim=1).tolist())
 
     def nll_of_ids(self, sequences: Sequence[Sequence[int]]) -> tuple[float, int]:
         """(total NLL in nats, number of predicted tokens) of token sequences."""

@@ -64,8 +64,8 @@ def test_one_judge_pass_scores_every_prefix_as_the_judge_would(tiny_judge):
 
     judge = Judge(tiny_judge.model, tiny_judge.tokenizer, batch_size=2)
     calls = []
-    real = judge.token_nll_each
-    judge.token_nll_each = lambda seqs: calls.append(len(seqs)) or real(seqs)
+    real = judge._forward
+    judge._forward = lambda seqs, **kw: calls.append(len(seqs)) or real(seqs, **kw)
     scorer = PrefixScorer(judge, TEXTS)
     assert calls == [4]  # the four non-empty texts, once
     for length in (1, 3, 9):
@@ -79,6 +79,31 @@ def test_one_judge_pass_scores_every_prefix_as_the_judge_would(tiny_judge):
     # a sequence that starts no text is scored by the judge itself
     (other,) = scorer.nll_each(["an unrelated text"])
     assert calls == [4, 1] and other == pytest.approx(tiny_judge.nll_each(["an unrelated text"])[0])
+
+
+def test_one_pass_gives_the_losses_and_the_features_of_two(tiny_judge):
+    """score_ids: the token losses of token_nll_each and the features of features() from one
+    forward; PrefixScorer hands MAUVE the features of that pass, so scoring a text set (its
+    Gen.PPL, its length-controlled Gen.PPL and its features) runs the judge once."""
+    from dihal.generation import PrefixScorer
+
+    judge = Judge(tiny_judge.model, tiny_judge.tokenizer, batch_size=2)
+    ids = [judge.encode(t) for t in TEXTS]
+    tokens, feats = judge.score_ids(ids)
+    for got, want in zip(tokens, judge.token_nll_each(ids), strict=True):
+        torch.testing.assert_close(got, want)
+    torch.testing.assert_close(feats, judge.features(TEXTS))
+    calls = []
+    real = judge._forward
+    judge._forward = lambda seqs, **kw: calls.append(kw) or real(seqs, **kw)
+    scorer = PrefixScorer(judge, TEXTS)
+    kept = [t for t in TEXTS if t.strip()]
+    torch.testing.assert_close(scorer.features(kept), feats[[i for i, t in enumerate(TEXTS)
+                                                             if t.strip()]])
+    assert calls == [{"losses": True, "features": True}]
+    # a text outside the pass: the judge computes its features (and only those)
+    scorer.features(["an unrelated text"])
+    assert calls[1:] == [{"losses": False, "features": True}]
 
 
 def test_features_are_the_last_token_state_of_each_text(tiny_judge):

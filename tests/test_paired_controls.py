@@ -4,6 +4,8 @@ that lets it reuse the metrics' scores."""
 
 import math
 
+import pytest
+
 from dihal.generation import PAIRED_KEYS, MemoJudge, paired_against_first
 
 
@@ -54,3 +56,28 @@ def test_the_memo_scores_each_text_once():
     assert memo.nll_each(["1 a", "2 b b"]) == [(2.0, 2), (6.0, 3)]  # cost x words, words
     assert memo.nll_each(["2 b b", "1 a", "3 c"]) == [(6.0, 3), (2.0, 2), (6.0, 2)]
     assert judge.calls == 3
+
+
+def test_the_paired_comparison_reuses_the_metrics_judge_pass(tiny_llama_dir, tmp_path):
+    """With a one-pass judge (Judge.score_ids), the eval's memo keeps what the metrics' pass
+    scored, so the paired comparison after it runs no judge: the same NLLs, no forward."""
+    from dihal.generation import ScoreMemo, text_metrics
+    from dihal.judge import load_judge
+
+    judge = load_judge(str(tiny_llama_dir), cache_dir=tmp_path)
+    memo = ScoreMemo(judge)
+    texts = {"a": ["the man said", "", "people made good time"],
+             "b": ["it was", "the world is very little", "good people"]}
+    rows, samples = [], []
+    for model, got in texts.items():
+        text_metrics(got, memo, seed=0)
+        rows.append({"model": model})
+        samples += [{"model": model, "index": i, "seed": 0, "text": t} for i, t in enumerate(got)]
+    passes = []
+    real = judge._forward
+    judge._forward = lambda seqs, **kw: passes.append(len(seqs)) or real(seqs, **kw)
+    paired_against_first(rows, samples, memo, seed=0)
+    assert passes == [] and rows[1]["paired_samples"] == 2
+    got, want = memo.nll_each(texts["b"]), judge.nll_each(texts["b"])
+    assert [k for _, k in got] == [k for _, k in want]
+    assert [n for n, _ in got] == pytest.approx([n for n, _ in want], rel=1e-6)

@@ -208,7 +208,7 @@ def comparison(eval_rows: list[dict], bridge: BridgeMetrics, sampler_steps: int,
     dihal_budget = {"denoiser_parameters": bridge.denoiser_parameters,
                     "train_tokens": bridge.train_tokens, "sampler_steps": sampler_steps,
                     "seq_len": None}
-    from dihal.generation import CHOSEN_K, PAIRED_KEYS
+    from dihal.generation import CHOSEN_K, CONTROL, PAIRED_KEYS
 
     keys = (*GENERATION_KEYS, "repetition", "mean_length")
 
@@ -217,10 +217,18 @@ def comparison(eval_rows: list[dict], bridge: BridgeMetrics, sampler_steps: int,
 
     # DiHAL at the K chosen on validation: the same bridge, sampled with that K; the control
     # hybrids' rows and the backbone's carry their paired difference from DiHAL's Gen.PPL
-    rows = [{"model": r["model"], "role": r["role"], **measured(r),
-             **(dihal_budget if r["role"] == "dihal" else
-                {**dihal_budget, "sampler_steps": r["steps"]} if r["role"] == CHOSEN_K
-                else dict.fromkeys(dihal_budget)),
+    def budget(r: dict) -> dict:
+        if r["role"] == "dihal":
+            return dihal_budget
+        if r["role"] == CHOSEN_K:
+            return {**dihal_budget, "sampler_steps": r["steps"]}
+        if r["role"] == CONTROL:  # what the eval recorded (rows made before eval 10: none)
+            return {"denoiser_parameters": r.get("denoiser_parameters"),
+                    "train_tokens": r.get("train_tokens"), "sampler_steps": r.get("steps"),
+                    "seq_len": None}
+        return dict.fromkeys(dihal_budget)
+
+    rows = [{"model": r["model"], "role": r["role"], **measured(r), **budget(r),
              **{k: r[k] for k in ("layer", *PAIRED_KEYS) if k in r}}
             for r in eval_rows]
     for n, r in baselines.items():
@@ -232,7 +240,7 @@ def comparison(eval_rows: list[dict], bridge: BridgeMetrics, sampler_steps: int,
     rows = [{k: r.get(k) for k in columns} for r in rows]
     seq_len = next((r["seq_len"] for r in rows if r.get("seq_len")), None)
     for r in rows:
-        if r["role"] in ("dihal", CHOSEN_K):
+        if r["role"] in ("dihal", CHOSEN_K, CONTROL) and r["train_tokens"]:
             r["seq_len"] = seq_len
     frontier = [*eval_frontier, *(p for r in baselines.values() for p in r.get("frontier", []))]
     return ComparisonResult(rows=rows, missing=missing, frontier=frontier)

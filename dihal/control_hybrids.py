@@ -147,6 +147,11 @@ class RidgeMap:
     val_mse: float | None = None
     lambdas: tuple[float, ...] = ()
     val_mses: tuple[float, ...] = ()
+    fit_tokens: int = 0  # the real (masked-in) token pairs it was fitted on
+
+    @property
+    def parameters(self) -> int:
+        return int(self.weight.numel() + self.bias.numel())
 
     def __call__(self, z: Tensor) -> Tensor:
         return z @ self.weight.to(z) + self.bias.to(z)
@@ -232,7 +237,7 @@ def fit_ridge(train: BridgeData, val: BridgeData | None = None,
     best = min(range(len(fits)), key=lambda i: fits[i][2] if fits[i][2] is not None else 0.0)
     weight, bias, val_mse = fits[best]
     return RidgeMap(weight.float(), bias.float(), lambdas[best], val_mse, lambdas,
-                    tuple(f[2] for f in fits) if mv is not None else ())
+                    tuple(f[2] for f in fits) if mv is not None else (), fit_tokens=int(m.n))
 
 
 def ridge_hybrid(backbone: Backbone, layer: int, ridge: RidgeMap, cond_std: Standardizer,

@@ -382,7 +382,8 @@ def control_models(backbone, trained: TrainedBridge, cfg: EvalConfig,
                   else f"{tokens:,} training tokens")
         extra.append((f"regression (l={layer}, {budget})", CONTROL,
                       regression_hybrid(backbone, regression),
-                      {"layer": layer, "steps": 1, "train_tokens": tokens}))
+                      {"layer": layer, "steps": 1, "train_tokens": tokens,
+                       "denoiser_parameters": int(regression.metrics.denoiser_parameters)}))
     else:
         notes["regression"] = regression_note or f"no regression control of layer {layer}"
     if progress:
@@ -391,12 +392,13 @@ def control_models(backbone, trained: TrainedBridge, cfg: EvalConfig,
     first = bridge["first_state"]
     first = first.to(backbone.device) if first is not None else None
     extra.append((f"layer-drop (l={layer})", CONTROL, layer_drop_hybrid(backbone, layer, first),
-                  {"layer": layer, "steps": 0}))
+                  {"layer": layer, "steps": 0, "train_tokens": 0, "denoiser_parameters": 0}))
     extra.append((f"ridge (l={layer})", CONTROL,
                   ridge_hybrid(backbone, layer, ridge, bridge["cond_std"], bridge["target_std"],
                                first),
                   {"layer": layer, "steps": 0, "ridge_lambda": ridge.lam,
-                   "ridge_val_mse": ridge.val_mse}))
+                   "ridge_val_mse": ridge.val_mse, "train_tokens": ridge.fit_tokens,
+                   "denoiser_parameters": ridge.parameters}))
     return extra, notes
 
 

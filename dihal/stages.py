@@ -54,7 +54,7 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
           "The bridge at l* with the full budget: the sweep protocol with more passes.",
           history="2: train_tokens = sequences consumed x length; 3: init validation loss; "
           "4: the loss at t = 1; protocol seeds"),
-    Stage("eval", "9", "Evaluation", "EvalConfig", "EvalRunConfig",
+    Stage("eval", "10", "Evaluation", "EvalConfig", "EvalRunConfig",
           history="2: rows carry their role, the judge's name; 3: mean-of-samples Gen.PPL, "
           "intervals; 4: the backbone sampled with the step's threads (MAUVE no longer drops "
           "them to 1); 5: rows record the CPU kernels (torch's CPU capability) beside the threads; "

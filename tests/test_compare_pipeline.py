@@ -128,8 +128,19 @@ def test_baselines_comparison_full_training_report(tiny):  # noqa: F811
     controls = [f"regression (l={bridge['layer']}, full budget)",
                 f"layer-drop (l={bridge['layer']})", f"ridge (l={bridge['layer']})"]
     assert [r["model"] for r in rows if r["role"] == "control"] == controls
-    assert [r.get("train_tokens") for r in ev_info["rows"] if r["role"] == "control"] == [
-        bridge["train_tokens"], None, None]
+    # each control's budget, as the comparison's budget columns show it: the regression the
+    # bridge's network and budget in one step; layer-drop nothing learned; ridge a d x d map
+    # (and bias) fitted once on every real training pair (BOS masked)
+    ctl = {r["model"]: r for r in rows if r["role"] == "control"}
+    got = [(ctl[c]["train_tokens"], ctl[c]["denoiser_parameters"], ctl[c]["sampler_steps"])
+           for c in controls]
+    assert got[0] == (bridge["train_tokens"], bridge["denoiser_parameters"], 1)
+    assert got[1] == (0, 0, 0)
+    ridge_tokens, ridge_params, ridge_steps = got[2]
+    assert ridge_steps == 0 and 0 < ridge_tokens < bridge["train_tokens"]
+    width = round(ridge_params ** 0.5)
+    assert ridge_params == width * width + width  # weight (d, d) and bias (d,)
+    assert ctl[controls[0]]["seq_len"] == rows[0]["seq_len"] and ctl[controls[1]]["seq_len"] is None
     for r in rows[1:-5]:
         assert r["dihal_verdict"] in ("above", "below", "not distinguishable")
     import pyarrow.parquet as pq

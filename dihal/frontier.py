@@ -53,12 +53,32 @@ def dominates(a: dict, b: dict) -> bool:
             or (a["gen_ppl"] <= b["gen_ppl"] and a["diversity"] > b["diversity"]))
 
 
-def on_frontier(points: Iterable[dict]) -> list[bool]:
-    """For each point: no point (of any model, at any temperature) dominates it. A point
-    without a finite Gen.PPL or diversity is never on it and dominates nothing."""
+def _interval(p: dict, key: str) -> tuple[float, float]:
+    """p's 95 % interval of `key`, or the point itself where it has none."""
+    lo, hi = p.get(f"{key}_low"), p.get(f"{key}_high")
+    ok = all(isinstance(v, int | float) and math.isfinite(v) for v in (lo, hi))
+    return (lo, hi) if ok else (p[key], p[key])
+
+
+def clearly_dominates(a: dict, b: dict) -> bool:
+    """`a` dominates `b` beyond both points' 95 % intervals: a's Gen.PPL interval lies wholly
+    below b's and a's diversity interval is not wholly below b's, or a's diversity interval
+    lies wholly above b's and a's Gen.PPL interval is not wholly above b's. Two intervals
+    that do not overlap is a conservative test (each side's interval resamples its own
+    samples); a point without intervals counts as its own interval."""
+    (pa_lo, pa_hi), (pb_lo, pb_hi) = _interval(a, "gen_ppl"), _interval(b, "gen_ppl")
+    (da_lo, da_hi), (db_lo, db_hi) = _interval(a, "diversity"), _interval(b, "diversity")
+    return ((pa_hi < pb_lo and da_hi >= db_lo) or (da_lo > db_hi and pa_lo <= pb_hi))
+
+
+def on_frontier(points: Iterable[dict], *, clearly: bool = False) -> list[bool]:
+    """For each point: no point (of any model, at any temperature) dominates it (with
+    `clearly`: dominates it beyond both intervals, clearly_dominates). A point without a
+    finite Gen.PPL or diversity is never on it and dominates nothing."""
     points = list(points)
     ok = [p for p in points if _finite(p)]
-    return [_finite(p) and not any(dominates(q, p) for q in ok if q is not p) for p in points]
+    beats = clearly_dominates if clearly else dominates
+    return [_finite(p) and not any(beats(q, p) for q in ok if q is not p) for p in points]
 
 
 def _t(t: float | None) -> str:
@@ -94,4 +114,30 @@ def frontier_sentence(points: list[dict], first: str = "dihal") -> str:
         line += (f". {mine} lies on it at T = {', '.join(at[mine])}" if at[mine] else
                  f". {mine} does not: at each temperature measured another point has a lower "
                  "Gen.PPL at equal or higher diversity")
+    return line + ". " + _clear_reading(points, flags, mine)
+
+
+def _clear_reading(points: list[dict], flags: list[bool], mine: str | None) -> str:
+    """The same frontier read with the intervals: which of the points off it are dominated
+    beyond both 95 % intervals (clearly_dominates), and so whether the first model's being
+    off it (or another's) is more than sampling noise."""
+    clear = on_frontier(points, clearly=True)
+    off = [p for p, f in zip(points, flags, strict=True) if not f and _finite(p)]
+    if not off:
+        return "Read with the 95 % intervals, no point is off the frontier either."
+    beyond = [p for p, f, c in zip(points, flags, clear, strict=True)
+              if not f and not c and _finite(p)]
+    named = ", ".join(f"{p['model']} (T = {_t(p['temperature'])})" for p in beyond)
+    line = ("Read with the 95 % intervals (dominated only where another point's Gen.PPL "
+            "interval lies wholly below at a diversity interval not wholly below, or the "
+            f"mirror; a conservative test), {len(beyond)} of the {len(off)} dominated points "
+            "stay dominated" + (f": {named}" if beyond else
+                                ": every domination above is within sampling noise"))
+    if mine is not None and not any(f for p, f in zip(points, flags, strict=True)
+                                    if p["model"] == mine):
+        kept = [p for p, c in zip(points, clear, strict=True) if p["model"] == mine and c]
+        line += (f"; {mine} is off the frontier beyond the intervals at every temperature"
+                 if not kept else
+                 f"; within the intervals {mine} may lie on it (T = "
+                 f"{', '.join(_t(p['temperature']) for p in kept)})")
     return line + "."

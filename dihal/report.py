@@ -1082,14 +1082,17 @@ def _cost_section(r: Document, x: ReportInputs) -> None:
 
 def frontier_table(points: list[dict]) -> list[dict]:
     """One line per frontier point: model, T, Gen.PPL with its interval, diversity (ours and
-    spaCy's), mean length in judge tokens, and whether it lies on the frontier."""
+    spaCy's), mean length in judge tokens, whether it lies on the frontier, and whether another
+    point dominates it beyond both intervals (dihal.frontier.clearly_dominates)."""
     from dihal.frontier import on_frontier
 
     return [{"model": p["model"], "T": _temperature(p), "Gen.PPL [95 %]": _ci(p, "gen_ppl"),
              "diversity": p["diversity"], "diversity (spaCy)": p.get("diversity_spacy"),
              "mean length (judge tokens)": p.get("mean_judge_length"),
-             "on the frontier": "yes" if on else "no"}
-            for p, on in zip(points, on_frontier(points), strict=True)]
+             "on the frontier": "yes" if on else "no",
+             "dominated beyond the 95 % intervals": "no" if clear else "yes"}
+            for p, on, clear in zip(points, on_frontier(points),
+                                    on_frontier(points, clearly=True), strict=True)]
 
 
 def _frontier_section(r: Document, x: ReportInputs) -> None:

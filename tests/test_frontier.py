@@ -7,7 +7,13 @@ import math
 import pytest
 
 from dihal.compare import baseline_frontier
-from dihal.frontier import dominates, frontier_sentence, on_frontier, point
+from dihal.frontier import (
+    clearly_dominates,
+    dominates,
+    frontier_sentence,
+    on_frontier,
+    point,
+)
 
 
 def _p(model, role, t, ppl, div, **extra):
@@ -26,6 +32,25 @@ def test_dominance_needs_lower_gen_ppl_at_equal_or_higher_diversity():
     assert on_frontier([a, b, c]) == [True, False, True]
     nan = _p("n", "x", 1.0, math.nan, 0.9)
     assert on_frontier([a, nan]) == [True, False]  # no finite Gen.PPL: never on it
+
+
+def test_clear_dominance_needs_the_intervals_apart():
+    """Gen.PPL intervals +-10 %: 10 vs 20 are apart (11 < 18), 10 vs 11.5 overlap."""
+    a, b = _p("a", "x", 1.0, 10.0, 0.5), _p("b", "x", 1.0, 20.0, 0.5)
+    assert clearly_dominates(a, b) and not clearly_dominates(b, a)
+    near = _p("n", "x", 1.0, 11.5, 0.5)
+    assert dominates(a, near) and not clearly_dominates(a, near)
+    assert on_frontier([a, near]) == [True, False]
+    assert on_frontier([a, near], clearly=True) == [True, True]
+    # the diversity side: apart upwards at an overlapping Gen.PPL
+    up = {**_p("u", "x", 1.0, 11.0, 0.8), "diversity_low": 0.75, "diversity_high": 0.85}
+    low = {**_p("l", "x", 1.0, 11.0, 0.5), "diversity_low": 0.45, "diversity_high": 0.55}
+    assert clearly_dominates(up, low) and not clearly_dominates(low, up)
+    # a lower Gen.PPL beyond the intervals does not dominate a clearly more diverse point
+    assert not clearly_dominates(a, up)
+    # no intervals: each point is its own interval
+    bare = {k: v for k, v in a.items() if not k.endswith(("_low", "_high"))}
+    assert clearly_dominates(bare, near)
 
 
 # each way the sentence can come out
@@ -108,3 +133,27 @@ def test_the_reports_opening_answers_read_the_frontier():
         answers = md[md.index("What this run shows"):md.index("3c. Gen.PPL against")]
         answers = answers[:answers.index("\n## ", 1)] if "\n## " in answers[1:] else answers
         assert says in answers and "#temperature-frontier" in answers, answers[:2000]
+
+
+@pytest.mark.parametrize(("points", "says"), [
+    # DiHAL off the frontier beyond the intervals at every temperature
+    ([_p("DiHAL", "dihal", 1.0, 60.0, 0.5), _p("backbone", "backbone", 1.0, 20.0, 0.6)],
+     ["1 of the 1 dominated points stay dominated: DiHAL (T = 1)",
+      "DiHAL is off the frontier beyond the intervals at every temperature."]),
+    # DiHAL off the frontier, but only within sampling noise
+    ([_p("DiHAL", "dihal", 1.0, 22.0, 0.6), _p("backbone", "backbone", 1.0, 20.0, 0.6)],
+     ["0 of the 1 dominated points stay dominated: every domination above is within sampling "
+      "noise", "within the intervals DiHAL may lie on it (T = 1)."]),
+    # DiHAL on it; another model off it beyond the intervals
+    (DIHAL_ON, ["2 of the 2 dominated points stay dominated: DiHAL (T = 0.7), sed (T = none)."]),
+    # nothing off the frontier
+    ([_p("DiHAL", "dihal", 1.0, 60.0, 0.8), _p("backbone", "backbone", 1.0, 20.0, 0.6)],
+     ["Read with the 95 % intervals, no point is off the frontier either."]),
+])
+def test_the_frontier_read_with_its_intervals_each_way(points, says):
+    text = frontier_sentence(points)
+    for s in says:
+        assert s in text, (s, text)
+    # DiHAL's own standing under the intervals is said only where it is off the frontier
+    assert ("DiHAL is off the frontier beyond" in text or "DiHAL may lie on it" in text) == (
+        "DiHAL does not" in text)

@@ -247,18 +247,32 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> None:
+    ap = build_parser()
+    args, layers, baselines, seeds = _checked(ap, argv)
+    instance = dg.DagsterInstance.get()
+    _refuse_run_only_declaration(ap, args, instance)
+    signal.signal(signal.SIGTERM, _interrupted)
+    # Ctrl-C cancels the runs in flight, even where the driver was started with SIGINT ignored
+    # (a background job of a non-interactive shell inherits that, and Python then never raises
+    # KeyboardInterrupt)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    _drive(instance, args, argv, layers, baselines, seeds)
+
+
+def _checked(ap: argparse.ArgumentParser, argv: list[str] | None):
+    """(args, layers, baselines, sweep seeds): every check before any work happens here, and
+    nothing runs on a refused command (usage and the message on stderr, exit status 2). Sets
+    the environment the driver's own code server reads at load time."""
     from dihal.errors import DihalError
     from dihal.registry import declare_model
 
-    ap = build_parser()
     args = ap.parse_args(argv)
-    # Every check before any work happens here: nothing below runs on a refused command
     try:
         args.backbone = declare_model(args.backbone)  # $DIHAL_BACKBONE_MODELS for the daemon
         layers, baselines = plan(args)
         seeds = seed_plan(args, layers)
     except (DihalError, ValueError) as exc:
-        ap.error(str(exc))  # usage and the message on stderr, exit status 2; nothing ran
+        ap.error(str(exc))
     # The driver's own code server reads these at load time: its config defaults are this
     # profile's, and every run is submitted with them spelled out (pipeline.launch.Launcher), so
     # that a daemon or worker started under another profile runs what was asked here
@@ -268,10 +282,13 @@ def main(argv: list[str] | None = None) -> None:
     if not os.environ.get("DAGSTER_HOME"):
         ap.error("DAGSTER_HOME is not set: runs go through a persistent Dagster instance. Run "
                  "`make run`, or `. ./env.sh` first.")
-    # ---- pre-flight (issue 19): the profile, backbone and workers must fit this host --------
-    _preflight(args, layers)
-    # -------------------------------------------------------------------------------------------
-    instance = dg.DagsterInstance.get()
+    _preflight(args, layers)  # issue 19: the profile, backbone and workers must fit this host
+    return args, layers, baselines, seeds
+
+
+def _refuse_run_only_declaration(ap: argparse.ArgumentParser, args, instance) -> None:
+    """A backbone declared by --backbone for this run only is unknown to a daemon already
+    running (dagster dev): refuse, saying how to declare it for both."""
     from dihal.registry import DECLARED_ENV
     from pipeline.launch import daemon_alive
 
@@ -281,11 +298,11 @@ def main(argv: list[str] | None = None) -> None:
                  "daemon is already running (dagster dev) and its code location does not know "
                  "it: declare the model in dihal.toml ([backbones] table) and restart it, or "
                  "stop it.")
-    signal.signal(signal.SIGTERM, _interrupted)
-    # Ctrl-C cancels the runs in flight, even where the driver was started with SIGINT ignored
-    # (a background job of a non-interactive shell inherits that, and Python then never raises
-    # KeyboardInterrupt)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def _drive(instance, args, argv: list[str] | None, layers, baselines, seeds) -> None:
+    """The chain through the daemon and the run queue, with its summary; an interrupt cancels
+    the runs in flight and says how to resume."""
     from pipeline.launch import QueueStuck, daemon, driver_tag, launcher
 
     def say(msg: str) -> None:

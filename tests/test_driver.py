@@ -151,3 +151,68 @@ def test_the_launcher_merges_the_drivers_seeds_into_the_sweeps_run_config(monkey
     assert "eval_smollm2" not in got["ops"]  # only the ops of the job
     assert got["ops"]["regression_sweep_smollm2"] == full["ops"]["regression_sweep_smollm2"]
     assert got["resources"]["compute"]["config"]["workers"] == 2
+
+
+def test_a_backfill_is_recorded_only_after_its_runs_exist(monkeypatch):
+    """The daemon's BackfillDaemon creates the runs of any REQUESTED backfill whose partitions
+    have none yet: the driver, which creates its own runs, must never leave its backfill
+    REQUESTED while it does (a default run once ran 7 of 10 sweep partitions twice). Here the
+    instance records what it held after every call; a failure midway records FAILED."""
+    from types import SimpleNamespace
+
+    from dagster._core.execution import job_backfill
+    from dagster._core.execution.backfill import BulkActionStatus
+
+    import pipeline.launch as launch
+
+    class Instance:
+        def __init__(self):
+            self.backfills, self.log = {}, []
+
+        def add_backfill(self, record):
+            self.backfills[record.backfill_id] = record
+            self.log.append(("add", record.status))
+
+        def update_backfill(self, record):
+            self.backfills[record.backfill_id] = record
+            self.log.append(("update", record.status))
+
+        def submit_run(self, run_id, workspace):
+            # what a BackfillDaemon iteration would find at this moment
+            assert not [b for b in self.backfills.values()
+                        if b.status == BulkActionStatus.REQUESTED]
+            self.log.append(("submit", run_id))
+
+    made = []
+
+    def create(workspace, instance, location, job, pset, record, name, tags, config):
+        if name == "fail":
+            raise RuntimeError("the code server went away")
+        made.append((name, config))
+        return SimpleNamespace(run_id=f"run-{name}")
+
+    monkeypatch.setattr(job_backfill, "create_backfill_run", create)
+    monkeypatch.setattr(launch, "full_run_config", lambda job: {"ops": {}})
+    pset = SimpleNamespace(job_name="sweep", get_remote_origin=lambda: None, name="sweep_set")
+    lau = launch.Launcher.__new__(launch.Launcher)
+    lau.workers, lau.ops, lau.tags, lau._runs, lau.workspace = 1, {}, {"dihal/driver": "d"}, 0, None
+    lau.instance = Instance()
+    lau._job = lambda name: SimpleNamespace(name=name)
+    lau.repo = SimpleNamespace(get_partition_sets=lambda: [pset], handle=None)
+
+    def params(partitions):
+        lau.location = SimpleNamespace(get_partition_set_execution_params=lambda **kw: SimpleNamespace(
+            partition_data=[SimpleNamespace(name=p, tags={}, run_config=None) for p in partitions]))
+
+    params(["1", "2", "3"])
+    backfill_id, runs = lau.backfill("sweep", ["1", "2", "3"])
+    assert runs == {"1": "run-1", "2": "run-2", "3": "run-3"}
+    assert lau.instance.log == [("submit", "run-1"), ("submit", "run-2"), ("submit", "run-3"),
+                                ("add", BulkActionStatus.COMPLETED)]
+    assert lau.instance.backfills[backfill_id].backfill_end_timestamp is not None
+    # creating a run fails midway: the runs made stay, the backfill is recorded FAILED
+    lau.instance = Instance()
+    params(["4", "fail"])
+    with pytest.raises(RuntimeError, match="code server"):
+        lau.backfill("sweep", ["4", "fail"])
+    assert lau.instance.log == [("submit", "run-4"), ("add", BulkActionStatus.FAILED)]

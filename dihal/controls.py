@@ -4,9 +4,11 @@ The sampler-steps curve re-measures one trained bridge with K = 1, 2, 4, 8, 16 s
 deterministic sampler, under each update rule asked for (cfg.rules: ancestral, marginal):
 reconstruction error and the hybrid's next-token NLL and top-1 agreement on the held-out
 sequences (as the sweep measures them), and the hybrid's generation latency per token;
-`choose_steps` picks the (rule, K) of lowest held-out hybrid NLL. The bridge is not retrained: only the sampler changes. The row of the K the bridge was
-trained with is the bridge's own measurement (its metrics), not a second one. Pure compute, no
-Dagster.
+`choose_steps` picks the (rule, K) of lowest held-out hybrid NLL. The bridge is not retrained:
+only the sampler changes. The row of the K the bridge was trained with is the bridge's own
+measurement (its metrics), not a second one; at K = 1 every rule takes the one step from t = 1
+to the predicted endpoint, so the other rules' K = 1 rows are the default rule's (marked
+`same_as_rule`), not measured again. Pure compute, no Dagster.
 """
 
 from __future__ import annotations
@@ -45,6 +47,13 @@ def sampler_steps_curve(backbone, trained: TrainedBridge, reader, cfg: SamplerCu
     rows = []
     for rule in cfg.rules:
         for k in cfg.steps:
+            if k == 1 and rule != DEFAULT_RULE and (same := next(
+                    (r for r in rows if r["steps"] == 1 and r["rule"] == DEFAULT_RULE), None)):
+                # one step from t = 1 lands on the predicted endpoint under every rule (the
+                # marginal of x_0 is z0_hat itself): the same states, the same measurement
+                rows.append({**same, "rule": rule, "measure_seconds": 0.0,
+                             "same_as_rule": DEFAULT_RULE})
+                continue
             if progress:
                 progress(f"layer {layer}: sampler with K = {k} steps, {rule} rule")
             t0 = time.perf_counter()
@@ -68,7 +77,7 @@ def sampler_steps_curve(backbone, trained: TrainedBridge, reader, cfg: SamplerCu
                          "top1_agreement": measured["top1_agreement"],
                          "ms_per_token": gen.timing()["ms_per_token"],
                          "measure_seconds": measure_s, "trained_steps": protocol.steps,
-                         "from_bridge_metrics": reused})
+                         "from_bridge_metrics": reused, "same_as_rule": None})
     return SamplerCurveResult(rows=rows, layer=layer)
 
 

@@ -167,13 +167,20 @@ class CostSubject:
     decode: Callable[..., Any]
     steps: int = 0
     layer: int | None = None
+    # its FLOPs per token priced by a FlopModel (e.g. `lambda m: m.hybrid(layer, K)`), where
+    # cost_rows is given one: tests/test_cost.py proves the model equal to the count for the
+    # backbone and every kind of hybrid, so the eval need not count each decode again; None:
+    # counted over the subject's own decode
+    price: Callable[[FlopModel], float] | None = None
 
 
 def cost_rows(subjects: Sequence[CostSubject], *, n: int = 4, length: int = 32, seed: int = 0,
-              repeats: int = 3, flop_length: int | None = None) -> list[dict]:
+              repeats: int = 3, flop_length: int | None = None,
+              model: FlopModel | None = None) -> list[dict]:
     """Per model: FLOPs per generated token (counted over one cached decode of `flop_length`
-    tokens, default `length`) and measured ms per token (cached decode of n sequences x
-    `length` tokens in one batch, temperature 1, median of `repeats` after a warm-up), with
+    tokens, default `length`; priced by `model` instead where the subject has a `price` and
+    `model` is given: its row's `flops_from` says which) and measured ms per token (cached
+    decode of n sequences x `length` tokens in one batch, temperature 1, median of `repeats` after a warm-up), with
     both relative to the first subject (the backbone, by convention). The timed runs go round
     the models `repeats` times (not one model's repeats after another's), so that a change of
     load on a shared machine falls on every model alike."""
@@ -185,9 +192,11 @@ def cost_rows(subjects: Sequence[CostSubject], *, n: int = 4, length: int = 32, 
     kw = dict(temperature=1.0, seed=seed, cached=True)
     from dihal.hybrid import no_warmup
 
+    priced = [model is not None and s.price is not None for s in subjects]
     with no_warmup():  # the work of the tokens themselves, not of a timing warm-up
-        flops = [count_flops(lambda s=s: s.decode(1, flop_length, batch_size=1, **kw))[0]
-                 for s in subjects]
+        flops = [s.price(model) * flop_length if p else
+                 count_flops(lambda s=s: s.decode(1, flop_length, batch_size=1, **kw))[0]
+                 for s, p in zip(subjects, priced, strict=True)]
     for s in subjects:
         s.decode(n, min(4, length), batch_size=n, **kw)  # warm-up
     times: list[list[float]] = [[] for _ in subjects]
@@ -195,9 +204,10 @@ def cost_rows(subjects: Sequence[CostSubject], *, n: int = 4, length: int = 32, 
         for i, s in enumerate(subjects):
             times[i].append(_timed(lambda s=s: s.decode(n, length, batch_size=n, **kw)))
     rows = []
-    for s, f, t in zip(subjects, flops, times, strict=True):
+    for s, f, t, p in zip(subjects, flops, times, priced, strict=True):
         t = sorted(t)
         rows.append({"model": s.name, "layer": s.layer, "K": s.steps,
+                     "flops_from": "flop model" if p else "counted",
                      "flops_per_token": f / flop_length,
                      "ms_per_token": 1e3 * t[len(t) // 2] / (n * length)})
     base = rows[0]
@@ -230,6 +240,11 @@ length), cached, median of COST_REPEATS interleaved rounds: small, so that the t
 few seconds per model on the CPU."""
 
 
+PRICED_NOTE = ("; the rows of the backbone and of DiHAL at each K are priced by the FLOP model "
+               "of those counts (its blocks, head and one denoiser step; the tests prove it equal "
+               "to counting each decode), the control hybrids' counted over their own decode")
+
+
 def flop_model_dict(model: FlopModel) -> dict:
     return {"block_flops": list(model.block_flops), "head_flops": model.head_flops,
             "other_flops": model.other_flops, "denoiser_step_flops": model.denoiser_step_flops}
@@ -246,9 +261,10 @@ def eval_cost(backbone, denoiser: nn.Module, subjects: Sequence[CostSubject], *,
               seed: int = 0) -> dict:
     """The eval stage's cost table: the FlopModel of the backbone with the bridge's denoiser
     (counted over a decode of `length` tokens; it prices any hybrid (l, K), as the report's
-    cost/quality plot and break-even do), and `cost_rows` of `subjects` (the backbone first).
+    cost/quality plot and break-even do), and `cost_rows` of `subjects` (the backbone first;
+    those with a `price` priced by that model, the others counted).
     {"flop_model", "rows", "n", "length", "repeats", "note"}."""
     model = with_bridge(backbone_flop_model(backbone, length), denoiser, length)
-    rows = cost_rows(subjects, n=n, length=length, seed=seed, repeats=repeats)
+    rows = cost_rows(subjects, n=n, length=length, seed=seed, repeats=repeats, model=model)
     return {"flop_model": flop_model_dict(model), "rows": rows, "n": n, "length": length,
-            "repeats": repeats, "note": FLOP_NOTE}
+            "repeats": repeats, "note": FLOP_NOTE + PRICED_NOTE}

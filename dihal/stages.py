@@ -54,7 +54,7 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
           "The bridge at l* with the full budget: the sweep protocol with more passes.",
           history="2: train_tokens = sequences consumed x length; 3: init validation loss; "
           "4: the loss at t = 1; protocol seeds"),
-    Stage("eval", "10", "Evaluation", "EvalConfig", "EvalRunConfig",
+    Stage("eval", "11", "Evaluation", "EvalConfig", "EvalRunConfig",
           history="2: rows carry their role, the judge's name; 3: mean-of-samples Gen.PPL, "
           "intervals; 4: the backbone sampled with the step's threads (MAUVE no longer drops "
           "them to 1); 5: rows record the CPU kernels (torch's CPU capability) beside the threads; "
@@ -65,12 +65,15 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
           "cost per token; 8: the regression row is the regression control at l* trained with the "
           "bridge stage's full budget (FullRegressionControl, made or reused by eval), labelled "
           "with its budget and its train_tokens; 9: the temperature frontier (DiHAL and the "
-          "backbone at each frontier_temperatures), kept out of the rows"),
+          "backbone at each frontier_temperatures), kept out of the rows; 10: the control rows' "
+          "budget columns; 11: the cost table prices the backbone's and DiHAL's rows by the FLOP "
+          "model (each row's flops_from), counting only the controls' decodes"),
     Stage("regression_sweep", "2", "RegressionControl", history="2: the loss at t = 1"),
-    Stage("sampler_steps", "5", "SamplerCurve", "SamplerCurveConfig", "SamplerCurveRunConfig",
+    Stage("sampler_steps", "6", "SamplerCurve", "SamplerCurveConfig", "SamplerCurveRunConfig",
           history="2: measured with the step's threads (as eval 4); 3: the trained K's row is "
           "the bridge's own measurement; 4: rows carry their sampler rule (`rules` setting); "
-          "5: both rules by default (eval samples at the (rule, K) they choose)"),
+          "5: both rules by default (eval samples at the (rule, K) they choose); 6: the other "
+          "rules' K = 1 rows are the default rule's (same_as_rule), not measured again"),
     Stage("baseline", "5", "BaselineRun", "BaselineRunConfig", "BaselineRunConfig",
           history="2: trained by the bridge's loop (one trainer); 3: as eval 3; 4: decoded at "
           "the common temperature (CoDAR's 0.7 as an extra row), as eval 6; 5: the temperature "

@@ -2,6 +2,7 @@
 FLOP model's prediction of every hybrid equal to a direct count, and the break-even."""
 
 import functools
+from dataclasses import replace
 
 import pytest
 import torch
@@ -108,6 +109,14 @@ def test_cost_rows_measure_every_model(tiny_backbone, parts):
                                         steps=2).decode, steps=2, layer=LAYER),
     ]
     rows = cost_rows(subjects, n=2, length=LENGTH, repeats=1)
+    assert {r["flops_from"] for r in rows} == {"counted"}
+    # priced by the FLOP model (no count), as the eval prices the backbone and DiHAL: the same
+    priced = [replace(subjects[0], price=lambda m: m.backbone()),
+              replace(subjects[2], price=lambda m: m.hybrid(LAYER, 2))]
+    again = cost_rows(priced, n=2, length=LENGTH, repeats=1, model=model)
+    assert [r["flops_from"] for r in again] == ["flop model"] * 2
+    assert [r["flops_per_token"] for r in again] == pytest.approx(
+        [rows[0]["flops_per_token"], rows[2]["flops_per_token"]], rel=1e-12)
     assert [r["model"] for r in rows] == ["backbone", "layer-drop", "DiHAL K=2"]
     assert rows[0]["flops_vs_backbone"] == 1.0 and rows[0]["ms_vs_backbone"] == 1.0
     assert rows[1]["flops_per_token"] == pytest.approx(model.hybrid(LAYER, 0))

@@ -234,10 +234,12 @@ def ridge_map_flops(d_in: int, d_out: int) -> float:
 
 # ---------------------------------------------------------------- the eval stage's cost table
 
-COST_N, COST_LENGTH, COST_REPEATS = 2, 16, 3
-"""The eval stage's timed decode: COST_N sequences x COST_LENGTH tokens (at most the eval's
-length), cached, median of COST_REPEATS interleaved rounds: small, so that the table costs a
-few seconds per model on the CPU."""
+COST_N, COST_LENGTH, COST_TIMED_LENGTH, COST_REPEATS = 2, 16, 8, 3
+"""The eval stage's cost table: FLOPs per token over a decode of COST_LENGTH tokens; the timed
+decode COST_N sequences x COST_TIMED_LENGTH tokens (both at most the eval's length), cached,
+median of COST_REPEATS interleaved rounds: small, so that the table costs a few seconds per
+model on the CPU (timed over 16 tokens it took 96 s of a quiet 2-core default run's eval for
+its 9 models; `benchmarks/bench_cost.py` times longer decodes)."""
 
 
 PRICED_NOTE = ("; the rows of the backbone and of DiHAL at each K are priced by the FLOP model "
@@ -258,13 +260,16 @@ def flop_model_of(d: dict) -> FlopModel:
 
 def eval_cost(backbone, denoiser: nn.Module, subjects: Sequence[CostSubject], *,
               length: int = COST_LENGTH, n: int = COST_N, repeats: int = COST_REPEATS,
-              seed: int = 0) -> dict:
+              seed: int = 0, timed_length: int | None = None) -> dict:
     """The eval stage's cost table: the FlopModel of the backbone with the bridge's denoiser
     (counted over a decode of `length` tokens; it prices any hybrid (l, K), as the report's
     cost/quality plot and break-even do), and `cost_rows` of `subjects` (the backbone first;
-    those with a `price` priced by that model, the others counted).
-    {"flop_model", "rows", "n", "length", "repeats", "note"}."""
+    those with a `price` priced by that model, the others counted over `length` tokens; all
+    timed over `timed_length`, default COST_TIMED_LENGTH, at most `length`).
+    {"flop_model", "rows", "n", "length" (timed), "flop_length", "repeats", "note"}."""
     model = with_bridge(backbone_flop_model(backbone, length), denoiser, length)
-    rows = cost_rows(subjects, n=n, length=length, seed=seed, repeats=repeats, model=model)
-    return {"flop_model": flop_model_dict(model), "rows": rows, "n": n, "length": length,
-            "repeats": repeats, "note": FLOP_NOTE + PRICED_NOTE}
+    timed = min(timed_length or COST_TIMED_LENGTH, length)
+    rows = cost_rows(subjects, n=n, length=timed, seed=seed, repeats=repeats, model=model,
+                     flop_length=length)
+    return {"flop_model": flop_model_dict(model), "rows": rows, "n": n, "length": timed,
+            "flop_length": length, "repeats": repeats, "note": FLOP_NOTE + PRICED_NOTE}

@@ -67,7 +67,8 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
           "with its budget and its train_tokens; 9: the temperature frontier (DiHAL and the "
           "backbone at each frontier_temperatures), kept out of the rows; 10: the control rows' "
           "budget columns; 11: the cost table prices the backbone's and DiHAL's rows by the FLOP "
-          "model (each row's flops_from), counting only the controls' decodes"),
+          "model (each row's flops_from), counting only the controls' decodes, and times 2 x 8 tokens "
+          "(flop_length 16 as before)"),
     Stage("regression_sweep", "2", "RegressionControl", history="2: the loss at t = 1"),
     Stage("sampler_steps", "6", "SamplerCurve", "SamplerCurveConfig", "SamplerCurveRunConfig",
           history="2: measured with the step's threads (as eval 4); 3: the trained K's row is "

@@ -180,8 +180,8 @@ def cost_rows(subjects: Sequence[CostSubject], *, n: int = 4, length: int = 32, 
     """Per model: FLOPs per generated token (counted over one cached decode of `flop_length`
     tokens, default `length`; priced by `model` instead where the subject has a `price` and
     `model` is given: its row's `flops_from` says which) and measured ms per token (cached
-    decode of n sequences x `length` tokens in one batch, temperature 1, median of `repeats` after a warm-up), with
-    both relative to the first subject (the backbone, by convention). The timed runs go round
+    decode of n sequences x `length` tokens in one batch, temperature 1, median of `repeats`
+    after a warm-up), with both relative to the first subject (the backbone, by convention). The timed runs go round
     the models `repeats` times (not one model's repeats after another's), so that a change of
     load on a shared machine falls on every model alike."""
     if not subjects:

@@ -260,15 +260,15 @@ def flop_model_of(d: dict) -> FlopModel:
 
 def eval_cost(backbone, denoiser: nn.Module, subjects: Sequence[CostSubject], *,
               length: int = COST_LENGTH, n: int = COST_N, repeats: int = COST_REPEATS,
-              seed: int = 0, timed_length: int | None = None) -> dict:
+              seed: int = 0, timed_length: int = COST_TIMED_LENGTH) -> dict:
     """The eval stage's cost table: the FlopModel of the backbone with the bridge's denoiser
     (counted over a decode of `length` tokens; it prices any hybrid (l, K), as the report's
     cost/quality plot and break-even do), and `cost_rows` of `subjects` (the backbone first;
     those with a `price` priced by that model, the others counted over `length` tokens; all
-    timed over `timed_length`, default COST_TIMED_LENGTH, at most `length`).
+    timed over `timed_length`, at most `length`).
     {"flop_model", "rows", "n", "length" (timed), "flop_length", "repeats", "note"}."""
     model = with_bridge(backbone_flop_model(backbone, length), denoiser, length)
-    timed = min(timed_length or COST_TIMED_LENGTH, length)
+    timed = min(timed_length, length)
     rows = cost_rows(subjects, n=n, length=timed, seed=seed, repeats=repeats, model=model,
                      flop_length=length)
     return {"flop_model": flop_model_dict(model), "rows": rows, "n": n, "length": timed,

@@ -1051,9 +1051,10 @@ def _cost_section(r: Document, x: ReportInputs) -> None:
         return
     cost = x.evaluation["cost"]
     r.p(f"{cost['note']} ({cost.get('flop_length', cost['length'])} tokens); ms per token "
-        f"measured over a cached decode of {cost['n']} x {cost['length']} tokens, the median of {cost['repeats']} rounds that go round the "
-        "models (a load change falls on all alike). Time over FLOPs: the measured time "
-        "relative to the backbone's over what the FLOPs predict (1: as predicted).")
+        f"measured over a cached decode of {cost['n']} x {cost['length']} tokens, the median "
+        f"of {cost['repeats']} rounds that go round the models (a load change falls on all "
+        "alike). Time over FLOPs: the measured time relative to the backbone's over what the "
+        "FLOPs predict (1: as predicted).")
     r.table([{"model": c["model"], "K": c["K"], "MFLOPs per token": c["flops_per_token"] / 1e6,
               "ms per token": c["ms_per_token"], "FLOPs x backbone": c["flops_vs_backbone"],
               "time x backbone": c["ms_vs_backbone"], "time over FLOPs": c["time_over_flops"]}

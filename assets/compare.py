@@ -1,12 +1,13 @@
 # Note: no `from __future__ import annotations`: Dagster reads the config annotations.
-"""The comparison, as assets: baseline_<b> (one partition per baseline), comparison_<b>,
-full_training_<b> (l*, oracle, worst under the full budget) and report_<b>."""
+"""Compare, as assets: baseline_<b> (one partition per baseline), comparison_<b> and
+full_training_<b> (l*, oracle, worst under the full budget)."""
 
 import dagster as dg
 
 from assets._stage import StageRun, stage_asset
 from assets.configs import BaselineRunConfig, EvalRunConfig
-from assets.replace import reference_texts, trainer
+from assets.evaluate import reference_texts
+from assets.replace import trainer
 from dihal.registry import BASELINES
 from dihal.stages import asset_key
 from storage import (
@@ -17,15 +18,10 @@ from storage import (
     Evaluation,
     FullTraining,
     FullTrainingBridge,
-    Geometry,
     HiddenStates,
-    LayerScore,
-    Report,
     SamplerCurve,
     Sequences,
-    cross_backbone_artifacts,
     current_baselines,
-    report_inputs,
 )
 
 
@@ -74,9 +70,9 @@ def compare_assets(backbone: str) -> list:
         training tokens, sampler steps, sequence length, judge and metric code."""
         import torch
 
-        from dihal.baselines import VERSIONS
-        from dihal.compare import baseline as stage
-        from dihal.compare import reference_budget
+        from dihal.compare.baselines import VERSIONS
+        from dihal.compare.stage import baseline as stage
+        from dihal.compare.stage import reference_budget
 
         run, cfg, name = StageRun(context, backbone), config.to_dihal(), context.partition_key
         seqs, br, out = run.art(Sequences), run.art(Bridge), run.art(BaselineRun, name)
@@ -96,7 +92,7 @@ def compare_assets(backbone: str) -> list:
     def comparison(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
         """Gen.PPL and diversity of DiHAL, the four baselines and the backbone, with budgets;
         and the temperature frontier of the eval and the baselines."""
-        from dihal.compare import comparison as stage
+        from dihal.compare.stage import comparison as stage
 
         run = StageRun(context, backbone)
         ev, br = run.art(Evaluation), run.art(Bridge)
@@ -116,9 +112,9 @@ def compare_assets(backbone: str) -> list:
         """Bridges at l* (geometry), the oracle and the worst sweep layer under the full budget
         (and training seeds) of bridge_<b>, evaluated the same way (bridgeability + generation)
         at the protocol's K and at the (rule, K) chosen on validation at l*."""
-        from dihal.compare import full_training as stage
-        from dihal.compare import full_training_roles
-        from dihal.controls import choose_steps
+        from dihal.compare.stage import full_training as stage
+        from dihal.compare.stage import full_training_roles
+        from dihal.replace.controls import choose_steps
 
         run, cfg = StageRun(context, backbone), config.to_dihal()
         bness, br, curve = run.art(Bridgeability), run.art(Bridge), run.art(SamplerCurve)
@@ -130,19 +126,4 @@ def compare_assets(backbone: str) -> list:
             from_eval=ev[0].manifest().info["rows"] if ev else None),
             judge=run.judge_name())
 
-    @stage_asset(backbone, "report", [key("comparison"), full_training,
-                                      key("bridgeability"), key("layer_score"),
-                                      key("geometry"), key("sampler_steps")],
-                 kinds={"html"})
-    def report(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
-        """One self-contained report (HTML with embedded plots, and Markdown)."""
-        from dihal.report import build_report
-
-        run = StageRun(context, backbone)
-        parts = [run.art(k) for k in (Geometry, LayerScore, Bridgeability, Comparison, FullTraining,
-                                      SamplerCurve)]
-        parts += cross_backbone_artifacts(run.layout, backbone)  # the other backbones' table lines
-        return run.produce(run.art(Report), {}, parts,
-                           lambda: build_report(report_inputs(run.layout, backbone)))
-
-    return [baseline, comparison, full_training, report]
+    return [baseline, comparison, full_training]

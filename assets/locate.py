@@ -24,7 +24,7 @@ def corpus(context: dg.AssetExecutionContext, config: CorpusRunConfig) -> dg.Mat
     lines counted). Default: the embedded sample in data/dolma_sample. The fingerprint holds
     the shards' content (sha256, or the URL), not where they lie. Or a Hugging Face text
     dataset (hf_dataset), streamed: its identity and the documents read."""
-    from dihal.corpus import content_identity, fingerprint_config, scan_corpus, shard_records
+    from dihal.locate.corpus import content_identity, fingerprint_config, scan_corpus, shard_records
 
     run, cfg = StageRun(context, None), config.to_dihal()
     shards = shard_records(cfg)
@@ -42,7 +42,7 @@ def locate_assets(backbone: str) -> list:
         the corpus's shards (refused where one changed since the corpus asset ran)."""
         from dihal.backbones import bos_id_of
         from dihal.config import CorpusConfig
-        from dihal.corpus import make_sequences
+        from dihal.locate.corpus import make_sequences
 
         run, cfg = StageRun(context, backbone), config.to_dihal()
         src = run.art(Corpus)
@@ -63,7 +63,7 @@ def locate_assets(backbone: str) -> list:
         overflow fp16), resumable: of every held-out sequence,
         and of the training sequences unless store_train is false (then each bridge computes
         its own pairs)."""
-        from dihal.extract import dump_hidden_states, state_spec, stored
+        from dihal.locate.extract import dump_hidden_states, state_spec, stored
 
         run, cfg = StageRun(context, backbone), config.to_dihal()
         seqs, out = run.art(Sequences), run.art(HiddenStates)
@@ -81,7 +81,7 @@ def locate_assets(backbone: str) -> list:
                     required_resource_keys={"storage"})
     def finite_states(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
         """Every stored state is finite (scanned layer by layer)."""
-        from dihal.extract import non_finite_layers
+        from dihal.locate.extract import non_finite_layers
 
         try:
             bad = non_finite_layers(HiddenStates(context.resources.storage.layout(), backbone).reader())
@@ -93,7 +93,7 @@ def locate_assets(backbone: str) -> list:
                     required_resource_keys={"storage"})
     def expected_shapes(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
         """Shapes match the backbone (layers, hidden size) and the sequences (count, length)."""
-        from dihal.extract import shape_problems
+        from dihal.locate.extract import shape_problems
 
         layout = context.resources.storage.layout()
         try:
@@ -108,7 +108,7 @@ def locate_assets(backbone: str) -> list:
         """Local curvature, global monotonicity and effective rank of every layer, under the
         none / rms / standardize / robust normalisations, on held-out tokens, with their
         token-bootstrap replicates; the rival predictors of every candidate layer."""
-        from dihal.locate import compute_geometry
+        from dihal.locate.stage import compute_geometry
 
         run, cfg = StageRun(context, backbone), config.to_dihal()
         states = run.art(HiddenStates)
@@ -123,7 +123,7 @@ def locate_assets(backbone: str) -> list:
         stability over the geometry's token-bootstrap replicates, and over resamples of whole
         held-out sequences and split halves (the geometry recomputed from the dump)."""
         from dihal.config import GeometryConfig
-        from dihal.locate import score_layers
+        from dihal.locate.stage import score_layers
 
         run, cfg = StageRun(context, backbone), config.to_dihal()
         geo, states = run.art(Geometry), run.art(HiddenStates)

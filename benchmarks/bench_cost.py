@@ -1,5 +1,5 @@
 """Benchmark: cost per generated token (issue 20) of the backbone, DiHAL at each K and the
-control hybrids, on the embedded SmolLM2: FLOPs counted while decoding (dihal/cost.py) and
+control hybrids, on the embedded SmolLM2: FLOPs counted while decoding (dihal/evaluate/cost.py) and
 measured ms per token, with the break-even over layers.
 
 The bridge has the default size and random weights (the cost does not depend on training);
@@ -21,8 +21,7 @@ import torch
 
 from dihal.backbones import load_backbone
 from dihal.bridge import BrownianBridge, DenoiserConfig, Standardizer, build_denoiser
-from dihal.control_hybrids import RidgeMap, layer_drop_hybrid, ridge_hybrid
-from dihal.cost import (
+from dihal.evaluate.cost import (
     FLOP_NOTE,
     CostSubject,
     backbone_flop_model,
@@ -30,7 +29,8 @@ from dihal.cost import (
     cost_rows,
     with_bridge,
 )
-from dihal.hybrid import Hybrid, decode_backbone
+from dihal.replace.control_hybrids import RidgeMap, layer_drop_hybrid, ridge_hybrid
+from dihal.replace.hybrid import Hybrid, decode_backbone
 
 TEXT = ("The river rose through the night, and by morning the old stone bridge stood alone in a "
         "wide brown lake.")

@@ -27,14 +27,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from dihal.backbones import load_backbone  # noqa: E402
-from dihal.corpus import (  # noqa: E402
+from dihal.locate.corpus import (  # noqa: E402
     CorpusConfig,
     SequenceConfig,
     iter_documents,
     pack_sequences,
     resolve_shards,
 )
-from dihal.extract import ExtractConfig, extract_hidden_states  # noqa: E402
+from dihal.locate.extract import ExtractConfig, extract_hidden_states  # noqa: E402
 from storage.states import StateSpec, StateWriter  # noqa: E402
 
 

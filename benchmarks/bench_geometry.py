@@ -18,7 +18,7 @@ import time
 
 import torch
 
-from dihal.geometry import GeometryConfig, layer_proxies, make_plan
+from dihal.locate.geometry import GeometryConfig, layer_proxies, make_plan
 
 
 def synthetic_states(layer: int, n: int, d: int, generator: torch.Generator) -> torch.Tensor:

@@ -28,7 +28,7 @@ def texts_from(args) -> list[str]:
         first = rows[0]["model"]
         return [r["text"] for r in rows if r["model"] == first][: args.n]
     from dihal.config import CorpusConfig
-    from dihal.corpus import iter_documents, resolve_shards
+    from dihal.locate.corpus import iter_documents, resolve_shards
 
     cfg = CorpusConfig()
     docs = itertools.islice(iter_documents(resolve_shards(cfg), cfg), args.n)
@@ -46,7 +46,7 @@ def main() -> None:
     args = p.parse_args()
     torch.set_num_threads(args.threads)
 
-    from dihal.judge import load_judge
+    from dihal.evaluate.judge import load_judge
     from dihal.registry import get_spec
     from storage.layout import ArtifactLayout
 

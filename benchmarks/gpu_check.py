@@ -103,7 +103,7 @@ def world(args, tmp: Path):
     """(backbone float32 on the device, train ids (n, T), val ids (n_val, T), sizes)."""
     from dihal.backbones import bos_id_of, load_backbone
     from dihal.config import CorpusConfig, SequenceConfig
-    from dihal.corpus import iter_documents, pack_sequences, resolve_shards
+    from dihal.locate.corpus import iter_documents, pack_sequences, resolve_shards
     from dihal.profiles import PROFILES
 
     gpu = PROFILES["gpu"]
@@ -170,7 +170,7 @@ def versions(args) -> dict:
 
 @torch.no_grad()
 def replay(check: Check, bb, val: np.ndarray) -> dict:
-    from dihal.hybrid import decode_backbone
+    from dihal.replace.hybrid import decode_backbone
 
     ids = torch.as_tensor(val[:8])
     hs, final = bb.hidden_states(ids, final=True)
@@ -234,7 +234,7 @@ def dump(check: Check, bb, val: np.ndarray, sizes: dict, store: dict) -> dict:
 
 def pairs(check: Check, bb, train: np.ndarray, sizes: dict, store: dict) -> dict:
     from dihal.config import ExtractConfig
-    from dihal.extract import layer_pairs
+    from dihal.locate.extract import layer_pairs
 
     cfg = ExtractConfig(batch_size=sizes["extract_batch"], store_train=False)
     n = bb.n_layers
@@ -293,8 +293,8 @@ def bridge(check: Check, bb, sizes: dict, store: dict, tmp: Path) -> dict:
 def baseline(check: Check, bb, train: np.ndarray, sizes: dict, tmp: Path) -> dict:
     from dataclasses import replace
 
-    from dihal.baselines import build_baseline
-    from dihal.baselines.base import baseline_loss
+    from dihal.compare.baselines import build_baseline
+    from dihal.compare.baselines.base import baseline_loss
     from dihal.config import BridgeProtocol
     from dihal.registry import BASELINES
     from dihal.training import train_model
@@ -325,7 +325,7 @@ def baseline(check: Check, bb, train: np.ndarray, sizes: dict, tmp: Path) -> dic
 @torch.no_grad()
 def decode(check: Check, bb, sizes: dict, store: dict) -> dict:
     from dihal.bridge import BrownianBridge
-    from dihal.hybrid import Hybrid, decode_backbone
+    from dihal.replace.hybrid import Hybrid, decode_backbone
 
     net, cs, hs, layer, proto = store["denoiser"]
     n, length = sizes["decode"]
@@ -342,7 +342,12 @@ def decode(check: Check, bb, sizes: dict, store: dict) -> dict:
 
 
 def geometry(check: Check, bb, sizes: dict, store: dict) -> dict:
-    from dihal.geometry import GeometryConfig, layer_proxies_resampled, make_plan, resample_weights
+    from dihal.locate.geometry import (
+        GeometryConfig,
+        layer_proxies_resampled,
+        make_plan,
+        resample_weights,
+    )
 
     states = store["val_states"]  # (N, n_val, T, d) float16
     n_layers, n_seq, seq_len, d = states.shape
@@ -374,7 +379,7 @@ def startup(check: Check, args, tmp: Path) -> dict:
 
     t = time.perf_counter()
     subprocess.run([sys.executable, "-c", "import torch, transformers, dihal.backbones, "
-                    "dihal.replace, dihal.extract"], check=True, cwd=ROOT,
+                    "dihal.replace.stage, dihal.locate.extract"], check=True, cwd=ROOT,
                    env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT)] + sys.path)})
     imports = time.perf_counter() - t
     from dihal.backbones import load_backbone
@@ -445,7 +450,7 @@ def extrapolate(check: Check, bb, sizes: dict) -> dict:
     """Seconds per stage of each GPU profile's whole chain on this machine, from the
     measurements (linear in tokens, steps and runs)."""
     from dihal.profiles import ALL_LAYERS, PROFILES
-    from dihal.replace import default_sweep_layers
+    from dihal.replace.stage import default_sweep_layers
 
     n = bb.n_layers
     if check.results.get("tiny"):  # the SmolLM2 the profiles are sized for: 30 layers

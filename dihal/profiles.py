@@ -36,7 +36,7 @@ PROFILES: dict[str, dict[str, dict]] = {
         "layer_score": {"sequence_resamples": 20, "split_halves": 3},
         "bridge_sweep": {**_GPU_PROTOCOL, "seeds": 3},
         # the full-training bridges (l*, oracle, worst) under 3 training seeds each: their
-        # spread is reported per role (dihal.compare.full_training); gpu-smollm2 inherits it
+        # spread is reported per role (dihal.compare.stage.full_training); gpu-smollm2 inherits it
         "bridge": {**_GPU_PROTOCOL, "epochs": 2.0, "seeds": 3},
         # 544 samples: MAUVE compares equal counts of non-empty samples and held-out texts, and
         # is a result (not a diagnostic) only at 512 or more a side; a few samples of a hybrid
@@ -63,7 +63,7 @@ ALL_LAYERS = {"gpu"}
 # On the cpu profile a second seed on all 10 default layers would add up to 10 min to the SmolLM2
 # run (the sweep took 581 s, benchmarks/RESULTS.md); 2 seeds on 4 of them, at most 4 min, fit. The
 # driver picks the layers evenly over the sorted swept layers, first and last included
-# (dihal.replace.default_seed_layers); --seeds / --seed-layers choose others. Elsewhere the
+# (dihal.replace.stage.default_seed_layers); --seeds / --seed-layers choose others. Elsewhere the
 # profile's bridge_sweep seeds (gpu: 3) train every swept layer.
 SEED_SUBSET = {"cpu": (2, 4)}
 

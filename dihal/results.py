@@ -133,10 +133,10 @@ class LayerScoreResult:
     primary_norm: str
     spearman_vs_depth: dict[str, float]
     plot_png: bytes = field(repr=False, default=b"")
-    # per normalisation: l* over the token-bootstrap replicates (dihal.locate.l_star_stability)
+    # per normalisation: l* over the token-bootstrap replicates (dihal.locate.stage.l_star_stability)
     stability: dict[str, dict] = field(default_factory=dict)
     # under the primary normalisation, l* over resamples of whole held-out sequences and on
-    # split halves (dihal.locate.sequence_stability); {} where not computed
+    # split halves (dihal.locate.stage.sequence_stability); {} where not computed
     sequence_stability: dict[str, Any] = field(default_factory=dict)
 
     def info(self) -> dict:
@@ -261,12 +261,12 @@ class EvalResult:
     samples: list[dict]  # {"model", "index", "seed", "text"}
     judge: dict[str, Any]  # Judge.info()
     layer: int
-    # the controls' settings (dihal.generation.evaluate_with_controls): the protocol's K, the
+    # the controls' settings (dihal.evaluate.generation.evaluate_with_controls): the protocol's K, the
     # (rule, K) chosen on validation, and why a control has no row
     controls: dict[str, Any] = field(default_factory=dict)
-    # cost per generated token (dihal.cost.eval_cost): the FLOP model and the measured rows
+    # cost per generated token (dihal.evaluate.cost.eval_cost): the FLOP model and the measured rows
     cost: dict[str, Any] = field(default_factory=dict)
-    # the temperature frontier's points of DiHAL and the backbone (dihal.frontier.point, one per
+    # the temperature frontier's points of DiHAL and the backbone (dihal.evaluate.frontier.point, one per
     # model and temperature; the main temperature's are the main rows'), kept out of `rows`
     frontier: list[dict] = field(default_factory=list)
 
@@ -327,7 +327,7 @@ class BaselineResult:
 class ComparisonResult:
     rows: list[dict]  # model, role, metrics, and the budget figures
     missing: list[str]
-    # the temperature frontier: the eval's points and every baseline's (dihal.frontier.point)
+    # the temperature frontier: the eval's points and every baseline's (dihal.evaluate.frontier.point)
     frontier: list[dict] = field(default_factory=list)
 
     def info(self) -> dict:

@@ -1,4 +1,4 @@
-"""Typed rows of the tables that cross modules: made by one stage (dihal.replace, the
+"""Typed rows of the tables that cross modules: made by one stage (dihal.replace.stage, the
 generation stages), written by storage, read by the report, the driver and the checks.
 
 Each row serialises to exactly the columns its artifact has (`to_dict`, in that column order;
@@ -190,7 +190,7 @@ class Estimate:
 class GenerationRow:
     """A model's line of the generation tables (the evaluation, the comparison, the
     baselines' row, full training): read-side typed view of the row as written. The
-    writers (dihal.generation, dihal.compare, the baselines) build it as a dict, whose columns
+    writers (dihal.evaluate.generation, dihal.compare.stage, the baselines) build it as a dict, whose columns
     vary by stage; `columns` keeps that dict unchanged, so `to_dict` gives it back as it was."""
 
     model: str | None  # None in full training's rows, named by role

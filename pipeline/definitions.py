@@ -17,8 +17,10 @@ import dagster as dg
 
 from assets.checks import science_checks
 from assets.compare import compare_assets
+from assets.evaluate import evaluate_assets
 from assets.locate import corpus, locate_assets
 from assets.replace import replace_assets
+from assets.report import report_assets
 from dihal.registry import all_backbones, get_spec
 from resources import BackboneResource, ComputeResource, JudgeResource, StorageResource
 
@@ -38,8 +40,9 @@ def build_definitions(
     schedules: list = []
     for name in backbones:
         layers = (n_layers or {}).get(name) or get_spec(name).n_layers
-        for d in (locate_assets(name) + replace_assets(name, layers) + compare_assets(name)
-                  + science_checks(name, layers)):
+        for d in (locate_assets(name) + replace_assets(name, layers)
+                  + evaluate_assets(name, layers) + compare_assets(name)
+                  + report_assets(name) + science_checks(name, layers)):
             if isinstance(d, dg.AssetChecksDefinition):
                 checks.append(d)
             elif isinstance(d, dg.ScheduleDefinition):

@@ -88,7 +88,7 @@ def plan(args: argparse.Namespace) -> tuple[list[int], list[str]]:
     elif args.all_layers or args.profile in ALL_LAYERS:
         layers = list(range(1, n_layers))
     else:
-        from dihal.replace import default_sweep_layers
+        from dihal.replace.stage import default_sweep_layers
 
         layers = default_sweep_layers(n_layers, args.sweep_count or 10)
     if args.skip_bridgeability:
@@ -118,7 +118,7 @@ def seed_plan(args: argparse.Namespace, layers: list[int]) -> dict:
     ValueError names the flag and the fix."""
     from dihal.config import BridgeProtocol
     from dihal.profiles import SEED_SUBSET, load_profile
-    from dihal.replace import default_seed_layers
+    from dihal.replace.stage import default_seed_layers
 
     base = BridgeProtocol(**load_profile(args.profile)[1].get("bridge_sweep", {}))
     subset = SEED_SUBSET.get(args.profile)
@@ -404,7 +404,7 @@ def _chain(chain: Chain, args, layers: list[int], baselines: list[str], say,
         cmp_ = Comparison(layout, b).require().info
         for row in cmp_["rows"]:
             say(f"{row['model']}: Gen.PPL {row['gen_ppl']:.2f}, diversity {row['diversity']:.4f}")
-        from dihal.frontier import frontier_sentence
+        from dihal.evaluate.frontier import frontier_sentence
 
         say(f"temperature frontier: {frontier_sentence(cmp_.get('frontier', []))}")
         say(f"report: {Report(layout, b).html}")

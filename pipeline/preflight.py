@@ -60,7 +60,7 @@ def gather(args, layers: list[int], resources: dict | None = None):
     import torch
 
     from dihal.backbones import bos_id_of
-    from dihal.corpus import document_lengths, iter_documents, pack_sequences, resolve_shards
+    from dihal.locate.corpus import document_lengths, iter_documents, pack_sequences, resolve_shards
     from dihal.preflight import Facts
     from dihal.profiles import load_profile
 

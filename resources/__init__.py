@@ -132,7 +132,7 @@ class JudgeResource(dg.ConfigurableResource):
 
     def load(self, backbone: str, layout: ArtifactLayout, compute: ComputeResource,
              device: str | None = None):
-        from dihal.judge import load_judge
+        from dihal.evaluate.judge import load_judge
 
         return load_judge(self.judge_for(backbone), cache_dir=layout.judge_cache(),
                           device=device or compute.resolved_device(), offline=self.offline)

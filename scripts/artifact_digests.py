@@ -15,7 +15,9 @@ where a file embeds wall-clock measurements, which legitimately differ between a
   every generation row, train_seconds of the baselines, the sampler curve's measure_seconds),
   and the digests of their own files (some of which hold those times);
 - eval.parquet, comparison.parquet, full_training.parquet and the sampler curve.parquet hold
-  the generation latency (ms_per_token, ms_per_step, latency_vs_backbone, seconds...).
+  the generation latency (ms_per_token, ms_per_step, latency_vs_backbone, seconds...);
+- report.md quotes those times in its sentences and tables: its stable digest masks them, and
+  report.html (rendered from the same document) takes report.md's.
 For those the stable digest is taken with the timing fields removed (JSON keys, Parquet
 columns) and, in a manifest's file record, with the stable digest of each recorded file that
 holds times in place of its raw digest and size (the Parquet encoding of other numbers makes the
@@ -34,7 +36,12 @@ import shutil
 import sys
 from pathlib import Path
 
-TIMING = re.compile(r"seconds|ms_per_|tokens_per_s|latency|wall_s|elapsed_s|forward_s")
+TIMING = re.compile(r"seconds|ms_per_|tokens_per_s|latency|wall_s|elapsed_s|forward_s|"
+                    r"_vs_backbone|time_over_flops")
+# the report's measured times: the prose around them, and its tables' columns of times
+REPORT_TIMES = re.compile(r"\d[\d.,]*(?= ms\b)|(?<=backbone's )\d[\d.]*|\d[\d.]*x(?= the backbone's "
+                          r"time| in measured time)|(?<=and )\d[\d.]*(?= at K =)")
+REPORT_TIME_COLUMNS = re.compile(r"ms|time|seconds|latency|tokens_per_s|vs backbone")
 SWEEP_LAYERS = ("1", "2", "3")
 BASELINES = ("diffusion-lm", "sed", "ld4lg", "codar")
 # markers and folders that hold wall-clock times or host state, not results: when the digests
@@ -131,6 +138,10 @@ def stable_digest(path: Path, timed: dict[Path, str]) -> str:
             return _sha(path.read_bytes())
         rows = table.drop(times).to_pylist()
         return _sha(json.dumps(rows, sort_keys=True, default=repr).encode())
+    if path.name == "report.md":
+        return _sha(_report_untimed(path.read_text()).encode())
+    if path.name == "report.html":  # rendered from the same document as report.md
+        return _sha(b"html of " + _report_untimed((path.parent / "report.md").read_text()).encode())
     if path.name == "manifest.json":
         raw = json.loads(path.read_text())
         files = {rel: ["size varies with the times", timed[path.parent / rel]]
@@ -139,6 +150,26 @@ def stable_digest(path: Path, timed: dict[Path, str]) -> str:
         raw = {**_untimed({k: v for k, v in raw.items() if k != "files"}), "files": files}
         return _sha(json.dumps(raw, sort_keys=True).encode())
     return _sha(path.read_bytes())
+
+
+def _report_untimed(text: str) -> str:
+    """The Markdown report with its measured times masked: the numbers in the sentences that
+    quote them, and the cells of the table columns that hold them."""
+    out, masked = [], set()
+    for line in text.splitlines():
+        if line.startswith("|"):
+            cells = line.strip("|").split("|")
+            if set(line) <= set("|-: "):
+                pass
+            elif not any(c.strip().replace(".", "").isdigit() for c in cells):
+                masked = {i for i, c in enumerate(cells) if REPORT_TIME_COLUMNS.search(c)}
+            else:
+                line = "|".join("#" if i in masked else c for i, c in enumerate(cells))
+        else:
+            masked = set()
+            line = REPORT_TIMES.sub("#", line)
+        out.append(line)
+    return "\n".join(out)
 
 
 def digests(root: Path) -> list[tuple[str, str, str]]:

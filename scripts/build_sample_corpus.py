@@ -837,7 +837,7 @@ def main(argv: list[str] | None = None) -> int:
         "--download-dir",
         type=Path,
         default=DEFAULT_DOWNLOAD_DIR,
-        help="where packages are downloaded (default: .dihal/corpus-build/, git-ignored)",
+        help="where packages are downloaded (default: .dihal/locate/corpus-build/, git-ignored)",
     )
     ap.add_argument(
         "--output-dir",

@@ -18,8 +18,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def main(argv: list[str] | None = None) -> None:
-    from dihal.document import Document
-    from dihal.report import cross_backbone_tables
+    from dihal.report.cross_backbone import cross_backbone_tables
+    from dihal.report.document import Document
     from storage import ArtifactLayout, backbone_summary
     from storage.lineage import other_backbones
 

@@ -1,7 +1,7 @@
 """Issue 20 on the embedded SmolLM2: a small bridge at one layer, its sampler-steps curve under
-both update rules (held-out hybrid NLL at each K, through dihal.controls.sampler_steps_curve),
+both update rules (held-out hybrid NLL at each K, through dihal.replace.controls.sampler_steps_curve),
 the control hybrids at the same layer (ridge, layer-drop, optionally the regression control)
-on the same held-out sequences, and the FLOPs per generated token of each (dihal.cost).
+on the same held-out sequences, and the FLOPs per generated token of each (dihal.evaluate.cost).
 
 The hidden states are computed in memory (layers 0 and l only) from the embedded corpus; the
 bridge is trained by the pipeline's own `train_layer` under `BridgeProtocol` defaults (one pass).
@@ -29,17 +29,17 @@ from dihal.config import (
     SamplerCurveConfig,
     SequenceConfig,
 )
-from dihal.control_hybrids import (
+from dihal.evaluate.cost import backbone_flop_model, ridge_map_flops, with_bridge
+from dihal.locate.corpus import iter_documents, pack_sequences, resolve_shards
+from dihal.replace.control_hybrids import (
     bridge_hybrid,
     fit_ridge,
     held_out_nll,
     layer_drop_hybrid,
     ridge_hybrid,
 )
-from dihal.controls import choose_steps, sampler_steps_curve
-from dihal.corpus import iter_documents, pack_sequences, resolve_shards
-from dihal.cost import backbone_flop_model, ridge_map_flops, with_bridge
-from dihal.replace import _pairs, load_layer_data, restore_bridge, train_layer
+from dihal.replace.controls import choose_steps, sampler_steps_curve
+from dihal.replace.stage import _pairs, load_layer_data, restore_bridge, train_layer
 
 
 class MemoryStates:

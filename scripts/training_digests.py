@@ -18,12 +18,12 @@ from pathlib import Path
 
 import torch
 
-from dihal.baselines import build_baseline
-from dihal.baselines.base import baseline_loss
 from dihal.bridge.data import BridgeData
 from dihal.bridge.denoiser import DenoiserConfig, build_denoiser
 from dihal.bridge.process import BrownianBridge
 from dihal.bridge.train import train_bridge
+from dihal.compare.baselines import build_baseline
+from dihal.compare.baselines.base import baseline_loss
 from dihal.training import TrainConfig, train_model
 
 V, D, T, BOS, EOS = 50, 16, 8, 0, 1
@@ -80,19 +80,19 @@ def baseline(name: str):
     target = build_denoiser(DenoiserConfig(d_in=D, d_model=32, n_layers=2, n_heads=2), 0).param_count()
     kwargs = {}
     if name == "diffusion-lm":
-        from dihal.baselines.diffusion_lm import DiffusionLMConfig
+        from dihal.compare.baselines.diffusion_lm import DiffusionLMConfig
         kwargs["config"] = DiffusionLMConfig(embed_dim=D)
     elif name == "ld4lg":
-        from dihal.baselines.decoder import DecoderConfig
-        from dihal.baselines.ld4lg import LD4LGConfig
+        from dihal.compare.baselines.decoder import DecoderConfig
+        from dihal.compare.baselines.ld4lg import LD4LGConfig
         kwargs["config"] = LD4LGConfig(n_latents=4, d_latent=16, d_ae=32, ae_heads=2,
                                        encoder_layers=1, resampler_layers=1,
                                        decoder=DecoderConfig(d_model=32, n_layers=1, n_heads=2))
         target = build_denoiser(DenoiserConfig(d_in=16, d_model=32, n_layers=2, n_heads=1),
                                 0).param_count()
     elif name == "codar":
-        from dihal.baselines.codar import CoDARConfig
-        from dihal.baselines.decoder import DecoderConfig
+        from dihal.compare.baselines.codar import CoDARConfig
+        from dihal.compare.baselines.decoder import DecoderConfig
         kwargs["config"] = CoDARConfig(decoder=DecoderConfig(d_model=32, n_layers=1, n_heads=2))
         target = build_denoiser(DenoiserConfig(d_in=D, d_model=32, n_layers=2, n_heads=1),
                                 0).param_count()

@@ -1,5 +1,5 @@
 """What the report of a backbone is built from, read from its finished artifacts
-(dihal.report lays it out)."""
+(dihal.report.build lays it out)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from storage.artifacts import (
     SamplerCurve,
     Sequences,
     SweepBridge,
-    _by_model,
+    by_model,
 )
 from storage.layout import ArtifactLayout
 from storage.lineage import other_backbones
@@ -42,7 +42,7 @@ def report_inputs(layout: ArtifactLayout, backbone: str) -> ReportInputs:
         SamplerCurve, Comparison, FullTraining))}
     m = {stage: a.require() for stage, a in arts.items()}
     bness, cmp_ = m["bridgeability"].info, m["comparison"].info
-    samples = _by_model(arts["eval"].samples())
+    samples = by_model(arts["eval"].samples())
     for row in cmp_["rows"]:
         if row.get("role") == "baseline" and (b := BaselineRun(layout, backbone, row["model"])).manifest():
             samples[row["model"]] = b.manifest().info["samples"]

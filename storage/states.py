@@ -113,7 +113,7 @@ class StateWriter:
         if split in self.reference_splits:
             if reference is None:
                 raise ValueError(f"the {split} split keeps the backbone's next-token reference: "
-                                 "write_batch needs it (dihal.extract.next_token_reference)")
+                                 "write_batch needs it (dihal.locate.extract.next_token_reference)")
             for name, values in zip(REFERENCE, reference, strict=True):
                 self._group[name][split][start : start + len(values)] = values
         self._group["states"][split][:, start : start + states.shape[1]] = states

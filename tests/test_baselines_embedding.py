@@ -6,10 +6,12 @@ from functools import cache
 import pytest
 import torch
 
-from dihal.baselines import build_baseline, common, sed
-from dihal.baselines import diffusion_lm as dlm
-from dihal.baselines.base import Budget, BudgetMismatchError, baseline_loss, check_budget
-from dihal.baselines.schedules import (
+from dihal.bridge.denoiser import DenoiserConfig, build_denoiser
+from dihal.checkpoint import latest_checkpoint, list_checkpoints, load_into
+from dihal.compare.baselines import build_baseline, common, sed
+from dihal.compare.baselines import diffusion_lm as dlm
+from dihal.compare.baselines.base import Budget, BudgetMismatchError, baseline_loss, check_budget
+from dihal.compare.baselines.schedules import (
     CosineSchedule,
     SqrtSchedule,
     ddim_step,
@@ -18,8 +20,6 @@ from dihal.baselines.schedules import (
     v_target,
     x0_from_v,
 )
-from dihal.bridge.denoiser import DenoiserConfig, build_denoiser
-from dihal.checkpoint import latest_checkpoint, list_checkpoints, load_into
 from dihal.errors import CheckpointMismatchError, TrainingError
 from dihal.training import TrainConfig, sample_budget, train_model
 

@@ -146,7 +146,7 @@ def test_dump_peak_model_is_the_measured_peak_of_one_batch(bf16_backbone, split)
     layers at once: 11.25 x the states' float32 elements measured, against 6.25.)"""
     import numpy as np
 
-    from dihal.extract import ExtractConfig, extract_hidden_states
+    from dihal.locate.extract import ExtractConfig, extract_hidden_states
 
     bb = bf16_backbone
     ids = np.random.default_rng(0).integers(4, bb.model.config.vocab_size, (B_TINY, T_TINY))
@@ -163,7 +163,7 @@ def test_dump_peak_model_is_the_measured_peak_of_one_batch(bf16_backbone, split)
 def test_training_pairs_peak_model_is_within_ten_percent_of_the_measured(bf16_backbone):
     import numpy as np
 
-    from dihal.extract import ExtractConfig, layer_pairs
+    from dihal.locate.extract import ExtractConfig, layer_pairs
 
     bb = bf16_backbone
     ids = np.random.default_rng(1).integers(4, bb.model.config.vocab_size, (B_TINY, T_TINY))

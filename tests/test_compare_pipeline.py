@@ -6,7 +6,7 @@ import json
 import dagster as dg
 import pytest
 
-from dihal.report import another_backbone
+from dihal.report.cross_backbone import another_backbone
 from storage import read_manifest
 from tests.test_pipeline import TINY_RUN
 from tests.test_replace_pipeline import _mat, tiny  # noqa: F401 (fixture)
@@ -149,7 +149,7 @@ def test_baselines_comparison_full_training_report(tiny):  # noqa: F811
     assert [r["dihal_verdict"] for r in written][1:] == [r["dihal_verdict"] for r in ev_info["rows"][1:]]
     # the cost table: the backbone, DiHAL at each K of the curve, the controls; the FLOP model
     # counted from the parts prices each hybrid as the direct count of its decode does
-    from dihal.cost import flop_model_of
+    from dihal.evaluate.cost import flop_model_of
 
     cost = ev_info["cost"]
     model = flop_model_of(cost["flop_model"])
@@ -248,7 +248,7 @@ def test_baselines_comparison_full_training_report(tiny):  # noqa: F811
 
 
 def test_cross_backbone_tables_line_up_backbones_and_predictors():
-    from dihal.report import cross_backbone_tables
+    from dihal.report.cross_backbone import cross_backbone_tables
 
     def rho(p, v, lo, hi, vs=""):
         return {"predictor": p, "spearman_vs_-val_loss": v, "low_vs_-val_loss": lo,

@@ -11,7 +11,7 @@ import torch
 from dihal.bridge.data import BridgeData, Standardizer
 from dihal.bridge.denoiser import DenoiserConfig
 from dihal.config import BridgeProtocol
-from dihal.control_hybrids import (
+from dihal.replace.control_hybrids import (
     bridge_hybrid,
     fit_ridge,
     held_out_nll,
@@ -19,7 +19,7 @@ from dihal.control_hybrids import (
     regression_hybrid,
     ridge_hybrid,
 )
-from dihal.hybrid import next_token_nll
+from dihal.replace.hybrid import next_token_nll
 from dihal.results import TrainedBridge
 from tests.tiny import randomised_denoiser
 
@@ -177,8 +177,8 @@ def test_controls_are_sampled_and_scored_by_the_eval_code(tiny_backbone, tiny_ll
     """sample_and_score: every control's samples go through the same judge and metric code as
     DiHAL's row, with the same sample count and timing fields."""
     from dihal.config import EvalConfig
-    from dihal.generation import sample_and_score
-    from dihal.judge import load_judge
+    from dihal.evaluate.generation import sample_and_score
+    from dihal.evaluate.judge import load_judge
 
     bb = tiny_backbone
     judge = load_judge(str(tiny_llama_dir), cache_dir=tmp_path / "judge")

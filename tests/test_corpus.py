@@ -4,7 +4,8 @@ import shutil
 
 import pytest
 
-from dihal.corpus import (
+from dihal.errors import CorpusError, MalformedLineError
+from dihal.locate.corpus import (
     CorpusConfig,
     CorpusStats,
     SequenceConfig,
@@ -21,7 +22,6 @@ from dihal.corpus import (
     split_of,
     verified_shards,
 )
-from dihal.errors import CorpusError, MalformedLineError
 from tests.tiny import build_tokenizer, make_docs, write_shard
 
 
@@ -225,8 +225,7 @@ def test_remote_shard_is_retried_after_server_errors(tmp_path):
     import http.server
     import threading
 
-    from dihal import corpus as corpus_mod
-
+    from dihal.locate import corpus as corpus_mod
     shard = write_shard(tmp_path / "s0.json.gz", make_docs(5))
     hits = []
 
@@ -342,8 +341,8 @@ def test_the_gpu_profile_gives_mauve_512_held_out_texts_and_samples_a_side():
     import torch
     from transformers import AutoTokenizer
 
-    from dihal.generation import held_out_texts
-    from dihal.metrics import MAUVE_RESULT_SAMPLES
+    from dihal.evaluate.generation import held_out_texts
+    from dihal.evaluate.metrics import MAUVE_RESULT_SAMPLES
     from dihal.profiles import load_profile
 
     _, profile = load_profile("gpu")

@@ -11,8 +11,7 @@ import torch.nn.functional as F
 from dihal.bridge.data import Standardizer
 from dihal.bridge.denoiser import DenoiserConfig
 from dihal.bridge.process import BrownianBridge
-from dihal.control_hybrids import RidgeMap, layer_drop_hybrid, ridge_hybrid
-from dihal.cost import (
+from dihal.evaluate.cost import (
     CostSubject,
     FlopModel,
     backbone_flop_model,
@@ -22,7 +21,8 @@ from dihal.cost import (
     ridge_map_flops,
     with_bridge,
 )
-from dihal.hybrid import Hybrid, decode_backbone
+from dihal.replace.control_hybrids import RidgeMap, layer_drop_hybrid, ridge_hybrid
+from dihal.replace.hybrid import Hybrid, decode_backbone
 from tests.tiny import randomised_denoiser
 
 LAYER, LENGTH = 2, 12
@@ -50,7 +50,7 @@ def parts(tiny_backbone):
 
 def per_token(fn):
     """FLOPs per generated token of a decode, without its timing warm-up."""
-    from dihal.hybrid import no_warmup
+    from dihal.replace.hybrid import no_warmup
 
     with no_warmup():
         return count_flops(fn)[0] / LENGTH

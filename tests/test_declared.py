@@ -199,7 +199,7 @@ def test_a_folder_given_to_the_driver_is_refused_where_a_daemon_already_runs(
 
 
 def test_a_declared_backbone_can_judge_another(config, mistral_dir, tmp_path):
-    from dihal.judge import resolve_judge
+    from dihal.evaluate.judge import resolve_judge
 
     config(f'[backbones.mine]\nmodel = "{mistral_dir}"\n')
     w = resolve_judge("mine", cache_dir=tmp_path)

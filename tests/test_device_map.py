@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-from dihal import extract
 from dihal.backbones import load_backbone
-from dihal.extract import ExtractConfig, layer_pairs, stack_on_one_device
+from dihal.locate import extract
+from dihal.locate.extract import ExtractConfig, layer_pairs, stack_on_one_device
 
 
 class SplitDecoder:

@@ -1,7 +1,7 @@
 import base64
 import math
 
-from dihal.document import Document
+from dihal.report.document import Document
 
 PNG = base64.b64decode(
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==")

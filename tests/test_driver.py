@@ -125,7 +125,7 @@ def test_the_driver_chooses_the_seed_layers(argv, want):
 
 
 def test_default_seed_layers_spread_over_the_sweep():
-    from dihal.replace import default_seed_layers
+    from dihal.replace.stage import default_seed_layers
 
     assert default_seed_layers([29, 1, 2, 3, 4, 8, 12, 16, 21, 25]) == [1, 4, 16, 29]
     assert default_seed_layers([1, 2, 3, 4, 5]) == [1, 2, 4, 5]

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from dihal.errors import StateValueError
-from dihal.extract import ExtractConfig, check_states, extract_hidden_states
+from dihal.locate.extract import ExtractConfig, check_states, extract_hidden_states
 from storage.states import PROGRESS, StateReader, StateSpec, StateWriter
 
 
@@ -163,7 +163,7 @@ def test_measuring_against_the_dumps_reference_gives_the_backbones_own_numbers(t
     from dataclasses import replace
 
     from dihal.config import BridgeProtocol
-    from dihal.replace import _pairs, load_layer_data, measure_bridge, train_layer_bridge
+    from dihal.replace.stage import _pairs, load_layer_data, measure_bridge, train_layer_bridge
 
     seqs = _sequences(tiny_backbone, n_train=8, n_val=6)
     r = StateReader(_dump(tiny_backbone, seqs, tmp_path))

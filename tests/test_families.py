@@ -11,8 +11,8 @@ from dihal.bridge.data import Standardizer
 from dihal.bridge.denoiser import DenoiserConfig, build_denoiser
 from dihal.bridge.process import BrownianBridge
 from dihal.errors import UnsupportedArchitectureError
-from dihal.hybrid import Hybrid, decode_backbone
 from dihal.registry import SUPPORTED_ARCHITECTURES, BackboneSpec, declare
+from dihal.replace.hybrid import Hybrid, decode_backbone
 from tests.tiny import FAMILIES, REFUSED, build_model, check_replay
 
 LAYER = 2

@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from dihal.compare import baseline_frontier
-from dihal.frontier import (
+from dihal.compare.stage import baseline_frontier
+from dihal.evaluate.frontier import (
     clearly_dominates,
     dominates,
     frontier_sentence,
@@ -104,7 +104,8 @@ def test_a_baseline_samples_each_missing_temperature_once():
 
 
 def test_report_section_plots_and_tabulates_the_frontier():
-    from dihal.report import FRONTIER, build_report
+    from dihal.report.build import build_report
+    from dihal.report.common import FRONTIER
     from tests.test_report import inputs
 
     x = inputs()
@@ -122,7 +123,7 @@ def test_report_section_plots_and_tabulates_the_frontier():
 def test_the_reports_opening_answers_read_the_frontier():
     """The sentence is among "What this run shows", linking to section 3c; without points it
     says none was measured."""
-    from dihal.report import build_report
+    from dihal.report.build import build_report
     from tests.test_report import inputs
 
     x = inputs()

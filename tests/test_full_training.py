@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from dihal.compare import full_training
+from dihal.compare.stage import full_training
 from dihal.config import EvalConfig
 from dihal.results import BridgeMetrics
 from tests.test_control_hybrids import LAYER, _trained
@@ -24,7 +24,7 @@ def _metrics(val_loss, t1_loss, hybrid_nll, seconds=2.0):
 
 @pytest.fixture(scope="module")
 def judge(tiny_llama_dir, tmp_path_factory):
-    from dihal.judge import load_judge
+    from dihal.evaluate.judge import load_judge
 
     return load_judge(str(tiny_llama_dir), cache_dir=tmp_path_factory.mktemp("judge"))
 
@@ -104,7 +104,7 @@ def test_a_failed_full_budget_regression_control_says_what_to_run(tmp_path):
 def test_full_training_takes_l_stars_rows_from_the_eval_where_it_drew_them(tiny_backbone):
     """The eval sampled this bridge at l* with the same config: its rows, not new samples (no
     judge is needed); at the chosen K too, where that is not the protocol's."""
-    from dihal.compare import GENERATION_KEYS
+    from dihal.compare.stage import GENERATION_KEYS
 
     def row(role, steps, rule, ppl):
         return {"model": role, "role": role, "layer": LAYER, "steps": steps, "rule": rule,

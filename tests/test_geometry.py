@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from dihal.geometry import (
+from dihal.locate.geometry import (
     NORMALIZATIONS,
     ROBUST_CLIP,
     GeometryConfig,
@@ -391,7 +391,7 @@ def test_malformed_inputs_are_rejected():
 def test_weighted_quantile_is_the_quantile_of_the_expanded_multiset():
     import numpy as np
 
-    from dihal.geometry import weighted_quantile
+    from dihal.locate.geometry import weighted_quantile
 
     g = torch.Generator().manual_seed(0)
     for m in (5, 6, 7):
@@ -413,7 +413,7 @@ def _spiked(n: int, d: int, seed: int) -> torch.Tensor:
 
 
 def test_unit_weights_reproduce_the_point_proxies():
-    from dihal.geometry import layer_proxies_resampled
+    from dihal.locate.geometry import layer_proxies_resampled
 
     cfg = GeometryConfig(n_tokens=300, n_anchors=100, k_neighbors=6, n_pairs=200)
     x = _spiked(300, 80, 1)
@@ -427,7 +427,7 @@ def test_unit_weights_reproduce_the_point_proxies():
 def test_replicate_effective_rank_equals_the_resampled_covariance():
     """k_eff of a replicate, computed in a small span plus one Krylov direction, against the
     eigendecomposition of the covariance of the tokens actually drawn."""
-    from dihal.geometry import _spectrum, layer_proxies_resampled, resample_weights
+    from dihal.locate.geometry import _spectrum, layer_proxies_resampled, resample_weights
 
     cfg = GeometryConfig(n_tokens=400, n_anchors=100, k_neighbors=6, n_pairs=200)
     g = torch.Generator().manual_seed(3)
@@ -451,8 +451,8 @@ def test_geometry_on_the_cpu_device_is_bitwise_the_plain_cpu_path():
     proxies and bootstrap replicates of the per-layer CPU functions on the same tokens."""
     import numpy as np
 
-    from dihal.geometry import layer_proxies_resampled, resample_weights
-    from dihal.locate import compute_geometry, sample_positions
+    from dihal.locate.geometry import layer_proxies_resampled, resample_weights
+    from dihal.locate.stage import compute_geometry, sample_positions
     from dihal.seeds import derive_seed
 
     rng = np.random.default_rng(0)

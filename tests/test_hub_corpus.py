@@ -10,14 +10,14 @@ import dagster as dg
 import pytest
 
 from dihal.config import CorpusConfig, SequenceConfig
-from dihal.corpus import (
+from dihal.errors import CorpusError, MalformedLineError
+from dihal.locate.corpus import (
     HubSource,
     content_identity,
     make_sequences,
     scan_corpus,
     shard_records,
 )
-from dihal.errors import CorpusError, MalformedLineError
 from tests.tiny import build_tokenizer, make_docs
 
 
@@ -93,7 +93,7 @@ def test_malformed_rows_are_an_error_when_asked_and_a_wrong_field_names_the_fiel
         scan_corpus(wrong, shard_records(wrong))
     stats = scan_corpus(cfg_of(folder), shard_records(cfg_of(folder))).stats
     assert stats["malformed"] == 1 and stats["documents"] == 3
-    from dihal.corpus import CorpusStats
+    from dihal.locate.corpus import CorpusStats
 
     s = CorpusStats()
     list(HubSource(wrong).documents(s))
@@ -188,7 +188,7 @@ def test_a_hub_dataset_runs_through_corpus_sequences_and_locate(tmp_path, tiny_l
 def test_a_shard_corpus_keeps_the_fingerprint_it_had_before_the_hub_fields():
     """The corpus asset fingerprints `fingerprint_config`: for shards, exactly the fields a
     corpus had before the Hugging Face ones, so existing artifacts stay reused."""
-    from dihal.corpus import fingerprint_config
+    from dihal.locate.corpus import fingerprint_config
     from storage import fingerprint
 
     cfg = CorpusConfig(paths=("corpus/*.json.gz",), max_docs=50)

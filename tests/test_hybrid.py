@@ -8,7 +8,7 @@ from torch import nn
 from dihal.bridge.data import Standardizer
 from dihal.bridge.denoiser import DenoiserConfig, build_denoiser
 from dihal.bridge.process import BrownianBridge
-from dihal.hybrid import (
+from dihal.replace.hybrid import (
     Hybrid,
     decode_backbone,
     decode_texts,
@@ -228,7 +228,7 @@ def test_marginal_rule_cached_decoding_equals_uncached(tiny_backbone, stds):
 def test_timed_decoding_starts_after_a_warm_up(tiny_backbone, stds, monkeypatch):
     """The first stepper call pays the start-up (on a GPU: CUDA context, kernels): it runs in a
     warm-up before the clock starts, and the tokens are those of a decode without one."""
-    import dihal.hybrid as hy
+    import dihal.replace.hybrid as hy
 
     clock = {"now": 0.0, "calls": 0}
     monkeypatch.setattr(hy.time, "perf_counter", lambda: clock["now"])

@@ -9,8 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from dihal.judge import Judge, JudgeNotFoundError, load_judge
-from dihal.metrics import gen_ppl
+from dihal.evaluate.judge import Judge, JudgeNotFoundError, load_judge
+from dihal.evaluate.metrics import gen_ppl
 
 TEXTS = [
     "the man said that he was in the state",
@@ -57,10 +57,10 @@ def test_chunked_batched_nll_equals_full_logits(tiny_judge):
 
 def test_one_judge_pass_scores_every_prefix_as_the_judge_would(tiny_judge):
     """The length-controlled Gen.PPL reads a text's first L token losses from the pass over
-    the whole text (dihal.generation.PrefixScorer): the same numbers as scoring the cut ids,
+    the whole text (dihal.evaluate.generation.PrefixScorer): the same numbers as scoring the cut ids,
     and the judge runs once."""
-    from dihal.generation import PrefixScorer
-    from dihal.metrics import gen_ppl_first_tokens
+    from dihal.evaluate.generation import PrefixScorer
+    from dihal.evaluate.metrics import gen_ppl_first_tokens
 
     judge = Judge(tiny_judge.model, tiny_judge.tokenizer, batch_size=2)
     calls = []
@@ -85,7 +85,7 @@ def test_one_pass_gives_the_losses_and_the_features_of_two(tiny_judge):
     """score_ids: the token losses of token_nll_each and the features of features() from one
     forward; PrefixScorer hands MAUVE the features of that pass, so scoring a text set (its
     Gen.PPL, its length-controlled Gen.PPL and its features) runs the judge once."""
-    from dihal.generation import PrefixScorer
+    from dihal.evaluate.generation import PrefixScorer
 
     judge = Judge(tiny_judge.model, tiny_judge.tokenizer, batch_size=2)
     ids = [judge.encode(t) for t in TEXTS]
@@ -180,7 +180,7 @@ def test_each_backbone_has_a_judge_other_than_itself():
 
 @pytest.mark.slow
 def test_a_backbone_name_loads_that_backbone_as_the_judge():
-    from dihal.judge import load_judge
+    from dihal.evaluate.judge import load_judge
 
     judge = load_judge("smollm2", cache_dir=Path(".dihal/artifacts/cache/models"))
     assert judge.name == "smollm2" and "sha256=b179c952" in judge.revision

@@ -138,7 +138,7 @@ def test_the_dihal_import_graph_has_no_cycle():
     assert {"dihal.training", "dihal.checkpoint", "dihal.bridge", "dihal.bridge.train"} <= set(graph)
     # the graph sees package __init__s and relative imports: the training loop's old cycle
     assert "dihal.checkpoint" in graph["dihal.training"]
-    assert "dihal.bridge" in graph["dihal.replace"] and "dihal.training" in graph["dihal.bridge.train"]
+    assert "dihal.bridge" in graph["dihal.replace.stage"] and "dihal.training" in graph["dihal.bridge.train"]
     assert find_cycle(graph) is None, " -> ".join(find_cycle(graph))
     # nor one hidden behind a lazy module __getattr__ that imports on first use
     lazy = [str(f.relative_to(ROOT)) for f in (ROOT / "dihal").rglob("*.py")
@@ -175,10 +175,10 @@ def test_no_baseline_recipe_borrows_from_another():
     every recipe's `build` is the one shared construction."""
     import importlib
 
-    from dihal.baselines import common
+    from dihal.compare.baselines import common
     from dihal.registry import BASELINE_SPECS
 
-    recipes = {f"dihal.baselines.{spec.module}" for spec in BASELINE_SPECS.values()}
+    recipes = {f"dihal.compare.baselines.{spec.module}" for spec in BASELINE_SPECS.values()}
     assert len(recipes) == 4
     borrowed = [(r, m) for r in sorted(recipes)
                 for m in _imports(ROOT / (r.replace(".", "/") + ".py")) if m in recipes]
@@ -207,13 +207,13 @@ def test_asset_bodies_are_short_wiring():
 
 
 def test_one_error_root():
-    import dihal.baselines.base
+    import dihal.compare.baselines.base
     import dihal.errors
-    import dihal.judge
+    import dihal.evaluate.judge
     import dihal.training
     from dihal.errors import DihalError
 
-    errors = [obj for mod in (dihal.errors, dihal.baselines.base, dihal.judge, dihal.training)
+    errors = [obj for mod in (dihal.errors, dihal.compare.baselines.base, dihal.evaluate.judge, dihal.training)
               for _, obj in inspect.getmembers(mod, inspect.isclass)
               if issubclass(obj, Exception) and obj.__module__.startswith("dihal")]
     assert len(errors) >= 8
@@ -223,7 +223,7 @@ def test_one_error_root():
 def test_one_list_of_backbones_and_of_baselines():
     from dagster import StaticPartitionsDefinition
 
-    from dihal.baselines import VERSIONS
+    from dihal.compare.baselines import VERSIONS
     from dihal.registry import BACKBONES, BASELINES
     from pipeline.definitions import defs
 

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from dihal.metrics import (
+from dihal.evaluate.metrics import (
     diversity,
     gen_ppl,
     mauve_interval,
@@ -105,7 +105,7 @@ def test_mauve_interval_matches_mauve_text_and_separates_distributions():
     import mauve
     import numpy as np
 
-    from dihal.metrics import _mauve_of_histograms
+    from dihal.evaluate.metrics import _mauve_of_histograms
 
     rng = np.random.default_rng(0)
     q = rng.normal(size=(80, 16))
@@ -143,7 +143,7 @@ def test_mauve_leaves_torch_thread_count_as_it_was():
 # length control, MAUVE's k-means seeds
 
 def test_spacy_words_and_diversity():
-    from dihal.metrics import diversity_spacy, spacy_words
+    from dihal.evaluate.metrics import diversity_spacy, spacy_words
 
     # spaCy splits contractions and keeps numbers whole, unlike our regex
     assert spacy_words("It's 3.5 don't") == ["It", "'s", "3.5", "do", "n't"]
@@ -170,7 +170,7 @@ class IdJudge:
 
 
 def test_gen_ppl_first_tokens_scores_equal_lengths_and_counts_short_samples():
-    from dihal.metrics import gen_ppl_first_tokens, judge_lengths
+    from dihal.evaluate.metrics import gen_ppl_first_tokens, judge_lengths
 
     texts = ["a b c d e", "a b c", "a", "", "a b c d"]
     assert judge_lengths(IdJudge(), texts) == [5, 3, 1, 0, 4]
@@ -195,7 +195,7 @@ class FixedJudgeById(IdJudge):
 
 
 def test_shared_length_by_hand():
-    from dihal.metrics import shared_length
+    from dihal.evaluate.metrics import shared_length
 
     # row A: 75 % of 4 = 3 samples must be kept -> the 3rd longest, 5; row B: 2nd longest of 2
     assert shared_length([[10, 2, 5, 8], [6, 7]], keep=0.75) == 5
@@ -208,7 +208,7 @@ def test_shared_length_by_hand():
 def test_mauve_interval_seeds_widens_the_interval_and_flags_small_samples():
     import numpy as np
 
-    from dihal.metrics import mauve_interval_seeds
+    from dihal.evaluate.metrics import mauve_interval_seeds
 
     rng = np.random.default_rng(5)
     q = rng.normal(size=(100, 16))

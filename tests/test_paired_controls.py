@@ -1,4 +1,4 @@
-"""The paired comparison of each eval row against DiHAL's (dihal.generation
+"""The paired comparison of each eval row against DiHAL's (dihal.evaluate.generation
 .paired_against_first), each way it can come out, with a hand-made judge; and the judge memo
 that lets it reuse the metrics' scores."""
 
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from dihal.generation import PAIRED_KEYS, MemoJudge, paired_against_first
+from dihal.evaluate.generation import PAIRED_KEYS, MemoJudge, paired_against_first
 
 
 class CountingJudge:
@@ -61,8 +61,8 @@ def test_the_memo_scores_each_text_once():
 def test_the_paired_comparison_reuses_the_metrics_judge_pass(tiny_llama_dir, tmp_path):
     """With a one-pass judge (Judge.score_ids), the eval's memo keeps what the metrics' pass
     scored, so the paired comparison after it runs no judge: the same NLLs, no forward."""
-    from dihal.generation import ScoreMemo, text_metrics
-    from dihal.judge import load_judge
+    from dihal.evaluate.generation import ScoreMemo, text_metrics
+    from dihal.evaluate.judge import load_judge
 
     judge = load_judge(str(tiny_llama_dir), cache_dir=tmp_path)
     memo = ScoreMemo(judge)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from dihal.predictors import (
+from dihal.locate.predictors import (
     ORIENTATION,
     PREDICTORS,
     RidgeFolds,

@@ -319,17 +319,17 @@ def test_a_sweep_partition_builds_its_training_pairs_once(tiny, monkeypatch):
     import hashlib
     import shutil
 
-    import dihal.extract
+    import dihal.locate.extract
     from storage import RegressionControl
 
     built = []
-    real = dihal.extract.layer_pairs
+    real = dihal.locate.extract.layer_pairs
 
     def counting(*args, **kwargs):
         built.append(args[2])
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(dihal.extract, "layer_pairs", counting)
+    monkeypatch.setattr(dihal.locate.extract, "layer_pairs", counting)
     defs, shard, root = tiny
     inst = dg.DagsterInstance.ephemeral()
     ops = {**TINY_RUN, "corpus": {"config": {"paths": [str(shard)]}},

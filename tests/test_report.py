@@ -5,23 +5,13 @@ import base64
 
 import pytest
 
-from dihal.report import (
-    ANSWERS,
-    BRIDGEABILITY,
-    CONTROLS,
-    COST,
-    GENERATION,
-    LOCATE,
-    REGRESSION,
-    answer_break_even,
-    answer_bridge_vs_regression,
-    answer_controls,
-    answer_cost,
-    answer_generation,
-    answer_geometry_vs_depth,
-    answer_l_star,
-    build_report,
-)
+from dihal.report.bridgeability import answer_bridge_vs_regression, answer_geometry_vs_depth
+from dihal.report.build import ANSWERS, build_report
+from dihal.report.common import BRIDGEABILITY, CONTROLS, COST, GENERATION, LOCATE, REGRESSION
+from dihal.report.controls import answer_controls
+from dihal.report.cost import answer_break_even, answer_cost
+from dihal.report.generation import answer_generation
+from dihal.report.locate import answer_l_star
 from dihal.results import ReportInputs
 from dihal.rows import DEPTH, RegressionRow, Spearman, SpearmanRow
 
@@ -263,7 +253,7 @@ def _scored(model, role, log_ppl, spread=0.3, n=16, seed=0, **extra):
 
 
 def test_generation_pairs_decide_by_the_log_ppl_difference_and_give_a_power_count():
-    from dihal.report import generation_pairs
+    from dihal.report.generation import generation_pairs
 
     dihal = _scored("dihal", "dihal", 4.0, seed=1, denoiser_parameters=1, train_tokens=1,
                     sampler_steps=1)
@@ -349,7 +339,7 @@ def test_bridgeability_shows_the_seed_spread_or_says_there_is_one_seed():
 def test_full_training_says_what_validation_loss_would_have_chosen(disagree):
     from dataclasses import replace
 
-    from dihal.report import _full_training_summary
+    from dihal.report.full_training import _full_training_summary
 
     full = [{"role": role, "layer": ll, "val_loss": 0.5, "hybrid_nll": 3.0, "gen_ppl": 40.0}
             for role, ll in (("geometry l*", 2), ("oracle", 3), ("worst", 1))]
@@ -509,7 +499,7 @@ def _full_rows(n_seeds: int, chosen: bool) -> list[dict]:
 def test_full_training_table_seeds_samplers_and_controls_from_eval(n_seeds, chosen):
     from dataclasses import replace
 
-    from dihal.report import full_training_sampler, full_training_seeds
+    from dihal.report.full_training import full_training_sampler, full_training_seeds
 
     x = inputs()
     control = {**_control("regression (l=2, full budget)", 60.0, -0.2, -0.4, -0.1, "below"),

@@ -5,14 +5,14 @@ import pytest
 import torch
 
 from dihal.config import BridgeProtocol, ExtractConfig, SamplerCurveConfig
-from dihal.control_hybrids import bridge_hybrid
-from dihal.controls import choose_steps, sampler_steps_curve
+from dihal.replace.control_hybrids import bridge_hybrid
+from dihal.replace.controls import choose_steps, sampler_steps_curve
 from storage.states import StateReader
 from tests.test_extract import _dump, _sequences
 
 
 def test_the_curve_measures_each_rule_at_each_k(tiny_backbone, tmp_path):
-    from dihal.replace import train_layer
+    from dihal.replace.stage import train_layer
 
     seqs = _sequences(tiny_backbone, n_train=8, n_val=6)
     reader = StateReader(_dump(tiny_backbone, seqs, tmp_path))

@@ -125,8 +125,8 @@ def main(model_dir: str, cache_dir: str, disturb: str, threads: str) -> None:
         _disturb(int(disturb))
     from dihal.backbones import load_backbone
     from dihal.config import EvalConfig
-    from dihal.generation import evaluate_generation
-    from dihal.judge import load_judge
+    from dihal.evaluate.generation import evaluate_generation
+    from dihal.evaluate.judge import load_judge
 
     backbone = load_backbone("llama", path=model_dir, cache_dir=Path(cache_dir))
     judge = load_judge(model_dir, cache_dir=Path(cache_dir))

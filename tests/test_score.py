@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from dihal.score import depth_control, layer_scores, select_layer, spearman, zscore
+from dihal.locate.score import depth_control, layer_scores, select_layer, spearman, zscore
 
 Z1 = math.sqrt(1.5)  # z-score of the ends of (1, 2, 3): (3 - 2) / sqrt(2/3)
 
@@ -155,7 +155,7 @@ def test_depth_control():
 
 
 def test_l_star_stability_counts_the_replicates_picks():
-    from dihal.locate import l_star_stability
+    from dihal.locate.stage import l_star_stability
 
     # 3 candidate layers; curvature alone ranks them (mono, k_eff constant): replicates 0-6
     # make layer 2 the best, 7-8 layer 3 and 9 layer 1

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from dihal.config import GeometryConfig
-from dihal.stability import (
+from dihal.locate.stability import (
     geometry_pick_layers,
     pick_summary,
     positions_from_sequences,
@@ -127,7 +127,7 @@ def _dump(per_layer, seed=0):
 
 
 def test_geometry_pick_layers_clear_case_matches_locate_and_never_moves():
-    from dihal.locate import compute_geometry, score_summary
+    from dihal.locate.stage import compute_geometry, score_summary
 
     reader = _dump([(_ISO, _ISO), (_ISO, _ISO), (_LOW, _LOW), (_ISO * 3, _ISO * 3)])
     full = score_summary(compute_geometry(reader, _CFG, backbone="t").rows)["l_star"]

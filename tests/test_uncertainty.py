@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from dihal.predictors import ORIENTATION
-from dihal.replace import DEPTH, bridgeability_table
+from dihal.locate.predictors import ORIENTATION
+from dihal.replace.stage import DEPTH, bridgeability_table
 from dihal.rows import SpearmanRow
 from dihal.uncertainty import (
     bootstrap_interval,

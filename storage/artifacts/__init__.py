@@ -1,5 +1,5 @@
 """One class per artifact kind, by stage family: the base protocol (base), Locate's kinds
-(locate), Replace's (replace), Compare's (compare). Each owns its directory, its file names, its
+(locate), Replace's (replace), Evaluate's (evaluate), Compare's (compare), Report's (report). Each owns its directory, its file names, its
 manifest and its atomic write, and reads back typed values (dihal.results). Nobody else spells a
 file name. The lineage queries are in storage.lineage, the report's inputs in
 storage.report_inputs."""
@@ -11,25 +11,23 @@ from storage.artifacts.base import (
     FileLink,
     Markdown,
     Plot,
+    RowsArtifact,
     Table,
     WorkArtifact,
-    _by_model,
-    _preview,
+    by_model,
+    preview,
 )
-from storage.artifacts.compare import BaselineRun, Comparison, FullTraining, Report
+from storage.artifacts.compare import BaselineRun, Comparison, FullTraining, FullTrainingBridge
+from storage.artifacts.evaluate import Evaluation, FullRegressionControl, SamplerCurve
 from storage.artifacts.locate import Corpus, Geometry, HiddenStates, LayerScore, Sequences
 from storage.artifacts.replace import (
     Bridge,
     Bridgeability,
     BridgeRun,
-    Evaluation,
-    FullRegressionControl,
-    FullTrainingBridge,
     RegressionControl,
-    RowsArtifact,
-    SamplerCurve,
     SweepBridge,
 )
+from storage.artifacts.report import Report
 
 __all__ = [
     "DAMAGED", "VERIFIED", "Artifact", "BaselineRun", "Bridge", "BridgeRun", "Bridgeability",
@@ -37,5 +35,5 @@ __all__ = [
     "FullTrainingBridge",
     "Geometry", "HiddenStates", "LayerScore", "Markdown", "Plot", "RegressionControl", "Report",
     "RowsArtifact", "SamplerCurve", "Sequences", "SweepBridge", "Table", "WorkArtifact",
-    "_by_model", "_preview",
+    "by_model", "preview",
 ]

@@ -30,6 +30,7 @@ from dihal.errors import CorruptArtifactError, MissingArtifactError
 from dihal.stages import STAGES, asset_key, stage_of_kind
 from storage.layout import ArtifactLayout
 from storage.manifest import Manifest, check_files, digest_files, read_manifest, write_manifest
+from storage.tables import write_table
 
 DAMAGED = ".damaged"  # a reader found damage: re-make, never reuse
 VERIFIED = ".verified"  # when the digests were last checked
@@ -244,16 +245,27 @@ class WorkArtifact(Artifact):
 
 
 
-def _by_model(samples: list[dict]) -> dict[str, list[str]]:
+def by_model(samples: list[dict]) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for s in samples:
         out.setdefault(s["model"], []).append(s["text"])
     return out
 
 
-def _preview(by_model: dict[str, list[str]], n: int = 5) -> str:
+def preview(by_model: dict[str, list[str]], n: int = 5) -> str:
     """Markdown: the first samples of each model."""
     return "\n\n".join(f"**{model}**\n\n" + "\n".join(
         f"{i + 1}. {json.dumps(t[:300])}" for i, t in enumerate(texts[:n]))
         for model, texts in by_model.items())
 
+
+class RowsArtifact(Artifact):
+    """An artifact that is one table of rows (`result.rows`), shown in the UI with `columns`."""
+
+    columns: ClassVar[list[str]] = []
+
+    def _write_files(self, directory: Path, result: Any) -> None:
+        write_table(directory / self.files[0], result.rows)
+
+    def metadata(self, manifest: Manifest) -> dict[str, Any]:
+        return {**super().metadata(manifest), "table": Table(manifest.info["rows"], self.columns)}

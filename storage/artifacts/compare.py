@@ -1,4 +1,4 @@
-"""The artifact kinds of Compare: the baselines, the comparison, full training and the report."""
+"""The artifact kinds of Compare: the baselines, the comparison, full training and its bridges."""
 
 from __future__ import annotations
 
@@ -14,17 +14,17 @@ from dihal.atomic import (
 from dihal.results import (
     BaselineResult,
     ComparisonResult,
-    ReportResult,
 )
 from storage.artifacts.base import (
     Artifact,
-    FileLink,
     Markdown,
+    RowsArtifact,
     Table,
     WorkArtifact,
-    _preview,
+    preview,
 )
-from storage.artifacts.replace import FRONTIER_COLUMNS, RowsArtifact
+from storage.artifacts.evaluate import FRONTIER_COLUMNS
+from storage.artifacts.replace import LayerMadeUnder
 from storage.manifest import Manifest
 from storage.tables import write_table
 
@@ -58,7 +58,7 @@ class BaselineRun(WorkArtifact):
 
     def metadata(self, manifest: Manifest) -> dict[str, Any]:
         return {**super().metadata(manifest), "budget": manifest.info["row"]["budget"],
-                "samples": Markdown(_preview({self.key: [s["text"] for s in self.samples()]}))}
+                "samples": Markdown(preview({self.key: [s["text"] for s in self.samples()]}))}
 
 
 class Comparison(Artifact):
@@ -84,21 +84,8 @@ class FullTraining(RowsArtifact):
                "gen_ppl", "diversity"]
 
 
-class Report(Artifact):
-    files = ("report.html", "report.md")
+class FullTrainingBridge(LayerMadeUnder):
+    """A full-budget bridge at another layer (the oracle or the worst), made by full_training."""
 
-    @property
-    def html(self) -> Path:
-        return self.path("report.html")
-
-    def markdown(self) -> str:
-        return self.path("report.md").read_text()
-
-    def _write_files(self, directory: Path, result: ReportResult) -> None:
-        atomic_write_text(directory / "report.html", result.html)
-        atomic_write_text(directory / "report.md", result.markdown)
-
-    def metadata(self, manifest: Manifest) -> dict[str, Any]:
-        return {"report": FileLink(self.path("report.html")),
-                "report_md": FileLink(self.path("report.md"))}
-
+    stage = "bridge"  # made by the bridge's code, under the full_training asset
+    folder, under = "full_training_bridges", "full_training"

@@ -148,7 +148,7 @@ class Geometry(Artifact):
         return read_rows(self.path("geometry.parquet"))
 
     def predictor_rows(self) -> list[dict]:
-        """The rival predictors of each candidate layer (dihal.predictors)."""
+        """The rival predictors of each candidate layer (dihal.locate.predictors)."""
         return read_rows(self.path("predictors.parquet"))
 
     def resamples(self) -> dict[str, list]:

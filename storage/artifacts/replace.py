@@ -1,34 +1,27 @@
-"""The artifact kinds of Replace: trained bridges (sweep, regression control, l*, full
-training), bridgeability, the sampler-steps curve and the evaluation."""
+"""The artifact kinds of Replace: trained bridges (sweep, regression control, l*, and the
+base of the bridges made under another stage's asset) and bridgeability."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 from dihal.atomic import (
     atomic_write_bytes,
     atomic_write_json,
-    atomic_write_text,
 )
 from dihal.errors import CorruptArtifactError, MissingArtifactError
 from dihal.results import (
     BridgeabilityResult,
-    EvalResult,
-    FullTrainingResult,
-    SamplerCurveResult,
     TrainedBridge,
 )
 from dihal.stages import asset_key
 from storage.artifacts.base import (
     Artifact,
-    Markdown,
     Plot,
     Table,
     WorkArtifact,
-    _by_model,
-    _preview,
 )
 from storage.manifest import Manifest
 from storage.tables import read_rows, write_table
@@ -92,7 +85,7 @@ class Bridge(BridgeRun):
     """bridge_<b>: the bridge at l*, full budget."""
 
 
-class _LayerMadeUnder(BridgeRun):
+class LayerMadeUnder(BridgeRun):
     """A bridge of layer `key`, kept in `<folder>/layer_NNN` and made under another stage's
     asset (`under`) by the code of `stage`."""
 
@@ -106,25 +99,6 @@ class _LayerMadeUnder(BridgeRun):
     @property
     def asset(self) -> str:
         return asset_key(self.under, self.backbone)
-
-
-class FullTrainingBridge(_LayerMadeUnder):
-    """A full-budget bridge at another layer (the oracle or the worst), made by full_training."""
-
-    stage = "bridge"  # made by the bridge's code, under the full_training asset
-    folder, under = "full_training_bridges", "full_training"
-
-
-class FullRegressionControl(_LayerMadeUnder):
-    """The regression control at l* trained with the full budget (the bridge stage's protocol,
-    one step, one seed), made by the eval asset for its regression row; the sweep-budget
-    controls (RegressionControl) stay bridgeability's."""
-
-    stage = "regression_sweep"  # made by the regression control's code, under the eval asset
-    folder, under = "full_regression", "eval"
-
-    def command(self) -> str:  # made by the (unpartitioned) eval asset
-        return f"dagster asset materialize --select '*{self.asset}'"
 
 
 class Bridgeability(Artifact):
@@ -152,50 +126,3 @@ class Bridgeability(Artifact):
                     "regression_recon_error"]),
                 "layers": Table(self.layer_rows(), ["layer", "val_loss", "recon_error",
                                                     "hybrid_nll", "top1_agreement"])}
-
-
-class RowsArtifact(Artifact):
-    """An artifact that is one table of rows (`result.rows`), shown in the UI with `columns`."""
-
-    columns: ClassVar[list[str]] = []
-
-    def _write_files(self, directory: Path, result: SamplerCurveResult | FullTrainingResult) -> None:
-        write_table(directory / self.files[0], result.rows)
-
-    def metadata(self, manifest: Manifest) -> dict[str, Any]:
-        return {**super().metadata(manifest), "table": Table(manifest.info["rows"], self.columns)}
-
-
-class SamplerCurve(RowsArtifact):
-    files = ("curve.parquet",)
-    columns = ["steps", "recon_error", "hybrid_nll", "top1_agreement", "ms_per_token"]
-
-
-class Evaluation(Artifact):
-    files = ("eval.parquet", "samples.jsonl")
-
-    def _write_files(self, directory: Path, result: EvalResult) -> None:
-        write_table(directory / "eval.parquet", result.rows)
-        atomic_write_text(directory / "samples.jsonl",
-                          "".join(json.dumps(s) + "\n" for s in result.samples))
-
-    def sample_lines(self) -> list[str]:
-        """The samples file as written: one JSON object a line."""
-        return self.path("samples.jsonl").read_text().splitlines()
-
-    def samples(self) -> list[dict]:
-        return [json.loads(x) for x in self.sample_lines()]
-
-    def metadata(self, manifest: Manifest) -> dict[str, Any]:
-        return {**super().metadata(manifest),
-                "table": Table(manifest.info["rows"], ["model", "gen_ppl", "diversity",
-                                                       "repetition", "mean_length", "ms_per_token"]),
-                **({"frontier": Table(manifest.info["frontier"], FRONTIER_COLUMNS)}
-                   if manifest.info.get("frontier") else {}),
-                "samples": Markdown(_preview(_by_model(self.samples())))}
-
-
-# the temperature frontier's points as the UI shows them (eval's and comparison's)
-FRONTIER_COLUMNS = ["model", "temperature", "gen_ppl", "diversity", "diversity_spacy",
-                    "mean_judge_length", "sampled"]
-

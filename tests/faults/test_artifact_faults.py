@@ -235,20 +235,20 @@ def test_non_finite_dump_stops_with_the_place_and_keeps_earlier_batches(world, m
 def _cut_after_training(world, monkeypatch):
     """Layer 3's sweep bridge trained again with a power cut after training (its checkpoints
     kept); (the weights' path, their good digest, a function that restores the measurement)."""
-    import dihal.replace
+    import dihal.replace.stage
 
     weights = world.path("bridge_sweep", "layer_003", "bridge.safetensors")
     good = _digest(weights)
     shutil.rmtree(weights.parent)
-    real = dihal.replace.measure_bridge
+    real = dihal.replace.stage.measure_bridge
 
     def crash(*a, **k):
         raise RuntimeError("power cut after training")
 
-    monkeypatch.setattr(dihal.replace, "measure_bridge", crash)
+    monkeypatch.setattr(dihal.replace.stage, "measure_bridge", crash)
     res, err = world.materialize(["bridge_sweep_llama"], partition="3")
     assert not res.success and "power cut" in err[0]
-    return weights, good, lambda: monkeypatch.setattr(dihal.replace, "measure_bridge", real)
+    return weights, good, lambda: monkeypatch.setattr(dihal.replace.stage, "measure_bridge", real)
 
 
 def test_interrupted_bridge_training_resumes_to_the_same_weights(world, monkeypatch):

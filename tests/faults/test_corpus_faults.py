@@ -7,10 +7,10 @@ import tracemalloc
 
 import pytest
 
-from dihal import corpus
 from dihal.config import CorpusConfig, SequenceConfig
-from dihal.corpus import CorpusStats, document_tokens, iter_documents, pack_sequences
 from dihal.errors import MalformedLineError
+from dihal.locate import corpus
+from dihal.locate.corpus import CorpusStats, document_tokens, iter_documents, pack_sequences
 from tests.tiny import WORDS, build_tokenizer, make_docs
 
 
@@ -76,7 +76,7 @@ def test_a_line_over_the_limit_is_counted_and_named_or_refused(tmp_path, monkeyp
     assert [d.id for d in docs] == ["a", "b"] and stats.malformed == 1
     assert stats.malformed_examples[0] == (
         f"{shard}:2: ValueError: {len(huge) + 1} bytes, over the limit of 10000 bytes on one "
-        "document's line (dihal.corpus.MAX_LINE_BYTES)")
+        "document's line (dihal.locate.corpus.MAX_LINE_BYTES)")
     assert peak < 300_000  # the 1 MB line was never held whole (pieces of the limit)
     with pytest.raises(MalformedLineError, match=f"malformed line {shard}:2: {len(huge) + 1} bytes, over "
                                                  "the limit of 10000 bytes"):

@@ -10,12 +10,18 @@ import pytest
 import torch
 
 from dihal.config import BridgeProtocol, CorpusConfig
-from dihal.corpus import CorpusStats, iter_documents, scan_corpus, shard_records, verified_shards
 from dihal.errors import (
     BackboneNotFoundError,
     CorpusError,
     MalformedLineError,
     UnknownBackboneError,
+)
+from dihal.locate.corpus import (
+    CorpusStats,
+    iter_documents,
+    scan_corpus,
+    shard_records,
+    verified_shards,
 )
 from tests.tiny import make_docs, write_shard
 

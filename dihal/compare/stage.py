@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from dihal.baselines.base import Budget, baseline_loss, check_budget
+from dihal.compare.baselines.base import Budget, baseline_loss, check_budget
 from dihal.config import BaselineRunConfig, BridgeProtocol
 from dihal.results import (
     BaselineResult,
@@ -56,7 +56,7 @@ def baseline(
     bridge's protocol (its loop, schedule and budget; lr and seed from `cfg`; resumable in
     workdir; `warn` gets the reason a damaged checkpoint is passed over), sample and score. Its
     row carries the budget it ran under."""
-    from dihal.baselines import build_baseline
+    from dihal.compare.baselines import build_baseline
 
     n_seq, seq_len = train_ids.shape
     space = TokenSpace.of(backbone, train_ids, cfg.restrict_vocab)
@@ -129,7 +129,7 @@ def _samples_and_metrics(name: str, model, backbone, space: TokenSpace, cfg: Bas
     points of the temperature frontier, `metrics["frontier"]` (baseline_frontier)."""
     import time
 
-    from dihal.generation import common_ppl_length, text_metrics, texts_until_eos
+    from dihal.evaluate.generation import common_ppl_length, text_metrics, texts_until_eos
 
     def at(temperature: float | None, mauve: bool = True) -> tuple[list[str], dict]:
         """Samples at `temperature` (None: the recipe has none, it rounds deterministically),
@@ -160,12 +160,12 @@ def _samples_and_metrics(name: str, model, backbone, space: TokenSpace, cfg: Bas
 
 def baseline_frontier(name: str, has_temperature: bool, temperatures: tuple[float, ...],
                       measured: dict, measure: Callable[[float], dict]) -> list[dict]:
-    """A baseline's points of the temperature frontier (dihal.frontier.point): one per
+    """A baseline's points of the temperature frontier (dihal.evaluate.frontier.point): one per
     temperature where the recipe has one (from `measured`, temperature -> metrics, where it
     holds that temperature: the common and the native one; else `measure(t)`); one point at
     temperature None for a recipe that rounds deterministically (its row's); none where
     `temperatures` is empty."""
-    from dihal.frontier import point, points_at
+    from dihal.evaluate.frontier import point, points_at
 
     def make(t: float | None, metrics: dict, sampled: bool) -> dict:
         return {**point(name, "baseline", t, metrics, sampled=sampled),
@@ -208,7 +208,7 @@ def comparison(eval_rows: list[dict], bridge: BridgeMetrics, sampler_steps: int,
     dihal_budget = {"denoiser_parameters": bridge.denoiser_parameters,
                     "train_tokens": bridge.train_tokens, "sampler_steps": sampler_steps,
                     "seq_len": None}
-    from dihal.generation import CHOSEN_K, CONTROL, PAIRED_KEYS
+    from dihal.evaluate.generation import CHOSEN_K, CONTROL, PAIRED_KEYS
 
     keys = (*GENERATION_KEYS, "repetition", "mean_length")
 
@@ -258,14 +258,14 @@ def full_training(roles: dict[str, int], bridge_at: Callable[[int], TrainedBridg
     """The full_training stage: the full-budget bridge of each role's layer (`bridge_at` reuses
     or trains it, with the bridge stage's training seeds), evaluated like the bridge at l*
     (bridgeability, with the spread over seeds, and generation) at the protocol's K and at the
-    (rule, K) `chosen` on validation at l* (dihal.controls.choose_steps; one row where that is
+    (rule, K) `chosen` on validation at l* (dihal.replace.controls.choose_steps; one row where that is
     the protocol's K and default rule), each generation row labelled by its `sampler`; the
     chosen row carries the paired difference of its log Gen.PPL from the protocol row's.
     `from_eval`: the eval's rows, where the eval sampled this very bridge at l* with the same
     config and chosen (rule, K): l*'s generation rows are taken from them (the same samples),
     not drawn again; its rows say so (`from_eval`)."""
     from dihal.config import DEFAULT_SAMPLER_RULE
-    from dihal.generation import PAIRED_KEYS, evaluate_generation
+    from dihal.evaluate.generation import PAIRED_KEYS, evaluate_generation
 
     rows, sampler = [], {"chosen": chosen}
     reference = judge.features(reference_texts) if reference_texts else None
@@ -295,7 +295,7 @@ def full_training(roles: dict[str, int], bridge_at: Callable[[int], TrainedBridg
 def _eval_rows(rows: list[dict] | None, layer: int, at_chosen: bool) -> list[dict] | None:
     """The eval's DiHAL rows of `layer` (at the protocol's K, and at the chosen K where
     `at_chosen`), or None where the eval has not got them."""
-    from dihal.generation import CHOSEN_K
+    from dihal.evaluate.generation import CHOSEN_K
 
     dihal = [r for r in rows or [] if r["role"] == "dihal" and r.get("layer") == layer]
     chosen = [r for r in rows or [] if r["role"] == CHOSEN_K and r.get("layer") == layer]
@@ -306,8 +306,8 @@ def _eval_rows(rows: list[dict] | None, layer: int, at_chosen: bool) -> list[dic
 
 def _at_chosen(backbone, trained: TrainedBridge, cfg, chosen: dict) -> list[tuple]:
     """The extra model of evaluate_generation: the same bridge sampled at the chosen (rule, K)."""
-    from dihal.control_hybrids import bridge_hybrid
-    from dihal.generation import CHOSEN_K
+    from dihal.evaluate.generation import CHOSEN_K
+    from dihal.replace.control_hybrids import bridge_hybrid
 
     k, rule = chosen["steps"], chosen["rule"]
     return [(f"DiHAL (l={trained.layer}, K={k} {rule}, chosen on validation at l*)", CHOSEN_K,

@@ -1,7 +1,7 @@
 """Locate: geometry of every layer of a hidden-state dump, and the layer score.
 
-Glue between the dump (storage.states.StateReader) and the pure proxies in dihal.geometry /
-dihal.score. The same token positions are used for every layer, and they are returned so the
+Glue between the dump (storage.states.StateReader) and the pure proxies in dihal.locate.geometry /
+dihal.locate.score. The same token positions are used for every layer, and they are returned so the
 table can be recomputed from the dump by anyone.
 """
 
@@ -14,8 +14,13 @@ import numpy as np
 import torch
 
 from dihal.config import LayerScoreConfig
-from dihal.geometry import GeometryConfig, layer_proxies_resampled, make_plan, resample_weights
-from dihal.predictors import RidgeFolds, layer_predictors
+from dihal.locate.geometry import (
+    GeometryConfig,
+    layer_proxies_resampled,
+    make_plan,
+    resample_weights,
+)
+from dihal.locate.predictors import RidgeFolds, layer_predictors
 from dihal.results import GeometryResult, LayerScoreResult
 from dihal.seeds import derive_seed
 
@@ -49,7 +54,7 @@ def compute_geometry(
     device: str = "cpu",
 ) -> GeometryResult:
     """The three proxies for every layer of the dump, under every normalisation, and the rival
-    predictors (dihal.predictors) of every candidate layer, all on the same sampled tokens.
+    predictors (dihal.locate.predictors) of every candidate layer, all on the same sampled tokens.
     The proxies' linear algebra (float64) runs on `device` (the step's GPU where it has one);
     the rival predictors and every sampled index stay on the CPU."""
     n_layers, n_seq, seq_len, _ = reader.shape(split)
@@ -100,7 +105,7 @@ def compute_geometry(
 def score_summary(rows: list[dict], *, primary_norm: str = "none") -> dict:
     """Layer scores per normalisation, l* for each, and Spearman(S_l, -l): how much of the
     score is just "shallower is better" (the depth control of docs/method.md §1)."""
-    from dihal.score import depth_control, layer_scores, select_layer, spearman
+    from dihal.locate.score import depth_control, layer_scores, select_layer, spearman
 
     layers = sorted({r["layer"] for r in rows})
     norms = sorted({r["norm"] for r in rows})
@@ -126,7 +131,7 @@ def l_star_stability(resamples: dict[str, list], candidates: list[int],
     share of each layer picked."""
     import numpy as np
 
-    from dihal.score import zscore
+    from dihal.locate.score import zscore
 
     cols = {k: np.asarray(v) for k, v in resamples.items()}
     if not len(cols.get("resample", [])):
@@ -163,13 +168,17 @@ def sequence_stability(reader, geometry: GeometryConfig, candidates: list[int], 
                        cfg: LayerScoreConfig, *, backbone: str,
                        progress: Callable[[str], None] | None = None) -> dict:
     """l*'s stability under the primary normalisation when the held-out sequences change
-    (dihal.stability): `cfg.sequence_resamples` cluster-bootstrap replicates of whole
+    (dihal.locate.stability): `cfg.sequence_resamples` cluster-bootstrap replicates of whole
     sequences and `cfg.split_halves` seeded splits into two disjoint halves, each recomputing
     the geometry of every candidate layer from the dump (fresh tokens, anchors, pairs,
     neighbourhoods and covariance; `geometry`: the geometry stage's config). {"norm",
     "bootstrap" (pick_summary, or None with 0 replicates), "split_half" (split_half_l_star,
     or None), "seconds"}."""
-    from dihal.stability import geometry_pick_layers, sequence_bootstrap_l_star, split_half_l_star
+    from dihal.locate.stability import (
+        geometry_pick_layers,
+        sequence_bootstrap_l_star,
+        split_half_l_star,
+    )
 
     t0 = time.perf_counter()
     seed = derive_seed(geometry.seed, backbone, "sequence-stability")

@@ -35,11 +35,17 @@ from functools import partial
 import torch
 from torch import Tensor, nn
 
-from dihal.baselines import common
-from dihal.baselines.common import check_length, normalise_embeddings
-from dihal.baselines.decoder import DecoderConfig, TokenDecoder
-from dihal.baselines.schedules import CosineSchedule, ddim_step, q_sample, sample_time, time_grid
 from dihal.bridge.denoiser import DenoiserConfig, build_denoiser
+from dihal.compare.baselines import common
+from dihal.compare.baselines.common import check_length, normalise_embeddings
+from dihal.compare.baselines.decoder import DecoderConfig, TokenDecoder
+from dihal.compare.baselines.schedules import (
+    CosineSchedule,
+    ddim_step,
+    q_sample,
+    sample_time,
+    time_grid,
+)
 from dihal.seeds import derive_seed
 
 

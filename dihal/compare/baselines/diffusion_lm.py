@@ -23,10 +23,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from dihal.baselines import common
-from dihal.baselines.common import check_length, round_to_vocab
-from dihal.baselines.schedules import SqrtSchedule, ddim_step, q_sample, sample_time, time_grid
 from dihal.bridge.denoiser import DenoiserConfig, build_denoiser
+from dihal.compare.baselines import common
+from dihal.compare.baselines.common import check_length, round_to_vocab
+from dihal.compare.baselines.schedules import (
+    SqrtSchedule,
+    ddim_step,
+    q_sample,
+    sample_time,
+    time_grid,
+)
 from dihal.seeds import derive_seed
 
 

@@ -250,7 +250,7 @@ class Hybrid:
     cond_std / target_std: the standardisations of c = hs[0] and of h_l the bridge was trained
     with. first_state: the raw h_l of position 0 when the bridge was trained with position 0
     pinned (every sequence starts with the same BOS, whose h_l is a constant of the backbone;
-    see dihal/replace.py): the condition there is then 0 in standardised units, as in training,
+    see dihal/replace/stage.py): the condition there is then 0 in standardised units, as in training,
     and h_l_hat there is this vector instead of the bridge's output. With eta > 0 the bridge noise of generation comes from a generator per batch, seeded
     from (seed, batch start); the cached and uncached paths then draw it differently.
     rule: the sampler's update rule ("ancestral" | "marginal", dihal.bridge.sampler). The

@@ -192,7 +192,7 @@ def measure_bridge(backbone, denoiser, data: LayerData, protocol: BridgeProtocol
     `data.reference`, kept by the dump from its own forward pass; without one, the backbone
     runs here. `rule`: the sampler's update rule (default: dihal.bridge.sampler.DEFAULT_RULE)."""
     from dihal.bridge.sampler import DEFAULT_RULE
-    from dihal.hybrid import Hybrid, next_token_nll, top1_agreement
+    from dihal.replace.hybrid import Hybrid, next_token_nll, top1_agreement
 
     rule = rule or DEFAULT_RULE
     process = BrownianBridge(sigma=protocol.sigma)
@@ -237,8 +237,8 @@ def _predictor_values(layers: list[int], score_rows: list[dict],
                       predictor_rows: list[dict]) -> dict[str, list[float]]:
     """{predictor name: its oriented value at each swept layer}: S_l per normalisation, the
     depth control -l, and each rival predictor times its ORIENTATION."""
-    from dihal.predictors import ORIENTATION
-    from dihal.score import depth_control
+    from dihal.locate.predictors import ORIENTATION
+    from dihal.locate.score import depth_control
 
     out = {}
     score = {(r["norm"], r["layer"]): r["S"] for r in score_rows}
@@ -425,7 +425,7 @@ def layer_data_for(backbone, reader, layer: int, protocol: BridgeProtocol, *,
     pairs a bridge kept (train_layer keep_pairs) for the same key are taken instead (and
     released): a sweep partition builds its 1M-token pairs once for the bridge and its
     regression control."""
-    from dihal.extract import layer_pairs
+    from dihal.locate.extract import layer_pairs
 
     key = _pairs_key(backbone, reader, layer, protocol, train_ids, extract)
     kept = _KEPT.pop(key, None) if reuse else None

@@ -333,7 +333,7 @@ def iter_documents(
             try:
                 if isinstance(line, TooLong):
                     raise ValueError(f"{line.n_bytes} bytes, over the limit of {MAX_LINE_BYTES} "
-                                     "bytes on one document's line (dihal.corpus.MAX_LINE_BYTES)")
+                                     "bytes on one document's line (dihal.locate.corpus.MAX_LINE_BYTES)")
                 obj = json.loads(line)
                 doc_id, text = obj["id"], obj["text"]
                 if not isinstance(text, str):

@@ -26,8 +26,8 @@ def sampler_steps_curve(backbone, trained: TrainedBridge, reader, cfg: SamplerCu
                         progress: Callable[[str], None] | None = None) -> SamplerCurveResult:
     """The bridge `trained` (at its layer) measured with each K in cfg.steps."""
     from dihal.bridge import BrownianBridge
-    from dihal.hybrid import Hybrid
-    from dihal.replace import (
+    from dihal.replace.hybrid import Hybrid
+    from dihal.replace.stage import (
         LayerData,
         check_candidate,
         held_out,

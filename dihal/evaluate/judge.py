@@ -112,7 +112,7 @@ class Judge:
         """The NLL in nats (float64, CPU) of every predicted token of each sequence, in the
         given order: token j + 1 from tokens 0..j (empty for a sequence of fewer than 2
         tokens). A causal judge's losses of a sequence's first L tokens are those of its
-        first L + 1 ids alone, so one pass serves every prefix (dihal.generation's
+        first L + 1 ids alone, so one pass serves every prefix (dihal.evaluate.generation's
         length-controlled Gen.PPL)."""
         return self._forward(sequences, losses=True, features=False)[0]
 

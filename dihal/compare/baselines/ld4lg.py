@@ -47,9 +47,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from dihal.baselines import common
-from dihal.baselines.common import check_length, normalise_embeddings
-from dihal.baselines.decoder import (
+from dihal.bridge.denoiser import DenoiserConfig, build_denoiser
+from dihal.compare.baselines import common
+from dihal.compare.baselines.common import check_length, normalise_embeddings
+from dihal.compare.baselines.decoder import (
     Attention,
     DecoderConfig,
     Layer,
@@ -57,7 +58,7 @@ from dihal.baselines.decoder import (
     init_weights,
     mlp,
 )
-from dihal.baselines.schedules import (
+from dihal.compare.baselines.schedules import (
     CosineSchedule,
     ddim_step,
     q_sample,
@@ -66,7 +67,6 @@ from dihal.baselines.schedules import (
     v_target,
     x0_from_v,
 )
-from dihal.bridge.denoiser import DenoiserConfig, build_denoiser
 from dihal.seeds import derive_seed
 
 # ---------------------------------------------------------------------------------------------

@@ -91,7 +91,7 @@ class GenPPL:
 
 
 def gen_ppl(judge: Scorer, texts: Sequence[str]) -> GenPPL:
-    """Gen.PPL of `texts` under `judge` (a `dihal.judge.Judge`), both ways: token-weighted,
+    """Gen.PPL of `texts` under `judge` (a `dihal.evaluate.judge.Judge`), both ways: token-weighted,
     exp(total NLL / total judge tokens), and the mean of the per-text perplexities.
 
     Each text is re-tokenised by the judge with its BOS, so the first real token is scored too.
@@ -232,7 +232,7 @@ def _mauve_fit(p, q, seed: int):
 
     if not (np.allclose(_hist(p_lab, k), out.p_hist) and np.allclose(_hist(q_lab, k), out.q_hist)):
         raise RuntimeError("mauve-text's quantisation no longer matches dihal's copy of it "
-                           "(dihal/metrics.py _mauve_labels): pin mauve-text==0.4.0")
+                           "(dihal/evaluate/metrics.py _mauve_labels): pin mauve-text==0.4.0")
     return float(out.mauve), k, p_lab, q_lab
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Sequence
 
-# what a frontier point keeps of dihal.generation.text_metrics (beside model, role, temperature)
+# what a frontier point keeps of dihal.evaluate.generation.text_metrics (beside model, role, temperature)
 POINT_KEYS = ("gen_ppl", "gen_ppl_low", "gen_ppl_high", "gen_ppl_at_length",
               "gen_ppl_at_length_low", "gen_ppl_at_length_high", "ppl_length", "diversity",
               "diversity_low", "diversity_high", "diversity_spacy", "repetition", "mean_length",

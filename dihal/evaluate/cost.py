@@ -116,7 +116,7 @@ def break_even(model: FlopModel, layers: Sequence[int], steps: Sequence[int]) ->
 def backbone_flop_model(backbone, length: int = 32) -> FlopModel:
     """The backbone's parts, counted over a cached decode of one sequence of `length` tokens
     (module names from its own forward pass)."""
-    from dihal.hybrid import decode_backbone, no_warmup
+    from dihal.replace.hybrid import decode_backbone, no_warmup
 
     with no_warmup():
         total, per_module = count_flops(lambda: decode_backbone(backbone, 1, length, seed=0))
@@ -159,7 +159,7 @@ def with_bridge(model: FlopModel, denoiser: nn.Module, length: int = 32) -> Flop
 @dataclass(frozen=True)
 class CostSubject:
     """One model of the cost table: `decode(n, length, *, temperature, seed, batch_size,
-    cached)` returns a dihal.hybrid.Generation (Hybrid.decode, PositionwiseHybrid.decode, or
+    cached)` returns a dihal.replace.hybrid.Generation (Hybrid.decode, PositionwiseHybrid.decode, or
     functools.partial(decode_backbone, backbone)). steps: K for a bridge (0 otherwise);
     layer: the replaced layers' top (None for the backbone)."""
 
@@ -190,7 +190,7 @@ def cost_rows(subjects: Sequence[CostSubject], *, n: int = 4, length: int = 32, 
         raise ValueError(f"n, length and repeats must be >= 1, got {n}, {length}, {repeats}")
     flop_length = flop_length or length
     kw = dict(temperature=1.0, seed=seed, cached=True)
-    from dihal.hybrid import no_warmup
+    from dihal.replace.hybrid import no_warmup
 
     priced = [model is not None and s.price is not None for s in subjects]
     with no_warmup():  # the work of the tokens themselves, not of a timing warm-up

@@ -1,7 +1,7 @@
 """Control hybrids (issue 20): non-diffusion replacements of layers 0..l-1, read beside DiHAL.
 
 Each keeps the upper layers l..N-1, the final norm and the LM head exactly as DiHAL's hybrid
-does, and samples through the same code (`dihal.hybrid.autoregress`: temperature, one uniform
+does, and samples through the same code (`dihal.replace.hybrid.autoregress`: temperature, one uniform
 per (sequence, position), cached or uncached), so its rows are comparable with DiHAL's at the
 same sample count, temperature and judge:
 
@@ -9,7 +9,7 @@ same sample count, temperature and judge:
 - the ridge hybrid: a linear map hs[0] -> h_l fitted in closed form on the training pairs (in
   the bridge's standardised units, the regularisation chosen by held-out error);
 - the regression hybrid: the regression control (EndpointRegression, a bridge network trained
-  only at t = 1) sampled in one step, i.e. `dihal.hybrid.Hybrid` with steps = 1.
+  only at t = 1) sampled in one step, i.e. `dihal.replace.hybrid.Hybrid` with steps = 1.
 
 Every model here (and `Hybrid`) offers the interface `ControlModel`: `layer`, `logits(ids)` for
 held-out NLL, and `decode(n, length, *, temperature, seed, batch_size, cached, prompt)` for
@@ -29,7 +29,7 @@ from torch import Tensor
 
 from dihal.backbones import Backbone
 from dihal.bridge.data import BridgeData, Standardizer
-from dihal.hybrid import (
+from dihal.replace.hybrid import (
     Generation,
     Stepper,
     _prompt_ids,
@@ -92,7 +92,7 @@ class PositionwiseHybrid:
         return self.backbone.run_upper(self.hidden(input_ids), self.layer)
 
     def stepper(self, cached: bool = True, seed: int = 0) -> Stepper:
-        """Next-token logits for one batch (see `dihal.hybrid.backbone_stepper`)."""
+        """Next-token logits for one batch (see `dihal.replace.hybrid.backbone_stepper`)."""
         if not cached:
             return lambda ids: self.logits(ids)[:, -1]
         cache = self.backbone.new_cache()
@@ -259,8 +259,8 @@ def bridge_hybrid(backbone: Backbone, trained, *, steps: int | None = None, rule
     network was trained at t = 1 only, so it is sampled in one step whatever `steps` says."""
     from dihal.bridge import BrownianBridge, EndpointRegression
     from dihal.bridge.sampler import DEFAULT_RULE
-    from dihal.hybrid import Hybrid
-    from dihal.replace import restore_bridge
+    from dihal.replace.hybrid import Hybrid
+    from dihal.replace.stage import restore_bridge
 
     bridge = restore_bridge(trained, device=str(backbone.device))
     hp = bridge["hparams"]
@@ -287,7 +287,7 @@ def regression_hybrid(backbone: Backbone, trained):
 def held_out_nll(model: ControlModel, val_ids: Tensor,
                  reference: tuple[Tensor, Tensor] | None = None, batch_size: int = 8) -> dict:
     """The hybrid's next-token NLL (nats, mean over sequences of the per-sequence mean, as
-    `dihal.replace.measure_bridge` pools it) and top-1 agreement with the backbone on held-out
+    `dihal.replace.stage.measure_bridge` pools it) and top-1 agreement with the backbone on held-out
     sequences; the backbone's side from `reference` (top-1, NLL as the dump keeps them) or,
     without one, from the backbone's own forward pass."""
     backbone = model.backbone
@@ -318,9 +318,9 @@ def fit_layer_ridge(reader, trained, *, train_pairs: Callable[[], tuple[Tensor, 
     the bridge's own standardisation (its cond_std, target_std; BOS masked as the bridge's
     loss masks it), the penalty chosen on the held-out pairs the bridge is measured on.
     `train_pairs()`: the layer's raw (hs[0], h_l) training pairs, built as the bridge stage
-    builds them (dihal.replace.train_layer). Returns (the map, restore_bridge's modules)."""
+    builds them (dihal.replace.stage.train_layer). Returns (the map, restore_bridge's modules)."""
     from dihal.config import BridgeProtocol
-    from dihal.replace import _loss_mask, _standardise, held_out, restore_bridge
+    from dihal.replace.stage import _loss_mask, _standardise, held_out, restore_bridge
 
     bridge = restore_bridge(trained)
     protocol = BridgeProtocol(**trained.hparams["protocol"])

@@ -3,7 +3,7 @@ resamples whole sequences and recomputes everything that depends on the sample (
 positions, the anchors and pairs, each layer's neighbourhoods and covariance, the z-scores of
 the score), and a split-half check (l* on two disjoint halves of the held-out sequences).
 
-The geometry token bootstrap (dihal.geometry resample_weights, dihal.locate l_star_stability)
+The geometry token bootstrap (dihal.locate.geometry resample_weights, dihal.locate.stage l_star_stability)
 resamples single tokens, which come from few sequences, and keeps the neighbourhoods and the
 preconditioner of the full sample fixed: it overstates how stable l* is. Here tokens of one
 sequence move together.
@@ -11,7 +11,7 @@ sequence move together.
 Everything is written against a caller-given `pick_layers(samples) -> [l* per sample]`, where
 a sample is an array of held-out sequence ids (a sequence drawn twice is listed twice), so the
 resampling can be tested on arrays; `geometry_pick_layers` builds the one that recomputes the
-geometry from a hidden-state dump (dihal.geometry's functions, unchanged). Pure: no Dagster.
+geometry from a hidden-state dump (dihal.locate.geometry's functions, unchanged). Pure: no Dagster.
 """
 
 from __future__ import annotations
@@ -49,12 +49,12 @@ def split_halves(n_seq: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
 
 def positions_from_sequences(seq_ids: np.ndarray, seq_len: int, n_tokens: int,
                              generator: torch.Generator) -> np.ndarray:
-    """(n_tokens, 2) (sequence, position) pairs drawn as dihal.locate.sample_positions draws
+    """(n_tokens, 2) (sequence, position) pairs drawn as dihal.locate.stage.sample_positions draws
     them (without replacement, position 0 excluded, sorted), over the sequences in `seq_ids`:
     every listed id is one slot of seq_len - 1 positions, so a sequence drawn k times can give
     up to k times its tokens (a position drawn in two of its slots is a duplicated state).
     Covered by test_positions_from_sequences_only_use_the_drawn_sequences."""
-    from dihal.locate import sample_positions
+    from dihal.locate.stage import sample_positions
 
     ids = np.asarray(seq_ids, dtype=np.int64)
     if ids.ndim != 1 or ids.size == 0:
@@ -67,7 +67,7 @@ def positions_from_sequences(seq_ids: np.ndarray, seq_len: int, n_tokens: int,
 def pick_summary(picks: Sequence[int], l_star: int, level: float = 0.95) -> dict:
     """The share of replicates that pick `l_star`, an interval of the picked layer (inverted
     CDF quantiles), and the share of each layer picked (most often first), in the format of
-    dihal.locate.l_star_stability. Covered by test_pick_summary_by_hand."""
+    dihal.locate.stage.l_star_stability. Covered by test_pick_summary_by_hand."""
     p = np.asarray(list(picks), dtype=np.int64)
     if p.size == 0:
         raise ValueError("no replicate picked a layer")
@@ -125,13 +125,13 @@ def geometry_pick_layers(reader, cfg: GeometryConfig, candidates: Sequence[int],
     """A `pick_layers` that recomputes l* from the dump (storage.states.StateReader, or
     anything with shape(split) and layer(split, l)) for each sample of sequence ids: fresh
     token positions from those sequences (positions_from_sequences, seeded per sample), a
-    fresh plan (dihal.geometry.make_plan), every layer's proxies under `norm`
-    (dihal.geometry.layer_proxies: neighbourhoods and covariance of this sample), the score
-    over `candidates` (dihal.score.layer_scores) and its argmax (select_layer). Each layer is
+    fresh plan (dihal.locate.geometry.make_plan), every layer's proxies under `norm`
+    (dihal.locate.geometry.layer_proxies: neighbourhoods and covariance of this sample), the score
+    over `candidates` (dihal.locate.score.layer_scores) and its argmax (select_layer). Each layer is
     read once for all samples. A sample with fewer tokens than cfg.n_tokens (a half) uses all
     it has. Covered by test_geometry_pick_layers_*."""
-    from dihal.geometry import layer_proxies, make_plan
-    from dihal.score import layer_scores, select_layer
+    from dihal.locate.geometry import layer_proxies, make_plan
+    from dihal.locate.score import layer_scores, select_layer
 
     one = dataclasses.replace(cfg, normalizations=(norm,), n_resamples=0)
     cands = sorted(int(c) for c in candidates)

@@ -103,7 +103,7 @@ def text_metrics(texts: list[str], judge, *, seed: int = 0, reference=None,
     interval (mauve_interval_seeds; `mauve_diagnostic` below 512 samples a side)."""
     import math
 
-    from dihal.metrics import (
+    from dihal.evaluate.metrics import (
         diversity,
         diversity_spacy,
         gen_ppl,
@@ -149,12 +149,12 @@ def evaluate_generation(backbone, trained: TrainedBridge, judge, cfg: EvalConfig
     the same way; score both with the same judge and metric code (MAUVE against `reference`,
     the judge's features of held-out text, when given). `with_backbone=False` samples the hybrid only (callers that
     already have the backbone's row). `extra`: more models, each (name, role, model with
-    `decode` (dihal.control_hybrids.ControlModel), columns added to its row), sampled and
+    `decode` (dihal.replace.control_hybrids.ControlModel), columns added to its row), sampled and
     scored the same way after them; every row after DiHAL's then carries the paired
     difference of log Gen.PPL against DiHAL's (`paired_against_first`)."""
     from dihal.bridge import BrownianBridge
-    from dihal.hybrid import Hybrid, decode_backbone
-    from dihal.replace import restore_bridge
+    from dihal.replace.hybrid import Hybrid, decode_backbone
+    from dihal.replace.stage import restore_bridge
 
     bridge = restore_bridge(trained, device=str(backbone.device))
     hp = bridge["hparams"]
@@ -282,7 +282,7 @@ def evaluate_with_controls(backbone, trained: TrainedBridge, judge, cfg: EvalCon
     """The eval stage with DiHAL's controls (issue 20): DiHAL at its protocol's K and the
     backbone (evaluate_generation), then, sampled and scored the same way (count, length,
     temperature, seed, judge):
-    - DiHAL at the (rule, K) chosen on validation (`chosen`: dihal.controls.choose_steps of the
+    - DiHAL at the (rule, K) chosen on validation (`chosen`: dihal.replace.controls.choose_steps of the
       sampler-steps curve), where that differs from the protocol's (K, default rule);
     - the regression hybrid: `regression`, the regression control at the bridge's layer (the
       eval's: trained with the bridge's full budget; its row is labelled with its budget and
@@ -294,7 +294,7 @@ def evaluate_with_controls(backbone, trained: TrainedBridge, judge, cfg: EvalCon
     Each row after DiHAL's carries the paired difference of its log Gen.PPL from DiHAL's.
     The result's `cost`: FLOPs and measured ms per generated token of the backbone, DiHAL at
     each K of `cost_steps` and each control (controls_cost), and the FLOP model."""
-    from dihal.cost import COST_LENGTH
+    from dihal.evaluate.cost import COST_LENGTH
 
     extra, notes = control_models(backbone, trained, cfg, progress, reader=reader,
                                   train_pairs=train_pairs, regression=regression, chosen=chosen,
@@ -313,7 +313,7 @@ def evaluate_with_controls(backbone, trained: TrainedBridge, judge, cfg: EvalCon
 def temperature_frontier(backbone, trained: TrainedBridge, judge, cfg: EvalConfig,
                          rows: list[dict], progress: Callable[[str], None] | None = None
                          ) -> list[dict]:
-    """The eval's points of the temperature frontier (dihal.frontier): DiHAL (the bridge at its
+    """The eval's points of the temperature frontier (dihal.evaluate.frontier): DiHAL (the bridge at its
     protocol's K, default rule) and the backbone at each of cfg.frontier_temperatures, sampled
     and scored as their main rows (`rows`: evaluate_generation's, DiHAL's first, the
     backbone's second) but without MAUVE; at cfg.temperature the point is the main row's (not
@@ -321,9 +321,9 @@ def temperature_frontier(backbone, trained: TrainedBridge, judge, cfg: EvalConfi
     scoring)."""
     import time
 
-    from dihal.control_hybrids import bridge_hybrid
-    from dihal.frontier import point, points_at
-    from dihal.hybrid import decode_backbone
+    from dihal.evaluate.frontier import point, points_at
+    from dihal.replace.control_hybrids import bridge_hybrid
+    from dihal.replace.hybrid import decode_backbone
 
     hybrid = bridge_hybrid(backbone, trained, eta=cfg.eta)
     decoders = {"dihal": hybrid.decode, "backbone": lambda *a, **k: decode_backbone(backbone, *a, **k)}
@@ -355,7 +355,7 @@ def control_models(backbone, trained: TrainedBridge, cfg: EvalConfig,
     the chosen (rule, K) where it is not the protocol's, the regression, layer-drop and ridge
     hybrids; and the notes on what was (not) there."""
     from dihal.config import DEFAULT_SAMPLER_RULE
-    from dihal.control_hybrids import (
+    from dihal.replace.control_hybrids import (
         bridge_hybrid,
         fit_layer_ridge,
         layer_drop_hybrid,
@@ -404,13 +404,13 @@ def control_models(backbone, trained: TrainedBridge, cfg: EvalConfig,
 
 def controls_cost(backbone, trained: TrainedBridge, controls: list[tuple[str, Any, int]], *,
                   steps: Sequence[int], length: int, seed: int = 0) -> dict:
-    """dihal.cost.eval_cost of the backbone, DiHAL at each K of `steps` (default rule) and
+    """dihal.evaluate.cost.eval_cost of the backbone, DiHAL at each K of `steps` (default rule) and
     each control hybrid (name, model, its denoiser steps: 1 for the regression hybrid, else 0)."""
     from functools import partial
 
-    from dihal.control_hybrids import bridge_hybrid
-    from dihal.cost import CostSubject, eval_cost
-    from dihal.hybrid import decode_backbone
+    from dihal.evaluate.cost import CostSubject, eval_cost
+    from dihal.replace.control_hybrids import bridge_hybrid
+    from dihal.replace.hybrid import decode_backbone
 
     layer = trained.layer
     dihal = {k: bridge_hybrid(backbone, trained, steps=k) for k in sorted(set(steps))}
@@ -430,10 +430,10 @@ def sample_and_score(backbone, models: list[tuple[str, str, Callable]], judge, c
                      progress: Callable[[str], None] | None = None, *,
                      reference=None) -> tuple[list[dict], list[dict]]:
     """(rows, samples) of each (name, role, decode) in `models`: `decode()` returns a
-    dihal.hybrid.Generation of cfg.n_samples x cfg.length tokens (e.g. `lambda:
+    dihal.replace.hybrid.Generation of cfg.n_samples x cfg.length tokens (e.g. `lambda:
     model.decode(cfg.n_samples, cfg.length, temperature=cfg.temperature, seed=cfg.seed,
     batch_size=cfg.batch_size)` for DiHAL's hybrid or a control hybrid of
-    dihal.control_hybrids); every model's texts are cut at EOS and scored by the same judge
+    dihal.replace.control_hybrids); every model's texts are cut at EOS and scored by the same judge
     and metric code, with the timing and the CPU threads and kernels of the run."""
     rows, samples = [], []
     on_cpu = backbone.device.type == "cpu"

@@ -1,0 +1,40 @@
+# Note: no `from __future__ import annotations`: Dagster reads the config annotations.
+"""Report, as an asset: report_<b>, from every upstream table, with a cross-backbone section."""
+
+import dagster as dg
+
+from assets._stage import StageRun, stage_asset
+from dihal.stages import asset_key
+from storage import (
+    Bridgeability,
+    Comparison,
+    FullTraining,
+    Geometry,
+    LayerScore,
+    Report,
+    SamplerCurve,
+    cross_backbone_artifacts,
+    report_inputs,
+)
+
+
+def report_assets(backbone: str) -> list:
+    def key(stage: str) -> str:  # the asset key of this backbone's stage
+        return asset_key(stage, backbone)
+
+    @stage_asset(backbone, "report", [key("comparison"), key("full_training"),
+                                      key("bridgeability"), key("layer_score"),
+                                      key("geometry"), key("sampler_steps")],
+                 kinds={"html"})
+    def report(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+        """One self-contained report (HTML with embedded plots, and Markdown)."""
+        from dihal.report.build import build_report
+
+        run = StageRun(context, backbone)
+        parts = [run.art(k) for k in (Geometry, LayerScore, Bridgeability, Comparison, FullTraining,
+                                      SamplerCurve)]
+        parts += cross_backbone_artifacts(run.layout, backbone)  # the other backbones' table lines
+        return run.produce(run.art(Report), {}, parts,
+                           lambda: build_report(report_inputs(run.layout, backbone)))
+
+    return [report]

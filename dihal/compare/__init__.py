@@ -1,0 +1,1 @@
+"""Compare: the baselines at a matched budget and the comparison stage."""

@@ -1,0 +1,1 @@
+"""Evaluate: generation, its metrics, the judge, the frontier and the cost."""

@@ -1,0 +1,1 @@
+"""Locate: the geometry of every layer's hidden states and the layer score."""

@@ -1,0 +1,1 @@
+"""Replace: the bridge sweep, its bridgeability, the hybrid and its controls."""

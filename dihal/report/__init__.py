@@ -1,0 +1,1 @@
+"""Report: the report, one module per section beside its answer."""

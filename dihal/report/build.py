@@ -1,0 +1,71 @@
+"""The report stage: lay out the finished results of one backbone as a results section (rendered
+by dihal.report.document). Each section opens with one sentence saying what its numbers show; those
+sentences are computed from the numbers. The inputs are gathered by the caller (the Dagster
+layer reads them through storage)."""
+
+from __future__ import annotations
+
+from dihal.report.bridgeability import (
+    answer_bridge_vs_regression,
+    answer_geometry_vs_depth,
+    bridgeability_section,
+    regression_section,
+)
+from dihal.report.common import CONFIG
+from dihal.report.controls import answer_controls, controls_section
+from dihal.report.cost import answer_break_even, answer_cost, cost_section
+from dihal.report.cross_backbone import cross_backbone_section
+from dihal.report.document import Document
+from dihal.report.frontier import answer_frontier, frontier_section
+from dihal.report.full_training import full_training_section
+from dihal.report.generation import (
+    answer_generation,
+    generation_section,
+    sampler_section,
+    samples_section,
+)
+from dihal.report.locate import answer_l_star, locate_section
+from dihal.results import ReportInputs, ReportResult
+
+ANSWERS = (answer_l_star, answer_geometry_vs_depth, answer_bridge_vs_regression,
+           answer_generation, answer_frontier, answer_cost, answer_controls, answer_break_even)
+
+
+def _answers_section(r: Document, x: ReportInputs) -> None:
+    r.h2("What this run shows", "answers")
+    r.links([answer(x) for answer in ANSWERS])
+
+
+# ---------------------------------------------------------------------------- the sections
+def _intro(r: Document, x: ReportInputs) -> None:
+    bb = x.backbone_info
+    r.p(f"Backbone {bb['hf_id']} ({bb['architecture']}, {bb['n_layers']} layers, hidden "
+        f"{bb['hidden_size']}), weights {bb['revision']}. Every number below was measured by the "
+        "pipeline from the artifacts listed at the end; nothing is copied from the paper.")
+
+
+def _configuration_section(r: Document, x: ReportInputs) -> None:
+    r.h2("7. Configuration and inputs", CONFIG)
+    r.p(f"Artifacts under {x.artifacts}. The configuration of each stage:")
+    r.table([{"stage": stage, "setting": k, "value": v} for stage, cfg in x.configs.items()
+             for k, v in sorted(cfg.items())], ["stage", "setting", "value"])
+    r.p("The artifacts this report was built from, by fingerprint:")
+    r.table([{"artifact": name, "fingerprint": fp[:16]} for name, fp in x.fingerprints.items()],
+            ["artifact", "fingerprint"])
+
+
+SECTIONS = (_answers_section, locate_section, bridgeability_section, regression_section,
+            sampler_section, generation_section, controls_section, cost_section,
+            frontier_section,
+            full_training_section, cross_backbone_section, samples_section,
+            _configuration_section)
+
+
+def build_report(x: ReportInputs) -> ReportResult:
+    """The report: it opens on its answers (each linking to its evidence), then one section
+    per question, wide tables last in each."""
+    r = Document(f"DiHAL on {x.backbone_info['hf_id']} ({x.backbone})")
+    _intro(r, x)
+    for section in SECTIONS:
+        section(r, x)
+    return ReportResult(html=r.html(), markdown=r.markdown())

@@ -1,0 +1,123 @@
+"""The report's cost section and its answers: cost per generated token, the break-even."""
+
+from __future__ import annotations
+
+from dihal.report.common import COST, GENERATION
+from dihal.report.document import Document
+from dihal.results import ReportInputs
+from dihal.rows import (
+    generation_rows,
+)
+
+
+def answer_cost(x: ReportInputs) -> tuple[str, str]:
+    """What generating with the hybrid costs against the backbone, and what the bridge cost."""
+    ev = {r.role: r for r in generation_rows(x.evaluation["rows"])}
+    dihal = next(r for r in generation_rows(x.comparison["rows"]) if r.role == "dihal")
+    hyb, ref = ev["dihal"], ev["backbone"]
+    ratio = hyb.columns["latency_vs_backbone"]
+    pace = "slower" if ratio > 1 else "faster" if ratio < 1 else "as fast"
+    c = dihal.columns
+    return (f"DiHAL generates at {hyb.ms_per_token:.2f} ms per token against the backbone's "
+            f"{ref.ms_per_token:.2f} ({ratio:.2f}x the backbone's time per step: {pace}); its "
+            f"bridge has {c['denoiser_parameters']:,} parameters, was trained on "
+            f"{c['train_tokens']:,} tokens and samples in {c['sampler_steps']} step(s).",
+            GENERATION)
+
+
+def _cost_model(x: ReportInputs):
+    """The FLOP model the eval stage counted, None where the evaluation has none."""
+    from dihal.evaluate.cost import flop_model_of
+
+    cost = x.evaluation.get("cost")
+    return flop_model_of(cost["flop_model"]) if cost else None
+
+
+def _cheaper_layers(model, layers: list[int], steps: int) -> list[int]:
+    from dihal.evaluate.cost import break_even
+
+    return [b["layer"] for b in break_even(model, layers, [steps]) if b["cheaper"]]
+
+
+def answer_break_even(x: ReportInputs) -> tuple[str, str]:
+    """What replacing the lower layers costs per generated token, in FLOPs counted from the
+    shapes (and measured time): DiHAL at l* against the backbone, and at which swept layers
+    and K a hybrid is cheaper than the backbone (dihal.evaluate.cost.break_even)."""
+    model = _cost_model(x)
+    if model is None:
+        return ("What the replacement costs per token is not settled: the evaluation has no "
+                "cost table (materialise eval again).", COST)
+    dihal = next(r for r in x.comparison["rows"] if r["role"] == "dihal")
+    l_star, k0 = int(x.bridgeability["l_star"]), int(dihal["sampler_steps"])
+    ratio = model.hybrid(l_star, k0) / model.backbone()
+    timed = next((r for r in x.evaluation["cost"]["rows"]
+                  if r.get("layer") == l_star and r.get("K") == k0
+                  and r["model"].startswith("DiHAL")), None)
+    k_sweep = int(x.sweep_protocol.get("steps", k0))
+    layers = sorted(x.bridgeability["swept_layers"])
+    cheaper = _cheaper_layers(model, layers, k_sweep)
+    line = (f"Per generated token the backbone costs {model.backbone() / 1e6:.3g} MFLOPs; DiHAL "
+            f"at l* = {l_star} with K = {k0} costs {ratio:.2f}x that"
+            + (f" ({timed['ms_vs_backbone']:.2f}x in measured time)" if timed else "")
+            + f", and at l* it is cheaper only for K <= {model.max_cheaper_steps(l_star)}"
+            + (" (never)" if model.max_cheaper_steps(l_star) == 0 else "")
+            + f". At the sweep's K = {k_sweep} a hybrid is cheaper than the backbone at "
+            + (f"{len(cheaper)} of {len(layers)} swept layers ({', '.join(map(str, cheaper))})"
+               if cheaper else f"none of the {len(layers)} swept layers"))
+    return line + ".", COST
+
+
+def _cost_points(x: ReportInputs, model) -> list[dict]:
+    """Hybrid NLL against FLOPs per token of each swept layer: the bridge at the sweep's K and
+    its regression control (one step)."""
+    k_sweep = int(x.sweep_protocol.get("steps", 1))
+    pts = [{"kind": f"bridge (K = {k_sweep})", "layer": r["layer"],
+            "flops": model.hybrid(r["layer"], k_sweep), "nll": r["hybrid_nll"]}
+           for r in x.sweep_layers]
+    pts += [{"kind": "regression control (1 step)", "layer": r["layer"],
+             "flops": model.hybrid(r["layer"], 1), "nll": r["regression_hybrid_nll"]}
+            for r in x.bridgeability.get("regression", [])]
+    return pts
+
+
+def cost_section(r: Document, x: ReportInputs) -> None:
+    """Cost per generated token: FLOPs and measured time of the backbone, DiHAL at each K and
+    the controls; hybrid NLL against FLOPs per swept layer; the break-even."""
+    from dihal.evaluate.cost import break_even
+    from dihal.plots import plot_cost_quality
+
+    r.h2("3b. Cost per generated token", COST)
+    model = _cost_model(x)
+    r.p(answer_break_even(x)[0])
+    if model is None:
+        return
+    cost = x.evaluation["cost"]
+    r.p(f"{cost['note']} ({cost.get('flop_length', cost['length'])} tokens); ms per token "
+        f"measured over a cached decode of {cost['n']} x {cost['length']} tokens, the median "
+        f"of {cost['repeats']} rounds that go round the models (a load change falls on all "
+        "alike). Time over FLOPs: the measured time relative to the backbone's over what the "
+        "FLOPs predict (1: as predicted).")
+    r.table([{"model": c["model"], "K": c["K"], "MFLOPs per token": c["flops_per_token"] / 1e6,
+              "ms per token": c["ms_per_token"], "FLOPs x backbone": c["flops_vs_backbone"],
+              "time x backbone": c["ms_vs_backbone"], "time over FLOPs": c["time_over_flops"]}
+             for c in cost["rows"]],
+            ["model", "K", "MFLOPs per token", "ms per token", "FLOPs x backbone",
+             "time x backbone", "time over FLOPs"], ".4g")
+    pts = _cost_points(x, model)
+    if pts:
+        base = {"flops": model.backbone(), "nll": x.sweep_layers[0]["backbone_nll"]}
+        r.image(plot_cost_quality(pts, base, f"{x.backbone}: hybrid NLL vs cost per token"),
+                "Held-out hybrid NLL against FLOPs per generated token, per swept layer")
+    layers = sorted(x.bridgeability["swept_layers"])
+    steps = sorted({int(c["K"]) for c in cost["rows"] if c["model"].startswith("DiHAL")})
+    if layers and steps:
+        r.p(f"Break-even (FLOPs): a denoising step costs {model.denoiser_step_flops / 1e6:.3g} "
+            "MFLOPs per token; the largest K at which the hybrid at layer l costs fewer FLOPs "
+            "than the backbone, and the hybrid's FLOPs over the backbone's at each K:")
+        by_layer: dict[int, dict] = {}
+        for b in break_even(model, layers, steps):
+            row = by_layer.setdefault(b["layer"], {"l": b["layer"],
+                                                   "max K cheaper": b["max_cheaper_steps"]})
+            row[f"K={b['steps']}"] = b["flops_vs_backbone"]
+        r.table(list(by_layer.values()), ["l", "max K cheaper", *(f"K={k}" for k in steps)],
+                ".3g")

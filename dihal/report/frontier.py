@@ -1,0 +1,53 @@
+"""The report's temperature-frontier section and its answer."""
+
+from __future__ import annotations
+
+from dihal.report.common import FRONTIER, ci
+from dihal.report.document import Document
+from dihal.report.generation import temperature
+from dihal.results import ReportInputs
+
+
+def answer_frontier(x: ReportInputs) -> tuple[str, str]:
+    """Who lies on the Gen.PPL/diversity frontier across the decoding temperatures measured
+    (dihal.evaluate.frontier.frontier_sentence over the comparison's frontier points)."""
+    from dihal.evaluate.frontier import frontier_sentence
+
+    return frontier_sentence(x.comparison.get("frontier") or []), FRONTIER
+
+
+def frontier_table(points: list[dict]) -> list[dict]:
+    """One line per frontier point: model, T, Gen.PPL with its interval, diversity (ours and
+    spaCy's), mean length in judge tokens, whether it lies on the frontier, and whether another
+    point dominates it beyond both intervals (dihal.evaluate.frontier.clearly_dominates)."""
+    from dihal.evaluate.frontier import on_frontier
+
+    return [{"model": p["model"], "T": temperature(p), "Gen.PPL [95 %]": ci(p, "gen_ppl"),
+             "diversity": p["diversity"], "diversity (spaCy)": p.get("diversity_spacy"),
+             "mean length (judge tokens)": p.get("mean_judge_length"),
+             "on the frontier": "yes" if on else "no",
+             "dominated beyond the 95 % intervals": "no" if clear else "yes"}
+            for p, on, clear in zip(points, on_frontier(points),
+                                    on_frontier(points, clearly=True), strict=True)]
+
+
+def frontier_section(r: Document, x: ReportInputs) -> None:
+    """Gen.PPL against diversity of every model at each decoding temperature measured."""
+    from dihal.evaluate.frontier import frontier_sentence
+    from dihal.plots import plot_frontier
+
+    points = x.comparison.get("frontier") or []
+    r.h2("3c. Gen.PPL against diversity across temperatures", FRONTIER)
+    r.p(frontier_sentence(points))
+    if not points:
+        return
+    r.p("A lower temperature can buy a lower Gen.PPL with less diverse samples, so one "
+        "temperature's Gen.PPL alone can favour the less diverse model. DiHAL (at its "
+        "protocol's K), the backbone and each baseline with a temperature are sampled at each "
+        "temperature with the main table's count, length, seed and judge (no MAUVE); the point "
+        "at the main table's temperature, and CoDAR's at its own, are those rows. SED and "
+        "Diffusion-LM round to tokens deterministically: one point each, at no temperature.")
+    r.image(plot_frontier(points, f"{x.backbone}: Gen.PPL vs diversity across temperatures"),
+            "Gen.PPL against diversity across temperatures")
+    table = frontier_table(points)
+    r.table(table, list(table[0]), ".4g")

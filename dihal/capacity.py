@@ -27,10 +27,12 @@ from pathlib import Path
 
 import torch
 
+from dihal.bridge.denoiser import CausalDenoiser, denoiser_config_of
+from dihal.compare.baselines import build_baseline
 from dihal.config import BridgeProtocol
 from dihal.errors import DihalError
 from dihal.profiles import PROFILES
-from dihal.registry import BASELINES
+from dihal.registry import BASELINES, get_spec, read_model_config
 
 MODEL_CONFIGS = Path(__file__).resolve().parents[1] / "data" / "model_configs"
 GIB = 2**30
@@ -113,7 +115,6 @@ def backbone_config(name: str) -> tuple[dict, int]:
     counted as bf16 safetensors (2 bytes per parameter)."""
     if name in BACKBONE_CONFIGS:
         return load_model_config(name), BACKBONE_CONFIGS[name][1]
-    from dihal.registry import get_spec, read_model_config
 
     spec = get_spec(name)  # UnknownBackboneError names the known ones
     cfg = read_model_config(spec.hf_id, spec.revision, what=f"backbone {name!r}")
@@ -202,10 +203,9 @@ def device_maps(config_dict: dict) -> dict[str, DevicePlan]:
 @lru_cache(maxsize=8)
 def denoiser_parameters(d_in: int, bridge: BridgeProtocol, seq_len: int) -> int:
     """Exact parameter count of the bridge denoiser over states of size d_in (built on meta)."""
-    from dihal.bridge.denoiser import CausalDenoiser
 
     with torch.device("meta"):
-        net = CausalDenoiser(bridge.denoiser_config(d_in, seq_len))
+        net = CausalDenoiser(denoiser_config_of(bridge, d_in, seq_len))
     _check_on_meta(net, "bridge denoiser")
     return net.param_count()
 
@@ -214,7 +214,6 @@ def denoiser_parameters(d_in: int, bridge: BridgeProtocol, seq_len: int) -> int:
 def baseline_parameters(name: str, vocab: int, d: int, target: int, seq_len: int,
                         bos_id: int) -> tuple[int, int]:
     """(saved, trained) parameter counts of a baseline built on meta at the bridge's budget."""
-    from dihal.compare.baselines import build_baseline
 
     with torch.device("meta"):
         model = build_baseline(name, embeddings=torch.empty(vocab, d), seq_len=seq_len,

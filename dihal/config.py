@@ -62,7 +62,7 @@ def _reals(obj: object, *names: str, low: float, high: float = math.inf,
             raise _invalid(obj, name, allowed)
 
 
-def _positive(value: float) -> bool:  # also used by dihal.locate.geometry
+def is_positive(value: float) -> bool:  # also used by dihal.locate.geometry
     return math.isfinite(value) and value > 0
 
 
@@ -71,7 +71,7 @@ def _temperatures(obj: object, name: str) -> None:
     as a tuple of floats; empty is allowed (no frontier)."""
     v = getattr(obj, name)
     ok = isinstance(v, tuple | list) and all(
-        not isinstance(t, bool) and isinstance(t, int | float) and _positive(t) for t in v)
+        not isinstance(t, bool) and isinstance(t, int | float) and is_positive(t) for t in v)
     if not ok or len({float(t) for t in v}) != len(v):
         raise _invalid(obj, name, "a tuple of distinct finite numbers > 0 (empty: no frontier)")
     object.__setattr__(obj, name, tuple(float(t) for t in v))
@@ -283,25 +283,6 @@ class BridgeProtocol:
         _ints(self, 0, "seed")
         _choice(self, "mixed_precision", ("auto", "no", "bf16"))
         _bools(self, "pin_first")
-
-    def denoiser_config(self, d_in: int, max_len: int):
-        from dihal.bridge.denoiser import DenoiserConfig
-
-        return DenoiserConfig(d_in=d_in, d_model=self.d_model, n_layers=self.n_layers,
-                              n_heads=self.n_heads, mlp_ratio=self.mlp_ratio, max_len=max_len)
-
-    def train_config(self, device: str):
-        from dihal.training import TrainConfig
-
-        mp = self.mixed_precision
-        if mp == "auto":
-            mp = "bf16" if device.startswith("cuda") else "no"
-        return TrainConfig(lr=self.lr, weight_decay=self.weight_decay,
-                           warmup_frac=self.warmup_frac, batch_size=self.batch_size,
-                           epochs=self.epochs, grad_clip=self.grad_clip, seed=self.seed,
-                           mixed_precision=mp, checkpoint_every=self.checkpoint_every,
-                           log_every=5, val_seed=self.seed,  # the seed measure_bridge uses
-                           keep_checkpoints=2)  # a damaged newest one falls back to the previous
 
     def for_layer(self, layer: int) -> BridgeProtocol:
         """The protocol of `layer`'s bridge: `seeds` where seed_layers is empty or names it,

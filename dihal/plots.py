@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 
+from dihal.proxies import NAMES, SCORE_FORMULA
+
 
 def _pyplot():
     import matplotlib
@@ -22,11 +24,11 @@ def _png(plt, fig) -> bytes:
 
 
 def plot_proxies(rows: list[dict], title: str) -> bytes:
-    """m_curv, m_mono, k_eff against layer, one line per normalisation (log scale)."""
+    """Each proxy (dihal.proxies) against layer, one line per normalisation (log scale)."""
     plt = _pyplot()
     norms = sorted({r["norm"] for r in rows})
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
-    for ax, key in zip(axes, ("m_curv", "m_mono", "k_eff"), strict=True):
+    fig, axes = plt.subplots(1, len(NAMES), figsize=(13, 3.6))
+    for ax, key in zip(axes, NAMES, strict=True):
         for norm in norms:
             pts = sorted((r["layer"], r[key]) for r in rows if r["norm"] == norm)
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=".", label=norm)
@@ -51,7 +53,7 @@ def plot_scores(score_rows: list[dict], selected: dict[str, int], title: str) ->
         ax.scatter([selected[norm]], [best], s=90, facecolors="none", edgecolors=line.get_color())
     ax.axhline(0, color="grey", lw=0.5)
     ax.set_xlabel("layer l")
-    ax.set_ylabel("S_l = z(m_curv) + z(m_mono) - z(k_eff)")
+    ax.set_ylabel(SCORE_FORMULA)
     ax.legend(title="normalisation (circle: l*)")
     ax.grid(alpha=0.3)
     ax.set_title(title)

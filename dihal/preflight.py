@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from dihal.config import DTYPE_MAX, BridgeProtocol, ExtractConfig, SequenceConfig
 from dihal.errors import DihalError
+from dihal.locate.corpus import shortfall_message
 
 GIB = 2**30
 # Keep this share of a resource free (the OS, page cache, the CUDA context, fragmentation)
@@ -75,7 +76,6 @@ def store_bytes(seq: SequenceConfig, extract: ExtractConfig, n_layers: int, hidd
 
 
 def check_corpus(facts: Facts, seq: SequenceConfig) -> list[Refusal]:
-    from dihal.locate.corpus import shortfall_message
 
     if facts.doc_lengths is None:
         return []

@@ -39,7 +39,7 @@ from dihal.replace.control_hybrids import (
     ridge_hybrid,
 )
 from dihal.replace.controls import choose_steps, sampler_steps_curve
-from dihal.replace.stage import _pairs, load_layer_data, restore_bridge, train_layer
+from dihal.replace.stage import load_layer_data, restore_bridge, stored_pairs, train_layer
 
 
 class MemoryStates:
@@ -115,7 +115,7 @@ def main() -> None:
         progress=lambda s: print(f"[{time.perf_counter() - t_start:.0f} s] {s}", flush=True))
     chosen = choose_steps(curve.rows)
 
-    data = load_layer_data(reader, args.layer, protocol, _pairs(reader, "train", args.layer))
+    data = load_layer_data(reader, args.layer, protocol, stored_pairs(reader, "train", args.layer))
     ridge = fit_ridge(data.train, data.val)
     controls = {
         f"ridge (lam={ridge.lam:g}, held-out MSE {ridge.val_mse:.4f})":

@@ -163,13 +163,18 @@ def test_measuring_against_the_dumps_reference_gives_the_backbones_own_numbers(t
     from dataclasses import replace
 
     from dihal.config import BridgeProtocol
-    from dihal.replace.stage import _pairs, load_layer_data, measure_bridge, train_layer_bridge
+    from dihal.replace.stage import (
+        load_layer_data,
+        measure_bridge,
+        stored_pairs,
+        train_layer_bridge,
+    )
 
     seqs = _sequences(tiny_backbone, n_train=8, n_val=6)
     r = StateReader(_dump(tiny_backbone, seqs, tmp_path))
     protocol = BridgeProtocol(d_model=32, n_layers=1, n_heads=2, batch_size=4, steps=2,
                               eval_sequences=5, pin_first=False, epochs=30.0, lr=1e-2)
-    data = load_layer_data(r, 2, protocol, _pairs(r, "train", 2))  # random tokens: no BOS pin
+    data = load_layer_data(r, 2, protocol, stored_pairs(r, "train", 2))  # random tokens: no BOS pin
     assert data.reference is not None and data.reference[0].shape == (5, 10)
     denoiser = train_layer_bridge(data, protocol, tmp_path / "ckpt")[0]
     kept = measure_bridge(tiny_backbone, denoiser, data, protocol, batch_size=2)

@@ -451,8 +451,8 @@ def test_geometry_on_the_cpu_device_is_bitwise_the_plain_cpu_path():
     proxies and bootstrap replicates of the per-layer CPU functions on the same tokens."""
     import numpy as np
 
-    from dihal.locate.geometry import layer_proxies_resampled, resample_weights
-    from dihal.locate.stage import compute_geometry, sample_positions
+    from dihal.locate.geometry import layer_proxies_resampled, resample_weights, sample_positions
+    from dihal.locate.stage import compute_geometry
     from dihal.seeds import derive_seed
 
     rng = np.random.default_rng(0)

@@ -30,7 +30,8 @@ def test_dihal_imports_no_layer_above_it():
 
 
 def test_storage_imports_only_the_leaf_modules_of_dihal():
-    allowed = {"dihal.results", "dihal.rows", "dihal.stages", "dihal.atomic", "dihal.errors"}
+    allowed = {"dihal.results", "dihal.rows", "dihal.stages", "dihal.atomic", "dihal.errors",
+               "dihal.proxies"}
     used = {m for f in (ROOT / "storage").rglob("*.py") for m in _imports(f) if m.startswith("dihal")}
     assert used and used <= allowed, used - allowed
     # and those leaves import nothing of the project but each other
@@ -65,9 +66,9 @@ def _module_name(path: pathlib.Path, root: pathlib.Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _import_time_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
+def _import_time_imports(tree: ast.Module, deferred: bool = False) -> list[ast.Import | ast.ImportFrom]:
     """The imports a module runs when it is imported: at module level, in class bodies and in
-    if/try blocks, but not in functions nor under `if TYPE_CHECKING:`."""
+    if/try blocks, but not under `if TYPE_CHECKING:` nor (unless `deferred`) in functions."""
     found, todo = [], list(tree.body)
     while todo:
         node = todo.pop()
@@ -75,23 +76,31 @@ def _import_time_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
             found.append(node)
         elif isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
             todo += node.orelse
-        elif not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+        elif deferred or not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             todo += [c for c in ast.iter_child_nodes(node)
                      if isinstance(c, ast.stmt | ast.excepthandler)]
     return found
 
 
-def import_graph(package: pathlib.Path) -> dict[str, set[str]]:
+def _deferred_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
+    """The imports that run only when a function of the module is called."""
+    now = {id(n) for n in _import_time_imports(tree)}
+    return [n for n in _import_time_imports(tree, deferred=True) if id(n) not in now]
+
+
+def import_graph(package: pathlib.Path, deferred: bool = False,
+                 external: bool = False) -> dict[str, set[str]]:
     """module -> the modules of the package in directory `package` that importing it runs
-    first. Importing a.b.c runs a.b's __init__ too, unless the importer is inside a.b (then it
-    is already running)."""
+    first (with `deferred`, also those its functions import when called; with `external`, also
+    the top-level names of the other packages it imports). Importing a.b.c runs a.b's __init__
+    too, unless the importer is inside a.b (then it is already running)."""
     modules = {_module_name(f, package.parent): f for f in package.rglob("*.py")}
     graph = {}
     for name, f in modules.items():
         is_pkg = f.name == "__init__.py"
         here = name if is_pkg else name.rpartition(".")[0]
         targets = set()
-        for node in _import_time_imports(ast.parse(f.read_text())):
+        for node in _import_time_imports(ast.parse(f.read_text()), deferred):
             if isinstance(node, ast.Import):
                 targets |= {a.name for a in node.names}
                 continue
@@ -107,6 +116,8 @@ def import_graph(package: pathlib.Path) -> dict[str, set[str]]:
                 mod = ".".join(parts[:i])
                 if mod in modules and mod != name and not (name + ".").startswith(mod + "."):
                     edges.add(mod)
+            if external and parts[0] != package.name and target:
+                edges.add(parts[0])
         graph[name] = edges
     return graph
 
@@ -140,6 +151,9 @@ def test_the_dihal_import_graph_has_no_cycle():
     assert "dihal.checkpoint" in graph["dihal.training"]
     assert "dihal.bridge" in graph["dihal.replace.stage"] and "dihal.training" in graph["dihal.bridge.train"]
     assert find_cycle(graph) is None, " -> ".join(find_cycle(graph))
+    # nor one hidden behind an import inside a function: they count too
+    graph = import_graph(ROOT / "dihal", deferred=True)
+    assert find_cycle(graph) is None, " -> ".join(find_cycle(graph))
     # nor one hidden behind a lazy module __getattr__ that imports on first use
     lazy = [str(f.relative_to(ROOT)) for f in (ROOT / "dihal").rglob("*.py")
             if any(isinstance(n, ast.FunctionDef) and n.name == "__getattr__"
@@ -168,6 +182,60 @@ def test_the_cycle_finder_finds_a_cycle_through_a_package_init(tmp_path):
     assert find_cycle(graph) == ["pkg.bridge", "pkg.bridge.train", "pkg.training", "pkg.bridge"]
     (pkg / "training.py").write_text("def save():\n    from pkg.bridge.checkpoint import save\n")
     assert find_cycle(import_graph(pkg)) is None
+    # an import inside a function still closes the circle, and the full graph sees it
+    assert "pkg.training" in find_cycle(import_graph(pkg, deferred=True))
+
+
+# What a deferred import may keep out of its module's import time: the heavy packages.
+HEAVY = {"torch", "transformers", "matplotlib", "datasets", "zarr", "numcodecs", "sklearn",
+         "scipy", "safetensors", "mauve", "spacy", "faiss", "huggingface_hub", "gguf", "pyarrow",
+         "accelerate", "dask", "distributed", "skdim"}
+
+
+def _closure(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        for nxt in graph.get(todo.pop(), ()):
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return seen
+
+
+def unjustified_deferrals(package: pathlib.Path) -> list[str]:
+    """`module -> target` for each import of the package's own modules made inside a function
+    although it keeps no heavy package out of the module's import time (the target's
+    import-time closure brings no heavy package that the module's does not already): such an
+    import only hides an arrow, and belongs at the top of the module."""
+    modules = {_module_name(f, package.parent): f for f in package.rglob("*.py")}
+    now = import_graph(package, external=True)
+    bad = []
+    for name, f in modules.items():
+        here_heavy = _closure(now, name) & HEAVY
+        for node in _deferred_imports(ast.parse(f.read_text())):
+            targets = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                       else [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules
+                             else node.module or "" for a in node.names])
+            for target in (t for t in targets if t in modules and t != name):
+                if not ((_closure(now, target) | {target}) & HEAVY) - here_heavy:
+                    bad.append(f"{name} -> {target} (line {node.lineno})")
+    return sorted(set(bad))
+
+
+def test_imports_inside_functions_only_keep_heavy_packages_out_of_import_time():
+    assert unjustified_deferrals(ROOT / "dihal") == []
+
+
+def test_an_import_deferred_for_nothing_is_found(tmp_path):
+    """The check above can fail: a module that already imports torch defers an import of a
+    torch-free module (hidden arrow), while a torch-free module deferring a torch module is fine."""
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "leaf.py").write_text("import json\n")
+    (pkg / "model.py").write_text("import torch\ndef f():\n    from pkg import leaf\n")
+    (pkg / "config.py").write_text("def g():\n    from pkg.model import f\n")
+    assert unjustified_deferrals(pkg) == ["pkg.model -> pkg.leaf (line 3)"]
 
 
 def test_no_baseline_recipe_borrows_from_another():
@@ -290,3 +358,48 @@ def test_each_stage_is_named_once_and_the_rest_derives_from_it():
         asset_key("no_such_stage", "b")
     with pytest.raises(TypeError, match="not a stage of dihal.stages"):
         type("Stray", (artifacts.Artifact,), {"stage": "no_such_stage"})
+
+
+def private_imports(roots: list[pathlib.Path]) -> list[str]:
+    """`file:line module.name` for every private name (one leading underscore) imported from
+    another module of the project: a name another module needs is public where it is owned."""
+    ours = {r.name for r in roots}
+    bad = []
+    for root in roots:
+        for f in sorted(root.rglob("*.py")):
+            for node in ast.walk(ast.parse(f.read_text())):
+                if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in ours:
+                    bad += [f"{f.relative_to(root.parent)}:{node.lineno} {node.module}.{a.name}"
+                            for a in node.names
+                            if a.name.startswith("_") and not a.name.startswith("__")]
+    return bad
+
+
+def test_no_private_name_crosses_a_module_boundary():
+    roots = [ROOT / top for top in ("dihal", "storage", "assets", "pipeline", "resources")]
+    assert private_imports(roots) == []
+
+
+def test_a_private_import_is_found(tmp_path):
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "a.py").write_text("def _helper():\n    pass\n")
+    (pkg / "b.py").write_text("from pkg.a import _helper\nfrom pkg.a import __doc__\n")
+    assert private_imports([pkg]) == ["pkg/b.py:1 pkg.a._helper"]
+
+
+def test_every_baseline_recipe_keeps_the_one_declared_contract():
+    """The baseline contract is declared once (dihal.compare.baselines.base.Baseline): every
+    recipe's class has each of its methods with the same parameters, temperature included."""
+    import importlib
+
+    from dihal.compare.baselines.base import Baseline
+    from dihal.registry import BASELINE_SPECS
+
+    wanted = {name: list(inspect.signature(fn).parameters) for name, fn in vars(Baseline).items()
+              if inspect.isfunction(fn) and not name.startswith("_")}
+    assert {"denoiser_parameters", "loss", "native_temperature", "sample"} <= set(wanted)
+    for spec in BASELINE_SPECS.values():
+        recipe = importlib.import_module(f"dihal.compare.baselines.{spec.module}").build.args[0]
+        got = {name: list(inspect.signature(getattr(recipe, name)).parameters) for name in wanted}
+        assert got == wanted, spec.module

@@ -11,9 +11,14 @@ from dataclasses import asdict
 import pytest
 import torch
 
-from dihal.bridge.denoiser import DenoiserConfig, build_denoiser
+from dihal.bridge.denoiser import DenoiserConfig, build_denoiser, denoiser_config_of
 from dihal.bridge.measures import validation_loss
-from dihal.bridge.train import BridgeTrainingError, bridge_training_loss, train_bridge
+from dihal.bridge.train import (
+    BridgeTrainingError,
+    bridge_training_loss,
+    loop_config,
+    train_bridge,
+)
 from dihal.checkpoint import latest_checkpoint, list_checkpoints, save_checkpoint
 from dihal.config import BridgeProtocol
 from dihal.errors import CheckpointMismatchError, DihalError, TrainingError
@@ -47,9 +52,9 @@ def test_the_protocols_final_validation_loss_is_the_evaluations(tmp_path):
     """measure_bridge reports validation_loss(denoiser, val, process, seed=protocol.seed)."""
     protocol = BridgeProtocol(d_model=32, n_layers=1, n_heads=2, batch_size=4, seed=3)
     train, val = toy_data(16, 5, mask=True), toy_data(8, 6, mask=True)
-    cfg = protocol.train_config("cpu")
+    cfg = loop_config(protocol, "cpu")
     assert cfg.val_seed == protocol.seed and cfg.mixed_precision == "no"
-    model = build_denoiser(protocol.denoiser_config(train.dim, train.seq_len), 0)
+    model = build_denoiser(denoiser_config_of(protocol, train.dim, train.seq_len), 0)
     result = train_bridge(model, train, val, PROCESS, cfg, tmp_path)
     assert result.val_loss == validation_loss(model, val, PROCESS, seed=protocol.seed)
     assert result.val_loss != validation_loss(model, val, PROCESS, seed=0)  # the seed matters

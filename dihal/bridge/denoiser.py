@@ -69,6 +69,13 @@ class DenoiserConfig:
         return cls(**d)
 
 
+def denoiser_config_of(protocol, d_in: int, max_len: int) -> DenoiserConfig:
+    """The denoiser a bridge protocol (dihal.config.BridgeProtocol) sizes, over states of
+    width `d_in` and sequences up to `max_len`."""
+    return DenoiserConfig(d_in=d_in, d_model=protocol.d_model, n_layers=protocol.n_layers,
+                          n_heads=protocol.n_heads, mlp_ratio=protocol.mlp_ratio, max_len=max_len)
+
+
 class KVCache:
     """Keys and values of the positions already processed, one pair per layer.
 

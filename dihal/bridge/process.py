@@ -14,7 +14,7 @@ from torch import Tensor
 TimeLike = float | Tensor
 
 
-def _as_time(t: TimeLike, like: Tensor) -> Tensor:
+def as_time(t: TimeLike, like: Tensor) -> Tensor:
     """A float, a (B,) tensor or a tensor already broadcastable to `like` -> broadcastable tensor.
 
     A (B,) tensor is one time per sequence and becomes (B, 1, 1) for (B, T, d) states.
@@ -59,7 +59,7 @@ class BrownianBridge:
 
     def marginal(self, z0: Tensor, z1: Tensor, t: TimeLike, eps: Tensor) -> Tensor:
         """Sample of x_t given the endpoints; t = 0 gives z0 and t = 1 gives z1 exactly."""
-        t = _as_time(t, z0)
+        t = as_time(t, z0)
         std = self.sigma * torch.sqrt(t * (1.0 - t))
         return (1.0 - t) * z0 + t * z1 + std * eps
 
@@ -80,8 +80,8 @@ class BrownianBridge:
         """
         if isinstance(s, float | int) and s == 0:
             return z0_hat
-        t = _as_time(t, x_t)
-        s = _as_time(s, x_t)
+        t = as_time(t, x_t)
+        s = as_time(s, x_t)
         ratio = s / t
         x_s = (1.0 - ratio) * z0_hat + ratio * x_t
         if eta != 0.0:
@@ -94,7 +94,7 @@ class BrownianBridge:
         """eps_hat = (x_t - (1 - t) z0_hat - t z1) / (sigma sqrt(t (1 - t))): the noise that
         makes x_t a sample of the marginal with z0 = z0_hat. Undefined where the marginal has
         no noise (t = 0 or 1, or sigma = 0): those raise."""
-        t = _as_time(t, x_t)
+        t = as_time(t, x_t)
         std = self.sigma * torch.sqrt(t * (1.0 - t))
         if bool((std == 0).any()):
             raise ValueError("the implied noise is undefined where sigma * sqrt(t (1 - t)) = 0 "

@@ -112,3 +112,17 @@ def train_bridge(
         accelerator=accelerator,
         warn=warn,
     )
+
+
+def loop_config(protocol, device: str) -> TrainConfig:
+    """The training loop's settings of a bridge protocol (dihal.config.BridgeProtocol) on
+    `device`: bf16 where mixed_precision is "auto" and the device is a GPU."""
+    mp = protocol.mixed_precision
+    if mp == "auto":
+        mp = "bf16" if device.startswith("cuda") else "no"
+    return TrainConfig(lr=protocol.lr, weight_decay=protocol.weight_decay,
+                       warmup_frac=protocol.warmup_frac, batch_size=protocol.batch_size,
+                       epochs=protocol.epochs, grad_clip=protocol.grad_clip, seed=protocol.seed,
+                       mixed_precision=mp, checkpoint_every=protocol.checkpoint_every,
+                       log_every=5, val_seed=protocol.seed,  # the seed measure_bridge uses
+                       keep_checkpoints=2)  # a damaged newest one falls back to the previous

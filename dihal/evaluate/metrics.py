@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Protocol
 
+from dihal.uncertainty import bootstrap_interval, jackknife_interval, resample_indices
+
 WORD_RE = re.compile(r"\w+|[^\w\s]")
 
 
@@ -125,7 +127,6 @@ def metric_intervals(texts: Sequence[str], ppl: GenPPL, *, n_boot: int = 1000,
     {"gen_ppl_low", "gen_ppl_high", "gen_ppl_mean_low", ..., "diversity_high"}."""
     import numpy as np
 
-    from dihal.uncertainty import bootstrap_interval, jackknife_interval
 
     out = {}
     if ppl.per_text:
@@ -189,7 +190,6 @@ def mauve_interval(p_features, q_features, *, seed: int = 0, n_boot: int = 1000,
     resampled histograms. {"mauve", "mauve_low", "mauve_high", "mauve_buckets"}."""
     import numpy as np
 
-    from dihal.uncertainty import resample_indices
 
     p, q = np.asarray(p_features, dtype=np.float64), np.asarray(q_features, dtype=np.float64)
     point, k, p_lab, q_lab = _mauve_fit(p, q, seed)
@@ -266,7 +266,6 @@ def mauve_interval_seeds(p_features, q_features, *, seed: int = 0, n_seeds: int 
     tests/test_metrics.py test_mauve_interval_seeds_*."""
     import numpy as np
 
-    from dihal.uncertainty import resample_indices
 
     if n_seeds < 1 or n_boot < n_seeds:
         raise ValueError(f"need n_seeds >= 1 and n_boot >= n_seeds, got {n_seeds}, {n_boot}")

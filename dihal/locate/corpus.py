@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dihal.atomic import file_sha256
 from dihal.config import CorpusConfig, SequenceConfig  # noqa: F401 (re-exported)
 from dihal.errors import CorpusError, MalformedLineError
 from dihal.results import CorpusResult, SequencesResult
@@ -506,7 +507,6 @@ def _probe(cfg: SequenceConfig) -> int | None:
 def shard_records(cfg: CorpusConfig) -> list[dict[str, Any]]:
     """The resolved shards and what they hold: {"path", "sha256", "bytes"} for a local file,
     {"url"} for a remote one (read as a stream, never downloaded whole)."""
-    from dihal.atomic import file_sha256
 
     if cfg.hf_dataset:
         return [HubSource(cfg).record()]
@@ -526,7 +526,6 @@ def verified_shards(cfg: CorpusConfig, recorded: list[dict[str, Any]]) -> list[s
     """The shards `cfg` selects now, each checked (size, then sha256) against what the corpus
     stage recorded: a shard edited, added or removed since is refused, not read under the old
     fingerprint. Remote shards are taken as recorded (their URL is their identity)."""
-    from dihal.atomic import file_sha256
 
     fix = "re-materialise the corpus asset (`dagster asset materialize --select corpus`)"
     if any(not isinstance(r, dict) for r in recorded):

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from dihal.config import DTYPE_MAX, ExtractConfig  # noqa: F401 (re-exported)
-from dihal.errors import StateValueError
+from dihal.errors import DihalError, StateValueError
 from dihal.results import HiddenStatesResult, StateSpec
 
 
@@ -213,7 +213,6 @@ def layer_pairs(backbone, ids: np.ndarray, layer: int, cfg: ExtractConfig, *,
 def state_spec(backbone, revision: str, sequences: dict[str, np.ndarray], cfg: ExtractConfig) -> StateSpec:
     """The shapes of the dump of `sequences`; the sequences must have been tokenised for the
     loaded weights."""
-    from dihal.errors import DihalError
 
     if backbone.weights.revision != revision:
         raise DihalError(f"the sequences were tokenised for {revision} but the loaded weights are "

@@ -21,13 +21,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from dihal.config import (  # noqa: F401 (re-exported)
     MONO_STATS,
     NORMALIZATIONS,
     GeometryConfig,
-    _positive,
+    is_positive,
 )
 
 # |z| cap of the robust normalisation, in robust standard deviations (1.4826 MAD).
@@ -50,6 +51,23 @@ class GeometryPlan:
 
     anchors: torch.Tensor  # (n_anchors,) int64, distinct indices into the n sampled states
     pairs: torch.Tensor  # (n_pairs, 2) int64, i != j
+
+
+def sample_positions(
+    n_seq: int, seq_len: int, n_tokens: int, generator: torch.Generator
+) -> np.ndarray:
+    """(n_tokens, 2) array of (sequence, position) pairs, position 0 excluded, sorted.
+
+    The sequences are packed (no padding), so every position >= 1 is a real token."""
+    available = n_seq * (seq_len - 1)
+    if n_tokens > available:
+        raise ValueError(
+            f"geometry wants {n_tokens} tokens but the held-out split has only {available} "
+            f"(= {n_seq} sequences x {seq_len - 1} positions after dropping position 0). "
+            "Raise n_val in the sequences config or lower n_tokens."
+        )
+    flat = torch.randperm(available, generator=generator)[:n_tokens].sort().values.numpy()
+    return np.stack([flat // (seq_len - 1), flat % (seq_len - 1) + 1], axis=1)
 
 
 def make_plan(n: int, cfg: GeometryConfig, generator: torch.Generator) -> GeometryPlan:
@@ -181,7 +199,7 @@ def _spectrum(x64: torch.Tensor) -> _Spectrum:
 
 
 def _gamma(spec: _Spectrum, gamma_rel: float) -> float:
-    if not _positive(gamma_rel):
+    if not is_positive(gamma_rel):
         raise ValueError(f"gamma_rel must be a finite float > 0, got {gamma_rel!r}")
     return gamma_rel * spec.trace / spec.evecs.shape[0]
 

@@ -1,6 +1,6 @@
 """Locate: the layer score S_l and its evaluation (docs/method.md §1).
 
-S_l = z(m_curv)_l + z(m_mono)_l - z(k_eff)_l, z-scored over the candidate layers of one backbone,
+S_l = z(m_curv)_l + z(m_mono)_l - z(k_eff)_l (dihal.proxies), z-scored over the candidate layers of one backbone,
 separately for each normalisation; l* = argmax S_l. Correlations with bridgeability are reported
 next to the trivial "shallower is better" predictor -l. Pure functions, no Dagster.
 """
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 from scipy import stats
 
-_PROXIES = ("m_curv", "m_mono", "k_eff")
+from dihal.proxies import NAMES, PROXIES, combine
 
 
 def zscore(values) -> np.ndarray:
@@ -35,7 +35,7 @@ def _index_rows(rows: list[dict]) -> dict[str, dict[int, dict]]:
     """{norm: {layer: row}}, rejecting missing keys and duplicate (layer, norm)."""
     by_norm: dict[str, dict[int, dict]] = {}
     for row in rows:
-        missing = [key for key in ("layer", "norm", *_PROXIES) if key not in row]
+        missing = [key for key in ("layer", "norm", *NAMES) if key not in row]
         if missing:
             raise ValueError(f"geometry row {row!r} lacks keys {missing}")
         layers = by_norm.setdefault(row["norm"], {})
@@ -68,10 +68,10 @@ def layer_scores(rows: list[dict], candidate_layers: Sequence[int]) -> list[dict
         if absent:
             raise ValueError(f"norm {norm!r} has no geometry rows for candidate layers {absent}")
         z = {}  # proxy -> {layer: z-score over the candidates}
-        for key in _PROXIES:
+        for key in NAMES:
             values = zscore([layers[lay][key] for lay in candidates])
             z[key] = dict(zip(candidates, values.tolist(), strict=True))
-        score = {lay: z["m_curv"][lay] + z["m_mono"][lay] - z["k_eff"][lay] for lay in candidates}
+        score = {lay: combine({k: z[k][lay] for k in NAMES}) for lay in candidates}
         order = sorted(candidates, key=lambda lay: (-score[lay], lay))
         rank = {lay: i + 1 for i, lay in enumerate(order)}
         for layer in sorted(layers):
@@ -80,9 +80,7 @@ def layer_scores(rows: list[dict], candidate_layers: Sequence[int]) -> list[dict
             out.append(
                 {
                     **layers[layer],
-                    "z_curv": float(z["m_curv"][layer]) if is_cand else nan,
-                    "z_mono": float(z["m_mono"][layer]) if is_cand else nan,
-                    "z_keff": float(z["k_eff"][layer]) if is_cand else nan,
+                    **{p.z_column: float(z[p.name][layer]) if is_cand else nan for p in PROXIES},
                     "S": float(score[layer]) if is_cand else nan,
                     "candidate": is_cand,
                     "rank": rank[layer] if is_cand else None,

@@ -23,6 +23,8 @@ import numpy as np
 import torch
 
 from dihal.config import GeometryConfig
+from dihal.locate.geometry import layer_proxies, make_plan, sample_positions
+from dihal.locate.score import layer_scores, select_layer
 from dihal.seeds import derive_seed
 
 PickLayers = Callable[[Sequence[np.ndarray]], list[int]]
@@ -49,12 +51,11 @@ def split_halves(n_seq: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
 
 def positions_from_sequences(seq_ids: np.ndarray, seq_len: int, n_tokens: int,
                              generator: torch.Generator) -> np.ndarray:
-    """(n_tokens, 2) (sequence, position) pairs drawn as dihal.locate.stage.sample_positions draws
+    """(n_tokens, 2) (sequence, position) pairs drawn as dihal.locate.geometry.sample_positions draws
     them (without replacement, position 0 excluded, sorted), over the sequences in `seq_ids`:
     every listed id is one slot of seq_len - 1 positions, so a sequence drawn k times can give
     up to k times its tokens (a position drawn in two of its slots is a duplicated state).
     Covered by test_positions_from_sequences_only_use_the_drawn_sequences."""
-    from dihal.locate.stage import sample_positions
 
     ids = np.asarray(seq_ids, dtype=np.int64)
     if ids.ndim != 1 or ids.size == 0:
@@ -130,8 +131,6 @@ def geometry_pick_layers(reader, cfg: GeometryConfig, candidates: Sequence[int],
     over `candidates` (dihal.locate.score.layer_scores) and its argmax (select_layer). Each layer is
     read once for all samples. A sample with fewer tokens than cfg.n_tokens (a half) uses all
     it has. Covered by test_geometry_pick_layers_*."""
-    from dihal.locate.geometry import layer_proxies, make_plan
-    from dihal.locate.score import layer_scores, select_layer
 
     one = dataclasses.replace(cfg, normalizations=(norm,), n_resamples=0)
     cands = sorted(int(c) for c in candidates)

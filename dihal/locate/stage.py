@@ -19,29 +19,13 @@ from dihal.locate.geometry import (
     layer_proxies_resampled,
     make_plan,
     resample_weights,
+    sample_positions,
 )
 from dihal.locate.predictors import RidgeFolds, layer_predictors
+from dihal.plots import plot_proxies, plot_scores
+from dihal.proxies import NAMES, combine
 from dihal.results import GeometryResult, LayerScoreResult
 from dihal.seeds import derive_seed
-
-_REPLICATED = ("m_curv", "m_mono", "k_eff")  # the proxies the score is made of
-
-
-def sample_positions(
-    n_seq: int, seq_len: int, n_tokens: int, generator: torch.Generator
-) -> np.ndarray:
-    """(n_tokens, 2) array of (sequence, position) pairs, position 0 excluded, sorted.
-
-    The sequences are packed (no padding), so every position >= 1 is a real token."""
-    available = n_seq * (seq_len - 1)
-    if n_tokens > available:
-        raise ValueError(
-            f"geometry wants {n_tokens} tokens but the held-out split has only {available} "
-            f"(= {n_seq} sequences x {seq_len - 1} positions after dropping position 0). "
-            "Raise n_val in the sequences config or lower n_tokens."
-        )
-    flat = torch.randperm(available, generator=generator)[:n_tokens].sort().values.numpy()
-    return np.stack([flat // (seq_len - 1), flat % (seq_len - 1) + 1], axis=1)
 
 
 def compute_geometry(
@@ -65,7 +49,7 @@ def compute_geometry(
     if cfg.n_resamples:
         boot = torch.Generator().manual_seed(derive_seed(cfg.seed, backbone, "geometry-bootstrap"))
         weights = resample_weights(cfg.n_tokens, cfg.n_resamples, boot)
-    replicates: dict[str, list] = {k: [] for k in ("resample", "layer", "norm", *_REPLICATED)}
+    replicates: dict[str, list] = {k: [] for k in ("resample", "layer", "norm", *NAMES)}
     rows: list[dict] = []
     rivals: list[dict] = []
     x0 = prev = ridge = None
@@ -85,7 +69,7 @@ def compute_geometry(
             replicates["resample"] += range(cfg.n_resamples)
             replicates["layer"] += [layer] * cfg.n_resamples
             replicates["norm"] += [norm] * cfg.n_resamples
-            for k in _REPLICATED:
+            for k in NAMES:
                 replicates[k] += rep[k].cpu().tolist()
         if layer == 0:
             x0, ridge = x, RidgeFolds(x, seed=cfg.seed)
@@ -95,7 +79,6 @@ def compute_geometry(
         prev = x
         if progress:
             progress(f"geometry layer {layer + 1}/{n_layers} ({time.perf_counter() - t0:.1f} s)")
-    from dihal.plots import plot_proxies
 
     return GeometryResult(rows, positions, plan.anchors.numpy(), plan.pairs.numpy(),
                           time.perf_counter() - t0, predictors=rivals, resamples=replicates,
@@ -142,7 +125,7 @@ def l_star_stability(resamples: dict[str, list], candidates: list[int],
         on = cols["norm"] == norm
         n_rep = int(cols["resample"][on].max()) + 1
         grid = {}
-        for k in _REPLICATED:
+        for k in NAMES:
             g = np.full((n_rep, int(cols["layer"].max()) + 1), np.nan)
             g[cols["resample"][on], cols["layer"][on]] = cols[k][on]
             grid[k] = g[:, cand]
@@ -151,7 +134,7 @@ def l_star_stability(resamples: dict[str, list], candidates: list[int],
         def z(g):  # the score's own z-scores, one replicate (row) at a time
             return np.apply_along_axis(zscore, 1, g)
 
-        s = z(grid["m_curv"][ok]) + z(grid["m_mono"][ok]) - z(grid["k_eff"][ok])
+        s = combine({k: z(grid[k][ok]) for k in NAMES})
         picks = cand[np.argmax(s, axis=1)]  # the first maximum: ties go to the shallower layer
         layers, counts = np.unique(picks, return_counts=True)
         lo, hi = np.quantile(picks, [0.025, 0.975], method="inverted_cdf")
@@ -201,7 +184,6 @@ def score_layers(rows: list[dict], cfg: LayerScoreConfig, *, backbone: str,
     the score is depth, and (with the geometry's token-bootstrap `resamples`) how stable l* is;
     with the dump's `reader` and the geometry stage's config, also over resamples of whole
     held-out sequences and on split halves (sequence_stability; off when cfg asks for neither)."""
-    from dihal.plots import plot_scores
 
     s = score_summary(rows, primary_norm=cfg.primary_norm)
     title = f"{backbone}: layer score, l* = {s['l_star']} ({cfg.primary_norm})"

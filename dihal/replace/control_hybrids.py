@@ -28,15 +28,20 @@ import torch
 from torch import Tensor
 
 from dihal.backbones import Backbone
+from dihal.bridge import BrownianBridge, EndpointRegression
 from dihal.bridge.data import BridgeData, Standardizer
+from dihal.bridge.sampler import DEFAULT_RULE
+from dihal.config import BridgeProtocol
 from dihal.replace.hybrid import (
     Generation,
+    Hybrid,
     Stepper,
-    _prompt_ids,
+    as_prompt_ids,
     autoregress,
     next_token_nll,
     top1_agreement,
 )
+from dihal.replace.stage import held_out, loss_mask, restore_bridge, standardise_pairs
 
 RIDGE_LAMBDAS: tuple[float, ...] = (1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0)
 """The ridge penalties tried (per token, standardised units: mean squared error + lam ||W||^2);
@@ -114,7 +119,7 @@ class PositionwiseHybrid:
         """Sample n sequences of `length` tokens, exactly as `Hybrid.decode` does."""
         return autoregress(
             lambda b, batch_seed: self.stepper(cached, batch_seed),
-            _prompt_ids(prompt, self.backbone.bos_id), n, length,
+            as_prompt_ids(prompt, self.backbone.bos_id), n, length,
             temperature=temperature, seed=seed, batch_size=batch_size,
             device=self.backbone.device,
         )
@@ -257,10 +262,6 @@ def bridge_hybrid(backbone: Backbone, trained, *, steps: int | None = None, rule
     the protocol's K) with the sampler `rule` (default: dihal.bridge.sampler.DEFAULT_RULE).
     A regression control (hparams objective "regression") gives the regression hybrid: its
     network was trained at t = 1 only, so it is sampled in one step whatever `steps` says."""
-    from dihal.bridge import BrownianBridge, EndpointRegression
-    from dihal.bridge.sampler import DEFAULT_RULE
-    from dihal.replace.hybrid import Hybrid
-    from dihal.replace.stage import restore_bridge
 
     bridge = restore_bridge(trained, device=str(backbone.device))
     hp = bridge["hparams"]
@@ -319,13 +320,11 @@ def fit_layer_ridge(reader, trained, *, train_pairs: Callable[[], tuple[Tensor, 
     loss masks it), the penalty chosen on the held-out pairs the bridge is measured on.
     `train_pairs()`: the layer's raw (hs[0], h_l) training pairs, built as the bridge stage
     builds them (dihal.replace.stage.train_layer). Returns (the map, restore_bridge's modules)."""
-    from dihal.config import BridgeProtocol
-    from dihal.replace.stage import _loss_mask, _standardise, held_out, restore_bridge
 
     bridge = restore_bridge(trained)
     protocol = BridgeProtocol(**trained.hparams["protocol"])
     c, h = train_pairs()
-    mask = _loss_mask(c, protocol)
-    zc, zh = _standardise(c, h, bridge["cond_std"], bridge["target_std"], protocol)
+    mask = loss_mask(c, protocol)
+    zc, zh = standardise_pairs(c, h, bridge["cond_std"], bridge["target_std"], protocol)
     val, _ = held_out(reader, trained.layer, protocol, bridge["cond_std"], bridge["target_std"])
     return fit_ridge(BridgeData(zc, zh, mask), val), bridge

@@ -117,7 +117,7 @@ class Generation:
         }
 
 
-def _prompt_ids(prompt: Sequence[int] | Tensor | None, default: int) -> Tensor:
+def as_prompt_ids(prompt: Sequence[int] | Tensor | None, default: int) -> Tensor:
     ids = torch.tensor([default]) if prompt is None else torch.as_tensor(prompt).reshape(-1)
     if ids.numel() < 1:
         raise ValueError("the prompt needs at least one token")
@@ -231,7 +231,7 @@ def decode_backbone(
     """The autoregressive reference row: the backbone sampled exactly like the hybrid."""
     return autoregress(
         lambda b, _seed: backbone_stepper(backbone, cached),
-        _prompt_ids(prompt, backbone.bos_id), n, length,
+        as_prompt_ids(prompt, backbone.bos_id), n, length,
         temperature=temperature, seed=seed, batch_size=batch_size, device=backbone.device,
     )
 
@@ -374,7 +374,7 @@ class Hybrid:
     ) -> Generation:
         """Sample n sequences of `length` tokens after `prompt` (default: the backbone's BOS),
         with the tokens and the wall time of the decoding loop."""
-        prompt_ids = _prompt_ids(prompt, self.backbone.bos_id)
+        prompt_ids = as_prompt_ids(prompt, self.backbone.bos_id)
         needed = prompt_ids.numel() + length - 1  # the last sampled token is never fed back
         if self.max_len is not None and needed > self.max_len:
             raise ValueError(

@@ -21,6 +21,8 @@ from dihal.bridge import (
     REGRESSION_T_GRID,
     BridgeData,
     BrownianBridge,
+    CausalDenoiser,
+    DenoiserConfig,
     EndpointRegression,
     Standardizer,
     build_denoiser,
@@ -28,10 +30,26 @@ from dihal.bridge import (
     train_bridge,
     validation_loss,
 )
+from dihal.bridge.denoiser import denoiser_config_of
+from dihal.bridge.sampler import DEFAULT_RULE
+from dihal.bridge.train import loop_config, sample_budget
 from dihal.config import MIN_SWEPT_LAYERS, BridgeProtocol, ExtractConfig  # noqa: F401
+from dihal.errors import DihalError, LayerIndexError
+from dihal.locate.extract import layer_pairs
+from dihal.locate.predictors import ORIENTATION
+from dihal.plots import plot_bridgeability
+from dihal.replace.hybrid import Hybrid, next_token_nll, top1_agreement
 from dihal.results import BridgeabilityResult, BridgeMetrics, TrainedBridge
-from dihal.rows import DEPTH, TARGETS, RegressionRow, Spearman, SpearmanRow
+from dihal.rows import DEPTH, TARGETS, RegressionRow, Spearman, SpearmanRow, number
 from dihal.seeds import derive_seed
+from dihal.uncertainty import (
+    oracle_by_measures,
+    paired_standing,
+    seed_oracle,
+    seed_spread,
+    spearman_interval,
+    two_level_spearman,
+)
 
 
 def default_sweep_layers(n_layers: int, count: int = 10) -> list[int]:
@@ -74,12 +92,11 @@ class LayerData:
 def check_candidate(reader, layer: int) -> None:
     n_layers = reader.n_layers()
     if not 1 <= layer <= n_layers - 1:
-        from dihal.errors import LayerIndexError
 
         raise LayerIndexError(f"layer {layer} is not a candidate: this dump has layers 1..{n_layers - 1}")
 
 
-def _pairs(reader, split: str, layer: int, n: int | None = None):
+def stored_pairs(reader, split: str, layer: int, n: int | None = None):
     c = torch.from_numpy(np.asarray(reader.layer(split, 0)[:n], dtype=np.float32))
     h = torch.from_numpy(np.asarray(reader.layer(split, layer)[:n], dtype=np.float32))
     return c, h
@@ -101,24 +118,24 @@ def load_layer_data(reader, layer: int, protocol: BridgeProtocol,
                 f"h_{layer} at position 0 differs between sequences (max diff {spread:.3g}): "
                 "sequences do not all start with the same BOS token; set pin_first=False."
             )
-    m_tr = _loss_mask(c_tr, protocol)
+    m_tr = loss_mask(c_tr, protocol)
     cond_std = Standardizer.fit(c_tr, m_tr)
     target_std = Standardizer.fit(h_tr, m_tr)
-    zc_tr, zh_tr = _standardise(c_tr, h_tr, cond_std, target_std, protocol)
+    zc_tr, zh_tr = standardise_pairs(c_tr, h_tr, cond_std, target_std, protocol)
     val, val_ids = held_out(reader, layer, protocol, cond_std, target_std)
     return LayerData(layer=layer, train=BridgeData(zc_tr, zh_tr, m_tr), val=val, cond_std=cond_std,
                      target_std=target_std, val_ids=val_ids, first_state=first_state,
                      reference=held_out_reference(reader, protocol))
 
 
-def _loss_mask(x: torch.Tensor, protocol: BridgeProtocol) -> torch.Tensor:
+def loss_mask(x: torch.Tensor, protocol: BridgeProtocol) -> torch.Tensor:
     m = torch.ones(x.shape[:2], dtype=torch.bool)
     if protocol.pin_first:
         m[:, 0] = False
     return m
 
 
-def _standardise(c, h, cond_std: Standardizer, target_std: Standardizer,
+def standardise_pairs(c, h, cond_std: Standardizer, target_std: Standardizer,
                  protocol: BridgeProtocol):
     """In place: the pairs of a large backbone are not copied."""
     zc, zh = cond_std.apply_(c), target_std.apply_(h)
@@ -132,10 +149,10 @@ def held_out(reader, layer: int, protocol: BridgeProtocol, cond_std: Standardize
              target_std: Standardizer) -> tuple[BridgeData, torch.Tensor]:
     """The first `protocol.eval_sequences` held-out sequences as standardised (c, h_l) pairs,
     and their tokens."""
-    c_va, h_va = _pairs(reader, "val", layer, protocol.eval_sequences)
-    zc, zh = _standardise(c_va, h_va, cond_std, target_std, protocol)
+    c_va, h_va = stored_pairs(reader, "val", layer, protocol.eval_sequences)
+    zc, zh = standardise_pairs(c_va, h_va, cond_std, target_std, protocol)
     ids = np.asarray(reader.input_ids("val")[: protocol.eval_sequences], dtype=np.int64)
-    return BridgeData(zc, zh, _loss_mask(c_va, protocol)), torch.from_numpy(ids)
+    return BridgeData(zc, zh, loss_mask(c_va, protocol)), torch.from_numpy(ids)
 
 
 def held_out_reference(reader, protocol: BridgeProtocol) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -152,7 +169,7 @@ def train_config_of(protocol: BridgeProtocol, device: str, regression: bool = Fa
     """The loop's config: the protocol's, validated at t = 1 for the regression control."""
     from dataclasses import replace
 
-    tcfg = protocol.train_config(device)
+    tcfg = loop_config(protocol, device)
     return replace(tcfg, val_t_grid=REGRESSION_T_GRID) if regression else tcfg
 
 
@@ -170,7 +187,7 @@ def train_layer_bridge(
     loss at initialisation, and train it; resumes from ckpt_dir. With `regression`, the same
     network, loss and budget trained only at t = 1 (EndpointRegression: h_l from c directly).
     `warn` gets the reason a damaged checkpoint is passed over (train_model's). Returns (denoiser, TrainResult, validation loss at initialisation)."""
-    cfg = protocol.denoiser_config(data.train.dim, data.train.seq_len)
+    cfg = denoiser_config_of(protocol, data.train.dim, data.train.seq_len)
     denoiser = build_denoiser(cfg, seed=derive_seed(protocol.seed, "denoiser-init")).to(device)
     process = (EndpointRegression if regression else BrownianBridge)(sigma=protocol.sigma)
     tcfg = train_config_of(protocol, device, regression)
@@ -191,8 +208,6 @@ def measure_bridge(backbone, denoiser, data: LayerData, protocol: BridgeProtocol
     backbone on held-out text. The backbone's side (its top-1 tokens and NLL) is
     `data.reference`, kept by the dump from its own forward pass; without one, the backbone
     runs here. `rule`: the sampler's update rule (default: dihal.bridge.sampler.DEFAULT_RULE)."""
-    from dihal.bridge.sampler import DEFAULT_RULE
-    from dihal.replace.hybrid import Hybrid, next_token_nll, top1_agreement
 
     rule = rule or DEFAULT_RULE
     process = BrownianBridge(sigma=protocol.sigma)
@@ -237,7 +252,6 @@ def _predictor_values(layers: list[int], score_rows: list[dict],
                       predictor_rows: list[dict]) -> dict[str, list[float]]:
     """{predictor name: its oriented value at each swept layer}: S_l per normalisation, the
     depth control -l, and each rival predictor times its ORIENTATION."""
-    from dihal.locate.predictors import ORIENTATION
     from dihal.locate.score import depth_control
 
     out = {}
@@ -294,8 +308,6 @@ def bridgeability_table(layer_rows: list[dict], score_rows: list[dict],
     by the seed means, and "seeds" holds the spread between seeds at each layer (seed_spread)
     and the oracle's (and l*'s) standing over resampled seeds (seed_oracle); else "seeds" is
     {}."""
-    from dihal.rows import number
-    from dihal.uncertainty import oracle_by_measures, paired_standing
 
     layers = sorted(r["layer"] for r in layer_rows)
     by_layer = {r["layer"]: r for r in layer_rows}
@@ -328,7 +340,6 @@ def _layer_statistics(layers: list[int], layer_rows: list[dict], seed_rows: dict
     """(targets, Spearman stats per (predictor, target), the rows the oracle is chosen from,
     the seed information) of bridgeability_table: over one seed per layer, or, with
     `seed_rows`, over the per-layer seed means with the two-level resample."""
-    from dihal.uncertainty import seed_oracle, seed_spread, spearman_interval, two_level_spearman
 
     by_layer = {r["layer"]: r for r in layer_rows}
     if not seed_rows:
@@ -379,8 +390,6 @@ def bridgeability(swept: list[BridgeMetrics], score_rows: list[dict], l_star: in
     (`regression`: the controls' metrics, of some or all swept layers)? `seed_metrics`: layer ->
     the metrics of its further training seeds (TrainedBridge.seed_metrics), resampled on two
     levels where there are any."""
-    from dihal.errors import DihalError
-    from dihal.plots import plot_bridgeability
 
     if len(swept) < MIN_SWEPT_LAYERS:
         raise DihalError(f"bridgeability needs >= {MIN_SWEPT_LAYERS} swept layers, got {len(swept)}")
@@ -425,7 +434,6 @@ def layer_data_for(backbone, reader, layer: int, protocol: BridgeProtocol, *,
     pairs a bridge kept (train_layer keep_pairs) for the same key are taken instead (and
     released): a sweep partition builds its 1M-token pairs once for the bridge and its
     regression control."""
-    from dihal.locate.extract import layer_pairs
 
     key = _pairs_key(backbone, reader, layer, protocol, train_ids, extract)
     kept = _KEPT.pop(key, None) if reuse else None
@@ -434,7 +442,7 @@ def layer_data_for(backbone, reader, layer: int, protocol: BridgeProtocol, *,
             log(f"layer {layer}: the training pairs of the bridge just trained, reused")
         return kept
     if "train" in reader.splits:
-        pairs = _pairs(reader, "train", layer)
+        pairs = stored_pairs(reader, "train", layer)
     else:
         pairs = layer_pairs(backbone, train_ids, layer, extract, progress=log)
     return load_layer_data(reader, layer, protocol, pairs)
@@ -460,7 +468,6 @@ def train_layer(backbone, reader, layer: int, protocol: BridgeProtocol, ckpt_dir
                          f"{protocol.steps}")
     import time
 
-    from dihal.bridge.train import sample_budget
 
     t0 = time.monotonic()
     check_candidate(reader, layer)
@@ -510,7 +517,6 @@ def _seed_replicate(backbone, data: LayerData, protocol: BridgeProtocol, i: int,
     import time
     from dataclasses import replace
 
-    from dihal.bridge.train import sample_budget
 
     t0 = time.monotonic()
     proto = replace(protocol, seed=replicate_seed(protocol, i), seeds=1)
@@ -530,7 +536,6 @@ def _seed_replicate(backbone, data: LayerData, protocol: BridgeProtocol, i: int,
 def restore_bridge(trained: TrainedBridge, device: str = "cpu") -> dict:
     """The modules of a saved bridge: {"denoiser", "cond_std", "target_std", "first_state",
     "hparams"}."""
-    from dihal.bridge import CausalDenoiser, DenoiserConfig
 
     t = trained.tensors
     model = CausalDenoiser(DenoiserConfig.from_dict(trained.hparams["denoiser_config"]))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dihal.profiles import SEED_SUBSET
 from dihal.report.common import (
     BRIDGEABILITY,
     REGRESSION,
@@ -99,7 +100,6 @@ def _seed_coverage(seeds: dict, on_cpu: bool | None) -> str:
     """Which layers had how many seeds; where fewer than all had the most, what bringing the
     others up would cost by the replicates' own timings, and on the CPU that the subset is what
     fits the run's budget. "" where every swept layer had one seed."""
-    from dihal.profiles import SEED_SUBSET
 
     counts = seed_counts(seeds)
     if not counts:

@@ -44,7 +44,6 @@ def ci(row: dict, key: str, fmt: str = ".1f") -> str:
     return Estimate.of(row, key).text(fmt)
 
 
-NATIVE_ROLE = "baseline (native temperature)"  # dihal.compare.stage's; not imported (torch)
 
 
 def separated(a: dict, b: dict, key: str) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from dihal.labels import CHOSEN_K, CONTROL, DIHAL
 from dihal.report.common import CONTROLS, ci
 from dihal.report.document import Document
 from dihal.results import ReportInputs
@@ -36,10 +37,9 @@ def _control_phrase(row: dict) -> str:
 def answer_controls(x: ReportInputs) -> tuple[str, str]:
     """DiHAL's Gen.PPL against its control hybrids' (regression, layer-drop, ridge) and its
     own at the K chosen on validation, each as a ratio with a paired interval; which wins."""
-    from dihal.evaluate.generation import CHOSEN_K, CONTROL
 
     rows = x.comparison["rows"]
-    dihal = next(r for r in rows if r["role"] == "dihal")
+    dihal = next(r for r in rows if r["role"] == DIHAL)
     others = [r for r in rows if r["role"] in (CONTROL, CHOSEN_K)]
     if not others:
         return ("Whether DiHAL beats its control hybrids is not settled: the evaluation has no "
@@ -56,11 +56,10 @@ def answer_controls(x: ReportInputs) -> tuple[str, str]:
 
 def controls_section(r: Document, x: ReportInputs) -> None:
     """DiHAL against its control hybrids and against itself at the K chosen on validation."""
-    from dihal.evaluate.generation import CHOSEN_K, CONTROL
 
     r.h2("3a. DiHAL against its control hybrids", CONTROLS)
     rows = x.comparison["rows"]
-    shown = [row for row in rows if row["role"] in ("dihal", CHOSEN_K, CONTROL)]
+    shown = [row for row in rows if row["role"] in (DIHAL, CHOSEN_K, CONTROL)]
     r.p(answer_controls(x)[0])
     notes = x.evaluation.get("controls", {})
     r.p("Each control replaces layers 0..l-1 as DiHAL does and keeps the upper layers and the "

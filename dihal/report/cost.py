@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dihal.labels import DIHAL
+from dihal.plots import plot_cost_quality
 from dihal.report.common import COST, GENERATION
 from dihal.report.document import Document
 from dihal.results import ReportInputs
@@ -47,7 +49,7 @@ def answer_break_even(x: ReportInputs) -> tuple[str, str]:
     if model is None:
         return ("What the replacement costs per token is not settled: the evaluation has no "
                 "cost table (materialise eval again).", COST)
-    dihal = next(r for r in x.comparison["rows"] if r["role"] == "dihal")
+    dihal = next(r for r in x.comparison["rows"] if r["role"] == DIHAL)
     l_star, k0 = int(x.bridgeability["l_star"]), int(dihal["sampler_steps"])
     ratio = model.hybrid(l_star, k0) / model.backbone()
     timed = next((r for r in x.evaluation["cost"]["rows"]
@@ -84,7 +86,6 @@ def cost_section(r: Document, x: ReportInputs) -> None:
     """Cost per generated token: FLOPs and measured time of the backbone, DiHAL at each K and
     the controls; hybrid NLL against FLOPs per swept layer; the break-even."""
     from dihal.evaluate.cost import break_even
-    from dihal.plots import plot_cost_quality
 
     r.h2("3b. Cost per generated token", COST)
     model = _cost_model(x)

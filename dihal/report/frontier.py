@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dihal.evaluate.frontier import frontier_sentence, on_frontier
+from dihal.plots import plot_frontier
 from dihal.report.common import FRONTIER, ci
 from dihal.report.document import Document
 from dihal.report.generation import temperature
@@ -11,7 +13,6 @@ from dihal.results import ReportInputs
 def answer_frontier(x: ReportInputs) -> tuple[str, str]:
     """Who lies on the Gen.PPL/diversity frontier across the decoding temperatures measured
     (dihal.evaluate.frontier.frontier_sentence over the comparison's frontier points)."""
-    from dihal.evaluate.frontier import frontier_sentence
 
     return frontier_sentence(x.comparison.get("frontier") or []), FRONTIER
 
@@ -20,7 +21,6 @@ def frontier_table(points: list[dict]) -> list[dict]:
     """One line per frontier point: model, T, Gen.PPL with its interval, diversity (ours and
     spaCy's), mean length in judge tokens, whether it lies on the frontier, and whether another
     point dominates it beyond both intervals (dihal.evaluate.frontier.clearly_dominates)."""
-    from dihal.evaluate.frontier import on_frontier
 
     return [{"model": p["model"], "T": temperature(p), "Gen.PPL [95 %]": ci(p, "gen_ppl"),
              "diversity": p["diversity"], "diversity (spaCy)": p.get("diversity_spacy"),
@@ -33,8 +33,6 @@ def frontier_table(points: list[dict]) -> list[dict]:
 
 def frontier_section(r: Document, x: ReportInputs) -> None:
     """Gen.PPL against diversity of every model at each decoding temperature measured."""
-    from dihal.evaluate.frontier import frontier_sentence
-    from dihal.plots import plot_frontier
 
     points = x.comparison.get("frontier") or []
     r.h2("3c. Gen.PPL against diversity across temperatures", FRONTIER)

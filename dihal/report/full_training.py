@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dihal.labels import CONTROL
 from dihal.report.bridgeability import seed_cell
 from dihal.report.common import FULL
 from dihal.report.controls import against_dihal
@@ -111,7 +112,6 @@ def full_training_sampler(sampler: dict) -> str:
 def full_training_generation_rows(x: ReportInputs) -> list[dict]:
     """The full-training generation rows, each labelled by its sampler, then the eval's control
     hybrids at l* (labelled "from eval"), each with its paired ratio where computed."""
-    from dihal.evaluate.generation import CONTROL
 
     def ratio(row: dict) -> str:
         got = against_dihal(row)

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import math
 
-from dihal.report.common import GENERATION, NATIVE_ROLE, SAMPLER, SAMPLES, ci, key_value, separated
+from dihal.config import DEFAULT_SAMPLER_RULE
+from dihal.evaluate.metrics import MAUVE_RESULT_SAMPLES
+from dihal.labels import BACKBONE, BASELINE, DIHAL, NATIVE_ROLE
+from dihal.plots import plot_quality_diversity
+from dihal.report.common import GENERATION, SAMPLER, SAMPLES, ci, key_value, separated
 from dihal.report.document import Document
 from dihal.results import ReportInputs
 from dihal.rows import (
@@ -13,10 +17,16 @@ from dihal.rows import (
     generation_rows,
     number,
 )
+from dihal.uncertainty import (
+    holm,
+    log_ppl_difference,
+    paired_log_ppl_differences,
+    paired_verdict,
+    samples_for_power,
+)
 
 
 def _sampler_summary(curve: dict) -> str:
-    from dihal.config import DEFAULT_SAMPLER_RULE
 
     rows = sorted((r for r in curve["rows"] if r.get("rule", DEFAULT_SAMPLER_RULE)
                    == DEFAULT_SAMPLER_RULE), key=lambda r: r["steps"]) or curve["rows"]
@@ -35,7 +45,6 @@ def _sampler_summary(curve: dict) -> str:
 def _mauve_is_diagnostic(rows: list[dict]) -> bool:
     """MAUVE is a diagnostic, not a result, where some row has it from fewer than 512 samples a
     side (or unequal counts), or did not record its counts."""
-    from dihal.evaluate.metrics import MAUVE_RESULT_SAMPLES
 
     measured = [r for r in rows if number(r.get("mauve")) is not None]
     return any(r.get("mauve_diagnostic", True) or min(r.get("mauve_n_p") or 0, r.get("mauve_n_q")
@@ -101,13 +110,6 @@ def generation_pairs(dihal: dict, others: list[dict], level: float = 0.95) -> li
     and how many samples per model a paired t-test would need for 80 % power at the level on
     the mean per-sample log-PPL difference (samples paired by index, the first min(n_a, n_b):
     dihal.uncertainty.samples_for_power)."""
-    from dihal.uncertainty import (
-        holm,
-        log_ppl_difference,
-        paired_log_ppl_differences,
-        paired_verdict,
-        samples_for_power,
-    )
 
     a = _per_text(dihal)
     out = []
@@ -141,9 +143,9 @@ def _pairs_table(pairs: list[dict]) -> list[dict]:
 
 def _generation_summary(x: ReportInputs) -> str:
     rows = x.comparison["rows"]
-    dihal = next(r for r in rows if r["role"] == "dihal")
-    ref = next(r for r in rows if r["role"] == "backbone")
-    bases = [r for r in rows if r["role"] == "baseline"]
+    dihal = next(r for r in rows if r["role"] == DIHAL)
+    ref = next(r for r in rows if r["role"] == BACKBONE)
+    bases = [r for r in rows if r["role"] == BASELINE]
     line = (f"DiHAL samples with Gen.PPL {dihal['gen_ppl']:.1f} and diversity "
             f"{dihal['diversity']:.3f}, against the backbone's {ref['gen_ppl']:.1f} and "
             f"{ref['diversity']:.3f}")
@@ -246,7 +248,6 @@ def sampler_section(r: Document, x: ReportInputs) -> None:
 
 
 def generation_section(r: Document, x: ReportInputs) -> None:
-    from dihal.plots import plot_quality_diversity
 
     cmp_ = x.comparison
     r.h2("3. Generation: DiHAL, the backbone and the baselines at a matched budget", GENERATION)
@@ -264,8 +265,8 @@ def generation_section(r: Document, x: ReportInputs) -> None:
         "of pooled n-gram counts).")
     r.table(generation_table(cmp_["rows"], extra),
             generation_columns(cmp_["rows"], extra, ["model"]), ".4g")
-    pairs = generation_pairs(next(r for r in cmp_["rows"] if r["role"] == "dihal"),
-                             [r for r in cmp_["rows"] if r["role"] in ("backbone", "baseline")])
+    pairs = generation_pairs(next(r for r in cmp_["rows"] if r["role"] == DIHAL),
+                             [r for r in cmp_["rows"] if r["role"] in (BACKBONE, BASELINE)])
     if pairs:
         r.p("DiHAL against each model: the ratio of Gen.PPL with its 95 % interval (each side's "
             "samples resampled), Holm-corrected over the pairs, and the samples per model a "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dihal.proxies import NAMES
 from dihal.report.bridgeability import picks
 from dihal.report.common import LOCATE
 from dihal.report.document import Document
@@ -115,7 +116,7 @@ def _proxy_tables(x: ReportInputs) -> dict[str, list[dict]]:
     out: dict[str, list[dict]] = {}
     for g in sorted(x.geometry_rows, key=lambda g: (g["norm"], g["layer"])):
         out.setdefault(g["norm"], []).append(
-            {"layer": g["layer"], **{k: g[k] for k in ("m_curv", "m_mono", "k_eff")},
+            {"layer": g["layer"], **{k: g[k] for k in NAMES},
              "S": score.get((g["norm"], g["layer"]))})
     return out
 
@@ -148,7 +149,7 @@ def locate_section(r: Document, x: ReportInputs) -> None:
         "Layer 0 is shown for reference and has no score. One table per normalisation:")
     for norm, table in _proxy_tables(x).items():
         r.h3(f"Proxies and S_l under {norm}")
-        r.table(table, ["layer", "m_curv", "m_mono", "k_eff", "S"], ".3g")
+        r.table(table, ["layer", *NAMES, "S"], ".3g")
     if x.predictor_rows:
         r.p("Rival predictors on the same tokens (dihal.locate.predictors): distance and linear CKA "
             "from the condition hs[0], the block influence of ShortGPT, the cross-validated R^2 "

@@ -12,6 +12,7 @@ from dihal.atomic import (
     atomic_write_text,
 )
 from dihal.errors import CorruptArtifactError
+from dihal.proxies import NAMES
 from dihal.results import (
     GeometryResult,
     LayerScoreResult,
@@ -133,7 +134,7 @@ class Geometry(Artifact):
         write_table(directory / "geometry.parquet", result.rows)
         write_table(directory / "predictors.parquet", result.predictors)
         write_table(directory / "resamples.parquet", result.resamples or {
-            "resample": [], "layer": [], "norm": [], "m_curv": [], "m_mono": [], "k_eff": []})
+            "resample": [], "layer": [], "norm": [], **{k: [] for k in NAMES}})
         write_table(directory / "positions.parquet", {
             "sample": list(range(len(pos))), "split": ["val"] * len(pos),
             "sequence": pos[:, 0].tolist(), "position": pos[:, 1].tolist()})
@@ -163,7 +164,7 @@ class Geometry(Artifact):
         rivals = self.predictor_rows()
         return {**super().metadata(manifest), "plot": Plot(self.path("proxies.png"), "proxies"),
                 "table": Table([r for r in self.rows() if r["norm"] == first],
-                               ["layer", "m_curv", "m_mono", "k_eff"]),
+                               ["layer", *NAMES]),
                 "rival_predictors": Table(rivals, list(rivals[0]) if rivals else ["layer"])}
 
 

@@ -2,15 +2,7 @@
 check, the interface, and its loss as the shared training loop takes it
 (`dihal.training.train_model`: the bridge's order, optimiser, schedule, budget and checks).
 
-A baseline is an nn.Module with
-    name: str
-    denoiser_parameters() -> int      the network run at every sampler step (matched to DiHAL's
-                                      bridge denoiser, +-10%); token embedding tables and
-                                      read-out heads tied to them are not counted
-    loss(ids: LongTensor (B, T), generator) -> scalar Tensor
-    sample(n, length, steps, generator) -> LongTensor (n, length)   valid token ids
-
-Training one:
+A baseline is an nn.Module that keeps the `Baseline` contract below. Training one:
     train_model(model, baseline_loss(ids), len(ids), cfg, ckpt_dir, protocol={"baseline": name})
 """
 
@@ -61,11 +53,34 @@ def check_budget(reference: Budget, candidate: Budget, name: str, param_tol: flo
 
 
 class Baseline(Protocol):
+    """What the comparison needs of a baseline recipe; every recipe keeps it whole."""
+
     name: str
 
-    def denoiser_parameters(self) -> int: ...
-    def loss(self, ids: Tensor, generator: torch.Generator) -> Tensor: ...
-    def sample(self, n: int, length: int, steps: int, generator: torch.Generator) -> Tensor: ...
+    def denoiser_parameters(self) -> int:
+        """The parameters of the network run at every sampler step (matched to DiHAL's bridge
+        denoiser, +-10 %); token embedding tables and read-out heads tied to them are not
+        counted."""
+
+    def loss(self, ids: Tensor, generator: torch.Generator) -> Tensor:
+        """The scalar training loss of a batch of token ids (B, T)."""
+
+    def native_temperature(self) -> float | None:
+        """The temperature the recipe's decoder samples at by default (its config's), or None
+        for a recipe that rounds deterministically and has no temperature."""
+
+    def sample(self, n: int, length: int, steps: int, generator: torch.Generator,
+               temperature: float | None = None) -> Tensor:
+        """(n, length) valid token ids after `steps` sampler steps; `temperature` the decoder's
+        (None: its native one). A recipe whose native_temperature() is None refuses any other
+        than None."""
+
+
+def no_temperature(name: str, temperature: float | None) -> None:
+    """For a recipe without a decoder temperature: refuse one, naming the recipe."""
+    if temperature is not None:
+        raise ValueError(f"{name} rounds deterministically and has no decoding temperature; "
+                         f"got temperature={temperature} (pass None)")
 
 
 def baseline_loss(ids: Tensor):

@@ -143,6 +143,9 @@ class CoDAR(nn.Module):
             x = ddim_step(x0_hat, x, t, s, self.cfg.schedule, self.cfg.eta, generator)
         return x
 
+    def native_temperature(self) -> float:
+        return float(self.cfg.temperature)
+
     @torch.no_grad()
     def sample(self, n: int, length: int, steps: int, generator: torch.Generator,
                temperature: float | None = None) -> Tensor:

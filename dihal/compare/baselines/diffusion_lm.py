@@ -25,6 +25,7 @@ from torch import Tensor, nn
 
 from dihal.bridge.denoiser import DenoiserConfig, build_denoiser
 from dihal.compare.baselines import common
+from dihal.compare.baselines.base import no_temperature
 from dihal.compare.baselines.common import check_length, round_to_vocab
 from dihal.compare.baselines.schedules import (
     SqrtSchedule,
@@ -108,8 +109,13 @@ class DiffusionLM(nn.Module):
         rounding = F.cross_entropy(self.logits(x0).flatten(0, 1), ids.flatten())
         return mse + mse_t0 + rounding
 
+    def native_temperature(self) -> None:
+        return None  # rounds to the nearest embedding: no decoder temperature
+
     @torch.no_grad()
-    def sample(self, n: int, length: int, steps: int, generator: torch.Generator) -> Tensor:
+    def sample(self, n: int, length: int, steps: int, generator: torch.Generator,
+               temperature: float | None = None) -> Tensor:
+        no_temperature(self.name, temperature)
         check_length(length, self.max_len)
         table = self.embedding
         x = torch.randn(n, length, self.cfg.embed_dim, generator=generator, device=table.device)

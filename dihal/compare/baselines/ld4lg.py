@@ -237,6 +237,9 @@ class LD4LG(nn.Module):
             z = ddim_step(z0_hat, z, t, s, self.cfg.schedule, self.cfg.eta, generator)
         return z
 
+    def native_temperature(self) -> float:
+        return float(self.cfg.temperature)
+
     @torch.no_grad()
     def sample(self, n: int, length: int, steps: int, generator: torch.Generator,
                temperature: float | None = None) -> Tensor:

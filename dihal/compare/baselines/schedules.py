@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from dihal.bridge.process import _as_time
+from dihal.bridge.process import as_time
 
 TimeLike = float | Tensor
 
@@ -81,7 +81,7 @@ class CosineSchedule(NoiseSchedule):
 
 def _coefficients(schedule: NoiseSchedule, t: TimeLike, like: Tensor) -> tuple[Tensor, Tensor]:
     """(sqrt(alpha_bar), sqrt(1 - alpha_bar)) at t, broadcastable to `like`."""
-    ab = _as_time(schedule.alpha_bar(_as_time(t, like).float()), like)
+    ab = as_time(schedule.alpha_bar(as_time(t, like).float()), like)
     return ab.sqrt(), (1.0 - ab).clamp_min(0.0).sqrt()
 
 
@@ -150,5 +150,5 @@ def ddim_step(
         x_s = x_s + (b_s**2 - var).clamp_min(0.0).sqrt() * eps_hat + var.sqrt() * z
     else:
         x_s = x_s + b_s * eps_hat
-    at_end = _as_time(s, x_t) <= 0
+    at_end = as_time(s, x_t) <= 0
     return torch.where(at_end, x0_hat, x_s)

@@ -29,6 +29,7 @@ from torch import Tensor, nn
 
 from dihal.bridge.denoiser import DenoiserConfig, build_denoiser
 from dihal.compare.baselines import common
+from dihal.compare.baselines.base import no_temperature
 from dihal.compare.baselines.common import check_length, normalise_embeddings, round_to_vocab
 from dihal.compare.baselines.schedules import (
     CosineSchedule,
@@ -107,8 +108,13 @@ class SED(nn.Module):
         ce = F.cross_entropy(self.logits(x0_hat).flatten(0, 1), ids.flatten())
         return mse + self.cfg.ce_weight * ce
 
+    def native_temperature(self) -> None:
+        return None  # rounds to the nearest embedding: no decoder temperature
+
     @torch.no_grad()
-    def sample(self, n: int, length: int, steps: int, generator: torch.Generator) -> Tensor:
+    def sample(self, n: int, length: int, steps: int, generator: torch.Generator,
+               temperature: float | None = None) -> Tensor:
+        no_temperature(self.name, temperature)
         check_length(length, self.max_len)
         d = self.table.shape[1]
         x = torch.randn(n, length, d, generator=generator, device=self.table.device)

@@ -27,7 +27,7 @@ def report_assets(backbone: str) -> list:
                                       key("geometry"), key("sampler_steps")],
                  kinds={"html"})
     def report(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
-        """One self-contained report (HTML with embedded plots, and Markdown)."""
+        """The report: HTML with its plots embedded, and Markdown with its plots beside it."""
         from dihal.report.build import build_report
 
         run = StageRun(context, backbone)
@@ -35,6 +35,7 @@ def report_assets(backbone: str) -> list:
                                       SamplerCurve)]
         parts += cross_backbone_artifacts(run.layout, backbone)  # the other backbones' table lines
         return run.produce(run.art(Report), {}, parts,
-                           lambda: build_report(report_inputs(run.layout, backbone)))
+                           lambda: build_report(report_inputs(run.layout, backbone),
+                                                figure_name=Report.figure_name))
 
     return [report]

@@ -382,6 +382,7 @@ class ReportInputs:
 class ReportResult:
     html: str = field(repr=False)
     markdown: str = field(repr=False)
+    figures: list[bytes] = field(default_factory=list, repr=False)  # the Markdown's plots, in order
 
     def info(self) -> dict:
         return {}

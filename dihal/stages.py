@@ -89,7 +89,7 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
           "(sampler_steps upstream; rows labelled by sampler), the bridge stage's training seeds "
           "with their spread, training seconds; l*'s rows taken from the eval where it drew "
           "that bridge with the same config (eval upstream then)"),
-    Stage("report", "14", "Report",
+    Stage("report", "15", "Report",
           history="3: built from typed inputs; 4: rival predictors and intervals; 5: across "
           "backbones; 6: a lone backbone's report suggests another one, not itself; the CPU "
           "kernels the samples were drawn with; 7: opens on its answers, each linking to its "

@@ -2,6 +2,7 @@
 full training (l*, oracle, worst) and the report."""
 
 import json
+import re
 
 import dagster as dg
 import pytest
@@ -209,7 +210,7 @@ def test_baselines_comparison_full_training_report(tiny):  # noqa: F811
     md = (root / "llama" / "report" / "report.md").read_text()
     for text in (html, md):
         for needle in ("Locate", "bridgeability", "Full training", "diffusion-lm", "codar",
-                       "depth (-l)", "data:image/png;base64,", "S_l (robust)", "-cond_distance",
+                       "depth (-l)", "S_l (robust)", "-cond_distance",
                        "ridge_r2", "twonn_id", "What the sampler", "mean of samples [95 %]",
                        "MAUVE [95 %] (diagnostic)", "regression control",
                        "resamples picking l*", "diversity (spaCy, as LD4LG)",
@@ -223,6 +224,13 @@ def test_baselines_comparison_full_training_report(tiny):  # noqa: F811
                        f"{controls[0]}, from eval", "K=4 ancestral (protocol)"):
             assert needle in text, needle
     assert "5. Across backbones" in md and "Only llama has been materialised here" in md
+    # the HTML embeds its plots; the Markdown links each to a PNG beside it, in the manifest
+    assert "data:image/png;base64," in html and "data:image" not in md
+    figures = re.findall(r"!\[[^]]*\]\((figure_\d+\.png)\)", md)
+    assert len(figures) >= 5 and len(set(figures)) == len(figures)
+    recorded = read_manifest(root / "llama" / "report").files
+    for name in figures:
+        assert (root / "llama" / "report" / name).read_bytes().startswith(b"\x89PNG") and name in recorded
     # it suggests an embedded backbone other than itself (gemma3's report once suggested gemma3)
     assert "`python -m pipeline.main --backbone gemma3`" in md
     assert {another_backbone(b) for b in ("gemma3", "smollm2")} == {"smollm2", "gemma3"}

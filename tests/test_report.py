@@ -2,6 +2,7 @@
 report built from hand-made inputs opens on them, with one proxy table per normalisation."""
 
 import base64
+import re
 
 import pytest
 
@@ -534,3 +535,14 @@ def test_full_training_table_seeds_samplers_and_controls_from_eval(n_seeds, chos
     assert ("| 1.5 +- 0.25 [1.25, 1.75] |" in section) == (n_seeds > 1)
     assert ("K=2 marginal (chosen on validation)" in section) == chosen
     assert section.count("K=4 ancestral (protocol)") == 3
+
+
+def test_the_markdown_links_its_plots_to_files_and_the_html_embeds_them():
+    x = _with_cost(3.0)
+    embedded = build_report(x)
+    assert embedded.figures == [] and "data:image/png;base64," in embedded.markdown
+    beside = build_report(x, figure_name=lambda n: f"plot{n}.png")
+    links = re.findall(r"!\[[^]]*\]\((plot\d+\.png)\)", beside.markdown)
+    assert links == [f"plot{n}.png" for n in range(1, len(beside.figures) + 1)] and links
+    assert "data:image" not in beside.markdown and "data:image/png;base64," in beside.html
+    assert beside.html == embedded.html

@@ -5,6 +5,8 @@ layer reads them through storage)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from dihal.report.bridgeability import (
     answer_bridge_vs_regression,
     answer_geometry_vs_depth,
@@ -61,11 +63,14 @@ SECTIONS = (_answers_section, locate_section, bridgeability_section, regression_
             _configuration_section)
 
 
-def build_report(x: ReportInputs) -> ReportResult:
+def build_report(x: ReportInputs, figure_name: Callable[[int], str] | None = None) -> ReportResult:
     """The report: it opens on its answers (each linking to its evidence), then one section
-    per question, wide tables last in each."""
+    per question, wide tables last in each. The HTML embeds its plots; the Markdown links its
+    n-th plot to the file `figure_name(n)` (written beside it from `figures`), or embeds it
+    where no `figure_name` is given."""
     r = Document(f"DiHAL on {x.backbone_info['hf_id']} ({x.backbone})")
     _intro(r, x)
     for section in SECTIONS:
         section(r, x)
-    return ReportResult(html=r.html(), markdown=r.markdown())
+    return ReportResult(html=r.html(), markdown=r.markdown(figure_name),
+                        figures=r.figures() if figure_name else [])

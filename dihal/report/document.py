@@ -1,11 +1,13 @@
-"""A self-contained report from a list of blocks, rendered to Markdown and to HTML with the
-plots embedded (base64), so one file carries everything a reader needs."""
+"""A report from a list of blocks, rendered to HTML with the plots embedded (base64: one file
+carries everything a reader needs) and to Markdown whose plots are PNG files beside it (so it
+renders on a code host and reads as text), named by the caller's `figure_name`."""
 
 from __future__ import annotations
 
 import base64
 import html
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 
@@ -56,8 +58,14 @@ class Document:
             return format(v, fmt)
         return str(v)
 
-    def markdown(self) -> str:
-        out = [f"# {self.title}", ""]
+    def figures(self) -> list[bytes]:
+        """The plots, in the order the Markdown numbers them (from 1)."""
+        return [b[1] for b in self.blocks if b[0] == "img"]
+
+    def markdown(self, figure_name: Callable[[int], str] | None = None) -> str:
+        """The Markdown; its n-th plot (from 1) links to the file `figure_name(n)` beside it,
+        or without `figure_name` is embedded as a data URI."""
+        out, figure = [f"# {self.title}", ""], 0
         for b in self.blocks:
             kind = b[0]
             if kind == "h2":
@@ -77,8 +85,10 @@ class Document:
                                                  for c in cols) + " |")
                 out.append("")
             elif kind == "img":
-                data = base64.b64encode(b[1]).decode("ascii")
-                out += [f"![{b[2]}](data:image/png;base64,{data})", "", f"*{b[2]}*", ""]
+                figure += 1
+                src = (figure_name(figure) if figure_name else
+                       "data:image/png;base64," + base64.b64encode(b[1]).decode("ascii"))
+                out += [f"![{b[2]}]({src})", "", f"*{b[2]}*", ""]
             elif kind == "pre":
                 out += ["```", b[1], "```", ""]
         return "\n".join(out)

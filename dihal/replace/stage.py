@@ -270,8 +270,8 @@ def _predictor_values(layers: list[int], score_rows: list[dict],
 
 
 ORACLE_MEASURES = ("val_loss", "hybrid_nll")  # the measures the oracle and worst layer are named by
-# the one full training follows: the measure closest to generation (issue 18: on a 29-layer sweep
-# validation loss ranked the layers nearly opposite to hybrid NLL)
+# the one full training follows: the measure closest to generation (on a 29-layer sweep at the
+# GPU budget, validation loss ranked the layers nearly opposite to hybrid NLL)
 ORACLE_BY = "hybrid_nll"
 
 
@@ -408,6 +408,7 @@ def bridgeability(swept: list[BridgeMetrics], score_rows: list[dict], l_star: in
 
 # The standardised pairs of the last bridge trained with keep_pairs, for its regression control
 # in the same process (a sweep partition's run: bridge, then control): at most one layer's
+# pairs are held at a time (a bridge trained next releases them)
 _KEPT: dict[tuple, LayerData] = {}
 
 

@@ -39,7 +39,7 @@ from pathlib import Path
 TIMING = re.compile(r"seconds|ms_per_|tokens_per_s|latency|wall_s|elapsed_s|forward_s|"
                     r"_vs_backbone|time_over_flops")
 # the report's measured times: the prose around them, and its tables' columns of times
-REPORT_TIMES = re.compile(r"\d[\d.,]*(?= ms\b)|(?<=backbone's )\d[\d.]*|\d[\d.]*x(?= the backbone's "
+REPORT_TIMES = re.compile(r"\d[\d.,]*(?= m?s\b)|(?<=backbone's )\d[\d.]*|\d[\d.]*x(?= the backbone's "
                           r"time| in measured time)|(?<=and )\d[\d.]*(?= at K =)")
 REPORT_TIME_COLUMNS = re.compile(r"ms|time|seconds|latency|tokens_per_s|vs backbone")
 SWEEP_LAYERS = ("1", "2", "3")

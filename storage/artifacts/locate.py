@@ -92,9 +92,26 @@ class HiddenStates(WorkArtifact):
         m = self.require()
         return StateReader(self.directory, m.files, on_damage=self.mark_damaged)
 
+    def always_digested(self, rel: str) -> bool:
+        """Zarr's metadata and the token ids: small, and read whole by every reader."""
+        from storage.states import is_metadata
+
+        return is_metadata(rel)
+
+    def non_finite(self) -> list[str]:
+        """The chunks of the dump holding NaN or inf (storage.states: the chunk and its first
+        place). Where there are any the dump is marked damaged with them, so that the next
+        materialisation writes those batches again (a dump whose digests were recomputed over
+        bad values would otherwise be reused as it is, and fail its check every time)."""
+        found = self.reader().non_finite_chunks()
+        if found:
+            self.mark_damaged(found)
+        return found
+
     def repair(self, fp: str, log=None) -> bool:
-        """Reopen a damaged dump of fingerprint `fp` so that only its damaged batches are
-        written again; False where that is not possible (then it is re-made whole)."""
+        """Reopen a damaged dump of fingerprint `fp` so that only its damaged batches (chunks
+        that fail their digests, or that a reader or a check named) are written again; False
+        where that is not possible (then it is re-made whole)."""
         from storage.states import reopen_for_repair, repairable
 
         try:
@@ -103,7 +120,9 @@ class HiddenStates(WorkArtifact):
             return False
         if m is None or m.fingerprint != fp or not m.files:
             return False
-        bad = [k for k, v in m.files.items() if check_files(self.directory, {k: v}, digests=True)]
+        bad = sorted({k for k, v in m.files.items()
+                      if check_files(self.directory, {k: v}, digests=True)}
+                     | set(self.damaged_files(m)))
         if not bad or not all(repairable(k) for k in bad):
             return False
         batches = reopen_for_repair(self.directory, self.workdir, fp, bad)

@@ -180,10 +180,14 @@ def _disk_full(ckpt_dir: Path, model: nn.Module, optimizer, exc: BaseException) 
     short = max(need - free, 2**20)  # at least 1 MB: the write failed whatever the count says
     first = str(exc).splitlines()[0] if str(exc) else ""
     return DiskFullError(
-        f"the disk holding {ckpt_dir} is full ({free / 2**20:.0f} MB free, a checkpoint needs "
-        f"about {need / 2**20:.0f} MB): free {math.ceil(short / 2**20)} MB or move the artifact "
+        f"the disk holding {ckpt_dir} is full ({_mb(free)} free, a checkpoint needs about "
+        f"{_mb(need)}): free {math.ceil(short / 2**20)} MB or move the artifact "
         "root (DIHAL_ARTIFACTS) to a larger disk, then run again: training resumes from its "
         f"last checkpoint. ({type(exc).__name__}: {first})")
+
+
+def _mb(n: int) -> str:
+    return f"{n / 2**20:.0f} MB" if n >= 10 * 2**20 else f"{n / 2**20:.2f} MB"
 
 
 def verify(path: Path, files: tuple[str, ...] | None = None) -> None:

@@ -3,7 +3,12 @@
 The lock is an `flock` on ``<folder>.lock``, held while the artifact is made; the file names
 its holder (pid, host, since, what). The kernel drops the flock when its process dies, so a lock
 file left by a killed run is stale by construction and is simply taken over. A second writer
-fails at once with an error naming the holder.
+fails at once with an error naming the holder. A lock file is opened without following a
+symbolic link and without truncating on open (dihal.atomic.open_lock_file); one that is a link,
+a hard link to a file elsewhere, or not a lock record is refused by name, never written; a link
+between the artifact root and an artifact's folder, lock or work folder is refused likewise
+(`check_no_links`): on a shared root, whoever can write the root cannot make a run write
+another user's files.
 
 On a cluster the artifact root is shared, and the lock must hold across hosts. NFSv4, GPFS,
 Lustre mounted with `-o flock` and BeeGFS with global file locks give one flock for all hosts.
@@ -174,6 +179,8 @@ def check_flock(directory: Path) -> None:
     """Refuse, with LockUnsupportedError, a folder whose file system cannot flock: the device
     slots (dihal.devices) lock files there before any artifact lock is taken."""
     directory = Path(directory)
+    if directory.is_symlink():  # its lock files would be made wherever it points
+        raise UnsafePathError(link_message(directory, "lock folder"))
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / ".flock-probe"
     fd = open_lock_file(path, what="lock probe")
@@ -203,7 +210,8 @@ def check_no_links(root: Path, *paths: Path) -> None:
         for part in parts:
             here = here / part
             if here.is_symlink():
-                raise UnsafePathError(link_message(here, "path"))
+                kind = "lock file" if here.name.endswith(".lock") else "folder"
+                raise UnsafePathError(link_message(here, kind))
 
 
 @contextlib.contextmanager

@@ -164,6 +164,13 @@ def token_chunk(rel: str) -> str | None:
     return None
 
 
+def unrecorded(directory: Path, files: dict[str, list]) -> list[str]:
+    """The Zarr metadata files in the dump that its record does not list (an array or group
+    added since it was made: Zarr would show it, as another split for instance)."""
+    found = (f.relative_to(directory).as_posix() for f in (Path(directory) / STATES).rglob("zarr.json"))
+    return sorted(rel for rel in found if rel not in files)
+
+
 def is_metadata(rel: str) -> bool:
     """Whether a file of the dump is checked whole on opening: anything but a chunk of the
     states or of the next-token reference (Zarr's metadata, the token ids)."""
@@ -262,11 +269,8 @@ class StateReader:
             self._damaged([f"{STATES}: no digests recorded for its Zarr metadata"])
         if problems := check_files(self.directory, meta, digests=True):
             self._damaged(problems)
-        extra = sorted(f.relative_to(self.directory).as_posix()
-                       for f in (self.directory / STATES).rglob("zarr.json")
-                       if f.relative_to(self.directory).as_posix() not in meta)
-        if extra:
-            self._damaged([f"{rel}: not in the record (metadata added since the dump was made)"
+        if extra := unrecorded(self.directory, files):
+            self._damaged([f"{rel}: not in the record (added since the dump was made)"
                            for rel in extra])
 
     def non_finite_chunks(self) -> list[str]:

@@ -131,3 +131,22 @@ def test_a_verified_stamp_from_the_future_does_not_turn_digest_checks_off(world)
     assert "clock" in said[0] and str(stamp) in said[0]
     stamp.write_text(f"{time.time() - 60:.0f}\n")  # a stamp of a minute ago still counts
     assert LayerScore(world.root, "llama").verified_within(24 * 3600, said.append) is True
+
+
+def test_an_array_added_to_the_dump_is_found_and_removed_without_rewriting_a_batch(world):
+    import shutil
+
+    states = world.path("hidden_states", STATES, "states")
+    shutil.copytree(states / "val", states / "zz")  # another "split", in no record
+    chunks = {p: p.stat().st_mtime_ns for p in (states / "val").rglob("*") if p.is_file()}
+    rel = f"{STATES}/states/zz/zarr.json"
+    with pytest.raises(CorruptArtifactError, match=f"{rel}: not in the record"):
+        HiddenStates(world.root, "llama").reader()
+    # never reused as it is: repaired by removing the array, no batch written again
+    res, err = world.materialize(["hidden_states_llama"])
+    assert res.success, err
+    assert world.cached(res) == {"hidden_states_llama": False}
+    assert not (states / "zz").exists()
+    assert {p: p.stat().st_mtime_ns for p in chunks} == chunks
+    assert HiddenStates(world.root, "llama").reader().splits == ["train", "val"]
+    assert all(c.passed for c in world.checks(res).values())

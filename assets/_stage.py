@@ -144,7 +144,7 @@ class StageRun:
         ups = {a.name: m.fingerprint for a, m in zip(upstream, self.require(*upstream), strict=True)}
         fp = fingerprint(artifact.stage, CODE_VERSIONS[artifact.stage], config, ups, extra)
         every = self.resources.storage.verify_every_hours * 3600
-        if (m := artifact.reuse(fp, digests=not artifact.verified_within(every))) is not None:
+        if (m := artifact.reuse(fp, digests=not artifact.verified_within(every, self.warn))) is not None:
             return m, True
         try:
             with artifact.lock():

@@ -15,6 +15,7 @@ from assets.configs import (
 )
 from dihal.errors import DihalError
 from dihal.registry import get_spec
+from dihal.stages import asset_key
 from storage import Corpus, Geometry, HiddenStates, LayerScore, Sequences
 
 
@@ -80,14 +81,17 @@ def locate_assets(backbone: str) -> list:
     @dg.asset_check(asset=hidden_states, name="finite_states", blocking=True,
                     required_resource_keys={"storage"})
     def finite_states(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
-        """Every stored state is finite (scanned layer by layer)."""
-        from dihal.locate.extract import non_finite_layers
-
+        """Every stored state is finite (scanned layer by layer). Chunks holding NaN or inf
+        mark the dump damaged: materialising it again writes those batches again."""
         try:
-            bad = non_finite_layers(HiddenStates(context.resources.storage.layout(), backbone).reader())
+            bad = HiddenStates(context.resources.storage.layout(), backbone).non_finite()
         except DihalError as exc:  # missing, truncated or changed chunks
             return dg.AssetCheckResult(passed=False, metadata={"damaged": str(exc)})
-        return dg.AssetCheckResult(passed=not bad, metadata={"non_finite": ", ".join(bad) or "none"})
+        why = (f"failed: NaN or inf in {len(bad)} chunk{'s' * (len(bad) != 1)} of the dump "
+               f"({'; '.join(bad[:3])}). Materialise {asset_key('hidden_states', backbone)} "
+               "again: it writes those batches again")
+        return dg.AssetCheckResult(passed=not bad, description=why if bad else None,
+                                   metadata={"non_finite": "; ".join(bad[:20]) or "none"})
 
     @dg.asset_check(asset=hidden_states, name="expected_shapes", blocking=True,
                     required_resource_keys={"storage"})

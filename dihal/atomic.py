@@ -4,14 +4,18 @@ atomic directory swaps, and content digests. Standard library only: `dihal` and 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from dihal.errors import UnsafePathError
 
 
 def atomic_write_bytes(path: Path | str, data: bytes) -> Path:
@@ -60,15 +64,29 @@ def atomic_dir(final: Path | str) -> Iterator[Path]:
 
 
 def replace_dir(src: Path, final: Path) -> None:
-    """Rename ``src`` to ``final``, replacing an existing directory."""
+    """Rename ``src`` to ``final``, replacing an existing directory; a symbolic link at
+    ``final`` is refused (UnsafePathError naming it), never renamed aside or followed."""
+    final = Path(final)
+    if final.is_symlink():
+        raise UnsafePathError(
+            f"{final} is a symbolic link (to {os.readlink(final)}): a folder made here is never "
+            f"swapped in through a link. Remove the link (rm {final}) and run again.")
     old = None
     if final.exists():
         old = final.with_name(f".{final.name}.old")
-        shutil.rmtree(old, ignore_errors=True)
+        _remove(old)
         os.replace(final, old)
     os.replace(src, final)
     if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+        _remove(old)
+
+
+def _remove(path: Path) -> None:
+    """Remove a folder left aside (or a link or file in its place)."""
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+    else:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def file_sha256(path: Path | str, chunk: int = 1 << 20) -> str:
@@ -77,3 +95,51 @@ def file_sha256(path: Path | str, chunk: int = 1 << 20) -> str:
         while block := fh.read(chunk):
             h.update(block)
     return h.hexdigest()
+
+
+def open_lock_file(path: Path, *, what: str) -> int:
+    """A descriptor of the lock file `path`, opened without following a symbolic link and
+    without truncating anything: created if missing; an existing file is used only if it is a
+    regular file with no other name (no hard link to a file elsewhere). Anything else at that
+    name is refused with an error naming it."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags, 0o644)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # O_NOFOLLOW on a symbolic link
+            raise UnsafePathError(link_message(path, what)) from None
+        raise
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+        os.close(fd)
+        kind = "not a regular file" if not stat.S_ISREG(st.st_mode) else \
+            f"a file with {st.st_nlink} names (a hard link to a file elsewhere)"
+        raise UnsafePathError(
+            f"the {what} {path} is {kind}: dihal writes its lock record there and will not "
+            f"write into another file. Remove it (rm {path}) and run again.")
+    return fd
+
+
+def write_record(fd: int, path: Path, record: bytes, *, what: str) -> None:
+    """Replace the content of the locked file `fd` with `record`, where it holds nothing or a
+    lock record (text of at most 4 KiB); anything else is refused, never truncated."""
+    old = os.pread(fd, 4097, 0)
+    if len(old) > 4096 or b"\0" in old:
+        raise UnsafePathError(
+            f"the {what} {path} holds {os.fstat(fd).st_size} bytes that are not a lock record: "
+            f"dihal will not overwrite it. Move it away (it is not dihal's) and run again.")
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, record, 0)
+    os.fsync(fd)
+
+
+def link_message(path: Path, what: str) -> str:
+    """Why a symbolic link inside the artifact root is refused, and what to do."""
+    try:
+        target = f" (to {os.readlink(path)})"
+    except OSError:
+        target = ""
+    return (f"the {what} {path} is a symbolic link{target}: dihal does not follow links inside "
+            "the artifact root, where one could make a run write into a file outside it. Remove "
+            f"the link (rm {path}) and run again; to keep artifacts on another disk, point "
+            "DIHAL_ARTIFACTS itself there.")

@@ -22,7 +22,9 @@ the model's device by `load_state_dict`: a GPU run's checkpoint resumes on a CPU
 from __future__ import annotations
 
 import copy
+import errno
 import json
+import math
 import os
 import shutil
 import socket
@@ -34,8 +36,8 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from dihal.atomic import file_sha256, replace_dir
-from dihal.errors import CheckpointDamagedError
+from dihal.atomic import file_sha256, link_message, replace_dir
+from dihal.errors import CheckpointDamagedError, DiskFullError, UnsafePathError
 
 FORMAT = "dihal-checkpoint/2"  # /1 (dihal-bridge-checkpoint/1) had no digests
 MODEL_FILE = "model.safetensors"
@@ -130,13 +132,21 @@ def save_checkpoint(
     """Write checkpoint `step` atomically, then delete all but the newest `keep` up to `step`,
     and any beyond it (left by a run that fell back from them)."""
     ckpt_dir = Path(ckpt_dir)
+    if ckpt_dir.is_symlink():  # old checkpoints are deleted there: never through a link
+        raise UnsafePathError(link_message(ckpt_dir, "checkpoint folder"))
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     final = ckpt_dir / checkpoint_name(step)
     for stale in _stale_temporaries(ckpt_dir):  # left by a run killed while saving
         shutil.rmtree(stale, ignore_errors=True)
     tmp = ckpt_dir / f".tmp-{checkpoint_name(step)}-{_owner()}"
     tmp.mkdir()
-    _write_files(tmp, step, model, optimizer, state)
+    try:
+        _write_files(tmp, step, model, optimizer, state)
+    except BaseException as exc:
+        shutil.rmtree(tmp, ignore_errors=True)  # no half-written checkpoint left behind
+        if _out_of_space(exc):
+            raise _disk_full(ckpt_dir, model, optimizer, exc) from exc
+        raise
     replace_dir(tmp, final)  # a stale copy of this step, if any, is swapped out, never lost first
     found = list_checkpoints(ckpt_dir)
     up_to = [p for p in found if _step_of(p) <= step]
@@ -144,6 +154,40 @@ def save_checkpoint(
         if old != final:
             shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+# what a write that ran out of space raises: OSError (ENOSPC, EDQUOT), torch.save's stream
+# writer (RuntimeError "[enforce fail at inline_container.cc:...] ... file write failed"),
+# safetensors (its IoError, StorageFull)
+_FULL_TEXTS = ("no space left", "quota exceeded", "storagefull", "file write failed",
+               "enforce fail at inline_container")
+
+
+def _out_of_space(exc: BaseException) -> bool:
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    return isinstance(exc, Exception) and any(t in str(exc).lower() for t in _FULL_TEXTS)
+
+
+def _disk_full(ckpt_dir: Path, model: nn.Module, optimizer, exc: BaseException) -> DiskFullError:
+    """The error for a checkpoint that did not fit: the disk, the space it needs, the fix."""
+    tensors = list(model.state_dict().values())
+    if optimizer is not None:
+        tensors += [v for st in optimizer.state_dict()["state"].values() for v in st.values()
+                    if torch.is_tensor(v)]
+    need = sum(t.numel() * t.element_size() for t in tensors)
+    free = shutil.disk_usage(ckpt_dir).free
+    short = max(need - free, 2**20)  # at least 1 MB: the write failed whatever the count says
+    first = str(exc).splitlines()[0] if str(exc) else ""
+    return DiskFullError(
+        f"the disk holding {ckpt_dir} is full ({_mb(free)} free, a checkpoint needs about "
+        f"{_mb(need)}): free {math.ceil(short / 2**20)} MB or move the artifact "
+        "root (DIHAL_ARTIFACTS) to a larger disk, then run again: training resumes from its "
+        f"last checkpoint. ({type(exc).__name__}: {first})")
+
+
+def _mb(n: int) -> str:
+    return f"{n / 2**20:.0f} MB" if n >= 10 * 2**20 else f"{n / 2**20:.2f} MB"
 
 
 def verify(path: Path, files: tuple[str, ...] | None = None) -> None:

@@ -17,6 +17,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from dihal.atomic import link_message, open_lock_file, write_record
+from dihal.errors import UnsafePathError
+
 
 @dataclass(frozen=True)
 class Slot:
@@ -55,14 +58,20 @@ def slots(device: str, workers: int, threads: int = 0) -> list[Slot]:
 
 
 def _try_lock(path: Path) -> int | None:
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    """The descriptor of the slot's lock file, locked; None where another step holds it. A
+    symbolic link or a foreign file at its name is refused, never followed or truncated."""
+    fd = open_lock_file(path, what="device lease file")
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
         return None
-    os.ftruncate(fd, 0)
-    os.write(fd, f"pid {os.getpid()} since {time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode())
+    try:
+        write_record(fd, path, f"pid {os.getpid()} since {time.strftime('%Y-%m-%d %H:%M:%S')}\n"
+                     .encode(), what="device lease file")
+    except BaseException:
+        os.close(fd)
+        raise
     return fd
 
 
@@ -73,6 +82,8 @@ def lease(lock_dir: Path, candidates: list[Slot], *, poll_s: float = 1.0,
     so every 30 s). Sets torch's CPU threads, and the current CUDA device, while held."""
     import torch
 
+    if lock_dir.is_symlink():  # the lease files would be written wherever it points
+        raise UnsafePathError(link_message(lock_dir, "device lease folder"))
     lock_dir.mkdir(parents=True, exist_ok=True)
     waited, said = 0.0, -30.0
     while True:

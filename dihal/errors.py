@@ -38,6 +38,15 @@ class ArtifactLockedError(DihalError):
     """Another process is making the same artifact; the message names it."""
 
 
+class UnsafePathError(DihalError):
+    """A symbolic link (or a hard-linked or foreign file) where dihal writes inside the
+    artifact root: refused by name, never followed."""
+
+
+class DiskFullError(DihalError):
+    """A write failed for want of space; the message names the disk, the space and the fix."""
+
+
 class MissingArtifactError(DihalError):
     """An upstream artifact has not been made yet; the message names the command that makes it."""
 

@@ -177,7 +177,7 @@ def declare(name: str, entry: dict, where: str) -> BackboneSpec:
     """The spec of one declared backbone (`entry`: model, optional revision, judge,
     state_dtype), its layer count read from the model's config.json."""
     what = f"backbone {name!r} declared in {where}"
-    if not isinstance(name, str) or not _NAME.match(name):
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise BackboneDeclarationError(
             f"{what}: the name must be lower-case letters, digits and _ starting with a letter "
             "(it names the asset keys, e.g. layer_score_<name>)")

@@ -3,7 +3,12 @@
 The lock is an `flock` on ``<folder>.lock``, held while the artifact is made; the file names
 its holder (pid, host, since, what). The kernel drops the flock when its process dies, so a lock
 file left by a killed run is stale by construction and is simply taken over. A second writer
-fails at once with an error naming the holder.
+fails at once with an error naming the holder. A lock file is opened without following a
+symbolic link and without truncating on open (dihal.atomic.open_lock_file); one that is a link,
+a hard link to a file elsewhere, or not a lock record is refused by name, never written; a link
+between the artifact root and an artifact's folder, lock or work folder is refused likewise
+(`check_no_links`): on a shared root, whoever can write the root cannot make a run write
+another user's files.
 
 On a cluster the artifact root is shared, and the lock must hold across hosts. NFSv4, GPFS,
 Lustre mounted with `-o flock` and BeeGFS with global file locks give one flock for all hosts.
@@ -29,7 +34,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from dihal.errors import ArtifactLockedError, DihalError
+from dihal.atomic import link_message, open_lock_file, write_record
+from dihal.errors import ArtifactLockedError, DihalError, UnsafePathError
 
 # errno of flock on a file system that cannot lock (not: another holder, EWOULDBLOCK)
 UNSUPPORTED = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL}
@@ -148,9 +154,16 @@ def lock_path(directory: Path) -> Path:
 def holder(directory: Path) -> dict | None:
     """Who holds (or last held) the lock of `directory`, from its lock file."""
     try:
-        return json.loads(lock_path(directory).read_text())
-    except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError):
+        fd = os.open(lock_path(directory), os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
         return None
+    try:
+        found = json.loads(os.read(fd, 4096))
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    finally:
+        os.close(fd)
+    return found if isinstance(found, dict) else None
 
 
 def _unsupported(path: Path, exc: OSError) -> LockUnsupportedError:
@@ -166,9 +179,11 @@ def check_flock(directory: Path) -> None:
     """Refuse, with LockUnsupportedError, a folder whose file system cannot flock: the device
     slots (dihal.devices) lock files there before any artifact lock is taken."""
     directory = Path(directory)
+    if directory.is_symlink():  # its lock files would be made wherever it points
+        raise UnsafePathError(link_message(directory, "lock folder"))
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / ".flock-probe"
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = open_lock_file(path, what="lock probe")
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -181,13 +196,31 @@ def check_flock(directory: Path) -> None:
         os.close(fd)
 
 
+def check_no_links(root: Path, *paths: Path) -> None:
+    """Refuse, with UnsafePathError naming it, a symbolic link at any of `paths` or at any
+    folder between the artifact `root` and them (the root itself may be a link)."""
+    root = Path(root)
+    for path in paths:
+        path = Path(path)
+        try:
+            parts = path.relative_to(root).parts
+        except ValueError:
+            raise UnsafePathError(f"{path} is outside the artifact root {root}") from None
+        here = root
+        for part in parts:
+            here = here / part
+            if here.is_symlink():
+                kind = "lock file" if here.name.endswith(".lock") else "folder"
+                raise UnsafePathError(link_message(here, kind))
+
+
 @contextlib.contextmanager
 def artifact_lock(directory: Path, what: str) -> Iterator[None]:
     """Hold the writer's lock of `directory` for the duration, or raise ArtifactLockedError."""
     path = lock_path(Path(directory))
     path.parent.mkdir(parents=True, exist_ok=True)
     check_global_locks(path.parent)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = open_lock_file(path, what="lock file")
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -203,10 +236,9 @@ def artifact_lock(directory: Path, what: str) -> Iterator[None]:
             if exc.errno not in UNSUPPORTED:
                 raise
             raise _unsupported(path, exc) from exc
-        os.ftruncate(fd, 0)
-        os.write(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
-                                 "since": time.time(), "what": what}).encode())
-        os.fsync(fd)
+        write_record(fd, path, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                                           "since": time.time(), "what": what}).encode(),
+                     what="lock file")
         yield
     finally:
         os.close(fd)  # releases the flock; the file stays as a record of the last holder

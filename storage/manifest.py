@@ -18,6 +18,7 @@ from dihal.atomic import atomic_write_json
 from dihal.errors import CorruptArtifactError
 
 MANIFEST = "manifest.json"
+SELF_DIGEST = "self_sha256"  # the manifest's digest of its own content (every other key)
 
 
 def canonical(obj: Any) -> Any:
@@ -89,20 +90,43 @@ def check_files(directory: Path, files: dict[str, list], *, digests: bool) -> li
     return problems
 
 
+def content_digest(raw: dict[str, Any]) -> str:
+    """The sha256 of a manifest's content: every key but its own digest, in canonical JSON."""
+    body = {k: v for k, v in raw.items() if k != SELF_DIGEST}
+    blob = json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=True)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
 def write_manifest(directory: Path | str, manifest: Manifest) -> Path:
-    return atomic_write_json(Path(directory) / MANIFEST, manifest.to_json())
+    """manifest.json, carrying the digest of its own content (checked on every read)."""
+    raw = manifest.to_json()
+    # the digest is taken of the JSON as it will read back (tuples as lists, ...)
+    raw = json.loads(json.dumps(raw, sort_keys=True, default=str))
+    return atomic_write_json(Path(directory) / MANIFEST, {**raw, SELF_DIGEST: content_digest(raw)})
 
 
 def read_manifest(directory: Path | str) -> Manifest | None:
-    """The manifest of an artifact directory, or None where there is none yet."""
+    """The manifest of an artifact directory, or None where there is none yet; its content is
+    checked against its own digest first (a changed value, such as a layer score's l*, is
+    never read as data)."""
     path = Path(directory) / MANIFEST
     if not path.exists():
         return None
+    redo = (f"Materialise the asset that makes {Path(directory)} again: a damaged artifact is "
+            "re-made, never reused.")
     try:
         raw = json.loads(path.read_text())
+        if not isinstance(raw, dict):
+            raise TypeError(f"a JSON {type(raw).__name__}, not an object")
+        recorded = raw.pop(SELF_DIGEST, None)
+        if recorded is None:
+            raise CorruptArtifactError(
+                f"{path} carries no digest of its own content (written by an older version of "
+                f"dihal): its values cannot be checked. {redo}")
+        if recorded != content_digest(raw):
+            raise CorruptArtifactError(
+                f"{path}: content changed (its sha256 differs from the digest it carries): its "
+                f"values (fingerprint, file digests, results) cannot be trusted. {redo}")
         return Manifest(**raw)
     except (json.JSONDecodeError, TypeError, UnicodeDecodeError) as exc:
-        raise CorruptArtifactError(
-            f"{path} is not a valid manifest ({exc}). Delete {Path(directory)} and materialise "
-            "the asset again."
-        ) from exc
+        raise CorruptArtifactError(f"{path} is not a valid manifest ({exc}). {redo}") from exc

@@ -164,6 +164,19 @@ def token_chunk(rel: str) -> str | None:
     return None
 
 
+def unrecorded(directory: Path, files: dict[str, list]) -> list[str]:
+    """The Zarr metadata files in the dump that its record does not list (an array or group
+    added since it was made: Zarr would show it, as another split for instance)."""
+    found = (f.relative_to(directory).as_posix() for f in (Path(directory) / STATES).rglob("zarr.json"))
+    return sorted(rel for rel in found if rel not in files)
+
+
+def is_metadata(rel: str) -> bool:
+    """Whether a file of the dump is checked whole on opening: anything but a chunk of the
+    states or of the next-token reference (Zarr's metadata, the token ids)."""
+    return parse_chunk_key(rel) is None
+
+
 def repairable(rel: str) -> bool:
     """Whether a damaged file of the dump can be repaired without re-making it whole: a chunk
     of the states or of the next-token reference (its batch is written again), or a file of
@@ -224,6 +237,8 @@ class StateReader:
             raise FileNotFoundError(
                 f"no hidden-state dump at {path}. Materialise the hidden_states asset first."
             )
+        if files is not None:  # the metadata (dtype, shape, chunking) before Zarr reads it
+            self._verify_metadata(files)
         try:
             self._group = zarr.open_group(str(path), mode="r")
             shapes = {s: self.array(s).shape for s in self.splits}
@@ -242,6 +257,37 @@ class StateReader:
         raise CorruptArtifactError(
             f"the hidden-state dump {self.directory} is damaged: {shown}. Materialise the "
             "hidden_states asset again: it re-writes only the damaged batches.")
+
+    def _verify_metadata(self, files: dict[str, list]) -> None:
+        """Every file of the dump but the chunks of states and reference (Zarr's metadata, the
+        token ids) against its recorded digest: a changed dtype or shape would otherwise
+        reinterpret every chunk, and pass the chunks' own digests."""
+        from storage.manifest import check_files
+
+        meta = {k: v for k, v in files.items() if is_metadata(k)}
+        if not any(k.endswith("zarr.json") for k in meta):
+            self._damaged([f"{STATES}: no digests recorded for its Zarr metadata"])
+        if problems := check_files(self.directory, meta, digests=True):
+            self._damaged(problems)
+        if extra := unrecorded(self.directory, files):
+            self._damaged([f"{rel}: not in the record (added since the dump was made)"
+                           for rel in extra])
+
+    def non_finite_chunks(self) -> list[str]:
+        """The chunk files (chunk_key) of the states holding NaN or inf, each with its first
+        place: "<chunk>: non-finite values (layer l, <split> sequence i, position t)"."""
+        import numpy as np
+
+        found = []
+        for split in self.splits:
+            batch = self.array(split).chunks[1]
+            for layer in range(self.n_layers()):
+                bad = np.argwhere(~np.isfinite(self.layer(split, layer)))
+                for b in sorted({int(i) // batch for i in bad[:, 0]}):
+                    i, t = (int(v) for v in bad[bad[:, 0] // batch == b][0][:2])
+                    found.append(f"{chunk_key(split, layer, b)}: non-finite values (layer "
+                                 f"{layer}, {split} sequence {i}, position {t})")
+        return found
 
     def _check_chunks(self) -> None:
         import numpy as np

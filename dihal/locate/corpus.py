@@ -29,7 +29,7 @@ from dihal.config import CorpusConfig, SequenceConfig  # noqa: F401 (re-exported
 from dihal.errors import CorpusError, MalformedLineError
 from dihal.results import CorpusResult, SequencesResult
 
-EMBEDDED_SAMPLE = Path(__file__).resolve().parents[2] / "data" / "dolma_sample"
+EMBEDDED_SAMPLE = Path(__file__).resolve().parents[2] / "data" / "dolma_sample"  # <repo>/data
 
 
 @dataclass(frozen=True)

@@ -222,12 +222,6 @@ def state_spec(backbone, revision: str, sequences: dict[str, np.ndarray], cfg: E
                      batch_size=cfg.batch_size, dtype=cfg.dtype)
 
 
-def non_finite_layers(reader) -> list[str]:
-    """"split/layer l" for every layer of a dump holding NaN or inf."""
-    return [f"{split}/layer {layer}" for split in reader.splits for layer in range(reader.n_layers())
-            if not np.isfinite(reader.layer(split, layer)).all()]
-
-
 def shape_problems(reader, sequences_config: dict) -> tuple[dict, dict, bool]:
     """(expected, found, ok): the dump's shapes against the backbone it records (layers, hidden
     size) and the sequences config (count, length), token ids included."""

@@ -16,7 +16,10 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
 import time
+import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar
@@ -26,7 +29,7 @@ from dihal.atomic import (
     atomic_write_text,
     replace_dir,
 )
-from dihal.errors import CorruptArtifactError, MissingArtifactError
+from dihal.errors import CorruptArtifactError, MissingArtifactError, UnsafePathError
 from dihal.stages import STAGES, asset_key, stage_of_kind
 from storage.layout import ArtifactLayout
 from storage.manifest import Manifest, check_files, digest_files, read_manifest, write_manifest
@@ -34,6 +37,12 @@ from storage.tables import write_table
 
 DAMAGED = ".damaged"  # a reader found damage: re-make, never reuse
 VERIFIED = ".verified"  # when the digests were last checked
+# a `.verified` stamp up to this far ahead of the clock is this host's rounding or a small skew
+CLOCK_SLACK_S = 60.0
+
+
+def _runtime_warning(message: str) -> None:
+    warnings.warn(message, RuntimeWarning, stacklevel=3)
 
 
 @dataclass(frozen=True)
@@ -109,29 +118,62 @@ class Artifact:
 
     def verify(self, manifest: Manifest, *, digests: bool) -> list[str]:
         """What is wrong with the files on disk against the manifest's record (sizes always,
-        content with `digests`): empty when the artifact is intact."""
+        content with `digests`; the files `always_digested` names, content always): empty when
+        the artifact is intact."""
         if (self.directory / DAMAGED).exists():
-            return [f"marked damaged by a reader: {(self.directory / DAMAGED).read_text().strip()}"]
+            found = (self.directory / DAMAGED).read_text().strip().splitlines()
+            more = f" (+{len(found) - 5} more)" if len(found) > 5 else ""
+            return [f"marked damaged by a reader: {'; '.join(found[:5])}{more}"]
         if self.files and not manifest.files:
             return ["no file digests recorded (made by an older version of dihal)"]
         problems = [f"{name}: missing from the record" for name in self.files
                     if not any(k == name or k.startswith(name + "/") for k in manifest.files)]
-        return problems + check_files(self.directory, manifest.files, digests=digests)
+        small = {k: v for k, v in manifest.files.items() if not digests and self.always_digested(k)}
+        return (problems + check_files(self.directory, manifest.files, digests=digests)
+                + check_files(self.directory, small, digests=True))
+
+    def always_digested(self, rel: str) -> bool:
+        """Whether file `rel` is checked against its digest on every reuse, even when the last
+        full check is recent (a kind whose reader checks only part of its data: its metadata)."""
+        return False
 
     def mark_damaged(self, problems: list[str]) -> None:
-        """Record that a reader found damage, so that the artifact is re-made, never reused."""
+        """Record that a reader (or a blocking check) found damage, one problem a line, so that
+        the artifact is re-made (or repaired: `damaged_files`), never reused."""
         if self.directory.is_dir():
-            atomic_write_text(self.directory / DAMAGED, "; ".join(problems[:20]) + "\n")
+            atomic_write_text(self.directory / DAMAGED, "".join(f"{p}\n" for p in problems))
+
+    def damaged_files(self, manifest: Manifest) -> list[str]:
+        """The recorded files that the damage marker names (a problem line `<file>: ...`)."""
+        try:
+            lines = (self.directory / DAMAGED).read_text().splitlines()
+        except FileNotFoundError:
+            return []
+        return sorted({rel for line in lines if (rel := line.split(": ", 1)[0]) in manifest.files})
 
     def stamp_verified(self) -> None:
         atomic_write_text(self.directory / VERIFIED, f"{time.time():.0f}\n")
 
-    def verified_within(self, seconds: float) -> bool:
-        """Were the digests checked (or written) less than `seconds` ago?"""
+    def verified_within(self, seconds: float, warn: Callable[[str], None] | None = None) -> bool:
+        """Were the digests checked (or written) less than `seconds` ago? A stamp from the
+        future (another host's clock ahead of this one's, or this clock set back) is stale:
+        `warn` (default: a RuntimeWarning) is told, naming both clocks."""
+        path = self.directory / VERIFIED
         try:
-            return time.time() - float((self.directory / VERIFIED).read_text()) < seconds
+            stamp = float(path.read_text())
         except (FileNotFoundError, ValueError):
             return False
+        now = time.time()
+        if stamp > now + CLOCK_SLACK_S:
+            (warn or _runtime_warning)(
+                f"{path} says the digests of {self.name} were checked at "
+                f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(stamp))}, "
+                f"{stamp - now:.0f} s after this host's clock ({socket.gethostname()}: "
+                f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(now))}): the clock of the "
+                "host that wrote it, or this one, is wrong. The stamp is taken as stale and every "
+                "digest is checked now; set both clocks right (NTP) to skip these checks again.")
+            return False
+        return now - stamp < seconds
 
     def require(self) -> Manifest:
         """The manifest of a finished, intact artifact (digests checked: a downstream stage is
@@ -156,8 +198,9 @@ class Artifact:
         (sizes always, content with `digests`); `self.damage` says why it is not."""
         self.damage: list[str] = []
         try:
+            self.check_links()  # nothing is read (or stamped) through a link
             m = self.manifest()
-        except CorruptArtifactError as exc:
+        except (CorruptArtifactError, UnsafePathError) as exc:
             self.damage = [str(exc)]
             return None
         if m is None or m.fingerprint != fp:
@@ -180,10 +223,22 @@ class Artifact:
         return False
 
     def lock(self):
-        """The one-writer lock of this artifact (storage.locks)."""
+        """The one-writer lock of this artifact (storage.locks), refused (UnsafePathError,
+        naming it) where a symbolic link stands between the artifact root and what is written:
+        the folder, its lock, its work folder."""
         from storage.locks import artifact_lock
 
+        self.check_links()
         return artifact_lock(self.directory, self.name)
+
+    def check_links(self) -> None:
+        """Refuse (UnsafePathError, naming it) a symbolic link between the artifact root and
+        this artifact's folder, its lock or its work folder."""
+        from storage.locks import check_no_links, lock_path
+
+        work = getattr(self, "workdir", None)
+        check_no_links(self.layout.root, self.directory, lock_path(self.directory),
+                       *([work] if work is not None else []))
 
     # writing -------------------------------------------------------------------------------
     def write(self, manifest: Manifest, result: Any) -> Manifest:

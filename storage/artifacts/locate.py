@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -93,10 +94,36 @@ class HiddenStates(WorkArtifact):
         m = self.require()
         return StateReader(self.directory, m.files, on_damage=self.mark_damaged)
 
+    def always_digested(self, rel: str) -> bool:
+        """Zarr's metadata and the token ids: small, and read whole by every reader."""
+        from storage.states import is_metadata
+
+        return is_metadata(rel)
+
+    def verify(self, manifest: Manifest, *, digests: bool) -> list[str]:
+        """As for every kind, and no Zarr metadata beyond the record (an array or group added
+        since the dump was made would show, as another split for instance)."""
+        from storage.states import unrecorded
+
+        return super().verify(manifest, digests=digests) + [
+            f"{rel}: not in the record (added since the dump was made)"
+            for rel in unrecorded(self.directory, manifest.files)]
+
+    def non_finite(self) -> list[str]:
+        """The chunks of the dump holding NaN or inf (storage.states: the chunk and its first
+        place). Where there are any the dump is marked damaged with them, so that the next
+        materialisation writes those batches again (a dump whose digests were recomputed over
+        bad values would otherwise be reused as it is, and fail its check every time)."""
+        found = self.reader().non_finite_chunks()
+        if found:
+            self.mark_damaged(found)
+        return found
+
     def repair(self, fp: str, log=None) -> bool:
-        """Reopen a damaged dump of fingerprint `fp` so that only its damaged batches are
-        written again; False where that is not possible (then it is re-made whole)."""
-        from storage.states import reopen_for_repair, repairable
+        """Reopen a damaged dump of fingerprint `fp` so that only its damaged batches (chunks
+        that fail their digests, or that a reader or a check named) are written again; False
+        where that is not possible (then it is re-made whole)."""
+        from storage.states import reopen_for_repair, repairable, unrecorded
 
         try:
             m = self.manifest()
@@ -104,14 +131,25 @@ class HiddenStates(WorkArtifact):
             return False
         if m is None or m.fingerprint != fp or not m.files:
             return False
-        bad = [k for k, v in m.files.items() if check_files(self.directory, {k: v}, digests=True)]
-        if not bad or not all(repairable(k) for k in bad):
+        bad = sorted({k for k, v in m.files.items()
+                      if check_files(self.directory, {k: v}, digests=True)}
+                     | set(self.damaged_files(m)))
+        added = unrecorded(self.directory, m.files)
+        if not (bad or added) or not all(repairable(k) for k in bad):
             return False
+        for rel in added:  # an array or group added since: removed (its files, not the record's)
+            folder = (self.directory / rel).parent
+            inside = folder.relative_to(self.directory).as_posix() + "/"
+            if any(k.startswith(inside) for k in m.files):
+                (self.directory / rel).unlink()
+            else:
+                shutil.rmtree(folder)
         batches = reopen_for_repair(self.directory, self.workdir, fp, bad)
         for marker in (DAMAGED, VERIFIED):
             (self.workdir / marker).unlink(missing_ok=True)
         if log:
-            log(f"repairing {self.name}: re-writing batches {batches} ({len(bad)} damaged chunks)")
+            log(f"repairing {self.name}: re-writing batches {batches} ({len(bad)} damaged "
+                f"files{f'; removed {added}, not in the record' if added else ''})")
         return True
 
     def write(self, manifest: Manifest, result: Any) -> Manifest:

@@ -128,3 +128,14 @@ def test_missing_upstream_names_the_command(world):
     res, err = world.materialize(["geometry_llama"])
     assert not res.success
     assert "Run: dagster asset materialize --select '*hidden_states_llama'" in err[0]
+
+
+def test_the_default_corpus_is_the_embedded_sample_of_the_repository():
+    """No corpus path given: the shards of <repository>/data/dolma_sample (the default run)."""
+    from pathlib import Path
+
+    from dihal.locate.corpus import resolve_shards
+
+    sample = Path(__file__).resolve().parents[2] / "data" / "dolma_sample"
+    shards = resolve_shards(CorpusConfig())
+    assert shards and all(Path(s).parent == sample for s in shards)

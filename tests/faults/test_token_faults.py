@@ -28,13 +28,14 @@ def test_a_changed_token_chunk_is_refused_before_use_and_repaired(world):
     rel = chunk.relative_to(world.path("hidden_states")).as_posix()
     states = world.path("hidden_states", STATES, "states")
     kept = {p: p.stat().st_mtime_ns for p in states.rglob("*") if p.is_file()}
-    # a reader refuses the token ids before returning them
-    reader = HiddenStates(world.root, "llama").reader()
+    # a reader refuses the token ids before returning them (on opening: the token ids are
+    # checked with the dump's metadata)
     try:
-        reader.input_ids("val")
+        HiddenStates(world.root, "llama").reader().input_ids("val")
     except Exception as exc:  # CorruptArtifactError naming the chunk and the fix
         assert f"{rel}: content changed (sha256 differs)" in str(exc)
-        assert "Materialise the hidden_states asset again" in str(exc)
+        assert "Materialise it again (dagster asset materialize --select '*hidden_states_llama')" \
+            in str(exc)
     else:
         raise AssertionError("changed token ids were read as data")
     # the sweep, which measures the bridge on the held-out tokens, refuses them too

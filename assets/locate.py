@@ -87,7 +87,7 @@ def locate_assets(backbone: str) -> list:
             bad = HiddenStates(context.resources.storage.layout(), backbone).non_finite()
         except DihalError as exc:  # missing, truncated or changed chunks
             return dg.AssetCheckResult(passed=False, metadata={"damaged": str(exc)})
-        why = (f"failed: NaN or inf in {len(bad)} chunk{'s' * (len(bad) != 1)} of the dump "
+        why = (f"failed: NaN or inf in {len(bad)} chunk(s) of the dump "
                f"({'; '.join(bad[:3])}). Materialise {asset_key('hidden_states', backbone)} "
                "again: it writes those batches again")
         return dg.AssetCheckResult(passed=not bad, description=why if bad else None,

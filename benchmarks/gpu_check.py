@@ -223,6 +223,7 @@ def world(args, tmp: Path):
         sizes = {"geometry_tokens": gpu["geometry"]["n_tokens"], "bridge": gpu["bridge_sweep"],
                  "bridge_steps": 256, "decode": (ev["batch_size"], ev["length"]),
                  "extract_batch": gpu["hidden_states"]["batch_size"], "resamples": 100}
+    sizes["mixed_precision"] = "bf16"  # what "auto" is on a GPU (BridgeProtocol.train_config)
     tok = bb.tokenizer
     t = time.perf_counter()
     packed = pack_sequences(iter_documents(resolve_shards(corpus), corpus), tok, seq,
@@ -422,6 +423,8 @@ def bridge(check: Check, bb, sizes: dict, store: dict, tmp: Path) -> dict:
     train, val, cs, hs = _bridge_data(c, h, n_val)
     steps = sizes["bridge_steps"]
     tcfg = replace(proto.train_config(check.device), epochs=steps * proto.batch_size / len(train))
+    if sizes.get("mixed_precision"):  # bf16 autocast as the profile on a GPU, on the CPU too
+        tcfg = replace(tcfg, mixed_precision=sizes["mixed_precision"])
     out: dict = {"layer": layer, "steps": steps, "batch": proto.batch_size,
                  "mixed_precision": tcfg.mixed_precision, "pairs_gib": train.nbytes / 2**30,
                  "runs": []}

@@ -135,6 +135,6 @@ def locate_assets(backbone: str) -> list:
         return run.produce(run.art(LayerScore), cfg, [geo, states], lambda: score_layers(
             geo.rows(), cfg, backbone=backbone, resamples=geo.resamples(),
             reader=states.reader(), geometry=GeometryConfig(**gm.config),
-            progress=run.throttled(2.0)))
+            progress=run.throttled(2.0), device=run.device()))
 
     return [sequences, hidden_states, finite_states, expected_shapes, geometry, layer_score]

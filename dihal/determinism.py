@@ -27,10 +27,13 @@ import torch.utils.deterministic
 CUBLAS_WORKSPACE = ":4096:8"
 
 
-def enable(device: str) -> dict | None:
+def enable(device: str, *, on_cpu: bool = False) -> dict | None:
     """Deterministic kernels for `device` if it is a CUDA device; returns the previous settings
-    (for `restore`), or None where nothing was changed (the CPU)."""
-    if not str(device).startswith("cuda"):
+    (for `restore`), or None where nothing was changed (the CPU). `on_cpu`: the same settings
+    on the CPU too, which the pipeline never asks for (its kernels are deterministic already):
+    the device check's dry run, so that an op PyTorch flags as nondeterministic on the CPU
+    warns there as it would on the GPU."""
+    if not (str(device).startswith("cuda") or on_cpu):
         return None
     before = {
         "algorithms": torch.are_deterministic_algorithms_enabled(),

@@ -10,6 +10,13 @@ run resumed from a checkpoint ends with exactly the weights of an uninterrupted 
 checkpoints are `dihal.checkpoint`'s: verified against their digests before a resume, a damaged
 one passed over (with its reason to the caller's `warn`) for the previous one or a fresh start.
 
+No step waits for the device: the loss and gradient norm of each step stay on it until the host
+looks at them, which it does for every step on the CPU (where looking costs nothing), and on a
+GPU every `log_every` steps, before each validation and checkpoint and at the end, all the
+steps since the last look at once. A non-finite step is then named by its own step number, and
+no checkpoint is ever written after it; on a GPU the updates after it (at most log_every - 1,
+made with the non-finite values) are in the weights in memory, which a resume never reads.
+
 `Trainer` is the loop, one method per concern (resume, train_step, log, record_validation,
 checkpoint, finish); `train_model` is its one-call form.
 
@@ -234,7 +241,8 @@ class Trainer:
                  protocol: dict | None = None, validate: Callable[[], float] | None = None,
                  warn: Callable[[str], None] | None = None,
                  accelerator: Accelerator | None = None,
-                 device: str | torch.device | None = None) -> None:
+                 device: str | torch.device | None = None,
+                 check_every: int | None = None) -> None:
         self.t_start = time.perf_counter()
         self.model, self.loss_terms, self.cfg, self.ckpt_dir = model, loss_terms, cfg, Path(ckpt_dir)
         self.progress, self.validate, self.warn = progress, validate, warn
@@ -246,6 +254,12 @@ class Trainer:
                                        enabled=cfg.mixed_precision == "bf16")
         self.n_steps = total_steps(n_train, cfg)
         self.order = sample_order(n_train, cfg)
+        if self.device.type == "cuda":  # a batch's indices reach the device without a wait
+            self.order = self.order.pin_memory()
+        # the steps whose loss and gradient norm the host has not yet looked at, and how many
+        # may wait (see the module docstring)
+        self.unchecked: list[tuple[int, Tensor, Tensor]] = []
+        self.check_every = check_every or (1 if self.device.type == "cpu" else cfg.log_every)
         model.to(self.device).train()
         self.optimizer = make_optimizer(model, cfg)
         self.step, self.curve, self.val_curve, self.window = 0, [], [], []
@@ -278,8 +292,9 @@ class Trainer:
                 saved["step"], saved["curve"], saved["val_curve"], saved["window"])
         self.last_ckpt, self.resumed_from = path, self.step
 
-    def train_step(self, prepared: nn.Module, opt) -> tuple[float, float, float]:
-        """One update on the step's batch with the step's noise; (loss, lr, gradient norm)."""
+    def train_step(self, prepared: nn.Module, opt) -> tuple[Tensor, float, Tensor]:
+        """One update on the step's batch with the step's noise; (loss, lr, gradient norm),
+        the loss and norm on the device (check_finite looks at them)."""
         cfg, acc, device = self.cfg, self.acc, self.device
         rank, world = acc.process_index, acc.num_processes
         batch_idx = self.order[self.step * cfg.batch_size : (self.step + 1) * cfg.batch_size]
@@ -290,48 +305,68 @@ class Trainer:
             group["lr"] = lr
         with self.autocast:
             total, count = self.loss_terms(prepared, batch_idx[rank::world], gen, device)
-        if not isinstance(count, Tensor):
-            count = torch.tensor(float(count), device=device)
+        if not isinstance(count, Tensor):  # filled on the device: no copy from the host
+            count = torch.full((), float(count), device=device)
         # Each process holds part of the batch: normalise by the global count so that the
         # gradient (averaged over processes) is the gradient of the global-batch mean.
         global_count = acc.reduce(count.detach(), "sum").clamp_min(1.0)
         acc.backward(total / global_count * world)
-        loss = float(acc.reduce(total.detach(), "sum") / global_count)
-        self._check_finite("training loss", loss)
-        grad_norm = float(acc.clip_grad_norm_(prepared.parameters(), cfg.grad_clip or math.inf))
-        self._check_finite("gradient norm", grad_norm)
+        loss = acc.reduce(total.detach(), "sum") / global_count
+        grad_norm = acc.clip_grad_norm_(prepared.parameters(), cfg.grad_clip or math.inf)
+        self.unchecked.append((self.step + 1, loss, grad_norm.detach()))
+        if len(self.unchecked) >= self.check_every:
+            self.check_finite()  # before the update: on the CPU, a non-finite one is never made
         opt.step()
         opt.zero_grad(set_to_none=True)
         self.step += 1
         return loss, lr, grad_norm
 
-    def _check_finite(self, what: str, value: float) -> None:
+    def check_finite(self) -> None:
+        """The host's look at the unchecked steps' losses and gradient norms (one wait for the
+        device for all of them): TrainingError at the first non-finite one."""
+        if not self.unchecked:
+            return
+        values = torch.stack([torch.stack([loss.float(), norm.float()])
+                              for _, loss, norm in self.unchecked]).tolist()
+        for (step, _, _), (loss, norm) in zip(self.unchecked, values, strict=True):
+            self._check_finite("training loss", loss, step)
+            self._check_finite("gradient norm", norm, step)
+        self.unchecked = []
+
+    def _check_finite(self, what: str, value: float, step: int) -> None:
         if math.isfinite(value):
             return
         start = (f"resumed from step {self.resumed_from}, whose checkpoint matched its digests; "
                  if self.resumed_from else "")
         raise TrainingError(
-            f"non-finite {what} ({value}) at step {self.step + 1} ({start}the newest checkpoint "
-            f"in {self.ckpt_dir}, if any, is from before it)", self.step + 1)
+            f"non-finite {what} ({value}) at step {step} ({start}the newest checkpoint "
+            f"in {self.ckpt_dir}, if any, is from before it)", step)
 
-    def log(self, loss: float, lr: float, grad_norm: float) -> None:
-        """Add `loss` to the window; every log_every steps (and at the last) a curve entry."""
+    def log(self, loss: Tensor | float, lr: float, grad_norm: Tensor | float) -> None:
+        """Add `loss` to the window; every log_every steps (and at the last) a curve entry,
+        once the host has checked the steps since the last."""
         self.window.append(loss)
         if self.step % self.cfg.log_every == 0 or self.step == self.n_steps:
+            self.check_finite()
+            self.window = _floats(self.window)
             entry = {"step": self.step, "loss": sum(self.window) / len(self.window), "lr": lr,
-                     "grad_norm": grad_norm}
+                     "grad_norm": float(grad_norm)}
             self.curve.append(entry)
             self.window = []
             self._report(entry)
 
     def record_validation(self) -> float:
+        self.check_finite()
         v = self.validate()
         self.val_curve.append({"step": self.step, "val_loss": v})
         self._report({"step": self.step, "val_loss": v})
         return v
 
     def checkpoint(self) -> None:
-        """Save the current step (main process), every process waiting for it."""
+        """Save the current step (main process), every process waiting for it; never past a
+        step the host has not checked."""
+        self.check_finite()
+        self.window = _floats(self.window)
         if self.acc.is_main_process:
             state = {"total_steps": self.n_steps, "done": self.step >= self.n_steps,
                      "train_config": self.cfg.to_dict(), **self.protocol, "curve": self.curve,
@@ -342,6 +377,7 @@ class Trainer:
 
     def finish(self) -> TrainResult:
         """Eval mode; the final validation and checkpoint of a run that made progress."""
+        self.check_finite()
         if self.own_accelerator:
             self.acc.free_memory()
         self.model.eval()
@@ -370,6 +406,18 @@ class Trainer:
     def _warn(self, message: str) -> None:
         if self.acc.is_main_process:
             (self.warn or runtime_warning)(message)
+
+
+def _floats(values: list) -> list[float]:
+    """`values` (floats and 0-d tensors) as floats, with one copy from the device for all."""
+    at = [i for i, v in enumerate(values) if isinstance(v, Tensor)]
+    if not at:
+        return list(values)
+    got = torch.stack([values[i].float() for i in at]).tolist()
+    out = list(values)
+    for i, v in zip(at, got, strict=True):
+        out[i] = v
+    return out
 
 
 def train_model(
@@ -407,7 +455,8 @@ def train_model(
         bf16 is applied by this loop as autocast from cfg.mixed_precision. Without one, a
         single-process Accelerator on `device` (None: accelerate's default device; "cuda" and
         "cuda:<current device>" are the same device).
-    Raises TrainingError on a non-finite loss or gradient norm, before the update, and
+    Raises TrainingError on a non-finite loss or gradient norm, naming its step (on the CPU
+    before its update; on a GPU at the host's next look, see the module docstring), and
     CheckpointMismatchError when the checkpoint was written under another protocol.
     """
     trainer = Trainer(model, loss_terms, n_train, cfg, ckpt_dir, progress=progress,

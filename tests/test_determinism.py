@@ -63,3 +63,20 @@ def test_the_compute_resource_lease_applies_it(clean, monkeypatch, tmp_path):
     with ComputeResource(device="cuda").lease(tmp_path) as slot:
         assert slot.device == "cuda:1" and torch.are_deterministic_algorithms_enabled()
     assert _flags() == clean
+
+
+def test_the_device_checks_cpu_rehearsal_turns_the_settings_on_and_back():
+    """enable on the CPU changes nothing unless asked (the pipeline's steps); with on_cpu (the
+    device check's dry run) it turns deterministic mode on, warn-only, and restore undoes it."""
+    import torch
+
+    from dihal import determinism
+
+    assert determinism.enable("cpu") is None
+    before = determinism.enable("cpu", on_cpu=True)
+    try:
+        assert before is not None and torch.are_deterministic_algorithms_enabled()
+        assert torch.is_deterministic_algorithms_warn_only_enabled()
+    finally:
+        determinism.restore(before)
+    assert torch.are_deterministic_algorithms_enabled() == before["algorithms"]

@@ -73,7 +73,7 @@ def test_a_failed_full_budget_regression_control_says_what_to_run(tmp_path):
 
     import dagster as dg
 
-    from assets.replace import full_regression
+    from assets.evaluate import full_regression
     from dihal.config import BridgeProtocol
     from storage import ArtifactLayout
 

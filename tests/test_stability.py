@@ -150,3 +150,40 @@ def test_geometry_pick_layers_follows_the_sequences():
     # a half too small for cfg.n_tokens uses every token it has (here 6 x 16 = 96: all)
     small = dataclasses.replace(_CFG, n_tokens=150, n_anchors=100)
     assert geometry_pick_layers(reader, small, [1, 2, 3])([np.arange(6)]) == [1]
+
+
+def test_sequence_resamples_run_on_the_steps_device(monkeypatch):
+    """The recomputed geometry of every sample and layer is computed on the device it is given
+    (the layer_score step's: its GPU where it has one), from score_layers down; the picks are
+    those computed on the host. "meta" stands for a device other than the CPU: the spy records
+    where the states arrive, then computes on the host."""
+    import dihal.locate.geometry as geometry
+    from dihal.config import LayerScoreConfig
+    from dihal.locate.stage import compute_geometry, score_layers
+
+    reader = _dump([(_ISO, _ISO), (_LOW, _ISO), (_ISO, _ISO), (_ISO, _LOW)])
+    real = geometry.layer_proxies
+    on_host = geometry_pick_layers(reader, _CFG, [1, 2, 3], seed=0)([np.arange(6)])
+    seen = []
+
+    def spy(x, plan, cfg):  # the n-th call computes on the n-th call's states of a host run
+        seen.append((x.device.type, x.dtype))
+        return real(reader_states[len(seen) - 1], plan, cfg)
+
+    reader_states = []
+    record = lambda x, plan, cfg: reader_states.append(x) or real(x, plan, cfg)  # noqa: E731
+    monkeypatch.setattr(geometry, "layer_proxies", record)
+    geometry_pick_layers(reader, _CFG, [1, 2, 3], seed=0)([np.arange(6)])
+    monkeypatch.setattr(geometry, "layer_proxies", spy)
+    picks = geometry_pick_layers(reader, _CFG, [1, 2, 3], seed=0, device="meta")([np.arange(6)])
+    assert picks == on_host and seen == [("meta", torch.float64)] * 3
+
+    seen.clear()
+    reader_states.clear()
+    monkeypatch.setattr(geometry, "layer_proxies", record)
+    rows = compute_geometry(reader, _CFG, backbone="t").rows
+    cfg = LayerScoreConfig(sequence_resamples=1, split_halves=0)
+    score_layers(rows, cfg, backbone="t", reader=reader, geometry=_CFG)
+    monkeypatch.setattr(geometry, "layer_proxies", spy)
+    score_layers(rows, cfg, backbone="t", reader=reader, geometry=_CFG, device="meta")
+    assert seen and {s[0] for s in seen} == {"meta"}

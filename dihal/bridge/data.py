@@ -55,12 +55,56 @@ class BridgeData:
     def n_tokens(self) -> int:
         return len(self) * self.seq_len if self.mask is None else int(self.mask.sum())
 
+    @property
+    def nbytes(self) -> int:
+        mask = 0 if self.mask is None else self.mask.numel() * self.mask.element_size()
+        return 2 * self.cond.numel() * self.cond.element_size() + mask
+
+    @property
+    def device(self) -> torch.device:
+        return self.cond.device
+
+    def to(self, device: torch.device | str) -> BridgeData:
+        """The same pairs on `device` (self where they are there already)."""
+        if self.cond.device == torch.device(device):
+            return self
+        mask = None if self.mask is None else self.mask.to(device)
+        return BridgeData(self.cond.to(device), self.target.to(device), mask)
+
     def batch(
         self, index: Tensor | slice, device: torch.device | str | None = None
     ) -> tuple[Tensor, Tensor, Tensor | None]:
-        """(cond, target, mask) of the sequences `index`, moved to `device`."""
+        """(cond, target, mask) of the sequences `index`, moved to `device`. Pairs that live on
+        the device are gathered there; the index is sent without waiting (from pinned memory,
+        as the training loop's order is on a GPU)."""
+        if isinstance(index, Tensor) and index.device != self.cond.device:
+            index = index.to(self.cond.device, non_blocking=index.is_pinned())
         mask = None if self.mask is None else self.mask[index].to(device)
         return self.cond[index].to(device), self.target[index].to(device), mask
+
+
+# The share of a GPU's free memory the training pairs may take there (the rest: the denoiser,
+# its optimiser, a batch's activations, and whatever else the step holds)
+PAIRS_SHARE = 0.5
+
+
+def place_pairs(data: BridgeData, device: torch.device | str,
+                free_bytes: int | None = None) -> tuple[BridgeData, str | None]:
+    """(the pairs to train from, None) with the pairs moved to `device` where they fit in
+    PAIRS_SHARE of its free memory (`free_bytes`; default: what the device reports), so that a
+    step gathers its batch there; else (the pairs where they are, why they stay there: each
+    step then copies its batch from the host)."""
+    device = torch.device(device)
+    if device.type == "cpu" or data.device == device:
+        return data, None
+    if free_bytes is None and device.type == "cuda":
+        free_bytes = torch.cuda.mem_get_info(device)[0]
+    if free_bytes is None or data.nbytes > PAIRS_SHARE * free_bytes:
+        free = "unknown" if free_bytes is None else f"{free_bytes / 2**30:.2f} GiB"
+        return data, (f"the training pairs ({data.nbytes / 2**30:.2f} GiB) stay on the "
+                      f"{data.device.type}: they do not fit in {PAIRS_SHARE:.0%} of {device}'s "
+                      f"free memory ({free}), so each step copies its batch from there")
+    return data.to(device), None
 
 
 @dataclass(frozen=True, eq=False)

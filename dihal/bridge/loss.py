@@ -17,7 +17,7 @@ def squared_error(
     """
     err = (pred.float() - target.float()).pow(2)
     if mask is None:
-        return err.sum(), torch.tensor(float(err.numel()), device=err.device)
+        return err.sum(), torch.full((), float(err.numel()), device=err.device)  # no host copy
     m = mask.unsqueeze(-1)
     return torch.where(m, err, 0.0).sum(), m.sum().to(err.dtype) * err.shape[-1]
 

@@ -17,11 +17,12 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor, nn
 
-from dihal.bridge.data import BridgeData
+from dihal.bridge.data import BridgeData, place_pairs
 from dihal.bridge.denoiser import CausalDenoiser
 from dihal.bridge.loss import bridge_loss_terms
 from dihal.bridge.measures import validation_loss
 from dihal.bridge.process import BrownianBridge
+from dihal.checkpoint import runtime_warning
 from dihal.errors import TrainingError
 from dihal.training import (
     TrainConfig,
@@ -53,14 +54,23 @@ __all__ = [
 ]
 
 
-def bridge_training_loss(train: BridgeData, process: BrownianBridge):
+def bridge_training_loss(train: BridgeData, process: BrownianBridge,
+                         warn: Callable[[str], None] | None = None):
     """The loop's loss over `train`: per step, t ~ process and eps ~ N(0, I) from the step's
-    generator, then (sum of squared errors, number of terms) of the batch's real tokens."""
+    generator, then (sum of squared errors, number of terms) of the batch's real tokens. At
+    the first step the pairs move to the step's device where they fit (place_pairs), so that
+    no step copies its batch from the host; where they do not, `warn` gets the reason
+    (default: a RuntimeWarning) and every step copies its batch."""
+    placed: dict[torch.device, BridgeData] = {}
 
     def loss_terms(
         model: nn.Module, indices: Tensor, generator: torch.Generator, device: torch.device
     ) -> tuple[Tensor, Tensor]:
-        cond, target, mask = train.batch(indices, device)
+        if device not in placed:
+            placed[device], why = place_pairs(train, device)
+            if why:
+                (warn or runtime_warning)(why)
+        cond, target, mask = placed[device].batch(indices, device)
         t = process.sample_t(cond.shape[0], generator)
         eps = torch.randn(target.shape, generator=generator, device=device)
         return bridge_loss_terms(model, process, cond, target, t, eps, mask)
@@ -85,8 +95,10 @@ def train_bridge(
 
     The validation loss (every cfg.eval_every steps and at the end) is `validation_loss` on
     `val` with cfg.val_t_grid, cfg.val_seed and cfg.val_batch_size. A resumed run must share
-    the denoiser's config and the process besides `cfg`. The other arguments (`warn`: the
-    reason a damaged checkpoint is passed over), the progress entries and the errors are those
+    the denoiser's config and the process besides `cfg`. The training pairs move to the
+    training device for the run where they fit (bridge_training_loss). The other arguments
+    (`warn`: the reason a damaged checkpoint is passed over, or that the pairs stay on the
+    host), the progress entries and the errors are those
     of `dihal.training.train_model`; BridgeTrainingError is its TrainingError.
     """
     if train.dim != denoiser.cfg.d_in or val.dim != denoiser.cfg.d_in:
@@ -101,7 +113,7 @@ def train_bridge(
 
     return train_model(
         denoiser,
-        bridge_training_loss(train, process),
+        bridge_training_loss(train, process, warn),
         len(train),
         cfg,
         ckpt_dir,

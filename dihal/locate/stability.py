@@ -122,7 +122,8 @@ def _fit_config(cfg: GeometryConfig, n_tokens: int) -> GeometryConfig:
 
 def geometry_pick_layers(reader, cfg: GeometryConfig, candidates: Sequence[int], *,
                          norm: str = "none", split: str = "val", seed: int = 0,
-                         progress: Callable[[str], None] | None = None) -> PickLayers:
+                         progress: Callable[[str], None] | None = None,
+                         device: str | torch.device = "cpu") -> PickLayers:
     """A `pick_layers` that recomputes l* from the dump (storage.states.StateReader, or
     anything with shape(split) and layer(split, l)) for each sample of sequence ids: fresh
     token positions from those sequences (positions_from_sequences, seeded per sample), a
@@ -130,7 +131,10 @@ def geometry_pick_layers(reader, cfg: GeometryConfig, candidates: Sequence[int],
     (dihal.locate.geometry.layer_proxies: neighbourhoods and covariance of this sample), the score
     over `candidates` (dihal.locate.score.layer_scores) and its argmax (select_layer). Each layer is
     read once for all samples. A sample with fewer tokens than cfg.n_tokens (a half) uses all
-    it has. Covered by test_geometry_pick_layers_*."""
+    it has. The proxies' float64 linear algebra runs on `device` (the step's GPU where it has
+    one, as the geometry stage's; the states are read on the host and copied there once per
+    sample and layer). Covered by test_geometry_pick_layers_* and
+    test_sequence_resamples_run_on_the_steps_device."""
 
     one = dataclasses.replace(cfg, normalizations=(norm,), n_resamples=0)
     cands = sorted(int(c) for c in candidates)
@@ -150,6 +154,7 @@ def geometry_pick_layers(reader, cfg: GeometryConfig, candidates: Sequence[int],
             states = reader.layer(split, layer)
             for (pos, plan, c), out in zip(setups, rows, strict=True):
                 x = torch.from_numpy(np.asarray(states[pos[:, 0], pos[:, 1]], dtype=np.float64))
+                x = x.to(device)
                 out += [{"layer": layer, **r} for r in layer_proxies(x, plan, c)]
             if progress:
                 progress(f"sequence resample: layer {layer} of {n_layers}, {len(samples)} samples")

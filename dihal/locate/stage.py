@@ -149,14 +149,15 @@ def l_star_stability(resamples: dict[str, list], candidates: list[int],
 
 def sequence_stability(reader, geometry: GeometryConfig, candidates: list[int], l_star: int,
                        cfg: LayerScoreConfig, *, backbone: str,
-                       progress: Callable[[str], None] | None = None) -> dict:
+                       progress: Callable[[str], None] | None = None,
+                       device: str = "cpu") -> dict:
     """l*'s stability under the primary normalisation when the held-out sequences change
     (dihal.locate.stability): `cfg.sequence_resamples` cluster-bootstrap replicates of whole
     sequences and `cfg.split_halves` seeded splits into two disjoint halves, each recomputing
     the geometry of every candidate layer from the dump (fresh tokens, anchors, pairs,
     neighbourhoods and covariance; `geometry`: the geometry stage's config). {"norm",
     "bootstrap" (pick_summary, or None with 0 replicates), "split_half" (split_half_l_star,
-    or None), "seconds"}."""
+    or None), "seconds"}. The recomputed geometry runs on `device` (the step's)."""
     from dihal.locate.stability import (
         geometry_pick_layers,
         sequence_bootstrap_l_star,
@@ -166,7 +167,7 @@ def sequence_stability(reader, geometry: GeometryConfig, candidates: list[int], 
     t0 = time.perf_counter()
     seed = derive_seed(geometry.seed, backbone, "sequence-stability")
     pick = geometry_pick_layers(reader, geometry, candidates, norm=cfg.primary_norm, seed=seed,
-                                progress=progress)
+                                progress=progress, device=device)
     n_seq = reader.shape("val")[1]
     boot = (sequence_bootstrap_l_star(pick, n_seq, l_star=l_star, n_boot=cfg.sequence_resamples,
                                       seed=seed) if cfg.sequence_resamples else None)
@@ -179,18 +180,20 @@ def sequence_stability(reader, geometry: GeometryConfig, candidates: list[int], 
 def score_layers(rows: list[dict], cfg: LayerScoreConfig, *, backbone: str,
                  resamples: dict[str, list] | None = None, reader=None,
                  geometry: GeometryConfig | None = None,
-                 progress: Callable[[str], None] | None = None) -> LayerScoreResult:
+                 progress: Callable[[str], None] | None = None,
+                 device: str = "cpu") -> LayerScoreResult:
     """The layer_score stage: S_l per normalisation over the candidate layers, l*, how much of
     the score is depth, and (with the geometry's token-bootstrap `resamples`) how stable l* is;
     with the dump's `reader` and the geometry stage's config, also over resamples of whole
-    held-out sequences and on split halves (sequence_stability; off when cfg asks for neither)."""
+    held-out sequences and on split halves (sequence_stability, on `device`: the step's; off
+    when cfg asks for neither)."""
 
     s = score_summary(rows, primary_norm=cfg.primary_norm)
     title = f"{backbone}: layer score, l* = {s['l_star']} ({cfg.primary_norm})"
     by_sequence = {}
     if reader is not None and geometry is not None and (cfg.sequence_resamples or cfg.split_halves):
         by_sequence = sequence_stability(reader, geometry, s["candidates"], s["l_star"], cfg,
-                                         backbone=backbone, progress=progress)
+                                         backbone=backbone, progress=progress, device=device)
     return LayerScoreResult(rows=s["rows"], selected=s["selected"], l_star=s["l_star"],
                             primary_norm=cfg.primary_norm, spearman_vs_depth=s["spearman_vs_depth"],
                             stability=l_star_stability(resamples or {}, s["candidates"], s["selected"]),

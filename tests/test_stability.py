@@ -158,6 +158,7 @@ def test_sequence_resamples_run_on_the_steps_device(monkeypatch):
     those computed on the host. "meta" stands for a device other than the CPU: the spy records
     where the states arrive, then computes on the host."""
     import dihal.locate.geometry as geometry
+    import dihal.locate.stability as stability
     from dihal.config import LayerScoreConfig
     from dihal.locate.stage import compute_geometry, score_layers
 
@@ -172,18 +173,18 @@ def test_sequence_resamples_run_on_the_steps_device(monkeypatch):
 
     reader_states = []
     record = lambda x, plan, cfg: reader_states.append(x) or real(x, plan, cfg)  # noqa: E731
-    monkeypatch.setattr(geometry, "layer_proxies", record)
+    monkeypatch.setattr(stability, "layer_proxies", record)
     geometry_pick_layers(reader, _CFG, [1, 2, 3], seed=0)([np.arange(6)])
-    monkeypatch.setattr(geometry, "layer_proxies", spy)
+    monkeypatch.setattr(stability, "layer_proxies", spy)
     picks = geometry_pick_layers(reader, _CFG, [1, 2, 3], seed=0, device="meta")([np.arange(6)])
     assert picks == on_host and seen == [("meta", torch.float64)] * 3
 
     seen.clear()
     reader_states.clear()
-    monkeypatch.setattr(geometry, "layer_proxies", record)
+    monkeypatch.setattr(stability, "layer_proxies", record)
     rows = compute_geometry(reader, _CFG, backbone="t").rows
     cfg = LayerScoreConfig(sequence_resamples=1, split_halves=0)
     score_layers(rows, cfg, backbone="t", reader=reader, geometry=_CFG)
-    monkeypatch.setattr(geometry, "layer_proxies", spy)
+    monkeypatch.setattr(stability, "layer_proxies", spy)
     score_layers(rows, cfg, backbone="t", reader=reader, geometry=_CFG, device="meta")
     assert seen and {s[0] for s in seen} == {"meta"}

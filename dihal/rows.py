@@ -105,6 +105,54 @@ def spearman_rows(rows: list[dict]) -> list[SpearmanRow]:
     return [SpearmanRow.from_dict(r) for r in rows]
 
 
+# The pre-registered primary test's target: the measure full training follows (hybrid NLL, the
+# one closest to generation), taken with its sign flipped as every target
+PRIMARY_TARGET = "hybrid_nll"
+
+
+@dataclass(frozen=True)
+class PrimaryTest:
+    """The one pre-registered test of bridgeability (dihal.uncertainty.primary_test): S_l under
+    the primary normalisation against depth on -PRIMARY_TARGET over the swept layers,
+    one-sided (H1: S_l's Spearman is higher), its p-value from `n_boot` resamples of layers,
+    and the design's floor: `p_min`, the smallest p any target could have given at these
+    layers (`ties`: the share of resamples in which S_l and depth rank the drawn layers
+    alike), with the floor at every candidate layer (`p_min_all`, over `layers_all`) and the
+    fewest evenly spread swept layers whose floor is under alpha (`layers_needed`; None where
+    not even all candidates reach it). `verdict`: "better", "not distinguishable" or "design
+    cannot decide" (dihal.uncertainty.PRIMARY_*)."""
+
+    predictor: str
+    target: str
+    rho: float
+    rho_reference: float
+    diff: float
+    low: float
+    p: float
+    p_min: float
+    ties: float
+    undefined: float
+    n_boot: int
+    layers: int
+    alpha: float
+    verdict: str
+    p_min_all: float | None = None
+    layers_all: int | None = None
+    layers_needed: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        from dataclasses import asdict
+
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> PrimaryTest | None:
+        """The test as stored, or None for an artifact made before it."""
+        if not d:
+            return None
+        return cls(**{k: d.get(k) for k in cls.__dataclass_fields__})
+
+
 @dataclass(frozen=True)
 class RegressionRow:
     """The diffusion bridge against its regression control at one swept layer

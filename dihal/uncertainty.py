@@ -590,3 +590,82 @@ def log_ppl_difference(per_text_a: Sequence[tuple[float, int]],
     p = min(1.0, 2 * min(alpha, 1 - alpha))
     return {"diff": diff, "ratio": math.exp(diff), "low": lo, "high": hi, "p": p,
             "verdict": paired_verdict(diff, p, level)}
+
+
+# ---------------------------------------------------------------------------------------------
+# The pre-registered primary test: S_l under the primary normalisation against depth on one
+# target, one-sided, with the smallest p-value its design (the swept layers) can reach.
+# ---------------------------------------------------------------------------------------------
+
+PRIMARY_RESAMPLES = 10_000  # the primary test's resamples of layers (>= 10^4: arithmetic on ranks)
+TIE = 1e-12  # |rho_a - rho_b| at or under this is a tie: both rank the drawn layers alike
+PRIMARY_BETTER, PRIMARY_NOT, PRIMARY_UNDECIDABLE = (
+    "better", "not distinguishable", "design cannot decide")  # primary_test's verdicts
+
+
+def _one_sided_share(boot: np.ndarray) -> tuple[float, int, int]:
+    """(p, ties, undefined) of a one-sided bootstrap test of "the difference is > 0": p =
+    (1 + resamples at or under 0, ties and undefined ones included) / (1 + resamples), the
+    Monte Carlo p-value that never reaches 0; ties: resamples with |difference| <= TIE."""
+    undefined = int(np.isnan(boot).sum())
+    ties = int((np.abs(boot) <= TIE).sum())
+    against = int((boot <= TIE).sum()) + undefined
+    return (1 + against) / (1 + boot.size), ties, undefined
+
+
+def design_min_p(x, z, *, n_boot: int = PRIMARY_RESAMPLES, seed: int = 0) -> dict:
+    """The smallest p-value primary_test can return over these layers whatever the target:
+    in a resample where x and z rank the drawn layers alike their Spearman correlations with
+    ANY target are equal, so the difference is 0 and the resample counts against the claim;
+    in every other resample a target ranked exactly as x puts x's correlation (1) above z's.
+    So the floor is primary_test's p with the target := x, from the same resamples (same
+    `seed`). {"p_min", "ties" (share of resamples where x and z tie), "layers"}. Covered by
+    test_design_min_p_*."""
+    x = _check_layers("the predictor", x)
+    z = _check_layers("the reference", z, x.size)
+    idx = resample_indices(x.size, n_boot, seed)
+    p, ties, undefined = _one_sided_share(_rho_diff_rows(x[idx], z[idx], x[idx]))
+    return {"p_min": p, "ties": (ties + undefined) / n_boot, "layers": int(x.size)}
+
+
+def primary_test(x, z, y, *, n_boot: int = PRIMARY_RESAMPLES, seed: int = 0,
+                 level: float = LEVEL) -> dict:
+    """The one pre-registered test: does predictor x (oriented: higher = predicts a higher
+    target) rank the layers by the target y better than the reference z (depth)? H0:
+    rho(x, y) <= rho(z, y); H1: rho(x, y) > rho(z, y), one-sided as the claim is directional.
+    Each of `n_boot` resamples draws layers with replacement (and, for a (layers, seeds) y,
+    each drawn layer's seeds: seed_resample_means) and recomputes both correlations on them;
+    p = (1 + resamples with difference <= 0) / (1 + n_boot) (ties and undefined resamples
+    count against the claim). Beside it the design's floor (design_min_p: the p a target
+    ranked exactly as x would get from the same resamples) and the verdict:
+    "better" (p < 1 - level), "not distinguishable" (p >= 1 - level although the floor is
+    below it), "design cannot decide" (the floor itself is >= 1 - level: no target could
+    have told them apart at these layers). {"rho", "rho_reference", "diff", "low" (the
+    one-sided lower bound of the difference at `level`), "p", "p_min", "ties", "undefined",
+    "n_boot", "layers", "alpha", "verdict"}. Covered by test_primary_test_*."""
+    y = np.asarray(y, dtype=np.float64)
+    seeds = y.ndim == 2
+    mean = np.nanmean(_seed_table(y)[0], axis=1) if seeds else _check_layers("the target", y)
+    x = _check_layers("the predictor", x, mean.size)
+    z = _check_layers("the reference", z, mean.size)
+    if n_boot < 1000:
+        raise ValueError(f"the primary test needs >= 1000 resamples, got {n_boot}")
+    rho, rho_ref = (float(_row_spearman(v[None], mean[None])[0]) for v in (x, z))
+    if seeds:
+        idx, means = seed_resample_means(y, n_boot=n_boot, seed=seed)
+    else:
+        idx = resample_indices(mean.size, n_boot, seed)
+        means = mean[idx]
+    boot = _rho_diff_rows(x[idx], z[idx], means)
+    p, _, undefined = _one_sided_share(boot)
+    floor = design_min_p(x, z, n_boot=n_boot, seed=seed)
+    alpha = round(1 - level, 12)
+    finite = boot[np.isfinite(boot)]
+    verdict = (PRIMARY_UNDECIDABLE if floor["p_min"] >= alpha else
+               PRIMARY_BETTER if p < alpha else PRIMARY_NOT)
+    return {"rho": rho, "rho_reference": rho_ref, "diff": rho - rho_ref,
+            "low": float(np.quantile(finite, alpha)) if finite.size else float("nan"),
+            "p": p, "p_min": floor["p_min"], "ties": floor["ties"],
+            "undefined": undefined / n_boot, "n_boot": int(n_boot),
+            "layers": int(mean.size), "alpha": alpha, "verdict": verdict}
+

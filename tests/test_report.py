@@ -112,17 +112,63 @@ def test_l_star_over_resampled_sequences_and_split_halves(agreement, says):
     assert "sequence_resamples and split_halves are 0" in build_report(inputs()).markdown
 
 
-@pytest.mark.parametrize(("standing", "says"), [
-    ("above", "geometry predicts how well a bridge learns better than depth does"),
-    ("below", "depth predicts how well a bridge learns better than geometry does"),
-    ("not distinguishable", "geometry and depth cannot be told apart at 3 swept layers"),
+def _primary(p, p_min, *, p_min_all=0.0006, needed=14, ties=0.43):
+    """A primary test as bridgeability writes it (dihal.rows.PrimaryTest), its verdict by the
+    rule of dihal.uncertainty.primary_test."""
+    from dihal.rows import PrimaryTest
+    from dihal.uncertainty import PRIMARY_BETTER, PRIMARY_NOT, PRIMARY_UNDECIDABLE
+
+    verdict = (PRIMARY_UNDECIDABLE if p_min >= 0.05 else PRIMARY_BETTER if p < 0.05 else
+               PRIMARY_NOT)
+    return PrimaryTest("S_l (robust)", "hybrid_nll", 0.9, 0.7, 0.2, 0.05, p, p_min, ties, 0.0,
+                       10000, 3, 0.05, verdict, p_min_all, 29, needed).to_dict()
+
+
+def _with_primary(x, primary):
+    from dataclasses import replace
+
+    return replace(x, bridgeability={**x.bridgeability, "primary": primary})
+
+
+@pytest.mark.parametrize(("p", "p_min", "says", "never"), [
+    (0.004, 0.001, "geometry predicts the bridges' hybrid NLL better than depth does (p < 0.05)",
+     "cannot"),
+    (0.30, 0.001, "geometry and depth cannot be told apart at these 3 layers (p >= 0.05), though "
+                  "the design could have told them apart (its smallest p is under 0.05)",
+     "design cannot decide"),
+    (0.43, 0.43, "the design cannot decide: at these 3 swept layers no outcome could have told "
+                 "geometry and depth apart (smallest attainable p >= 0.05); over all 29 "
+                 "candidate layers the floor is 0.0006, and 14 evenly spread swept layers bring "
+                 "it under 0.05", "cannot be told apart"),
 ])
-def test_geometry_against_depth_each_way(standing, says):
-    x = inputs(spearman=[_spearman("S_l (robust)", 0.5, 0.2, 0.8, standing),
-                         _spearman(DEPTH, 0.4, 0.1, 0.7)])
+def test_geometry_against_depth_each_way_of_the_primary_test(p, p_min, says, never):
+    """The answer is the pre-registered primary test's, with the smallest p its design can
+    reach; "cannot be told apart" only where the design could have told them apart."""
+    x = _with_primary(inputs(), _primary(p, p_min))
     text, anchor = answer_geometry_vs_depth(x)
-    assert says in text and anchor == BRIDGEABILITY
-    assert "S_l (robust) has Spearman 0.50 [0.20, 0.80] with -val loss and depth 0.40 [0.10, 0.70]" in text
+    assert says in text and never not in text and anchor == BRIDGEABILITY
+    assert (f"p = {p:.3g}; the smallest p these layers allow is {p_min:.3g} (in 43% of "
+            "resamples S_l (robust) and depth rank the drawn layers alike") in text
+    assert "Exploratory, not the primary test" in text
+    md = build_report(x).markdown
+    assert (f"| S_l (robust) | -hybrid_nll | 0.900 | 0.700 | +0.200 | +0.050 | {p:.3g} | "
+            f"{p_min:.3g} | 43.0% | 0.0006 (29 layers) |") in md
+
+
+def test_primary_test_says_when_no_sweep_of_the_backbone_can_decide():
+    x = _with_primary(inputs(), _primary(0.5, 0.4, p_min_all=0.2, needed=None))
+    assert ("over all 29 candidate layers the floor is 0.2, still not under 0.05: no sweep of "
+            "this backbone can decide it") in answer_geometry_vs_depth(x)[0]
+
+
+def test_without_a_primary_test_the_answer_is_unsettled_and_never_cannot_be_told_apart():
+    x = inputs(spearman=[_spearman("S_l (robust)", 0.5, 0.2, 0.8, "not distinguishable"),
+                         _spearman(DEPTH, 0.4, 0.1, 0.7)])
+    text, _ = answer_geometry_vs_depth(x)
+    assert text.startswith("Whether geometry beats depth is not settled: these artifacts have "
+                           "no pre-registered primary test")
+    assert "cannot be told apart" not in text and "cannot be told apart" not in \
+        build_report(x).markdown
 
 
 def _paired_spearman(predictor, rho, verdicts, diff=0.3, p_holm=0.01):
@@ -133,17 +179,18 @@ def _paired_spearman(predictor, rho, verdicts, diff=0.3, p_holm=0.01):
 
 
 @pytest.mark.parametrize("standing", ["above", "below", "not distinguishable"])
-def test_geometry_against_depth_reads_the_paired_test(standing):
-    """The answer and the section come from the paired difference and its Holm-corrected
-    p-value; the hybrid NLL's verdict is read beside the validation loss's."""
+def test_the_paired_tests_are_read_as_exploratory(standing):
+    """The other predictor x target standings (the paired difference, Holm-corrected) are
+    reported as exploratory beside the primary test."""
     verdicts = {"val_loss": standing, "recon_error": "not distinguishable",
                 "hybrid_nll": "below" if standing == "above" else "above"}
-    x = inputs(spearman=[_paired_spearman("S_l (robust)", 0.6, verdicts),
-                         _spearman(DEPTH, 0.4, 0.1, 0.7)])
+    x = _with_primary(inputs(spearman=[_paired_spearman("S_l (robust)", 0.6, verdicts),
+                                       _spearman(DEPTH, 0.4, 0.1, 0.7)]), _primary(0.3, 0.001))
     text, _ = answer_geometry_vs_depth(x)
-    assert "(difference +0.30 [+0.20, +0.40])" in text
-    assert "by the paired difference of the Spearman correlations (95 %, Holm-corrected)" in text
-    assert f"against -hybrid NLL it is {verdicts['hybrid_nll']} depth" in text
+    assert (f"Exploratory, not the primary test (two-sided, Holm over 3 predictor x target "
+            f"tests): against -val loss S_l (robust) is {standing} depth (difference +0.30 "
+            "[+0.20, +0.40])") in text
+    assert "above depth on some target: S_l (robust)" in text
     md = build_report(x).markdown
     assert "Holm-corrected over 3 predictor x target tests" in md
     assert ("| S_l (robust) | -val_loss | 0.60 [0.40, 0.70] | +0.30 [+0.20, +0.40] | 0.00333 | "
@@ -174,7 +221,7 @@ def test_geometry_against_depth_names_rivals_above_depth_and_says_when_unsettled
     x = inputs(spearman=[_spearman("S_l (robust)", 0.5, 0.2, 0.8, "not distinguishable"),
                          _spearman("-cond_distance", 0.9, 0.85, 0.95, "above"),
                          _spearman(DEPTH, 0.4, 0.1, 0.7)])
-    assert "predictors above depth: -cond_distance." in answer_geometry_vs_depth(x)[0]
+    assert "above depth on some target: -cond_distance." in answer_geometry_vs_depth(x)[0]
     text, _ = answer_geometry_vs_depth(inputs(spearman=[_spearman(DEPTH, 0.4, 0.1, 0.7)]))
     assert text.startswith("Whether geometry beats depth is not settled")
 

@@ -618,3 +618,105 @@ def test_paired_standing_with_seed_targets_uses_the_two_level_resample():
     assert rows[0]["verdict"] in ("above", "not distinguishable")
     with pytest.raises(ValueError, match="percentile"):
         paired_standing({"a": a}, depth, {"-nll": seeds}, n_boot=10, method="bca")
+
+
+# --------------------------------------------------------------- the pre-registered primary test
+
+SWEPT10 = [1, 2, 3, 4, 8, 12, 16, 21, 25, 29]
+
+
+def _issue_score(layers):
+    """S_l that ranks the layers as depth does but for layer 2, which it puts after 3 and 4:
+    two discordant pairs with depth, as SmolLM2's S_l (none) over the default sweep."""
+    order = sorted(layers, key=lambda ll: (4.5 if ll == 2 else ll))
+    return [-float(order.index(ll)) for ll in layers]
+
+
+def test_design_min_p_is_the_floor_of_the_primary_test_and_reproduces_the_ten_layer_case():
+    from dihal.uncertainty import design_min_p, primary_test
+
+    x, z = _issue_score(SWEPT10), [-float(ll) for ll in SWEPT10]
+    assert stats.spearmanr(x, z)[0] == pytest.approx(0.9636, abs=1e-4)
+    floor = design_min_p(x, z, seed=0)
+    # S_l and depth rank the drawn layers alike in ~43 % of resamples: no target can go lower
+    assert floor["ties"] == pytest.approx(0.43, abs=0.015) and floor["layers"] == 10
+    assert floor["p_min"] >= floor["ties"]
+    # a target ranked exactly as S_l reaches the floor; any other target stays above it
+    assert primary_test(x, z, x, seed=0)["p"] == floor["p_min"]
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        assert primary_test(x, z, rng.normal(size=10), n_boot=2000, seed=1)["p"] >= \
+            design_min_p(x, z, n_boot=2000, seed=1)["p_min"]
+    # over all 29 candidate layers with many discordant pairs the floor falls far below 0.05
+    every = list(range(1, 30))
+    shuffled = [-float(v) + 3 * math.sin(v) for v in every]
+    assert design_min_p(shuffled, [-float(v) for v in every])["p_min"] < 0.005
+
+
+@pytest.mark.parametrize("verdict", ["better", "not distinguishable", "design cannot decide"])
+def test_primary_test_every_verdict_on_hand_made_layers(verdict):
+    """A score that ranks the target exactly where depth does not is "better"; the same score
+    against a target depth ranks exactly is "not distinguishable" (the design could have
+    separated them); at the ten layers where S_l differs from depth in one place, even a
+    target ranked exactly as S_l is "design cannot decide"."""
+    from dihal.uncertainty import primary_test
+
+    if verdict == "design cannot decide":
+        layers = SWEPT10
+        x = _issue_score(layers)
+        y = x  # the most favourable outcome the bridges could give
+    else:
+        layers = list(range(1, 21))
+        x = [-abs(ll - 10.5) for ll in layers]  # the middle layers are easiest
+        y = x if verdict == "better" else [-float(ll) for ll in layers]
+    t = primary_test(x, [-float(ll) for ll in layers], y, seed=3)
+    assert t["verdict"] == verdict and t["n_boot"] == 10_000 and t["layers"] == len(layers)
+    if verdict == "better":
+        assert t["p"] < 0.05 and t["diff"] > 0 and t["low"] > 0
+    elif verdict == "not distinguishable":
+        assert t["p"] > 0.5 and t["p_min"] < 0.05 and t["diff"] < 0
+    else:
+        assert t["p"] == t["p_min"] >= 0.05 and t["diff"] > 0
+    assert primary_test(x, [-float(ll) for ll in layers], y, seed=3) == t  # seeded
+
+
+def test_primary_test_is_one_sided_refuses_few_resamples_and_takes_seed_targets():
+    from dihal.uncertainty import primary_test
+
+    layers = list(range(1, 13))
+    x, z = [-abs(ll - 6.3) for ll in layers], [-float(ll) for ll in layers]
+    # the reverse claim (depth better than S_l on a target S_l ranks exactly) is never "better"
+    assert primary_test(z, x, x)["p"] > 0.9
+    with pytest.raises(ValueError, match=">= 1000 resamples"):
+        primary_test(x, z, x, n_boot=999)
+    # a (layers, seeds) target: the per-layer seed means, resampled on two levels
+    rng = np.random.default_rng(2)
+    seeds = np.array(x)[:, None] + rng.normal(scale=0.01, size=(12, 3))
+    seeds[0, 2] = np.nan  # a layer with fewer seeds
+    t = primary_test(x, z, seeds, seed=1)
+    assert t["verdict"] == "better" and t["rho"] == pytest.approx(1.0)
+
+
+def test_primary_standing_through_the_bridgeability_table():
+    """bridgeability_table with the primary normalisation runs the primary test on -hybrid
+    NLL and gives the floor at every candidate layer and the layers a decisive sweep needs."""
+    from dihal.rows import PrimaryTest
+
+    every = list(range(1, 30))
+    s_all = {ll: v for ll, v in zip(every, _issue_score(every), strict=True)}
+    s_all.update({ll: -float(ll) + 4 * math.sin(ll) for ll in every if ll > 4})
+    score = [{"norm": "none", "layer": ll, "S": s_all[ll], "candidate": True} for ll in every]
+    score += [{"norm": "rms", "layer": ll, "S": float(ll), "candidate": True} for ll in every]
+    rows = [{"layer": ll, "val_loss": 1.0, "recon_error": 0.5 + 0.01 * ll,
+             "hybrid_nll": -s_all[ll]} for ll in SWEPT10]
+    rows[0]["val_loss"] = 0.5
+    table = bridgeability_table(rows, score, n_boot=200, primary_norm="none")
+    t = table["primary"]
+    assert isinstance(t, PrimaryTest) and t.predictor == "S_l (none)"
+    assert t.target == "hybrid_nll" and t.n_boot == 10_000 and t.layers == 10
+    assert t.layers_all == 29 and t.p_min_all < 0.05
+    assert 10 < t.layers_needed <= 29
+    assert PrimaryTest.from_dict(t.to_dict()) == t
+    assert bridgeability_table(rows, score, n_boot=200)["primary"] is None
+    with pytest.raises(ValueError, match="primary normalisation 'robust' has no S_l"):
+        bridgeability_table(rows, score, n_boot=200, primary_norm="robust")

@@ -30,7 +30,15 @@ from dihal.bridge import (
 )
 from dihal.config import MIN_SWEPT_LAYERS, BridgeProtocol, ExtractConfig  # noqa: F401
 from dihal.results import BridgeabilityResult, BridgeMetrics, TrainedBridge
-from dihal.rows import DEPTH, TARGETS, RegressionRow, Spearman, SpearmanRow
+from dihal.rows import (
+    DEPTH,
+    PRIMARY_TARGET,
+    TARGETS,
+    PrimaryTest,
+    RegressionRow,
+    Spearman,
+    SpearmanRow,
+)
 from dihal.seeds import derive_seed
 
 
@@ -276,7 +284,7 @@ def _seed_values(layers: list[int], by_layer: dict, seed_rows: dict[int, list[di
 def bridgeability_table(layer_rows: list[dict], score_rows: list[dict],
                         predictor_rows: list[dict] = (), *, n_boot: int = 2000,
                         seed: int = 0, seed_rows: dict[int, list[dict]] | None = None,
-                        l_star: int | None = None) -> dict:
+                        l_star: int | None = None, primary_norm: str | None = None) -> dict:
     """Spearman of every predictor (S_l per normalisation, the depth control -l, the oriented
     rival predictors) against -val_loss, -recon_error and -hybrid_nll over the swept layers,
     each with a percentile bootstrap interval over layers, and its standing against depth
@@ -293,7 +301,8 @@ def bridgeability_table(layer_rows: list[dict], score_rows: list[dict],
     two_level_spearman, paired_standing on (layers, seeds) targets); the oracle and worst are
     by the seed means, and "seeds" holds the spread between seeds at each layer (seed_spread)
     and the oracle's (and l*'s) standing over resampled seeds (seed_oracle); else "seeds" is
-    {}."""
+    {}. With `primary_norm`, "primary": the pre-registered primary test (primary_standing, a
+    dihal.rows.PrimaryTest); every paired standing in "rows" is then exploratory; else None."""
     from dihal.rows import number
     from dihal.uncertainty import oracle_by_measures, paired_standing
 
@@ -319,8 +328,48 @@ def bridgeability_table(layer_rows: list[dict], score_rows: list[dict],
 
     table = [SpearmanRow(p, {m: standing(p, m) for m in TARGETS}) for p in preds]
     by = oracle_by_measures(oracle_rows, ORACLE_MEASURES)
+    primary = (primary_standing(preds, targets[PRIMARY_TARGET], score_rows, primary_norm,
+                                seed=seed) if primary_norm is not None else None)
     return {"rows": table, "layers": layers, "oracle": by["by"][ORACLE_BY]["oracle"],
-            "worst": by["by"][ORACLE_BY]["worst"], "oracle_by": by, "seeds": seeds_info}
+            "worst": by["by"][ORACLE_BY]["worst"], "oracle_by": by, "seeds": seeds_info,
+            "primary": primary}
+
+
+def primary_standing(preds: dict[str, list[float]], target, score_rows: list[dict],
+                     primary_norm: str, *, seed: int = 0,
+                     n_boot: int | None = None) -> PrimaryTest:
+    """The pre-registered primary test (dihal.uncertainty.primary_test) of S_l under
+    `primary_norm` against depth on -PRIMARY_TARGET over the swept layers (`preds`, `target`:
+    as bridgeability_table has them), with the design's floor at every candidate layer of
+    `score_rows` and the fewest evenly spread swept layers (default_sweep_layers) whose floor
+    is under alpha. Covered by test_primary_standing_*."""
+    from dihal.uncertainty import PRIMARY_RESAMPLES, design_min_p, primary_test
+
+    name = f"S_l ({primary_norm})"
+    if name not in preds:
+        raise ValueError(f"the primary normalisation {primary_norm!r} has no S_l in the score "
+                         f"rows (have {sorted(p for p in preds if p.startswith('S_l'))}); "
+                         "re-materialise layer_score with it")
+    n_boot = n_boot or PRIMARY_RESAMPLES
+    t = primary_test(preds[name], preds[DEPTH], target, n_boot=n_boot, seed=seed)
+    score = {int(r["layer"]): float(r["S"]) for r in score_rows if r["norm"] == primary_norm}
+    every = sorted(score)
+
+    def floor(layers: list[int]) -> float:
+        return design_min_p([score[ll] for ll in layers], [-ll for ll in layers],
+                            n_boot=n_boot, seed=seed)["p_min"]
+
+    needed = None
+    for count in range(3, len(every) + 1):
+        if floor(default_sweep_layers(max(every) + 1, count)) < t["alpha"]:
+            needed = count
+            break
+    return PrimaryTest(predictor=name, target=PRIMARY_TARGET,
+                       **{k: t[k] for k in ("rho", "rho_reference", "diff", "low", "p", "p_min",
+                                            "ties", "undefined", "n_boot", "layers", "alpha",
+                                            "verdict")},
+                       p_min_all=floor(every) if len(every) >= 3 else None,
+                       layers_all=len(every), layers_needed=needed)
 
 
 def _layer_statistics(layers: list[int], layer_rows: list[dict], seed_rows: dict, preds: dict,
@@ -373,12 +422,14 @@ def regression_table(swept: list[BridgeMetrics], controls: list[BridgeMetrics]) 
 def bridgeability(swept: list[BridgeMetrics], score_rows: list[dict], l_star: int, *,
                   backbone: str, predictor_rows: list[dict] = (),
                   regression: list[BridgeMetrics] = (),
-                  seed_metrics: dict[int, list[BridgeMetrics]] | None = None) -> BridgeabilityResult:
+                  seed_metrics: dict[int, list[BridgeMetrics]] | None = None,
+                  primary_norm: str = "none") -> BridgeabilityResult:
     """The bridgeability stage: does the layer score, or a rival predictor, predict how well
     a bridge learns, better than depth does? And does the bridge beat its regression control
     (`regression`: the controls' metrics, of some or all swept layers)? `seed_metrics`: layer ->
     the metrics of its further training seeds (TrainedBridge.seed_metrics), resampled on two
-    levels where there are any."""
+    levels where there are any. `primary_norm`: layer_score's, whose S_l the pre-registered
+    primary test reads (primary_standing)."""
     from dihal.errors import DihalError
     from dihal.plots import plot_bridgeability
 
@@ -387,11 +438,12 @@ def bridgeability(swept: list[BridgeMetrics], score_rows: list[dict], l_star: in
     layer_rows = sorted((m.to_dict() for m in swept), key=lambda r: r["layer"])
     candidates = [r for r in score_rows if r["candidate"]]
     table = bridgeability_table(layer_rows, candidates, predictor_rows, l_star=l_star, seed_rows={
-        ll: [m.to_dict() for m in ms] for ll, ms in (seed_metrics or {}).items()})
+        ll: [m.to_dict() for m in ms] for ll, ms in (seed_metrics or {}).items()},
+        primary_norm=primary_norm)
     return BridgeabilityResult(
         layer_rows=layer_rows, spearman=table["rows"], layers=table["layers"],
         oracle=table["oracle"], worst=table["worst"], oracle_by=table["oracle_by"],
-        seeds=table["seeds"], l_star=l_star,
+        seeds=table["seeds"], l_star=l_star, primary=table["primary"],
         regression=regression_table(swept, list(regression)),
         plot_png=plot_bridgeability(layer_rows, candidates,
                                     f"{backbone}: score vs bridgeability (l* = {l_star})"))

@@ -221,3 +221,8 @@ def test_held_out_text_anchors_the_frontier_and_degenerate_diversity_earns_nothi
         assert says in sentence, (says, sentence)
     assert "No held-out text was scored" in frontier_sentence([salad, cold, *bb])
     assert "the held-out text dominates every one" in frontier_sentence([salad, text])
+    from dihal.report.frontier import frontier_table
+
+    table = frontier_table([salad, text])
+    assert [(r["T"], r["on the frontier"]) for r in table] == [("1", "no"), ("n/a (real text)",
+                                                                           "yes")]

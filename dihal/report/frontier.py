@@ -20,9 +20,10 @@ def frontier_table(points: list[dict]) -> list[dict]:
     """One line per frontier point: model, T, Gen.PPL with its interval, diversity (ours and
     spaCy's), mean length in judge tokens, whether it lies on the frontier, and whether another
     point dominates it beyond both intervals (dihal.evaluate.frontier.clearly_dominates)."""
-    from dihal.evaluate.frontier import on_frontier
+    from dihal.evaluate.frontier import ANCHOR_ROLE, on_frontier
 
-    return [{"model": p["model"], "T": temperature(p), "Gen.PPL [95 %]": ci(p, "gen_ppl"),
+    return [{"model": p["model"], "T": "n/a (real text)" if p.get("role") == ANCHOR_ROLE
+             else temperature(p), "Gen.PPL [95 %]": ci(p, "gen_ppl"),
              "diversity": p["diversity"], "diversity (spaCy)": p.get("diversity_spacy"),
              "mean length (judge tokens)": p.get("mean_judge_length"),
              "on the frontier": "yes" if on else "no",
@@ -46,7 +47,12 @@ def frontier_section(r: Document, x: ReportInputs) -> None:
         "protocol's K), the backbone and each baseline with a temperature are sampled at each "
         "temperature with the main table's count, length, seed and judge (no MAUVE); the point "
         "at the main table's temperature, and CoDAR's at its own, are those rows. SED and "
-        "Diffusion-LM round to tokens deterministically: one point each, at no temperature.")
+        "Diffusion-LM round to tokens deterministically: one point each, at no temperature. "
+        "Held-out corpus text, cut like the samples, as many texts as samples, scored by the "
+        "same judge and metric code, is the anchor: diversity above real text's is degenerate, "
+        "so on the frontier a point's diversity counts only up to the anchor's, and each "
+        "model's Gen.PPL is read at the anchor's diversity. A point marked dominated beyond "
+        "the intervals is dominated by a point that also dominates it without them.")
     r.image(plot_frontier(points, f"{x.backbone}: Gen.PPL vs diversity across temperatures"),
             "Gen.PPL against diversity across temperatures")
     table = frontier_table(points)

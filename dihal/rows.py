@@ -46,6 +46,10 @@ class Spearman:
     partial: float | None = None
     partial_low: float | None = None
     partial_high: float | None = None
+    # the share of resamples in which the partial Spearman was undefined (the drawn layers
+    # ranked alike by the predictor, or the target, and depth); its interval is None where
+    # that share exceeds dihal.uncertainty.MAX_UNDEFINED; None in rows written before it
+    partial_undefined: float | None = None
 
     def interval(self) -> tuple[float | None, float | None, float | None]:
         """(rho, low, high), None where undefined (NaN or missing)."""
@@ -65,7 +69,8 @@ _PAIRED = {"diff": "diff_vs_depth_-{}", "diff_low": "diff_low_vs_depth_-{}",
            "diff_high": "diff_high_vs_depth_-{}", "p": "p_vs_depth_-{}",
            "p_holm": "p_holm_vs_depth_-{}", "partial": "partial_given_depth_-{}",
            "partial_low": "partial_low_given_depth_-{}",
-           "partial_high": "partial_high_given_depth_-{}"}
+           "partial_high": "partial_high_given_depth_-{}",
+           "partial_undefined": "partial_undefined_given_depth_-{}"}
 
 
 @dataclass(frozen=True)

@@ -227,21 +227,39 @@ def _partial_rows(x: np.ndarray, y: np.ndarray, z: np.ndarray) -> np.ndarray:
         return np.where(den > 1e-12, (rxy - rxz * ryz) / den, np.nan)
 
 
+MAX_UNDEFINED = 0.05  # above this share of undefined resamples an interval is not given
+
+
+def _partial_result(point: float, boot: np.ndarray, level: float) -> dict:
+    """The partial Spearman's point, interval and undefined resamples: never dropped silently.
+    The interval over the defined resamples only is conditional on the drawn layers not being
+    ranked alike by predictor and control (where the partial is undefined), which biases it
+    (at ten layers it rested on the resamples that drew one particular layer), so above
+    MAX_UNDEFINED it is suppressed (NaN) and `suppressed` says so."""
+    share = float(np.isnan(boot).mean())
+    lo, hi = _percentile_interval(boot, level)
+    suppressed = share > MAX_UNDEFINED
+    if suppressed:
+        lo = hi = float("nan")
+    return {"partial": point, "low": lo, "high": hi, "undefined": int(np.isnan(boot).sum()),
+            "undefined_share": share, "suppressed": suppressed}
+
+
 def partial_spearman(x, y, z, *, n_boot: int = N_BOOT, seed: int = 0,
                      level: float = LEVEL) -> dict:
     """The partial Spearman correlation of predictor x with target y given z (depth): the
     Pearson partial correlation of the ranks, (r_xy - r_xz r_yz) / sqrt((1 - r_xz^2)
     (1 - r_yz^2)) with r the Spearman correlations; what x says about y beyond depth. NaN
-    where x or y is a monotone function of z (nothing is left once z is known). Percentile
-    interval over resampled layers; {"partial", "low", "high", "undefined"}. Covered by
-    tests/test_uncertainty.py test_partial_spearman_*."""
+    where x or y is a monotone function of z (nothing is left once z is known), also in a
+    resample whose drawn layers x or y rank as z does. Percentile interval over resampled
+    layers, suppressed (NaN) where more than MAX_UNDEFINED of the resamples are undefined
+    (_partial_result); {"partial", "low", "high", "undefined", "undefined_share",
+    "suppressed"}. Covered by tests/test_uncertainty.py test_partial_spearman_*."""
     y = _check_layers("the target", y)
     x, z = _check_layers("the predictor", x, y.size), _check_layers("the control", z, y.size)
     point = float(_partial_rows(x[None], y[None], z[None])[0])
     idx = resample_indices(y.size, n_boot, seed)
-    boot = _partial_rows(x[idx], y[idx], z[idx])
-    lo, hi = _percentile_interval(boot, level)
-    return {"partial": point, "low": lo, "high": hi, "undefined": int(np.isnan(boot).sum())}
+    return _partial_result(point, _partial_rows(x[idx], y[idx], z[idx]), level)
 
 
 def holm(pvalues: Sequence[float]) -> list[float]:
@@ -285,8 +303,9 @@ def paired_standing(predictors: dict[str, Sequence[float]], reference: Sequence[
     compared on its per-layer seed means with the two-level resample (layers, then seeds:
     two_level_paired_difference, two_level_partial_spearman; `method` then must be
     "percentile"). One dict per (predictor, target): predictor, target, rho, rho_reference,
-    diff, low, high, p, p_holm, verdict, partial, partial_low, partial_high. Covered by
-    test_paired_standing_corrects_over_the_family and
+    diff, low, high, p, p_holm, verdict, partial, partial_low, partial_high,
+    partial_undefined (the share of resamples where the partial is undefined; its interval is
+    NaN above MAX_UNDEFINED). Covered by test_paired_standing_corrects_over_the_family and
     test_paired_standing_gives_every_verdict_on_hand_made_layers."""
     rows = []
     for tname, y in targets.items():
@@ -306,7 +325,8 @@ def paired_standing(predictors: dict[str, Sequence[float]], reference: Sequence[
             rows.append({"predictor": pname, "target": tname, "rho": d["rho_a"],
                          "rho_reference": d["rho_b"], "diff": d["diff"], "low": d["low"],
                          "high": d["high"], "p": d["p"], "partial": pc["partial"],
-                         "partial_low": pc["low"], "partial_high": pc["high"]})
+                         "partial_low": pc["low"], "partial_high": pc["high"],
+                         "partial_undefined": pc["undefined_share"]})
     for row, adj in zip(rows, holm([r["p"] for r in rows]), strict=True):
         row["p_holm"] = adj
         row["verdict"] = paired_verdict(row["diff"], adj, level)
@@ -412,17 +432,16 @@ def two_level_paired_difference(x_a: Sequence[float], x_b: Sequence[float], valu
 def two_level_partial_spearman(x: Sequence[float], values, z: Sequence[float], *,
                                n_boot: int = N_BOOT, seed: int = 0, level: float = LEVEL) -> dict:
     """partial_spearman of x with the per-layer seed means of `values` (layers, seeds) given
-    z, its interval from the two-level resample (seed_resample_means). {"partial", "low",
-    "high", "undefined"}. Covered by test_two_level_partial_spearman_matches_one_level."""
+    z, its interval from the two-level resample (seed_resample_means), suppressed as there.
+    {"partial", "low", "high", "undefined", "undefined_share", "suppressed"}. Covered by
+    test_two_level_partial_spearman_matches_one_level."""
     v, _ = _seed_table(values)
     x = _check_layers("the predictor", x, v.shape[0])
     z = _check_layers("the control", z, v.shape[0])
     mean = np.nanmean(v, axis=1)
     point = float(_partial_rows(x[None], mean[None], z[None])[0])
     idx, means = seed_resample_means(v, n_boot=n_boot, seed=seed)
-    boot = _partial_rows(x[idx], means, z[idx])
-    lo, hi = _percentile_interval(boot, level)
-    return {"partial": point, "low": lo, "high": hi, "undefined": int(np.isnan(boot).sum())}
+    return _partial_result(point, _partial_rows(x[idx], means, z[idx]), level)
 
 
 def seed_oracle(values, layers: Sequence[int], *, l_star: int | None = None,

@@ -581,3 +581,20 @@ def test_full_training_table_seeds_samplers_and_controls_from_eval(n_seeds, chos
     assert ("| 1.5 +- 0.25 [1.25, 1.75] |" in section) == (n_seeds > 1)
     assert ("K=2 marginal (chosen on validation)" in section) == chosen
     assert section.count("K=4 ancestral (protocol)") == 3
+
+
+def test_the_partial_spearman_shows_its_undefined_share_and_why_its_interval_is_missing():
+    def row(share, low, high):
+        return SpearmanRow("S_l (robust)", {t: Spearman(0.6, 0.4, 0.7, "not distinguishable",
+                                                        0.1, -0.1, 0.3, 0.4, 1.0, 0.51, low,
+                                                        high, share)
+                                            for t in ("val_loss", "recon_error", "hybrid_nll")}
+                           ).to_dict()
+
+    md = build_report(inputs(spearman=[row(0.42, None, None),
+                                       _spearman(DEPTH, 0.4, 0.1, 0.7)])).markdown
+    assert ("| +0.51 (no interval: undefined in 42% of resamples, where the predictor or the "
+            "target ranks the drawn layers as depth does;") in md
+    md = build_report(inputs(spearman=[row(0.01, 0.2, 0.8),
+                                       _spearman(DEPTH, 0.4, 0.1, 0.7)])).markdown
+    assert "| +0.51 [+0.20, +0.80] (undefined in 1.0% of resamples) |" in md

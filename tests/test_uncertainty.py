@@ -104,7 +104,8 @@ def test_bridgeability_table_rivals_orientation_and_standing_against_depth():
                                                      "p_holm_vs_depth_-{}",
                                                      "partial_given_depth_-{}",
                                                      "partial_low_given_depth_-{}",
-                                                     "partial_high_given_depth_-{}")]
+                                                     "partial_high_given_depth_-{}",
+                                                     "partial_undefined_given_depth_-{}")]
     assert SpearmanRow.from_dict(first) == table["rows"][0]
     assert [SpearmanRow.from_dict(r.to_dict()) for r in table["rows"]] == table["rows"]
     assert table["oracle"] == 1 and table["worst"] == 10
@@ -286,7 +287,11 @@ def test_partial_spearman_matches_the_rank_residual_correlation_and_is_nan_for_d
         return v - np.polyval(beta, rz)
 
     assert pc["partial"] == pytest.approx(np.corrcoef(resid(rx), resid(ry))[0, 1], abs=1e-10)
-    assert pc["low"] <= pc["partial"] <= pc["high"]
+    # x ranks the layers nearly as depth does (Spearman 0.97): in a quarter of the resamples
+    # the drawn layers are ranked alike and the partial is undefined, so no interval is given
+    assert pc["undefined_share"] > 0.2 and pc["suppressed"] and math.isnan(pc["low"])
+    wide = partial_spearman(x + 4 * rng.normal(size=12), y, z, n_boot=400, seed=1)
+    assert wide["undefined_share"] <= 0.05 and wide["low"] <= wide["partial"] <= wide["high"]
     # depth itself (or any monotone function of it) has nothing left to say
     assert math.isnan(partial_spearman(-z, y, z, n_boot=50)["partial"])
     # predictor and target that share only depth (independent given z): their Spearman is
@@ -720,3 +725,37 @@ def test_primary_standing_through_the_bridgeability_table():
     assert bridgeability_table(rows, score, n_boot=200)["primary"] is None
     with pytest.raises(ValueError, match="primary normalisation 'robust' has no S_l"):
         bridgeability_table(rows, score, n_boot=200, primary_norm="robust")
+
+
+def test_partial_spearman_reports_its_undefined_resamples_and_suppresses_a_biased_interval():
+    """At the ten layers where S_l differs from depth only in where layer 2 falls, the partial
+    Spearman is undefined in every resample that ranks the drawn layers alike (~43 %): the
+    share is reported and the interval, which would rest on the resamples holding layer 2 and
+    a neighbour, is not given. Over 20 layers with a score far from depth it is given."""
+    from dihal.uncertainty import MAX_UNDEFINED, partial_spearman, two_level_partial_spearman
+
+    z = [-float(ll) for ll in SWEPT10]
+    x = _issue_score(SWEPT10)
+    y = [xi + 0.3 * math.cos(i) for i, xi in enumerate(x)]
+    pc = partial_spearman(x, y, z, seed=0)
+    assert pc["undefined_share"] == pytest.approx(pc["undefined"] / 2000)
+    assert pc["undefined_share"] == pytest.approx(0.43, abs=0.03) and MAX_UNDEFINED < 0.4
+    assert pc["suppressed"] and math.isnan(pc["low"]) and math.isnan(pc["high"])
+    assert math.isfinite(pc["partial"])
+    seeds = np.array(y)[:, None] + np.zeros((10, 2))
+    assert two_level_partial_spearman(x, seeds, z, seed=0)["suppressed"]
+    layers = list(range(1, 21))
+    far = partial_spearman([-abs(ll - 10.3) for ll in layers],
+                           [-abs(ll - 10.3) + 0.1 * math.sin(ll) for ll in layers],
+                           [-float(ll) for ll in layers], seed=0)
+    assert far["undefined_share"] <= MAX_UNDEFINED and not far["suppressed"]
+    assert far["low"] <= far["partial"] <= far["high"]
+    # through the bridgeability table: the share is in the row, the interval is not
+    score = [{"norm": "none", "layer": ll, "S": v, "candidate": True}
+             for ll, v in zip(SWEPT10, x, strict=True)]
+    rows = [{"layer": ll, "val_loss": -v, "recon_error": -v, "hybrid_nll": -v}
+            for ll, v in zip(SWEPT10, y, strict=True)]
+    got = {r.predictor: r for r in bridgeability_table(rows, score, n_boot=2000)["rows"]}
+    s = got["S_l (none)"].of("hybrid_nll")
+    assert s.partial_undefined == pytest.approx(0.43, abs=0.03)
+    assert s.partial is not None and s.partial_low is None and s.partial_high is None

@@ -323,7 +323,8 @@ def bridgeability_table(layer_rows: list[dict], score_rows: list[dict],
         d = paired[(p, m)]
         return Spearman(st["rho"], st["low"], st["high"], d["verdict"],
                         **{k: number(d[k]) for k in ("diff", "p", "p_holm", "partial",
-                                                     "partial_low", "partial_high")},
+                                                     "partial_low", "partial_high",
+                                                     "partial_undefined")},
                         diff_low=number(d["low"]), diff_high=number(d["high"]))
 
     table = [SpearmanRow(p, {m: standing(p, m) for m in TARGETS}) for p in preds]

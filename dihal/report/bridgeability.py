@@ -20,6 +20,7 @@ from dihal.rows import (
     TARGETS,
     PrimaryTest,
     RegressionRow,
+    Spearman,
     SpearmanRow,
     number,
     regression_rows,
@@ -175,8 +176,24 @@ def _paired_table(rows: list[SpearmanRow]) -> list[dict]:
              "p": "" if s.p is None else f"{s.p:.3g}",
              "p (Holm)": "" if s.p_holm is None else f"{s.p_holm:.3g}",
              "against depth": s.vs_depth,
-             "partial given depth [95 %]": triple(s.partial_interval())}
+             "partial given depth [95 %]": partial_cell(s)}
             for r in rows if not r.is_depth for t, s in r.targets.items() if s.p is not None]
+
+
+def partial_cell(s: Spearman) -> str:
+    """The partial Spearman given depth with its interval and the share of resamples where it
+    was undefined (never dropped silently); with the interval suppressed, why."""
+    from dihal.uncertainty import MAX_UNDEFINED
+
+    value, lo, hi = s.partial_interval()
+    share = number(s.partial_undefined)
+    if value is None or share is None:
+        return triple((value, lo, hi))
+    if share > MAX_UNDEFINED:
+        return (f"{value:+.2f} (no interval: undefined in {share:.0%} of resamples, where the "
+                "predictor or the target ranks the drawn layers as depth does; an interval "
+                "over the rest would rest on the few layers that break the tie)")
+    return triple((value, lo, hi)) + f" (undefined in {share:.1%} of resamples)"
 
 
 def _regression_summary(rows: list[RegressionRow], swept: list[int]) -> str:

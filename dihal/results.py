@@ -178,6 +178,11 @@ class BridgeMetrics:
     # the validation loss at t = 1 alone (x_1 = the condition): the bridge's own endpoint error;
     # None in metrics saved before it was measured
     t1_loss: float | None = None
+    # the hybrid NLL on the first half of the held-out sequences (which chooses the oracle and
+    # the worst layer) and on the second half (which judges that choice); None in metrics
+    # saved before they were measured
+    hybrid_nll_select: float | None = None
+    hybrid_nll_judge: float | None = None
 
     def to_dict(self) -> dict:
         from dataclasses import asdict
@@ -351,6 +356,9 @@ class FullTrainingResult:
     rows: list[dict]
     # the protocol's K, the (rule, K) chosen on validation, whether they are the same sampler
     sampler: dict[str, Any] = field(default_factory=dict)
+    # every role's samples: {"role", "layer", "sampler", "model", "index", "seed", "text",
+    # "nll", "tokens"} (the judge's NLL and token count; None for an empty text)
+    samples: list[dict] = field(default_factory=list, repr=False)
 
     def info(self) -> dict:
         return {"rows": self.rows, **({"sampler": self.sampler} if self.sampler else {})}

@@ -273,3 +273,16 @@ class GenerationRow:
 
 def generation_rows(rows: list[dict]) -> list[GenerationRow]:
     return [GenerationRow.from_dict(r) for r in rows]
+
+
+# Full training's paired generation test of its roles (dihal.compare.stage.paired_roles): the
+# pairs, and each pair's columns on the second role's protocol row
+ROLE_PAIRS = (("geometry l*", "oracle"), ("geometry l*", "worst"), ("oracle", "worst"))
+PAIR_STATS = ("log_ppl_diff", "log_ppl_diff_low", "log_ppl_diff_high", "p", "p_holm", "verdict",
+              "pairs")
+
+
+def pair_column(stat: str, first: str) -> str:
+    """The column of the second role's protocol row that holds `stat` of its test against
+    `first` ("geometry l*" -> "l_star")."""
+    return f"{stat}_vs_{'l_star' if first == 'geometry l*' else first}"

@@ -200,9 +200,9 @@ def test_the_paired_tests_are_read_as_exploratory(standing):
 
 
 @pytest.mark.parametrize(("disagree", "says"), [
-    ((True, False), "the two measures disagree on the oracle"),
-    ((True, True), "the two measures disagree on the oracle and the worst layer"),
-    ((False, False), "the two measures agree"),
+    ((True, False), "the measures disagree on the oracle"),
+    ((True, True), "the measures disagree on the oracle and the worst layer"),
+    ((False, False), "the measures agree"),
 ])
 def test_bridgeability_names_the_oracle_by_both_measures(disagree, says):
     x = inputs()
@@ -213,8 +213,17 @@ def test_bridgeability_names_the_oracle_by_both_measures(disagree, says):
     from dataclasses import replace
 
     md = build_report(replace(x, bridgeability=b)).markdown
-    assert ("the oracle layer by hybrid NLL is 3 and the worst 1 (full training follows these); "
-            "by validation loss") in md and says in md
+    assert ("the oracle layer by hybrid NLL is 3 and the worst 1 (full training follows these; "
+            "chosen and judged on the same held-out sequences: these artifacts predate the "
+            "split); by validation loss") in md and says in md
+    # chosen on the first half of the held-out sequences: the report says the second judges
+    b["oracle_by"]["by"]["hybrid_nll_select"] = {"oracle": 2, "worst": 1}
+    b["oracle_by"]["chosen_by"] = "hybrid_nll_select"
+    md = build_report(replace(x, bridgeability=b)).markdown
+    assert ("the oracle layer by hybrid NLL on the first half of the held-out sequences is 2 and "
+            "the worst 1 (full training follows these, and the second half, which did not "
+            "choose them, judges them); on all held-out sequences, 3 and 1; by validation "
+            "loss") in md
 
 
 def test_geometry_against_depth_names_rivals_above_depth_and_says_when_unsettled():
@@ -598,3 +607,43 @@ def test_the_partial_spearman_shows_its_undefined_share_and_why_its_interval_is_
     md = build_report(inputs(spearman=[row(0.01, 0.2, 0.8),
                                        _spearman(DEPTH, 0.4, 0.1, 0.7)])).markdown
     assert "| +0.51 [+0.20, +0.80] (undefined in 1.0% of resamples) |" in md
+
+
+@pytest.mark.parametrize("verdict", ["below", "above", "not distinguishable"])
+def test_full_training_reports_the_judged_half_and_the_paired_test_of_the_roles(verdict):
+    """The three full-training bridges are compared on the held-out half that did not choose
+    the oracle, and by the paired generation test of their samples (each way it comes out);
+    rows made before either say so."""
+    import math
+    from dataclasses import replace
+
+    from dihal.report.full_training import _full_training_summary, role_pairs, role_pairs_sentence
+
+    full = [{"role": role, "layer": ll, "sampler": "protocol", "val_loss": 0.5,
+             "hybrid_nll": 3.0, "hybrid_nll_judge": nll, "gen_ppl": 40.0}
+            for role, ll, nll in (("geometry l*", 2, 3.1), ("oracle", 3, 2.9), ("worst", 1, 3.5))]
+    full[1].update({"log_ppl_diff_vs_l_star": math.log(1.5), "log_ppl_diff_low_vs_l_star":
+                    math.log(1.2), "log_ppl_diff_high_vs_l_star": math.log(1.9),
+                    "p_vs_l_star": 0.01, "p_holm_vs_l_star": 0.03, "verdict_vs_l_star": verdict,
+                    "pairs_vs_l_star": 60})
+    x = replace(inputs(), full_training=full)
+    text = _full_training_summary(x)
+    assert ("On the half of the held-out sequences that did not choose the oracle and the worst "
+            "layer, hybrid NLL is 3.100 at l*, 2.900 at the oracle and 3.500 at the worst "
+            "layer.") in text
+    pairs = role_pairs(full)
+    assert pairs == [{"pair": "geometry l* (layer 2) / oracle (layer 3)",
+                      "Gen.PPL ratio [paired 95 %]": "1.500 [1.200, 1.900]",
+                      "samples paired": 60, "p (Holm)": "0.03",
+                      "verdict": {"below": "geometry l* lower", "above": "oracle lower"}.get(
+                          verdict, "not distinguishable")}]
+    sentence = role_pairs_sentence(pairs)
+    assert ("Told apart: geometry l* (layer 2) / oracle (layer 3)" in sentence) == (
+        verdict != "not distinguishable")
+    md = build_report(x).markdown
+    assert "| geometry l* (layer 2) / oracle (layer 3) | 1.500 [1.200, 1.900] | 60 | 0.03 |" in md
+    old = [{k: v for k, v in r.items() if k != "hybrid_nll_judge" and "_vs_" not in k}
+           for r in full]
+    assert "chosen and judged on the same held-out sequences" in _full_training_summary(
+        replace(x, full_training=old))
+    assert role_pairs_sentence(role_pairs(old)).startswith("No paired generation test")

@@ -759,3 +759,36 @@ def test_partial_spearman_reports_its_undefined_resamples_and_suppresses_a_biase
     s = got["S_l (none)"].of("hybrid_nll")
     assert s.partial_undefined == pytest.approx(0.43, abs=0.03)
     assert s.partial is not None and s.partial_low is None and s.partial_high is None
+
+
+def test_the_oracle_is_chosen_on_the_first_half_of_the_held_out_sequences():
+    """With the hybrid NLL measured on each half of the held-out sequences, the oracle and the
+    worst layer are chosen on the first half (the second judges them); a sweep measured
+    before the halves falls back to the NLL on all of them and says so (chosen_by)."""
+    import torch
+
+    from dihal.replace.hybrid import next_token_nll
+    from dihal.replace.stage import sequence_nll, split_halves
+
+    rows = [{"layer": ll, "val_loss": 0.1 * ll, "recon_error": 0.5, "hybrid_nll": 0.1 * ll,
+             "hybrid_nll_select": 1.0 - 0.1 * ll, "hybrid_nll_judge": 0.1 * ll}
+            for ll in range(1, 6)]
+    score = _score([0.1, 0.5, 0.2, 0.9, 0.3])
+    table = bridgeability_table(rows, score, n_boot=50)
+    assert (table["oracle"], table["worst"]) == (5, 1)
+    assert table["oracle_by"]["chosen_by"] == "hybrid_nll_select"
+    assert table["oracle_by"]["by"]["hybrid_nll"] == {"oracle": 1, "worst": 5}
+    old = [{k: v for k, v in r.items() if not k.startswith("hybrid_nll_")} for r in rows]
+    table = bridgeability_table(old, score, n_boot=50)
+    assert (table["oracle"], table["worst"]) == (1, 5)
+    assert table["oracle_by"]["chosen_by"] == "hybrid_nll"
+    # the halves: the mean NLL of each sequence, the first half's and the second's
+    assert split_halves([1.0, 2.0, 3.0, 4.0, 5.0]) == {"hybrid_nll_select": 1.5,
+                                                       "hybrid_nll_judge": 4.0}
+    assert split_halves([1.0]) == {"hybrid_nll_select": None, "hybrid_nll_judge": None}
+    gen = torch.Generator().manual_seed(0)
+    logits, ids = torch.randn(4, 6, 11, generator=gen), torch.randint(0, 11, (4, 6), generator=gen)
+    each = sequence_nll(logits, ids)
+    assert len(each) == 4
+    assert np.mean(each) == pytest.approx(next_token_nll(lambda _: logits, ids), abs=1e-6)
+    assert each[1] == pytest.approx(next_token_nll(lambda _: logits[1:2], ids[1:2]), abs=1e-6)

@@ -29,19 +29,31 @@ from dihal.rows import (
 
 
 def _oracle_sentence(b: dict) -> str:
-    """The oracle and worst swept layers by hybrid NLL (full training follows them) and by
-    validation loss, saying whether the two measures disagree; older infos name one pair."""
+    """The oracle and worst swept layers full training follows (by hybrid NLL on the first half
+    of the held-out sequences, so the second half judges them; on all of them in artifacts made
+    before the halves), and by validation loss, saying whether the measures disagree; older
+    infos name one pair."""
     by = b.get("oracle_by", {}).get("by", {})
     nll, loss = by.get("hybrid_nll"), by.get("val_loss")
     if not (nll and loss):
         return f"the oracle layer is {b['oracle']} and the worst {b['worst']}"
-    line = (f"the oracle layer by hybrid NLL is {nll['oracle']} and the worst {nll['worst']} "
-            f"(full training follows these); by validation loss, {loss['oracle']} and "
-            f"{loss['worst']}")
+    half = by.get("hybrid_nll_select") if b["oracle_by"].get("chosen_by") == \
+        "hybrid_nll_select" else None
+    if half:
+        line = (f"the oracle layer by hybrid NLL on the first half of the held-out sequences is "
+                f"{half['oracle']} and the worst {half['worst']} (full training follows these, "
+                "and the second half, which did not choose them, judges them); on all held-out "
+                f"sequences, {nll['oracle']} and {nll['worst']}; by validation loss, "
+                f"{loss['oracle']} and {loss['worst']}")
+    else:
+        line = (f"the oracle layer by hybrid NLL is {nll['oracle']} and the worst {nll['worst']} "
+                f"(full training follows these; chosen and judged on the same held-out "
+                f"sequences: these artifacts predate the split); by validation loss, "
+                f"{loss['oracle']} and {loss['worst']}")
     split = [w for w, k in (("oracle", "oracle_disagree"), ("worst layer", "worst_disagree"))
              if b["oracle_by"].get(k)]
-    return line + (f": the two measures disagree on the {' and the '.join(split)}" if split
-                   else ": the two measures agree")
+    return line + (f": the measures disagree on the {' and the '.join(split)}" if split
+                   else ": the measures agree")
 
 
 def _family(rows: list[SpearmanRow]) -> int:

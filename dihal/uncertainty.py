@@ -504,79 +504,62 @@ def oracle_by_measures(layers: Sequence[dict], measures: Sequence[str] = ("val_l
 
 
 # ---------------------------------------------------------------------------------------------
-# Power: how many samples per model would tell two models apart (replaces samples_to_separate)
+# Power, prospective: how many samples per model the test actually used needs for a NAMED effect
 # ---------------------------------------------------------------------------------------------
 
 POWER = 0.8
+GEN_PPL_EFFECT = 1.25  # the named effect of the power statement: Gen.PPL 25 % apart
 
 
-def _t_power(n: int, effect: float, alpha: float) -> float:
-    """Power of the two-sided one-sample (paired) t-test at n samples for a standardised
-    effect mean / sd: P(|T| > t_crit), T noncentral t with n - 1 degrees of freedom and
-    noncentrality effect * sqrt(n)."""
-    from scipy.stats import nct, t
-
-    crit = float(t.ppf(1 - alpha / 2, n - 1))
-    nc = abs(effect) * math.sqrt(n)
-    return float(nct.sf(crit, n - 1, nc) + nct.cdf(-crit, n - 1, nc))
+def _log_ppl_influence(rows: np.ndarray) -> np.ndarray:
+    """Each sample's linearised share (delta method) of the token-weighted log Gen.PPL, the
+    ratio r = sum nll / sum n: (nll_i - r n_i) / mean(n); the variance of the log Gen.PPL of
+    n such samples is about var(share) / n."""
+    r = rows[:, 0].sum() / rows[:, 1].sum()
+    return (rows[:, 0] - r * rows[:, 1]) / rows[:, 1].mean()
 
 
-def samples_for_power(differences: Sequence[float], *, level: float = LEVEL,
-                      power: float = POWER, max_n: int = 10_000_000) -> dict:
-    """Samples per model that a two-sided paired t-test at level `level` needs to detect the
-    observed mean paired difference with probability `power`, taking the observed standard
-    deviation of the differences as the truth. `differences` are per-sample differences of
-    two models' samples paired by index (e.g. per-sample log-PPL, A - B, samples drawn with
-    the same per-sample seeds). n_normal is the normal formula ((z_{1-a/2} + z_power) sd /
-    mean)^2; n the exact noncentral-t count (smallest n >= 2 reaching `power`).
-    {"n", "n_normal", "mean", "sd", "effect", "observed_n", "power_at_observed"}; n is None
-    where the mean difference is 0 (no count detects it) or over `max_n`. Covered by
-    test_samples_for_power_*."""
+def _per_text(rows, name: str) -> np.ndarray:
+    a = np.asarray(rows, dtype=np.float64).reshape(-1, 2)
+    if a.shape[0] < 2 or (a[:, 1] <= 0).any() or not np.all(np.isfinite(a)):
+        raise ValueError(f"{name}: need >= 2 scored samples, each with >= 1 judge token")
+    return a
+
+
+def samples_for_effect(per_text_a, per_text_b, *, ratio: float = GEN_PPL_EFFECT,
+                       family: int = 1, level: float = LEVEL, power: float = POWER) -> dict:
+    """Samples per model that log_ppl_difference (the token-weighted log Gen.PPL difference,
+    two-sided percentile bootstrap) needs to tell apart two models whose Gen.PPL differ by the
+    NAMED ratio `ratio` (not the observed one) with probability `power`, at the strictest step
+    of Holm's correction over `family` pairs (alpha / family; later steps need fewer). The
+    spread per sample comes from the samples at hand, taken as a pilot: per_text_a and
+    per_text_b as (NLL, judge tokens) lists give the unpaired test (each side resampled on its
+    own: var = var_a + var_b); as dicts keyed by SAMPLE INDEX they give the paired test, over
+    the indices both scored (var of the per-index difference), never by list position. n =
+    ((z_{1 - alpha/2} + z_power) sd / log(ratio))^2 on the delta method's spread
+    (_log_ppl_influence). {"n", "ratio", "alpha", "sd", "paired", "observed_n"}. Covered by
+    test_samples_for_effect_*."""
     from scipy.stats import norm
 
-    d = np.asarray(differences, dtype=np.float64)
-    if d.ndim != 1 or d.size < 2 or not np.all(np.isfinite(d)):
-        raise ValueError(f"need >= 2 finite paired differences, got shape {d.shape}")
-    if not (0 < level < 1 and 0 < power < 1):
-        raise ValueError(f"level and power must lie in (0, 1), got {level}, {power}")
-    mean, sd = float(d.mean()), float(d.std(ddof=1))
-    alpha = 1 - level
-    out = {"mean": mean, "sd": sd, "observed_n": int(d.size), "n": None,
-           "n_normal": float("nan"), "effect": float("nan"), "power_at_observed": float("nan")}
-    if mean == 0:
-        return out
-    if sd == 0:  # every pair differs by the same amount: two samples show it
-        return {**out, "n": 2, "n_normal": 0.0, "effect": math.copysign(math.inf, mean),
-                "power_at_observed": 1.0}
-    effect = mean / sd
+    if not (ratio > 0 and ratio != 1 and family >= 1 and 0 < level < 1 and 0 < power < 1):
+        raise ValueError(f"need a ratio > 0 and != 1, family >= 1, level and power in (0, 1); "
+                         f"got {ratio}, {family}, {level}, {power}")
+    paired = isinstance(per_text_a, dict) and isinstance(per_text_b, dict)
+    if paired:
+        both = sorted(set(per_text_a) & set(per_text_b))
+        a = _per_text([per_text_a[i] for i in both], "side A")
+        b = _per_text([per_text_b[i] for i in both], "side B")
+        var = float(np.var(_log_ppl_influence(a) - _log_ppl_influence(b), ddof=1))
+        observed = len(both)
+    else:
+        a, b = _per_text(per_text_a, "side A"), _per_text(per_text_b, "side B")
+        var = float(np.var(_log_ppl_influence(a), ddof=1) + np.var(_log_ppl_influence(b), ddof=1))
+        observed = min(len(a), len(b))
+    alpha = (1 - level) / family
     z = float(norm.ppf(1 - alpha / 2) + norm.ppf(power))
-    n_normal = (z / effect) ** 2
-    if n_normal > max_n:
-        return {**out, "n_normal": n_normal, "effect": effect,
-                "power_at_observed": _t_power(d.size, effect, alpha)}
-    n = max(2, math.ceil(n_normal))
-    while n <= max_n and _t_power(n, effect, alpha) < power:
-        n += max(1, n // 50)  # the t count exceeds the normal one by a few samples
-    while n > 2 and _t_power(n - 1, effect, alpha) >= power:
-        n -= 1  # back to the smallest count that reaches the power
-    return {**out, "n": n if n <= max_n else None, "n_normal": n_normal, "effect": effect,
-            "power_at_observed": _t_power(d.size, effect, alpha)}
-
-
-def paired_log_ppl_differences(per_text_a: Sequence[tuple[float, int]],
-                               per_text_b: Sequence[tuple[float, int]]) -> np.ndarray:
-    """Per-sample log-perplexity differences nll_a / n_a - nll_b / n_b of two models' samples
-    paired by index (GenPPL.per_text: (NLL in nats, judge tokens)); the input of
-    samples_for_power. Samples must be paired one to one and every one scored. Covered by
-    test_samples_for_power_from_per_text."""
-    if len(per_text_a) != len(per_text_b):
-        raise ValueError(f"{len(per_text_a)} vs {len(per_text_b)} scored samples: pairing by "
-                         "index needs the same samples (no empty one skipped) on both sides")
-    a = np.array([nll / n if n > 0 else np.nan for nll, n in per_text_a], dtype=np.float64)
-    b = np.array([nll / n if n > 0 else np.nan for nll, n in per_text_b], dtype=np.float64)
-    if not (np.all(np.isfinite(a)) and np.all(np.isfinite(b))):
-        raise ValueError("a sample with no judge token has no log-PPL: drop the pair first")
-    return a - b
+    n = max(2, math.ceil((z / math.log(ratio)) ** 2 * var))
+    return {"n": n, "ratio": ratio, "alpha": alpha, "sd": math.sqrt(var), "paired": paired,
+            "observed_n": observed, "power": power}
 
 
 def log_ppl_difference(per_text_a: Sequence[tuple[float, int]],

@@ -518,53 +518,52 @@ def test_oracle_by_measures_agree_and_disagree():
 
 # ---------------------------------------------------------------- power
 
-def _exact(mean, sd, n=200, seed=0):
-    z = np.random.default_rng(seed).normal(size=n)
-    return mean + sd * (z - z.mean()) / z.std(ddof=1)
+def _per_text(rng, mean_nll, n, sd=0.3):
+    """n samples of 20..40 judge tokens whose per-token NLL scatters around `mean_nll`."""
+    tokens = rng.integers(20, 41, size=n)
+    return [(float(t * (mean_nll + sd * e)), int(t))
+            for t, e in zip(tokens, rng.standard_normal(n), strict=True)]
 
 
-def test_samples_for_power_known_normal_case():
-    from dihal.uncertainty import samples_for_power
+@pytest.mark.parametrize("family", [1, 4])
+def test_samples_for_effect_reaches_its_power_under_the_test_it_plans_for(family):
+    """Sized from a pilot of 400 samples a side for Gen.PPL 1.25x apart, at alpha / family:
+    the token-weighted bootstrap test (log_ppl_difference) at that n rejects at that alpha in
+    about 80 % of simulated runs in which the Gen.PPL truly differ by 1.25x."""
+    from dihal.uncertainty import log_ppl_difference, samples_for_effect
 
-    # effect 0.5, two-sided 5 %, 80 % power: normal formula (1.96 + 0.8416)^2 / 0.25 = 31.4;
-    # the paired t-test needs 34 (the textbook / G*Power value)
-    out = samples_for_power(_exact(0.5, 1.0))
-    assert out["n_normal"] == pytest.approx(31.395, abs=0.01)
-    assert out["n"] == 34 and out["effect"] == pytest.approx(0.5)
-    # the sign does not matter; a larger spread needs quadratically more samples
-    assert samples_for_power(_exact(-0.5, 1.0))["n"] == 34
-    assert samples_for_power(_exact(0.25, 1.0))["n_normal"] == pytest.approx(4 * 31.395, abs=0.05)
-    # 90 % power at 1 %: (2.5758 + 1.2816)^2 / 0.25 = 59.5
-    assert samples_for_power(_exact(0.5, 1.0), level=0.99, power=0.9)["n_normal"] == (
-        pytest.approx(59.52, abs=0.02))
-    assert samples_for_power(_exact(0.0, 1.0))["n"] is None
-    assert samples_for_power([0.3, 0.3, 0.3])["n"] == 2
-    # already 200 samples at effect 0.5: the observed power is essentially 1
-    assert out["power_at_observed"] > 0.99
-    with pytest.raises(ValueError, match="paired differences"):
-        samples_for_power([1.0])
+    rng = np.random.default_rng(11)
+    shift = math.log(1.25)
+    plan = samples_for_effect(_per_text(rng, 4.0, 400, 0.5),
+                              _per_text(rng, 4.0 + shift, 400, 0.5), family=family)
+    assert plan["alpha"] == pytest.approx(0.05 / family) and plan["observed_n"] == 400
+    n = plan["n"]
+    assert 20 < n < 300
+    hits = [log_ppl_difference(_per_text(rng, 4.0, n, 0.5), _per_text(rng, 4.0 + shift, n, 0.5),
+                               n_boot=400, seed=i)["p"] < plan["alpha"] for i in range(200)]
+    assert np.mean(hits) == pytest.approx(0.8, abs=0.1)
 
 
-def test_samples_for_power_reaches_its_power_by_simulation():
-    """At the computed n, a simulated paired t-test rejects in about 80 % of runs."""
-    from dihal.uncertainty import samples_for_power
+def test_samples_for_effect_pairs_by_sample_index_and_refuses_bad_input():
+    """Paired input is keyed by sample index: a sample missing on one side (empty) leaves the
+    others paired with their own index; by list position they would slip."""
+    from dihal.uncertainty import samples_for_effect
 
-    n = samples_for_power(_exact(0.4, 1.0))["n"]
-    rng = np.random.default_rng(8)
-    hits = [stats.ttest_1samp(rng.normal(0.4, 1.0, size=n), 0.0).pvalue < 0.05
-            for _ in range(2000)]
-    assert np.mean(hits) == pytest.approx(0.8, abs=0.03)
-
-
-def test_samples_for_power_from_per_text():
-    from dihal.uncertainty import paired_log_ppl_differences
-
-    d = paired_log_ppl_differences([(10.0, 5), (6.0, 3)], [(4.0, 4), (3.0, 3)])
-    assert d.tolist() == pytest.approx([1.0, 1.0])
-    with pytest.raises(ValueError, match="pairing"):
-        paired_log_ppl_differences([(1.0, 1)], [])
-    with pytest.raises(ValueError, match="no judge token"):
-        paired_log_ppl_differences([(0.0, 0)], [(1.0, 1)])
+    rng = np.random.default_rng(12)
+    a = _per_text(rng, 4.0, 40, sd=0.5)
+    b = [(nll + 0.2 * t, t) for nll, t in a]  # sample i of B: sample i of A, 0.2 nats worse
+    keyed_a = {i: v for i, v in enumerate(a) if i != 7}  # A's sample 7 was empty
+    keyed_b = dict(enumerate(b))
+    paired = samples_for_effect(keyed_a, keyed_b)
+    unpaired = samples_for_effect(list(keyed_a.values()), b)
+    assert paired["paired"] and paired["observed_n"] == 39
+    assert paired["sd"] < 0.1 * unpaired["sd"] and paired["n"] < unpaired["n"]
+    slipped = samples_for_effect(dict(enumerate(keyed_a.values())), keyed_b)  # by position
+    assert slipped["sd"] > 5 * paired["sd"]
+    with pytest.raises(ValueError, match="ratio > 0 and != 1"):
+        samples_for_effect(a, b, ratio=1.0)
+    with pytest.raises(ValueError, match="side B: need >= 2 scored samples"):
+        samples_for_effect(a, [(1.0, 0), (2.0, 3)])
 
 
 def test_log_ppl_difference_every_verdict():

@@ -191,7 +191,7 @@ GENERATION_KEYS = tuple(f"{m}{end}" for m in ("gen_ppl", "gen_ppl_mean", "divers
 # what every generation row carries beside GENERATION_KEYS (issue 18): diversity with spaCy's
 # tokens, length in judge tokens, Gen.PPL on the first ppl_length judge tokens of every sample,
 # the decoding temperature, MAUVE's sample counts and diagnostic flag, and the per-sample
-# judge NLL and token counts (log_ppl_difference, samples_for_power)
+# judge NLL and token counts (log_ppl_difference, samples_for_effect)
 LENGTH_KEYS = ("diversity_spacy", "mean_judge_length", "gen_ppl_at_length",
                "gen_ppl_at_length_low", "gen_ppl_at_length_high", "ppl_length",
                "ppl_length_scored", "ppl_length_short", "temperature", "mauve_diagnostic",

@@ -98,7 +98,7 @@ def text_metrics(texts: list[str], judge, *, seed: int = 0, reference=None,
     with intervals over samples (seeded); with `ppl_length`, Gen.PPL on each sample's first
     `ppl_length` judge tokens (samples shorter than that left out and counted), with its
     interval; each scored sample's judge NLL and token count (`sample_nll`, `sample_tokens`: what
-    log_ppl_difference and samples_for_power read); with `reference` (the judge's features of held-out corpus text), MAUVE against it
+    log_ppl_difference and samples_for_effect read); with `reference` (the judge's features of held-out corpus text), MAUVE against it
     on equal sample counts, with the k-means fit refitted under several seeds inside its
     interval (mauve_interval_seeds; `mauve_diagnostic` below 512 samples a side)."""
     import math

@@ -420,11 +420,13 @@ def _layer_statistics(layers: list[int], layer_rows: list[dict], seed_rows: dict
     stats = {(p, m): two_level_spearman(v, t, n_boot=n_boot, seed=seed)
              for p, v in preds.items() for m, t in targets.items()}
     halves = _select_means(layers, by_layer, seed_rows)
+    chosen = ORACLE_BY if len(halves) == len(layers) else ORACLE_FALLBACK  # the oracle's measure
     oracle_rows = [{"layer": ll, **{m: float(np.nanmean(raw[m][i])) for m in TARGETS},
                     ORACLE_BY: halves.get(ll)} for i, ll in enumerate(layers)]
     seeds_info = {"n_seeds": int(raw["hybrid_nll"].shape[1]),
                   "spread": {m: seed_spread(raw[m], layers) for m in TARGETS},
-                  "oracle": seed_oracle(raw[ORACLE_FALLBACK], layers, n_boot=n_boot, seed=seed,
+                  "oracle": seed_oracle(_seed_values(layers, by_layer, seed_rows, chosen),
+                                        layers, n_boot=n_boot, seed=seed,
                                         l_star=l_star if l_star in layers else None),
                   **_seed_cost(layers, by_layer, seed_rows)}
     return targets, stats, oracle_rows, seeds_info

@@ -791,3 +791,14 @@ def test_the_oracle_is_chosen_on_the_first_half_of_the_held_out_sequences():
     assert len(each) == 4
     assert np.mean(each) == pytest.approx(next_token_nll(lambda _: logits, ids), abs=1e-6)
     assert each[1] == pytest.approx(next_token_nll(lambda _: logits[1:2], ids[1:2]), abs=1e-6)
+
+
+def test_rank_rows_counts_average_ranks_as_scipy():
+    """The vectorised ranks of resampled layers (many ties: a layer drawn twice) are scipy's
+    average ranks; longer rows go to scipy itself."""
+    from dihal.uncertainty import _rank_rows
+
+    rng = np.random.default_rng(0)
+    for width in (3, 10, 29, 80):
+        x = rng.integers(0, 6, size=(300, width)).astype(float)
+        assert np.array_equal(_rank_rows(x), stats.rankdata(x, axis=1)), width

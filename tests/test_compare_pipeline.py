@@ -213,6 +213,10 @@ def test_baselines_comparison_full_training_report(tiny):  # noqa: F811
     assert "is damaged: report.md:" in edited.metadata["error"].value
     html = (root / "llama" / "report" / "report.html").read_text()
     md = (root / "llama" / "report" / "report.md").read_text()
+    full = (root / "llama" / "full_training" / "samples.jsonl").read_text().splitlines()
+    kept = [json.loads(s) for s in full]  # every role's samples, with their judge scores
+    assert {(s["role"], s["sampler"]) for s in kept} >= {("geometry l*", "protocol")}
+    assert all({"index", "text", "nll", "tokens", "layer"} <= set(s) for s in kept)
     for text in (html, md):
         for needle in ("Locate", "bridgeability", "Full training", "diffusion-lm", "codar",
                        "depth (-l)", "data:image/png;base64,", "S_l (robust)", "-cond_distance",
@@ -220,7 +224,9 @@ def test_baselines_comparison_full_training_report(tiny):  # noqa: F811
                        "MAUVE [95 %] (diagnostic)", "regression control",
                        "resamples picking l*", "diversity (spaCy, as LD4LG)",
                        "mean length (judge tokens)", "drawn unconditionally from the",
-                       "samples per model for 80 % power", "minus depth",
+                       "samples per model for 80% power at a Gen.PPL ratio of 1.25",
+                       "minus depth", "The pre-registered primary test",
+                       "smallest attainable p", "held-out text",
                        "3a. DiHAL against its control hybrids", "3b. Cost per generated token",
                        "max K cheaper", "Gen.PPL DiHAL / this [paired 95 %]",
                        "3c. Gen.PPL against diversity across temperatures",

@@ -123,7 +123,8 @@ def compare_assets(backbone: str) -> list:
         return run.produce(run.art(FullTraining), cfg, [bness, br, curve, *ev], lambda: stage(
             full_training_roles(bn.info), full_bridges(run), run.model(), run.judge(), cfg, run.log,
             reference_texts=reference_texts(run, cfg.length), chosen=choose_steps(cm.info["rows"]),
-            from_eval=ev[0].manifest().info["rows"] if ev else None),
+            from_eval=ev[0].manifest().info["rows"] if ev else None,
+            eval_samples=ev[0].samples() if ev else None),
             judge=run.judge_name())
 
     return [baseline, comparison, full_training]

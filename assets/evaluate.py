@@ -29,6 +29,13 @@ def reference_texts(run: StageRun, length: int) -> list[str]:
     return held_out_texts(bb.tokenizer, run.art(Sequences).token_ids()["val"], length, bb.eos_id)
 
 
+def held_out_reference(run: StageRun, length: int) -> dict:
+    """Held-out text cut like samples of `length` tokens, as the eval takes it: the judge's
+    features of it (MAUVE's reference) and the texts (the temperature frontier's anchor)."""
+    texts = reference_texts(run, length)
+    return {"reference": run.judge().features(texts), "anchor_texts": texts}
+
+
 def evaluate_assets(backbone: str, n_layers: int) -> list:
     def key(stage: str) -> str:  # the asset key of this backbone's stage
         return asset_key(stage, backbone)
@@ -53,9 +60,8 @@ def evaluate_assets(backbone: str, n_layers: int) -> list:
         ups = [a for a, _ in eval_inputs(run.layout, backbone, hm, layer)]
         return run.produce(run.art(Evaluation), cfg, ups, lambda: evaluate_with_controls(
             run.model(), br.read(), run.judge(), cfg, progress=run.log,
-            reference=run.judge().features(reference_texts(run, cfg.length)),
-            reader=states.reader(), train_pairs=pairs_of(run, layer),
-            regression=control, regression_note=note,
+            **held_out_reference(run, cfg.length), reader=states.reader(),
+            train_pairs=pairs_of(run, layer), regression=control, regression_note=note,
             chosen=choose_steps(cm.info["rows"]),
             cost_steps=[r["steps"] for r in cm.info["rows"]]), judge=run.judge_name())
 

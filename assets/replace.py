@@ -131,7 +131,8 @@ def replace_assets(backbone: str, n_layers: int) -> list:
             return stage([b.metrics for b in bridges], score.rows(), sm.info["l_star"],
                          backbone=backbone, predictor_rows=geo.predictor_rows(),
                          regression=[a.read().metrics for a, _ in controls],
-                         seed_metrics={b.layer: b.seed_metrics for b in bridges})
+                         seed_metrics={b.layer: b.seed_metrics for b in bridges},
+                         primary_norm=sm.config.get("primary_norm", "none"))
 
         return run.produce(run.art(Bridgeability), {}, ups, compute)
 

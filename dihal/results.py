@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from dihal.rows import TARGETS, RegressionRow, SpearmanRow
+from dihal.rows import TARGETS, PrimaryTest, RegressionRow, SpearmanRow
 
 
 def _round(v: Any) -> Any:
@@ -178,6 +178,11 @@ class BridgeMetrics:
     # the validation loss at t = 1 alone (x_1 = the condition): the bridge's own endpoint error;
     # None in metrics saved before it was measured
     t1_loss: float | None = None
+    # the hybrid NLL on the first half of the held-out sequences (which chooses the oracle and
+    # the worst layer) and on the second half (which judges that choice); None in metrics
+    # saved before they were measured
+    hybrid_nll_select: float | None = None
+    hybrid_nll_judge: float | None = None
 
     def to_dict(self) -> dict:
         from dataclasses import asdict
@@ -228,6 +233,9 @@ class BridgeabilityResult:
     # with several training seeds per layer: {"n_seeds": max per layer, "spread": {measure:
     # seed_spread rows}, "oracle": seed_oracle of the hybrid NLL with l*'s standing}; else {}
     seeds: dict[str, Any] = field(default_factory=dict)
+    # the pre-registered primary test (S_l under the primary normalisation against depth on
+    # -hybrid NLL, one-sided) with its design's floor; None: not run
+    primary: PrimaryTest | None = None
 
     def spearman_columns(self) -> list[dict]:
         return [r.to_dict() for r in self.spearman]
@@ -238,16 +246,19 @@ class BridgeabilityResult:
     def info(self) -> dict:
         return {"l_star": self.l_star, "oracle": self.oracle, "worst": self.worst,
                 "oracle_by": self.oracle_by, "seeds": self.seeds, "swept_layers": self.layers,
-                "spearman": self.spearman_columns(), "regression": self.regression_columns()}
+                "spearman": self.spearman_columns(), "regression": self.regression_columns(),
+                "primary": self.primary.to_dict() if self.primary else None}
 
     def metadata(self) -> dict:
-        """l*, oracle, worst and each predictor's Spearman as top-level numbers (the UI charts
-        them over materialisations)."""
+        """l*, oracle, worst, the primary test and each predictor's Spearman as top-level
+        numbers (the UI charts them over materialisations)."""
         rho = {f"spearman {r.predictor} vs -{target}": r.targets[target].rho
                for r in self.spearman for target in TARGETS}
         beats = sum(r.bridge_better_nll for r in self.regression)
         by_loss = self.oracle_by.get("by", {}).get("val_loss", {})
-        return {"l_star": self.l_star, "oracle": self.oracle, "worst": self.worst,
+        primary = ({"primary test p": self.primary.p, "primary test minimum p": self.primary.p_min,
+                    "primary test verdict": self.primary.verdict} if self.primary else {})
+        return {"l_star": self.l_star, "oracle": self.oracle, "worst": self.worst, **primary,
                 **{f"{k} by val loss": v for k, v in by_loss.items()},
                 "swept_layers": self.layers, **rho,
                 "bridge beats regression (hybrid NLL)": f"{beats} of {len(self.regression)} layers"}
@@ -345,6 +356,9 @@ class FullTrainingResult:
     rows: list[dict]
     # the protocol's K, the (rule, K) chosen on validation, whether they are the same sampler
     sampler: dict[str, Any] = field(default_factory=dict)
+    # every role's samples: {"role", "layer", "sampler", "model", "index", "seed", "text",
+    # "nll", "tokens"} (the judge's NLL and token count; None for an empty text)
+    samples: list[dict] = field(default_factory=list, repr=False)
 
     def info(self) -> dict:
         return {"rows": self.rows, **({"sampler": self.sampler} if self.sampler else {})}

@@ -46,6 +46,10 @@ class Spearman:
     partial: float | None = None
     partial_low: float | None = None
     partial_high: float | None = None
+    # the share of resamples in which the partial Spearman was undefined (the drawn layers
+    # ranked alike by the predictor, or the target, and depth); its interval is None where
+    # that share exceeds dihal.uncertainty.MAX_UNDEFINED; None in rows written before it
+    partial_undefined: float | None = None
 
     def interval(self) -> tuple[float | None, float | None, float | None]:
         """(rho, low, high), None where undefined (NaN or missing)."""
@@ -65,7 +69,8 @@ _PAIRED = {"diff": "diff_vs_depth_-{}", "diff_low": "diff_low_vs_depth_-{}",
            "diff_high": "diff_high_vs_depth_-{}", "p": "p_vs_depth_-{}",
            "p_holm": "p_holm_vs_depth_-{}", "partial": "partial_given_depth_-{}",
            "partial_low": "partial_low_given_depth_-{}",
-           "partial_high": "partial_high_given_depth_-{}"}
+           "partial_high": "partial_high_given_depth_-{}",
+           "partial_undefined": "partial_undefined_given_depth_-{}"}
 
 
 @dataclass(frozen=True)
@@ -103,6 +108,54 @@ class SpearmanRow:
 
 def spearman_rows(rows: list[dict]) -> list[SpearmanRow]:
     return [SpearmanRow.from_dict(r) for r in rows]
+
+
+# The pre-registered primary test's target: the measure full training follows (hybrid NLL, the
+# one closest to generation), taken with its sign flipped as every target
+PRIMARY_TARGET = "hybrid_nll"
+
+
+@dataclass(frozen=True)
+class PrimaryTest:
+    """The one pre-registered test of bridgeability (dihal.uncertainty.primary_test): S_l under
+    the primary normalisation against depth on -PRIMARY_TARGET over the swept layers,
+    one-sided (H1: S_l's Spearman is higher), its p-value from `n_boot` resamples of layers,
+    and the design's floor: `p_min`, the smallest p any target could have given at these
+    layers (`ties`: the share of resamples in which S_l and depth rank the drawn layers
+    alike), with the floor at every candidate layer (`p_min_all`, over `layers_all`) and the
+    fewest evenly spread swept layers whose floor is under alpha (`layers_needed`; None where
+    not even all candidates reach it). `verdict`: "better", "not distinguishable" or "design
+    cannot decide" (dihal.uncertainty.PRIMARY_*)."""
+
+    predictor: str
+    target: str
+    rho: float
+    rho_reference: float
+    diff: float
+    low: float
+    p: float
+    p_min: float
+    ties: float
+    undefined: float
+    n_boot: int
+    layers: int
+    alpha: float
+    verdict: str
+    p_min_all: float | None = None
+    layers_all: int | None = None
+    layers_needed: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        from dataclasses import asdict
+
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> PrimaryTest | None:
+        """The test as stored, or None for an artifact made before it."""
+        if not d:
+            return None
+        return cls(**{k: d.get(k) for k in cls.__dataclass_fields__})
 
 
 @dataclass(frozen=True)
@@ -220,3 +273,16 @@ class GenerationRow:
 
 def generation_rows(rows: list[dict]) -> list[GenerationRow]:
     return [GenerationRow.from_dict(r) for r in rows]
+
+
+# Full training's paired generation test of its roles (dihal.compare.stage.paired_roles): the
+# pairs, and each pair's columns on the second role's protocol row
+ROLE_PAIRS = (("geometry l*", "oracle"), ("geometry l*", "worst"), ("oracle", "worst"))
+PAIR_STATS = ("log_ppl_diff", "log_ppl_diff_low", "log_ppl_diff_high", "p", "p_holm", "verdict",
+              "pairs")
+
+
+def pair_column(stat: str, first: str) -> str:
+    """The column of the second role's protocol row that holds `stat` of its test against
+    `first` ("geometry l*" -> "l_star")."""
+    return f"{stat}_vs_{'l_star' if first == 'geometry l*' else first}"

@@ -35,9 +35,18 @@ def _percentile_interval(values: np.ndarray, level: float = LEVEL) -> tuple[floa
 
 
 def _rank_rows(x: np.ndarray) -> np.ndarray:
-    from scipy.stats import rankdata
+    """Average ranks (ties share the mean of their positions, as scipy.stats.spearmanr) of
+    each row: by counting, over rows of up to 64 values (the swept layers), in one vectorised
+    pass; by scipy's rankdata for longer rows."""
+    if x.shape[1] > 64:
+        from scipy.stats import rankdata
 
-    return rankdata(x, axis=1)  # average ranks for ties, as scipy.stats.spearmanr
+        return rankdata(x, axis=1)
+    a = x[:, :, None]
+    b = x[:, None, :]
+    below = (b < a).sum(axis=2)
+    same = (b == a).sum(axis=2)
+    return below + (same + 1) / 2.0
 
 
 def _row_spearman(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -227,21 +236,39 @@ def _partial_rows(x: np.ndarray, y: np.ndarray, z: np.ndarray) -> np.ndarray:
         return np.where(den > 1e-12, (rxy - rxz * ryz) / den, np.nan)
 
 
+MAX_UNDEFINED = 0.05  # above this share of undefined resamples an interval is not given
+
+
+def _partial_result(point: float, boot: np.ndarray, level: float) -> dict:
+    """The partial Spearman's point, interval and undefined resamples: never dropped silently.
+    The interval over the defined resamples only is conditional on the drawn layers not being
+    ranked alike by predictor and control (where the partial is undefined), which biases it
+    (at ten layers it rested on the resamples that drew one particular layer), so above
+    MAX_UNDEFINED it is suppressed (NaN) and `suppressed` says so."""
+    share = float(np.isnan(boot).mean())
+    lo, hi = _percentile_interval(boot, level)
+    suppressed = share > MAX_UNDEFINED
+    if suppressed:
+        lo = hi = float("nan")
+    return {"partial": point, "low": lo, "high": hi, "undefined": int(np.isnan(boot).sum()),
+            "undefined_share": share, "suppressed": suppressed}
+
+
 def partial_spearman(x, y, z, *, n_boot: int = N_BOOT, seed: int = 0,
                      level: float = LEVEL) -> dict:
     """The partial Spearman correlation of predictor x with target y given z (depth): the
     Pearson partial correlation of the ranks, (r_xy - r_xz r_yz) / sqrt((1 - r_xz^2)
     (1 - r_yz^2)) with r the Spearman correlations; what x says about y beyond depth. NaN
-    where x or y is a monotone function of z (nothing is left once z is known). Percentile
-    interval over resampled layers; {"partial", "low", "high", "undefined"}. Covered by
-    tests/test_uncertainty.py test_partial_spearman_*."""
+    where x or y is a monotone function of z (nothing is left once z is known), also in a
+    resample whose drawn layers x or y rank as z does. Percentile interval over resampled
+    layers, suppressed (NaN) where more than MAX_UNDEFINED of the resamples are undefined
+    (_partial_result); {"partial", "low", "high", "undefined", "undefined_share",
+    "suppressed"}. Covered by tests/test_uncertainty.py test_partial_spearman_*."""
     y = _check_layers("the target", y)
     x, z = _check_layers("the predictor", x, y.size), _check_layers("the control", z, y.size)
     point = float(_partial_rows(x[None], y[None], z[None])[0])
     idx = resample_indices(y.size, n_boot, seed)
-    boot = _partial_rows(x[idx], y[idx], z[idx])
-    lo, hi = _percentile_interval(boot, level)
-    return {"partial": point, "low": lo, "high": hi, "undefined": int(np.isnan(boot).sum())}
+    return _partial_result(point, _partial_rows(x[idx], y[idx], z[idx]), level)
 
 
 def holm(pvalues: Sequence[float]) -> list[float]:
@@ -285,8 +312,9 @@ def paired_standing(predictors: dict[str, Sequence[float]], reference: Sequence[
     compared on its per-layer seed means with the two-level resample (layers, then seeds:
     two_level_paired_difference, two_level_partial_spearman; `method` then must be
     "percentile"). One dict per (predictor, target): predictor, target, rho, rho_reference,
-    diff, low, high, p, p_holm, verdict, partial, partial_low, partial_high. Covered by
-    test_paired_standing_corrects_over_the_family and
+    diff, low, high, p, p_holm, verdict, partial, partial_low, partial_high,
+    partial_undefined (the share of resamples where the partial is undefined; its interval is
+    NaN above MAX_UNDEFINED). Covered by test_paired_standing_corrects_over_the_family and
     test_paired_standing_gives_every_verdict_on_hand_made_layers."""
     rows = []
     for tname, y in targets.items():
@@ -306,7 +334,8 @@ def paired_standing(predictors: dict[str, Sequence[float]], reference: Sequence[
             rows.append({"predictor": pname, "target": tname, "rho": d["rho_a"],
                          "rho_reference": d["rho_b"], "diff": d["diff"], "low": d["low"],
                          "high": d["high"], "p": d["p"], "partial": pc["partial"],
-                         "partial_low": pc["low"], "partial_high": pc["high"]})
+                         "partial_low": pc["low"], "partial_high": pc["high"],
+                         "partial_undefined": pc["undefined_share"]})
     for row, adj in zip(rows, holm([r["p"] for r in rows]), strict=True):
         row["p_holm"] = adj
         row["verdict"] = paired_verdict(row["diff"], adj, level)
@@ -412,17 +441,16 @@ def two_level_paired_difference(x_a: Sequence[float], x_b: Sequence[float], valu
 def two_level_partial_spearman(x: Sequence[float], values, z: Sequence[float], *,
                                n_boot: int = N_BOOT, seed: int = 0, level: float = LEVEL) -> dict:
     """partial_spearman of x with the per-layer seed means of `values` (layers, seeds) given
-    z, its interval from the two-level resample (seed_resample_means). {"partial", "low",
-    "high", "undefined"}. Covered by test_two_level_partial_spearman_matches_one_level."""
+    z, its interval from the two-level resample (seed_resample_means), suppressed as there.
+    {"partial", "low", "high", "undefined", "undefined_share", "suppressed"}. Covered by
+    test_two_level_partial_spearman_matches_one_level."""
     v, _ = _seed_table(values)
     x = _check_layers("the predictor", x, v.shape[0])
     z = _check_layers("the control", z, v.shape[0])
     mean = np.nanmean(v, axis=1)
     point = float(_partial_rows(x[None], mean[None], z[None])[0])
     idx, means = seed_resample_means(v, n_boot=n_boot, seed=seed)
-    boot = _partial_rows(x[idx], means, z[idx])
-    lo, hi = _percentile_interval(boot, level)
-    return {"partial": point, "low": lo, "high": hi, "undefined": int(np.isnan(boot).sum())}
+    return _partial_result(point, _partial_rows(x[idx], means, z[idx]), level)
 
 
 def seed_oracle(values, layers: Sequence[int], *, l_star: int | None = None,
@@ -485,79 +513,62 @@ def oracle_by_measures(layers: Sequence[dict], measures: Sequence[str] = ("val_l
 
 
 # ---------------------------------------------------------------------------------------------
-# Power: how many samples per model would tell two models apart (replaces samples_to_separate)
+# Power, prospective: how many samples per model the test actually used needs for a NAMED effect
 # ---------------------------------------------------------------------------------------------
 
 POWER = 0.8
+GEN_PPL_EFFECT = 1.25  # the named effect of the power statement: Gen.PPL 25 % apart
 
 
-def _t_power(n: int, effect: float, alpha: float) -> float:
-    """Power of the two-sided one-sample (paired) t-test at n samples for a standardised
-    effect mean / sd: P(|T| > t_crit), T noncentral t with n - 1 degrees of freedom and
-    noncentrality effect * sqrt(n)."""
-    from scipy.stats import nct, t
-
-    crit = float(t.ppf(1 - alpha / 2, n - 1))
-    nc = abs(effect) * math.sqrt(n)
-    return float(nct.sf(crit, n - 1, nc) + nct.cdf(-crit, n - 1, nc))
+def _log_ppl_influence(rows: np.ndarray) -> np.ndarray:
+    """Each sample's linearised share (delta method) of the token-weighted log Gen.PPL, the
+    ratio r = sum nll / sum n: (nll_i - r n_i) / mean(n); the variance of the log Gen.PPL of
+    n such samples is about var(share) / n."""
+    r = rows[:, 0].sum() / rows[:, 1].sum()
+    return (rows[:, 0] - r * rows[:, 1]) / rows[:, 1].mean()
 
 
-def samples_for_power(differences: Sequence[float], *, level: float = LEVEL,
-                      power: float = POWER, max_n: int = 10_000_000) -> dict:
-    """Samples per model that a two-sided paired t-test at level `level` needs to detect the
-    observed mean paired difference with probability `power`, taking the observed standard
-    deviation of the differences as the truth. `differences` are per-sample differences of
-    two models' samples paired by index (e.g. per-sample log-PPL, A - B, samples drawn with
-    the same per-sample seeds). n_normal is the normal formula ((z_{1-a/2} + z_power) sd /
-    mean)^2; n the exact noncentral-t count (smallest n >= 2 reaching `power`).
-    {"n", "n_normal", "mean", "sd", "effect", "observed_n", "power_at_observed"}; n is None
-    where the mean difference is 0 (no count detects it) or over `max_n`. Covered by
-    test_samples_for_power_*."""
+def _per_text(rows, name: str) -> np.ndarray:
+    a = np.asarray(rows, dtype=np.float64).reshape(-1, 2)
+    if a.shape[0] < 2 or (a[:, 1] <= 0).any() or not np.all(np.isfinite(a)):
+        raise ValueError(f"{name}: need >= 2 scored samples, each with >= 1 judge token")
+    return a
+
+
+def samples_for_effect(per_text_a, per_text_b, *, ratio: float = GEN_PPL_EFFECT,
+                       family: int = 1, level: float = LEVEL, power: float = POWER) -> dict:
+    """Samples per model that log_ppl_difference (the token-weighted log Gen.PPL difference,
+    two-sided percentile bootstrap) needs to tell apart two models whose Gen.PPL differ by the
+    NAMED ratio `ratio` (not the observed one) with probability `power`, at the strictest step
+    of Holm's correction over `family` pairs (alpha / family; later steps need fewer). The
+    spread per sample comes from the samples at hand, taken as a pilot: per_text_a and
+    per_text_b as (NLL, judge tokens) lists give the unpaired test (each side resampled on its
+    own: var = var_a + var_b); as dicts keyed by SAMPLE INDEX they give the paired test, over
+    the indices both scored (var of the per-index difference), never by list position. n =
+    ((z_{1 - alpha/2} + z_power) sd / log(ratio))^2 on the delta method's spread
+    (_log_ppl_influence). {"n", "ratio", "alpha", "sd", "paired", "observed_n"}. Covered by
+    test_samples_for_effect_*."""
     from scipy.stats import norm
 
-    d = np.asarray(differences, dtype=np.float64)
-    if d.ndim != 1 or d.size < 2 or not np.all(np.isfinite(d)):
-        raise ValueError(f"need >= 2 finite paired differences, got shape {d.shape}")
-    if not (0 < level < 1 and 0 < power < 1):
-        raise ValueError(f"level and power must lie in (0, 1), got {level}, {power}")
-    mean, sd = float(d.mean()), float(d.std(ddof=1))
-    alpha = 1 - level
-    out = {"mean": mean, "sd": sd, "observed_n": int(d.size), "n": None,
-           "n_normal": float("nan"), "effect": float("nan"), "power_at_observed": float("nan")}
-    if mean == 0:
-        return out
-    if sd == 0:  # every pair differs by the same amount: two samples show it
-        return {**out, "n": 2, "n_normal": 0.0, "effect": math.copysign(math.inf, mean),
-                "power_at_observed": 1.0}
-    effect = mean / sd
+    if not (ratio > 0 and ratio != 1 and family >= 1 and 0 < level < 1 and 0 < power < 1):
+        raise ValueError(f"need a ratio > 0 and != 1, family >= 1, level and power in (0, 1); "
+                         f"got {ratio}, {family}, {level}, {power}")
+    paired = isinstance(per_text_a, dict) and isinstance(per_text_b, dict)
+    if paired:
+        both = sorted(set(per_text_a) & set(per_text_b))
+        a = _per_text([per_text_a[i] for i in both], "side A")
+        b = _per_text([per_text_b[i] for i in both], "side B")
+        var = float(np.var(_log_ppl_influence(a) - _log_ppl_influence(b), ddof=1))
+        observed = len(both)
+    else:
+        a, b = _per_text(per_text_a, "side A"), _per_text(per_text_b, "side B")
+        var = float(np.var(_log_ppl_influence(a), ddof=1) + np.var(_log_ppl_influence(b), ddof=1))
+        observed = min(len(a), len(b))
+    alpha = (1 - level) / family
     z = float(norm.ppf(1 - alpha / 2) + norm.ppf(power))
-    n_normal = (z / effect) ** 2
-    if n_normal > max_n:
-        return {**out, "n_normal": n_normal, "effect": effect,
-                "power_at_observed": _t_power(d.size, effect, alpha)}
-    n = max(2, math.ceil(n_normal))
-    while n <= max_n and _t_power(n, effect, alpha) < power:
-        n += max(1, n // 50)  # the t count exceeds the normal one by a few samples
-    while n > 2 and _t_power(n - 1, effect, alpha) >= power:
-        n -= 1  # back to the smallest count that reaches the power
-    return {**out, "n": n if n <= max_n else None, "n_normal": n_normal, "effect": effect,
-            "power_at_observed": _t_power(d.size, effect, alpha)}
-
-
-def paired_log_ppl_differences(per_text_a: Sequence[tuple[float, int]],
-                               per_text_b: Sequence[tuple[float, int]]) -> np.ndarray:
-    """Per-sample log-perplexity differences nll_a / n_a - nll_b / n_b of two models' samples
-    paired by index (GenPPL.per_text: (NLL in nats, judge tokens)); the input of
-    samples_for_power. Samples must be paired one to one and every one scored. Covered by
-    test_samples_for_power_from_per_text."""
-    if len(per_text_a) != len(per_text_b):
-        raise ValueError(f"{len(per_text_a)} vs {len(per_text_b)} scored samples: pairing by "
-                         "index needs the same samples (no empty one skipped) on both sides")
-    a = np.array([nll / n if n > 0 else np.nan for nll, n in per_text_a], dtype=np.float64)
-    b = np.array([nll / n if n > 0 else np.nan for nll, n in per_text_b], dtype=np.float64)
-    if not (np.all(np.isfinite(a)) and np.all(np.isfinite(b))):
-        raise ValueError("a sample with no judge token has no log-PPL: drop the pair first")
-    return a - b
+    n = max(2, math.ceil((z / math.log(ratio)) ** 2 * var))
+    return {"n": n, "ratio": ratio, "alpha": alpha, "sd": math.sqrt(var), "paired": paired,
+            "observed_n": observed, "power": power}
 
 
 def log_ppl_difference(per_text_a: Sequence[tuple[float, int]],
@@ -590,3 +601,82 @@ def log_ppl_difference(per_text_a: Sequence[tuple[float, int]],
     p = min(1.0, 2 * min(alpha, 1 - alpha))
     return {"diff": diff, "ratio": math.exp(diff), "low": lo, "high": hi, "p": p,
             "verdict": paired_verdict(diff, p, level)}
+
+
+# ---------------------------------------------------------------------------------------------
+# The pre-registered primary test: S_l under the primary normalisation against depth on one
+# target, one-sided, with the smallest p-value its design (the swept layers) can reach.
+# ---------------------------------------------------------------------------------------------
+
+PRIMARY_RESAMPLES = 10_000  # the primary test's resamples of layers (>= 10^4: arithmetic on ranks)
+TIE = 1e-12  # |rho_a - rho_b| at or under this is a tie: both rank the drawn layers alike
+PRIMARY_BETTER, PRIMARY_NOT, PRIMARY_UNDECIDABLE = (
+    "better", "not distinguishable", "design cannot decide")  # primary_test's verdicts
+
+
+def _one_sided_share(boot: np.ndarray) -> tuple[float, int, int]:
+    """(p, ties, undefined) of a one-sided bootstrap test of "the difference is > 0": p =
+    (1 + resamples at or under 0, ties and undefined ones included) / (1 + resamples), the
+    Monte Carlo p-value that never reaches 0; ties: resamples with |difference| <= TIE."""
+    undefined = int(np.isnan(boot).sum())
+    ties = int((np.abs(boot) <= TIE).sum())
+    against = int((boot <= TIE).sum()) + undefined
+    return (1 + against) / (1 + boot.size), ties, undefined
+
+
+def design_min_p(x, z, *, n_boot: int = PRIMARY_RESAMPLES, seed: int = 0) -> dict:
+    """The smallest p-value primary_test can return over these layers whatever the target:
+    in a resample where x and z rank the drawn layers alike their Spearman correlations with
+    ANY target are equal, so the difference is 0 and the resample counts against the claim;
+    in every other resample a target ranked exactly as x puts x's correlation (1) above z's.
+    So the floor is primary_test's p with the target := x, from the same resamples (same
+    `seed`). {"p_min", "ties" (share of resamples where x and z tie), "layers"}. Covered by
+    test_design_min_p_*."""
+    x = _check_layers("the predictor", x)
+    z = _check_layers("the reference", z, x.size)
+    idx = resample_indices(x.size, n_boot, seed)
+    p, ties, undefined = _one_sided_share(_rho_diff_rows(x[idx], z[idx], x[idx]))
+    return {"p_min": p, "ties": (ties + undefined) / n_boot, "layers": int(x.size)}
+
+
+def primary_test(x, z, y, *, n_boot: int = PRIMARY_RESAMPLES, seed: int = 0,
+                 level: float = LEVEL) -> dict:
+    """The one pre-registered test: does predictor x (oriented: higher = predicts a higher
+    target) rank the layers by the target y better than the reference z (depth)? H0:
+    rho(x, y) <= rho(z, y); H1: rho(x, y) > rho(z, y), one-sided as the claim is directional.
+    Each of `n_boot` resamples draws layers with replacement (and, for a (layers, seeds) y,
+    each drawn layer's seeds: seed_resample_means) and recomputes both correlations on them;
+    p = (1 + resamples with difference <= 0) / (1 + n_boot) (ties and undefined resamples
+    count against the claim). Beside it the design's floor (design_min_p: the p a target
+    ranked exactly as x would get from the same resamples) and the verdict:
+    "better" (p < 1 - level), "not distinguishable" (p >= 1 - level although the floor is
+    below it), "design cannot decide" (the floor itself is >= 1 - level: no target could
+    have told them apart at these layers). {"rho", "rho_reference", "diff", "low" (the
+    one-sided lower bound of the difference at `level`), "p", "p_min", "ties", "undefined",
+    "n_boot", "layers", "alpha", "verdict"}. Covered by test_primary_test_*."""
+    y = np.asarray(y, dtype=np.float64)
+    seeds = y.ndim == 2
+    mean = np.nanmean(_seed_table(y)[0], axis=1) if seeds else _check_layers("the target", y)
+    x = _check_layers("the predictor", x, mean.size)
+    z = _check_layers("the reference", z, mean.size)
+    if n_boot < 1000:
+        raise ValueError(f"the primary test needs >= 1000 resamples, got {n_boot}")
+    rho, rho_ref = (float(_row_spearman(v[None], mean[None])[0]) for v in (x, z))
+    if seeds:
+        idx, means = seed_resample_means(y, n_boot=n_boot, seed=seed)
+    else:
+        idx = resample_indices(mean.size, n_boot, seed)
+        means = mean[idx]
+    boot = _rho_diff_rows(x[idx], z[idx], means)
+    p, _, undefined = _one_sided_share(boot)
+    floor = design_min_p(x, z, n_boot=n_boot, seed=seed)
+    alpha = round(1 - level, 12)
+    finite = boot[np.isfinite(boot)]
+    verdict = (PRIMARY_UNDECIDABLE if floor["p_min"] >= alpha else
+               PRIMARY_BETTER if p < alpha else PRIMARY_NOT)
+    return {"rho": rho, "rho_reference": rho_ref, "diff": rho - rho_ref,
+            "low": float(np.quantile(finite, alpha)) if finite.size else float("nan"),
+            "p": p, "p_min": floor["p_min"], "ties": floor["ties"],
+            "undefined": undefined / n_boot, "n_boot": int(n_boot),
+            "layers": int(mean.size), "alpha": alpha, "verdict": verdict}
+

@@ -67,9 +67,14 @@ def test_baselines_comparison_full_training_report(tiny):  # noqa: F811
 
     # the temperature frontier (default 0.7, 0.85, 1): DiHAL and the backbone at each, kept
     # out of the rows (all at 1); the points at 1 are the main rows', the others sampled
+    # and the held-out text, cut and scored like the samples, as the frontier's anchor
     front = read_manifest(root / "llama" / "eval").info["frontier"]
     assert [(p["role"], p["temperature"], p["sampled"]) for p in front] == [
-        (role, t, t != 1.0) for role in ("dihal", "backbone") for t in (0.7, 0.85, 1.0)]
+        (role, t, t != 1.0) for role in ("dihal", "backbone") for t in (0.7, 0.85, 1.0)] + [
+        ("reference", None, False)]
+    anchor = front.pop()
+    assert anchor["model"] == "held-out text" and anchor["n_samples"] <= 4
+    assert anchor["gen_ppl"] > 0 and 0 <= anchor["diversity"] <= 1
     for p in front:
         main = next(r for r in ev if r["role"] == p["role"])
         assert p["model"] == main["model"] and "sample_nll" not in p
@@ -110,9 +115,10 @@ def test_baselines_comparison_full_training_report(tiny):  # noqa: F811
     rows = read_manifest(root / "llama" / "comparison").info["rows"]
     assert [r["model"] for r in rows][-5:] == ["diffusion-lm", "sed", "ld4lg", "codar",
                                                "codar (native T=0.7)"]
-    # the comparison gathers the frontier: the eval's six points, then each baseline's
+    # the comparison gathers the frontier: the eval's six points and its anchor, then each
+    # baseline's
     cmp_front = read_manifest(root / "llama" / "comparison").info["frontier"]
-    assert cmp_front[:6] == front and [p["model"] for p in cmp_front[6:]] == [
+    assert cmp_front[:7] == [*front, anchor] and [p["model"] for p in cmp_front[7:]] == [
         "diffusion-lm", "sed"] + ["ld4lg"] * 3 + ["codar"] * 3
     assert {r["temperature"] for r in rows if r["role"] != "baseline (native temperature)"} <= {
         1.0, None}  # the main table stays at one temperature
@@ -208,6 +214,10 @@ def test_baselines_comparison_full_training_report(tiny):  # noqa: F811
     assert "is damaged: report.md:" in edited.metadata["error"].value
     html = (root / "llama" / "report" / "report.html").read_text()
     md = (root / "llama" / "report" / "report.md").read_text()
+    full = (root / "llama" / "full_training" / "samples.jsonl").read_text().splitlines()
+    kept = [json.loads(s) for s in full]  # every role's samples, with their judge scores
+    assert {(s["role"], s["sampler"]) for s in kept} >= {("geometry l*", "protocol")}
+    assert all({"index", "text", "nll", "tokens", "layer"} <= set(s) for s in kept)
     for text in (html, md):
         for needle in ("Locate", "bridgeability", "Full training", "diffusion-lm", "codar",
                        "depth (-l)", "S_l (robust)", "-cond_distance",
@@ -215,7 +225,9 @@ def test_baselines_comparison_full_training_report(tiny):  # noqa: F811
                        "MAUVE [95 %] (diagnostic)", "regression control",
                        "resamples picking l*", "diversity (spaCy, as LD4LG)",
                        "mean length (judge tokens)", "drawn unconditionally from the",
-                       "samples per model for 80 % power", "minus depth",
+                       "samples per model for 80% power at a Gen.PPL ratio of 1.25",
+                       "minus depth", "The pre-registered primary test",
+                       "smallest attainable p", "held-out text",
                        "3a. DiHAL against its control hybrids", "3b. Cost per generated token",
                        "max K cheaper", "Gen.PPL DiHAL / this [paired 95 %]",
                        "3c. Gen.PPL against diversity across temperatures",

@@ -184,3 +184,8 @@ def test_measuring_against_the_dumps_reference_gives_the_backbones_own_numbers(t
     for key, value in ran.items():
         assert kept[key] == pytest.approx(value, rel=1e-5), key
     assert 0 < kept["top1_agreement"] < 1, kept  # trained a little: agrees somewhere, not everywhere
+    # the hybrid NLL on each half of the 5 held-out sequences (2 choose, 3 judge): together
+    # the NLL on all of them
+    assert (2 * kept["hybrid_nll_select"] + 3 * kept["hybrid_nll_judge"]) / 5 == pytest.approx(
+        kept["hybrid_nll"], rel=1e-5)
+    assert kept["hybrid_nll_select"] != kept["hybrid_nll_judge"]

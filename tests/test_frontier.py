@@ -158,3 +158,71 @@ def test_the_frontier_read_with_its_intervals_each_way(points, says):
     # DiHAL's own standing under the intervals is said only where it is off the frontier
     assert ("DiHAL is off the frontier beyond" in text or "DiHAL may lie on it" in text) == (
         "DiHAL does not" in text)
+
+
+def _ci(model, role, t, ppl, lo, hi, div, dlo, dhi):
+    return {**_p(model, role, t, ppl, div), "gen_ppl_low": lo, "gen_ppl_high": hi,
+            "diversity_low": dlo, "diversity_high": dhi}
+
+
+def test_a_less_diverse_point_never_clearly_dominates_and_one_dominator_serves_both_tests():
+    """The backbone at T = 1 is on the frontier (nothing has a lower Gen.PPL at its diversity);
+    a point with a far lower Gen.PPL but a lower diversity (its interval overlapping) must not
+    mark it "dominated beyond the 95 % intervals" as well."""
+    from dihal.report.frontier import frontier_table
+
+    backbone = _ci("backbone", "backbone", 1.0, 114.0, 92.0, 143.0, 0.82, 0.80, 0.84)
+    colder = _ci("backbone", "backbone", 0.7, 40.0, 35.0, 46.0, 0.78, 0.74, 0.83)
+    assert not dominates(colder, backbone) and not clearly_dominates(colder, backbone)
+    assert on_frontier([backbone, colder]) == [True, True]
+    assert on_frontier([backbone, colder], clearly=True) == [True, True]
+    rows = frontier_table([backbone, colder])
+    assert all(not (r["on the frontier"] == "yes" and
+                    r["dominated beyond the 95 % intervals"] == "yes") for r in rows)
+    # the clear test is the point test's dominator with its intervals apart
+    worse = _ci("DiHAL", "dihal", 1.0, 780.0, 580.0, 1030.0, 0.80, 0.78, 0.82)
+    assert dominates(backbone, worse) and clearly_dominates(backbone, worse)
+    assert not clearly_dominates(colder, worse)  # lower diversity: never its dominator
+
+
+def test_held_out_text_anchors_the_frontier_and_degenerate_diversity_earns_nothing():
+    """A point more diverse than real text (a degenerate sampler) is on the plain frontier by
+    that alone; with the held-out text's point as anchor its excess diversity counts for
+    nothing, so the held-out text (lower Gen.PPL, equal capped diversity) dominates it."""
+    from dihal.evaluate.frontier import anchor_point, at_matched_diversity
+
+    text = anchor_point({"gen_ppl": 30.0, "gen_ppl_low": 27.0, "gen_ppl_high": 33.0,
+                         "diversity": 0.85, "diversity_low": 0.83, "diversity_high": 0.87}, 64)
+    assert text["role"] == "reference" and text["temperature"] is None
+    salad = _ci("DiHAL", "dihal", 1.0, 800.0, 600.0, 1000.0, 0.97, 0.96, 0.98)
+    cold = _ci("DiHAL", "dihal", 0.7, 300.0, 250.0, 350.0, 0.75, 0.72, 0.78)
+    bb = [_ci("backbone", "backbone", 0.7, 20.0, 18.0, 22.0, 0.70, 0.68, 0.72),
+          _ci("backbone", "backbone", 1.0, 60.0, 54.0, 66.0, 0.90, 0.88, 0.92)]
+    assert on_frontier([salad, cold, *bb]) == [True, False, True, True]  # no anchor
+    assert on_frontier([salad, cold, *bb, text]) == [False, False, True, False, True]
+    assert on_frontier([salad, cold, *bb, text], clearly=True)[0] is False
+    # Gen.PPL at the held-out text's diversity, interpolated in log between temperatures
+    got = {g["model"]: g for g in at_matched_diversity([salad, cold, *bb, text], 0.85)}
+    assert got["DiHAL"]["gen_ppl"] == pytest.approx(math.exp(
+        math.log(300) + (math.log(800) - math.log(300)) * (0.85 - 0.75) / (0.97 - 0.75)))
+    assert got["backbone"]["gen_ppl"] == pytest.approx(math.exp(
+        math.log(20) + (math.log(60) - math.log(20)) * 0.75))
+    assert "held-out text" not in got
+    only_cold = at_matched_diversity([cold, text], 0.85)
+    assert only_cold == [{"model": "DiHAL", "gen_ppl": None, "low": 0.75, "high": 0.75}]
+    sentence = frontier_sentence([salad, cold, *bb, text])
+    for says in ("Held-out text, cut and scored like the samples, has Gen.PPL 30.0 at diversity "
+                 "0.850: the anchor; diversity beyond it counts as no better (2 points exceed "
+                 "it: DiHAL (T = 1), backbone (T = 1))",
+                 "1 of the 2 models have a point on the frontier",
+                 "diversity counted up to the held-out text's", "every point of DiHAL is dominated",
+                 "At the held-out text's diversity (0.850; Gen.PPL interpolated in log between "
+                 "each model's temperatures), DiHAL has Gen.PPL 468.5; backbone has Gen.PPL 45.6"):
+        assert says in sentence, (says, sentence)
+    assert "No held-out text was scored" in frontier_sentence([salad, cold, *bb])
+    assert "the held-out text dominates every one" in frontier_sentence([salad, text])
+    from dihal.report.frontier import frontier_table
+
+    table = frontier_table([salad, text])
+    assert [(r["T"], r["on the frontier"]) for r in table] == [("1", "no"), ("n/a (real text)",
+                                                                           "yes")]

@@ -117,3 +117,54 @@ def test_full_training_takes_l_stars_rows_from_the_eval_where_it_drew_them(tiny_
                         chosen={"rule": "marginal", "steps": 2, "hybrid_nll": 3.9}, from_eval=ev)
     assert [(r["sampler"], r["steps"], r["gen_ppl"], r["from_eval"]) for r in res.rows] == [
         ("protocol", 4, 10.0, True), ("chosen on validation", 2, 9.0, True)] * len(ROLES)
+
+
+def test_full_training_keeps_every_roles_samples_and_tests_the_roles_paired(tiny_backbone, judge):
+    """Every role's samples are kept with their judge scores, and the roles' Gen.PPL are
+    compared paired by sample index: two roles on the same bridge draw the same samples, so
+    their difference is exactly 0 and not told apart."""
+    res = _run(tiny_backbone, judge, {"rule": "ancestral", "steps": 4, "hybrid_nll": 3.9})
+    assert {(s["role"], s["sampler"]) for s in res.samples} == {(r, "protocol") for r in ROLES}
+    assert sorted(s["index"] for s in res.samples if s["role"] == "oracle") == [0, 1, 2]
+    for s in res.samples:
+        assert (s["tokens"] is None) == (not s["text"].strip())
+        assert s["seed"] == 0 and s["layer"] == LAYER and s["model"].startswith("DiHAL")
+    oracle = next(r for r in res.rows if r["role"] == "oracle")
+    scored = sum(1 for s in res.samples if s["role"] == "oracle" and s["tokens"])
+    assert oracle["pairs_vs_l_star"] == scored
+    if scored >= 2:
+        assert oracle["log_ppl_diff_vs_l_star"] == 0.0
+        assert oracle["verdict_vs_l_star"] == "not distinguishable"
+        assert oracle["p_holm_vs_l_star"] >= oracle["p_vs_l_star"]
+
+
+def test_paired_roles_pair_samples_by_index_not_by_position():
+    """A sample the judge could not score (empty) is left out of its pair by INDEX: the other
+    samples stay paired with their own index (by position they would slip by one)."""
+    import math
+
+    from dihal.compare.stage import paired_roles
+
+    def samples(role, nll_per_token, empty=()):
+        return [{"role": role, "sampler": "protocol", "index": i, "text": "" if i in empty else "x",
+                 "nll": None if i in empty else nll_per_token[i] * 10,
+                 "tokens": None if i in empty else 10} for i in range(len(nll_per_token))]
+
+    a = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+    b = [v + 0.5 for v in a]  # every paired sample 0.5 nats per token worse
+    rows = [{"role": r, "sampler": "protocol"} for r in ("geometry l*", "oracle", "worst")]
+    got = samples("geometry l*", a, empty={1}) + samples("oracle", b) + samples("worst", a)
+    paired_roles(rows, got, seed=0)
+    oracle, worst = rows[1], rows[2]
+    assert oracle["pairs_vs_l_star"] == 5
+    assert oracle["log_ppl_diff_vs_l_star"] == pytest.approx(-0.5)
+    # paired, every pair differs by exactly 0.5: the interval is a point, the verdict firm
+    assert oracle["log_ppl_diff_low_vs_l_star"] == pytest.approx(-0.5)
+    assert oracle["verdict_vs_l_star"] == "below"  # l*'s Gen.PPL lower
+    assert worst["log_ppl_diff_vs_l_star"] == pytest.approx(0.0, abs=1e-12)
+    assert worst["log_ppl_diff_vs_oracle"] == pytest.approx(0.5)
+    # Holm over the three pairs
+    ps = [oracle["p_vs_l_star"], worst["p_vs_l_star"], worst["p_vs_oracle"]]
+    assert sorted([oracle["p_holm_vs_l_star"], worst["p_holm_vs_l_star"],
+                   worst["p_holm_vs_oracle"]])[0] == pytest.approx(min(1.0, 3 * min(ps)))
+    assert not math.isnan(worst["p_holm_vs_oracle"])

@@ -113,17 +113,63 @@ def test_l_star_over_resampled_sequences_and_split_halves(agreement, says):
     assert "sequence_resamples and split_halves are 0" in build_report(inputs()).markdown
 
 
-@pytest.mark.parametrize(("standing", "says"), [
-    ("above", "geometry predicts how well a bridge learns better than depth does"),
-    ("below", "depth predicts how well a bridge learns better than geometry does"),
-    ("not distinguishable", "geometry and depth cannot be told apart at 3 swept layers"),
+def _primary(p, p_min, *, p_min_all=0.0006, needed=14, ties=0.43):
+    """A primary test as bridgeability writes it (dihal.rows.PrimaryTest), its verdict by the
+    rule of dihal.uncertainty.primary_test."""
+    from dihal.rows import PrimaryTest
+    from dihal.uncertainty import PRIMARY_BETTER, PRIMARY_NOT, PRIMARY_UNDECIDABLE
+
+    verdict = (PRIMARY_UNDECIDABLE if p_min >= 0.05 else PRIMARY_BETTER if p < 0.05 else
+               PRIMARY_NOT)
+    return PrimaryTest("S_l (robust)", "hybrid_nll", 0.9, 0.7, 0.2, 0.05, p, p_min, ties, 0.0,
+                       10000, 3, 0.05, verdict, p_min_all, 29, needed).to_dict()
+
+
+def _with_primary(x, primary):
+    from dataclasses import replace
+
+    return replace(x, bridgeability={**x.bridgeability, "primary": primary})
+
+
+@pytest.mark.parametrize(("p", "p_min", "says", "never"), [
+    (0.004, 0.001, "geometry predicts the bridges' hybrid NLL better than depth does (p < 0.05)",
+     "cannot"),
+    (0.30, 0.001, "geometry and depth cannot be told apart at these 3 layers (p >= 0.05), though "
+                  "the design could have told them apart (its smallest p is under 0.05)",
+     "design cannot decide"),
+    (0.43, 0.43, "the design cannot decide: at these 3 swept layers no outcome could have told "
+                 "geometry and depth apart (smallest attainable p >= 0.05); over all 29 "
+                 "candidate layers the floor is 0.0006, and 14 evenly spread swept layers bring "
+                 "it under 0.05", "cannot be told apart"),
 ])
-def test_geometry_against_depth_each_way(standing, says):
-    x = inputs(spearman=[_spearman("S_l (robust)", 0.5, 0.2, 0.8, standing),
-                         _spearman(DEPTH, 0.4, 0.1, 0.7)])
+def test_geometry_against_depth_each_way_of_the_primary_test(p, p_min, says, never):
+    """The answer is the pre-registered primary test's, with the smallest p its design can
+    reach; "cannot be told apart" only where the design could have told them apart."""
+    x = _with_primary(inputs(), _primary(p, p_min))
     text, anchor = answer_geometry_vs_depth(x)
-    assert says in text and anchor == BRIDGEABILITY
-    assert "S_l (robust) has Spearman 0.50 [0.20, 0.80] with -val loss and depth 0.40 [0.10, 0.70]" in text
+    assert says in text and never not in text and anchor == BRIDGEABILITY
+    assert (f"p = {p:.3g}; the smallest p these layers allow is {p_min:.3g} (in 43% of "
+            "resamples S_l (robust) and depth rank the drawn layers alike") in text
+    assert "Exploratory, not the primary test" in text
+    md = build_report(x).markdown
+    assert (f"| S_l (robust) | -hybrid_nll | 0.900 | 0.700 | +0.200 | +0.050 | {p:.3g} | "
+            f"{p_min:.3g} | 43.0% | 0.0006 (29 layers) |") in md
+
+
+def test_primary_test_says_when_no_sweep_of_the_backbone_can_decide():
+    x = _with_primary(inputs(), _primary(0.5, 0.4, p_min_all=0.2, needed=None))
+    assert ("over all 29 candidate layers the floor is 0.2, still not under 0.05: no sweep of "
+            "this backbone can decide it") in answer_geometry_vs_depth(x)[0]
+
+
+def test_without_a_primary_test_the_answer_is_unsettled_and_never_cannot_be_told_apart():
+    x = inputs(spearman=[_spearman("S_l (robust)", 0.5, 0.2, 0.8, "not distinguishable"),
+                         _spearman(DEPTH, 0.4, 0.1, 0.7)])
+    text, _ = answer_geometry_vs_depth(x)
+    assert text.startswith("Whether geometry beats depth is not settled: these artifacts have "
+                           "no pre-registered primary test")
+    assert "cannot be told apart" not in text and "cannot be told apart" not in \
+        build_report(x).markdown
 
 
 def _paired_spearman(predictor, rho, verdicts, diff=0.3, p_holm=0.01):
@@ -134,17 +180,18 @@ def _paired_spearman(predictor, rho, verdicts, diff=0.3, p_holm=0.01):
 
 
 @pytest.mark.parametrize("standing", ["above", "below", "not distinguishable"])
-def test_geometry_against_depth_reads_the_paired_test(standing):
-    """The answer and the section come from the paired difference and its Holm-corrected
-    p-value; the hybrid NLL's verdict is read beside the validation loss's."""
+def test_the_paired_tests_are_read_as_exploratory(standing):
+    """The other predictor x target standings (the paired difference, Holm-corrected) are
+    reported as exploratory beside the primary test."""
     verdicts = {"val_loss": standing, "recon_error": "not distinguishable",
                 "hybrid_nll": "below" if standing == "above" else "above"}
-    x = inputs(spearman=[_paired_spearman("S_l (robust)", 0.6, verdicts),
-                         _spearman(DEPTH, 0.4, 0.1, 0.7)])
+    x = _with_primary(inputs(spearman=[_paired_spearman("S_l (robust)", 0.6, verdicts),
+                                       _spearman(DEPTH, 0.4, 0.1, 0.7)]), _primary(0.3, 0.001))
     text, _ = answer_geometry_vs_depth(x)
-    assert "(difference +0.30 [+0.20, +0.40])" in text
-    assert "by the paired difference of the Spearman correlations (95 %, Holm-corrected)" in text
-    assert f"against -hybrid NLL it is {verdicts['hybrid_nll']} depth" in text
+    assert (f"Exploratory, not the primary test (two-sided, Holm over 3 predictor x target "
+            f"tests): against -val loss S_l (robust) is {standing} depth (difference +0.30 "
+            "[+0.20, +0.40])") in text
+    assert "above depth on some target: S_l (robust)" in text
     md = build_report(x).markdown
     assert "Holm-corrected over 3 predictor x target tests" in md
     assert ("| S_l (robust) | -val_loss | 0.60 [0.40, 0.70] | +0.30 [+0.20, +0.40] | 0.00333 | "
@@ -154,9 +201,9 @@ def test_geometry_against_depth_reads_the_paired_test(standing):
 
 
 @pytest.mark.parametrize(("disagree", "says"), [
-    ((True, False), "the two measures disagree on the oracle"),
-    ((True, True), "the two measures disagree on the oracle and the worst layer"),
-    ((False, False), "the two measures agree"),
+    ((True, False), "the measures disagree on the oracle"),
+    ((True, True), "the measures disagree on the oracle and the worst layer"),
+    ((False, False), "the measures agree"),
 ])
 def test_bridgeability_names_the_oracle_by_both_measures(disagree, says):
     x = inputs()
@@ -167,15 +214,24 @@ def test_bridgeability_names_the_oracle_by_both_measures(disagree, says):
     from dataclasses import replace
 
     md = build_report(replace(x, bridgeability=b)).markdown
-    assert ("the oracle layer by hybrid NLL is 3 and the worst 1 (full training follows these); "
-            "by validation loss") in md and says in md
+    assert ("the oracle layer by hybrid NLL is 3 and the worst 1 (full training follows these; "
+            "chosen and judged on the same held-out sequences: these artifacts predate the "
+            "split); by validation loss") in md and says in md
+    # chosen on the first half of the held-out sequences: the report says the second judges
+    b["oracle_by"]["by"]["hybrid_nll_select"] = {"oracle": 2, "worst": 1}
+    b["oracle_by"]["chosen_by"] = "hybrid_nll_select"
+    md = build_report(replace(x, bridgeability=b)).markdown
+    assert ("the oracle layer by hybrid NLL on the first half of the held-out sequences is 2 and "
+            "the worst 1 (full training follows these, and the second half, which did not "
+            "choose them, judges them); on all held-out sequences, 3 and 1; by validation "
+            "loss") in md
 
 
 def test_geometry_against_depth_names_rivals_above_depth_and_says_when_unsettled():
     x = inputs(spearman=[_spearman("S_l (robust)", 0.5, 0.2, 0.8, "not distinguishable"),
                          _spearman("-cond_distance", 0.9, 0.85, 0.95, "above"),
                          _spearman(DEPTH, 0.4, 0.1, 0.7)])
-    assert "predictors above depth: -cond_distance." in answer_geometry_vs_depth(x)[0]
+    assert "above depth on some target: -cond_distance." in answer_geometry_vs_depth(x)[0]
     text, _ = answer_geometry_vs_depth(inputs(spearman=[_spearman(DEPTH, 0.4, 0.1, 0.7)]))
     assert text.startswith("Whether geometry beats depth is not settled")
 
@@ -265,8 +321,14 @@ def test_generation_pairs_decide_by_the_log_ppl_difference_and_give_a_power_coun
     assert pairs["backbone"]["verdict"] == "higher" and pairs["sed"]["verdict"] == "lower"
     assert pairs["codar"]["verdict"] == "not distinguishable"
     assert all(p["p_holm"] >= p["p"] for p in pairs.values())
-    # the count with 80 % power grows as the effect shrinks; it is at most what separated them
-    assert pairs["backbone"]["power"]["n"] <= 16 < pairs["codar"]["power"]["n"]
+    # the power count is prospective: for a named effect (Gen.PPL 1.25x apart) under this test
+    # at Holm's strictest step over the 3 pairs, so it follows the spread, not the effect seen
+    # (the backbone, told apart, and codar, not, have the same spread: about the same count)
+    for p in pairs.values():
+        assert p["power"]["ratio"] == 1.25 and p["power"]["alpha"] == pytest.approx(0.05 / 3)
+        assert not p["power"]["paired"] and p["power"]["observed_n"] == 16
+    counts = [p["power"]["n"] for p in pairs.values()]
+    assert max(counts) < 2 * min(counts)
     text, _ = answer_generation(inputs(comparison=comparison))
     assert ("higher than the backbone's" in text and "(told apart by the difference of log "
             "Gen.PPL)" in text)
@@ -274,8 +336,12 @@ def test_generation_pairs_decide_by_the_log_ppl_difference_and_give_a_power_coun
             "over the pairs) for 1 of them") in text
     md = build_report(inputs(comparison=comparison)).markdown
     assert "told apart from 2 of the 3 other models (backbone, sed)" in md
-    assert (f"about {pairs['codar']['power']['n']} for codar samples per model") in md
-    assert "| DiHAL against | Gen.PPL ratio [95 %] | p (Holm) | DiHAL's Gen.PPL |" in md
+    assert ("Planned ahead, this test (Holm over the 3 pairs, at its strictest step) would "
+            "need for 80% power against Gen.PPL 1.25x apart, the spread per sample taken from "
+            f"these samples, about {pairs['codar']['power']['n']:,} for codar samples per "
+            "model") in md
+    assert ("| DiHAL against | Gen.PPL ratio [95 %] | p (Holm) | DiHAL's Gen.PPL | samples per "
+            "model for 80% power at a Gen.PPL ratio of 1.25 (alpha 0.0167) |") in md
     # a DiHAL indistinguishable from the backbone says so
     same = [dihal, _scored("backbone", "backbone", 4.0, seed=5)]
     assert "(not told apart by the difference of log Gen.PPL)" in answer_generation(
@@ -546,3 +612,60 @@ def test_the_markdown_links_its_plots_to_files_and_the_html_embeds_them():
     assert links == [f"plot{n}.png" for n in range(1, len(beside.figures) + 1)] and links
     assert "data:image" not in beside.markdown and "data:image/png;base64," in beside.html
     assert beside.html == embedded.html
+
+
+def test_the_partial_spearman_shows_its_undefined_share_and_why_its_interval_is_missing():
+    def row(share, low, high):
+        return SpearmanRow("S_l (robust)", {t: Spearman(0.6, 0.4, 0.7, "not distinguishable",
+                                                        0.1, -0.1, 0.3, 0.4, 1.0, 0.51, low,
+                                                        high, share)
+                                            for t in ("val_loss", "recon_error", "hybrid_nll")}
+                           ).to_dict()
+
+    md = build_report(inputs(spearman=[row(0.42, None, None),
+                                       _spearman(DEPTH, 0.4, 0.1, 0.7)])).markdown
+    assert ("| +0.51 (no interval: undefined in 42% of resamples, where the predictor or the "
+            "target ranks the drawn layers as depth does;") in md
+    md = build_report(inputs(spearman=[row(0.01, 0.2, 0.8),
+                                       _spearman(DEPTH, 0.4, 0.1, 0.7)])).markdown
+    assert "| +0.51 [+0.20, +0.80] (undefined in 1.0% of resamples) |" in md
+
+
+@pytest.mark.parametrize("verdict", ["below", "above", "not distinguishable"])
+def test_full_training_reports_the_judged_half_and_the_paired_test_of_the_roles(verdict):
+    """The three full-training bridges are compared on the held-out half that did not choose
+    the oracle, and by the paired generation test of their samples (each way it comes out);
+    rows made before either say so."""
+    import math
+    from dataclasses import replace
+
+    from dihal.report.full_training import _full_training_summary, role_pairs, role_pairs_sentence
+
+    full = [{"role": role, "layer": ll, "sampler": "protocol", "val_loss": 0.5,
+             "hybrid_nll": 3.0, "hybrid_nll_judge": nll, "gen_ppl": 40.0}
+            for role, ll, nll in (("geometry l*", 2, 3.1), ("oracle", 3, 2.9), ("worst", 1, 3.5))]
+    full[1].update({"log_ppl_diff_vs_l_star": math.log(1.5), "log_ppl_diff_low_vs_l_star":
+                    math.log(1.2), "log_ppl_diff_high_vs_l_star": math.log(1.9),
+                    "p_vs_l_star": 0.01, "p_holm_vs_l_star": 0.03, "verdict_vs_l_star": verdict,
+                    "pairs_vs_l_star": 60})
+    x = replace(inputs(), full_training=full)
+    text = _full_training_summary(x)
+    assert ("On the half of the held-out sequences that did not choose the oracle and the worst "
+            "layer, hybrid NLL is 3.100 at l*, 2.900 at the oracle and 3.500 at the worst "
+            "layer.") in text
+    pairs = role_pairs(full)
+    assert pairs == [{"pair": "geometry l* (layer 2) / oracle (layer 3)",
+                      "Gen.PPL ratio [paired 95 %]": "1.500 [1.200, 1.900]",
+                      "samples paired": 60, "p (Holm)": "0.03",
+                      "verdict": {"below": "geometry l* lower", "above": "oracle lower"}.get(
+                          verdict, "not distinguishable")}]
+    sentence = role_pairs_sentence(pairs)
+    assert ("Told apart: geometry l* (layer 2) / oracle (layer 3)" in sentence) == (
+        verdict != "not distinguishable")
+    md = build_report(x).markdown
+    assert "| geometry l* (layer 2) / oracle (layer 3) | 1.500 [1.200, 1.900] | 60 | 0.03 |" in md
+    old = [{k: v for k, v in r.items() if k != "hybrid_nll_judge" and "_vs_" not in k}
+           for r in full]
+    assert "chosen and judged on the same held-out sequences" in _full_training_summary(
+        replace(x, full_training=old))
+    assert role_pairs_sentence(role_pairs(old)).startswith("No paired generation test")

@@ -38,9 +38,10 @@ from dihal.results import (
     FullTrainingResult,
     TrainedBridge,
 )
+from dihal.rows import PAIR_STATS, ROLE_PAIRS, pair_column
 from dihal.seeds import derive_seed
 from dihal.training import sample_budget, train_model
-from dihal.uncertainty import seed_spread
+from dihal.uncertainty import holm, log_ppl_difference, paired_verdict, seed_spread
 
 
 def reference_budget(bridge: BridgeMetrics, sampler_steps: int, seq_len: int) -> Budget:
@@ -201,7 +202,7 @@ GENERATION_KEYS = tuple(f"{m}{end}" for m in ("gen_ppl", "gen_ppl_mean", "divers
 # what every generation row carries beside GENERATION_KEYS (issue 18): diversity with spaCy's
 # tokens, length in judge tokens, Gen.PPL on the first ppl_length judge tokens of every sample,
 # the decoding temperature, MAUVE's sample counts and diagnostic flag, and the per-sample
-# judge NLL and token counts (log_ppl_difference, samples_for_power)
+# judge NLL and token counts (log_ppl_difference, samples_for_effect)
 LENGTH_KEYS = ("diversity_spacy", "mean_judge_length", "gen_ppl_at_length",
                "gen_ppl_at_length_low", "gen_ppl_at_length_high", "ppl_length",
                "ppl_length_scored", "ppl_length_short", "temperature", "mauve_diagnostic",
@@ -260,7 +261,8 @@ SEED_MEASURES = ("val_loss", "t1_loss", "hybrid_nll")  # spread over training se
 def full_training(roles: dict[str, int], bridge_at: Callable[[int], TrainedBridge], backbone,
                   judge, cfg, progress: Callable[[str], None] | None = None, *,
                   reference_texts: list[str] | None = None, chosen: dict | None = None,
-                  from_eval: list[dict] | None = None) -> FullTrainingResult:
+                  from_eval: list[dict] | None = None,
+                  eval_samples: list[dict] | None = None) -> FullTrainingResult:
     """The full_training stage: the full-budget bridge of each role's layer (`bridge_at` reuses
     or trains it, with the bridge stage's training seeds), evaluated like the bridge at l*
     (bridgeability, with the spread over seeds, and generation) at the protocol's K and at the
@@ -269,9 +271,12 @@ def full_training(roles: dict[str, int], bridge_at: Callable[[int], TrainedBridg
     chosen row carries the paired difference of its log Gen.PPL from the protocol row's.
     `from_eval`: the eval's rows, where the eval sampled this very bridge at l* with the same
     config and chosen (rule, K): l*'s generation rows are taken from them (the same samples),
-    not drawn again; its rows say so (`from_eval`)."""
+    not drawn again; its rows say so (`from_eval`), and its samples are the eval's
+    (`eval_samples`). Every role's samples are kept (the result's `samples`, each with its
+    judge NLL and tokens), and the protocol rows carry the paired generation test of the roles
+    against each other (paired_roles)."""
 
-    rows, sampler = [], {"chosen": chosen}
+    rows, sampler, samples = [], {"chosen": chosen}, []
     reference = judge.features(reference_texts) if reference_texts else None
     for role, layer in roles.items():
         trained = bridge_at(layer)
@@ -281,19 +286,74 @@ def full_training(roles: dict[str, int], bridge_at: Callable[[int], TrainedBridg
         extra = _at_chosen(backbone, trained, cfg, chosen) if chosen and not sampler[
             "chosen_is_protocol"] else []
         reused = _eval_rows(from_eval, layer, bool(extra))
-        hybrids = reused or evaluate_generation(
-            backbone, trained, judge, cfg, progress=progress, with_backbone=False,
-            reference=reference, extra=extra).rows
+        if reused is not None:
+            hybrids, drawn = reused, eval_samples or []
+        else:
+            made = evaluate_generation(backbone, trained, judge, cfg, progress=progress,
+                                       with_backbone=False, reference=reference, extra=extra)
+            hybrids, drawn = made.rows, made.samples
         trained_columns = {"role": role, "layer": layer, **_bridge_columns(trained),
                            "from_eval": reused is not None}
+        samples += [{"role": role, "layer": layer, "sampler": label, **s}
+                    for hybrid, label in zip(hybrids, (PROTOCOL_K, CHOSEN_ON_VALIDATION),
+                                             strict=False)
+                    for s in drawn if s["model"] == hybrid["model"]]
         for hybrid, label in zip(hybrids, (PROTOCOL_K, CHOSEN_ON_VALIDATION), strict=False):
             rows.append({**trained_columns, "sampler": label, "steps": hybrid["steps"],
                          "rule": hybrid["rule"], **{k: hybrid[k] for k in GENERATION_KEYS},
                          "repetition": hybrid["repetition"], "mean_length": hybrid["mean_length"],
                          **{k: hybrid.get(k) for k in LENGTH_KEYS if not k.startswith("sample_")},
                          **{k: hybrid.get(k) for k in PAIRED_KEYS}})
+    samples = _scored(samples, judge)
+    paired_roles(rows, samples, seed=cfg.seed)
     columns = dict.fromkeys(k for r in rows for k in r)  # every row has every column
-    return FullTrainingResult([{k: r.get(k) for k in columns} for r in rows], sampler=sampler)
+    return FullTrainingResult([{k: r.get(k) for k in columns} for r in rows], sampler=sampler,
+                              samples=samples)
+
+
+def _scored(samples: list[dict], judge) -> list[dict]:
+    """Each sample with its judge NLL and token count (`nll`, `tokens`; None for an empty
+    text, which the judge cannot score)."""
+    texts = [s["text"] for s in samples if s["text"].strip()]
+    each = iter(judge.nll_each(texts) if texts else [])
+    out = []
+    for s in samples:
+        nll, tokens = next(each) if s["text"].strip() else (None, None)
+        out.append({**s, "nll": nll, "tokens": tokens})
+    return out
+
+
+def paired_roles(rows: list[dict], samples: list[dict], *, seed: int = 0) -> None:
+    """The paired generation test of l*, the oracle and the worst layer at the protocol's K:
+    log Gen.PPL(first) - log Gen.PPL(second), token-weighted, over the samples both scored,
+    paired by sample INDEX (the roles draw sample i with the same seed and uniforms;
+    dihal.uncertainty.log_ppl_difference, paired), Holm-corrected over the pairs tested, and
+    its verdict ("below": the first's Gen.PPL lower beyond the 95 % level). Written on the
+    second role's protocol row (pair_column); a pair with fewer than 2 shared scored samples
+    is not tested (NaN, "not distinguishable"). Covered by test_paired_roles_*."""
+
+    def scored(role: str) -> dict[int, tuple[float, int]]:
+        return {s["index"]: (s["nll"], s["tokens"]) for s in samples
+                if s["role"] == role and s["sampler"] == PROTOCOL_K and s.get("tokens")}
+
+    target = {r["role"]: r for r in rows if r["sampler"] == PROTOCOL_K}
+    tests = []
+    for first, second in ROLE_PAIRS:
+        if first not in target or second not in target:
+            continue
+        a, b = scored(first), scored(second)
+        both = sorted(set(a) & set(b))
+        try:
+            d = log_ppl_difference([a[i] for i in both], [b[i] for i in both], paired=True,
+                                   seed=seed)
+        except ValueError:  # fewer than 2 pairs
+            d = {k: float("nan") for k in ("diff", "low", "high", "p")}
+        tests.append((first, second, d, len(both)))
+    for (first, second, d, n), adj in zip(tests, holm([t[2]["p"] for t in tests]), strict=True):
+        values = (d["diff"], d["low"], d["high"], d["p"], adj,
+                  paired_verdict(d["diff"], adj), n)
+        target[second].update({pair_column(k, first): v
+                               for k, v in zip(PAIR_STATS, values, strict=True)})
 
 
 def _eval_rows(rows: list[dict] | None, layer: int, at_chosen: bool) -> list[dict] | None:
@@ -325,7 +385,8 @@ def _bridge_columns(trained: TrainedBridge) -> dict:
 
     m, seeds = trained.metrics, [trained.metrics, *trained.seed_metrics]
     out = {"val_loss": m.val_loss, "t1_loss": m.t1_loss, "recon_error": m.recon_error,
-           "hybrid_nll": m.hybrid_nll, "top1_agreement": m.top1_agreement,
+           "hybrid_nll": m.hybrid_nll, "hybrid_nll_select": m.hybrid_nll_select,
+           "hybrid_nll_judge": m.hybrid_nll_judge, "top1_agreement": m.top1_agreement,
            "train_tokens": m.train_tokens, "train_seconds": m.seconds,
            "train_seconds_all_seeds": sum(s.seconds for s in seeds), "n_seeds": len(seeds)}
     for measure in SEED_MEASURES:

@@ -41,16 +41,38 @@ def points_at(temperatures: Sequence[float], measured: dict, measure: Callable[[
     return out
 
 
+ANCHOR_ROLE = "reference"  # the held-out text's point: real text, the frontier's anchor
+ANCHOR_MODEL = "held-out text"
+
+
+def anchor_point(metrics: dict, n_samples: int) -> dict:
+    """The frontier's anchor: held-out corpus text cut like the samples (as many texts as each
+    model has samples: pooled diversity falls with the count), scored by the same judge and
+    metric code (dihal.evaluate.generation.text_metrics), at no temperature."""
+    return point(ANCHOR_MODEL, ANCHOR_ROLE, None, metrics, sampled=False, n_samples=n_samples)
+
+
+def anchor_of(points: Iterable[dict]) -> dict | None:
+    """The held-out text's point among `points` (finite), or None."""
+    return next((p for p in points if p.get("role") == ANCHOR_ROLE and _finite(p)), None)
+
+
 def _finite(p: dict) -> bool:
     return all(isinstance(p.get(k), int | float) and math.isfinite(p[k])
                for k in ("gen_ppl", "diversity"))
 
 
-def dominates(a: dict, b: dict) -> bool:
+def _capped(v: float, cap: float | None) -> float:
+    return v if cap is None else min(v, cap)
+
+
+def dominates(a: dict, b: dict, cap: float | None = None) -> bool:
     """`a` has the lower Gen.PPL at equal or higher diversity, or the higher diversity at equal
-    or lower Gen.PPL: `b` is off the frontier."""
-    return ((a["gen_ppl"] < b["gen_ppl"] and a["diversity"] >= b["diversity"])
-            or (a["gen_ppl"] <= b["gen_ppl"] and a["diversity"] > b["diversity"]))
+    or lower Gen.PPL: `b` is off the frontier. With `cap` (the held-out text's diversity),
+    diversity counts only up to it: diversity beyond real text's is degenerate, not better."""
+    da, db = _capped(a["diversity"], cap), _capped(b["diversity"], cap)
+    return ((a["gen_ppl"] < b["gen_ppl"] and da >= db)
+            or (a["gen_ppl"] <= b["gen_ppl"] and da > db))
 
 
 def _interval(p: dict, key: str) -> tuple[float, float]:
@@ -60,25 +82,53 @@ def _interval(p: dict, key: str) -> tuple[float, float]:
     return (lo, hi) if ok else (p[key], p[key])
 
 
-def clearly_dominates(a: dict, b: dict) -> bool:
-    """`a` dominates `b` beyond both points' 95 % intervals: a's Gen.PPL interval lies wholly
-    below b's and a's diversity interval is not wholly below b's, or a's diversity interval
-    lies wholly above b's and a's Gen.PPL interval is not wholly above b's. Two intervals
-    that do not overlap is a conservative test (each side's interval resamples its own
-    samples); a point without intervals counts as its own interval."""
-    (pa_lo, pa_hi), (pb_lo, pb_hi) = _interval(a, "gen_ppl"), _interval(b, "gen_ppl")
-    (da_lo, da_hi), (db_lo, db_hi) = _interval(a, "diversity"), _interval(b, "diversity")
-    return ((pa_hi < pb_lo and da_hi >= db_lo) or (da_lo > db_hi and pa_lo <= pb_hi))
+def clearly_dominates(a: dict, b: dict, cap: float | None = None) -> bool:
+    """`a` dominates `b` (dominates, the same point test, so never with a lower diversity)
+    and beyond both points' 95 % intervals: a's Gen.PPL interval lies wholly below b's, or
+    a's diversity interval (capped at `cap` as the points are) wholly above b's. Two
+    intervals that do not overlap is a conservative test (each side's interval resamples its
+    own samples); a point without intervals counts as its own interval."""
+    if not dominates(a, b, cap):
+        return False
+    (_, pa_hi), (pb_lo, _) = _interval(a, "gen_ppl"), _interval(b, "gen_ppl")
+    (da_lo, _), (_, db_hi) = _interval(a, "diversity"), _interval(b, "diversity")
+    return pa_hi < pb_lo or _capped(da_lo, cap) > _capped(db_hi, cap)
 
 
 def on_frontier(points: Iterable[dict], *, clearly: bool = False) -> list[bool]:
-    """For each point: no point (of any model, at any temperature) dominates it (with
-    `clearly`: dominates it beyond both intervals, clearly_dominates). A point without a
-    finite Gen.PPL or diversity is never on it and dominates nothing."""
+    """For each point: no point (of any model, at any temperature, the held-out text's
+    included) dominates it (with `clearly`: dominates it and beyond both intervals,
+    clearly_dominates); diversity counts only up to the held-out text's where the points hold
+    its anchor. A point without a finite Gen.PPL or diversity is never on it and dominates
+    nothing."""
     points = list(points)
     ok = [p for p in points if _finite(p)]
+    ref = anchor_of(points)
+    cap = ref["diversity"] if ref is not None else None
     beats = clearly_dominates if clearly else dominates
-    return [_finite(p) and not any(beats(q, p) for q in ok if q is not p) for p in points]
+    return [_finite(p) and not any(beats(q, p, cap) for q in ok if q is not p) for p in points]
+
+
+def at_matched_diversity(points: list[dict], diversity: float) -> list[dict]:
+    """Each model's Gen.PPL at one diversity (the held-out text's), interpolated linearly in
+    log Gen.PPL between its two points that bracket it (its temperatures); None where its
+    points do not reach that diversity. {"model", "gen_ppl" (None: not reached), "low", "high"
+    (its diversity range)}, one per model with a finite point, the anchor left out."""
+    out = []
+    for m in dict.fromkeys(p["model"] for p in points if p.get("role") != ANCHOR_ROLE):
+        pts = sorted((p["diversity"], math.log(p["gen_ppl"])) for p in points
+                     if p["model"] == m and _finite(p) and p["gen_ppl"] > 0)
+        if not pts:
+            continue
+        got = None
+        for (d0, g0), (d1, g1) in zip(pts, pts[1:], strict=False):
+            if d0 <= diversity <= d1:
+                got = math.exp(g0 if d1 == d0 else g0 + (g1 - g0) * (diversity - d0) / (d1 - d0))
+                break
+        if got is None and any(d == diversity for d, _ in pts):
+            got = math.exp(next(g for d, g in pts if d == diversity))
+        out.append({"model": m, "gen_ppl": got, "low": pts[0][0], "high": pts[-1][0]})
+    return out
 
 
 def _t(t: float | None) -> str:
@@ -87,25 +137,32 @@ def _t(t: float | None) -> str:
 
 def frontier_sentence(points: list[dict], first: str = "dihal") -> str:
     """Which models lie on the frontier at the temperatures measured (a point no other point
-    dominates), and where the model of role `first` stands."""
+    dominates, diversity counted up to the held-out text's where its anchor was measured),
+    where the model of role `first` stands, each model's Gen.PPL at the held-out text's
+    diversity, and the same frontier read with the intervals."""
     if not points:
         return ("No temperature frontier was measured (frontier_temperatures is empty, or the "
                 "artifacts were made before it existed).")
     flags = on_frontier(points)
-    models = list(dict.fromkeys(p["model"] for p in points))
+    models = list(dict.fromkeys(p["model"] for p in points if p.get("role") != ANCHOR_ROLE))
     temps = sorted({p["temperature"] for p in points if p["temperature"] is not None})
     at = {m: [_t(p["temperature"]) for p, f in zip(points, flags, strict=True)
               if f and p["model"] == m] for m in models}
     on = [m for m in models if at[m]]
+    ref = anchor_of(points)
+    line = _anchor_reading(points, ref)
     if not on:
-        return ("No frontier point has a finite Gen.PPL and diversity (every sample empty, or "
-                "too short for an n-gram).")
-    line = (f"At the temperatures measured ({', '.join(map(_t, temps))}), "
-            + ("every one of the " + str(len(models)) + " models has a point"
-               if len(on) == len(models) else
-               f"{len(on)} of the {len(models)} models have a point")
-            + " on the frontier (no other point has a lower Gen.PPL at equal or higher "
-            "diversity): " + ", ".join(f"{m} (T = {', '.join(at[m])})" for m in on))
+        return line + ("No model's point lies on the frontier: the held-out text dominates "
+                       "every one." if ref is not None else
+                       "No frontier point has a finite Gen.PPL and diversity (every sample "
+                       "empty, or too short for an n-gram).")
+    line += (f"At the temperatures measured ({', '.join(map(_t, temps))}), "
+             + ("every one of the " + str(len(models)) + " models has a point"
+                if len(on) == len(models) else
+                f"{len(on)} of the {len(models)} models have a point")
+             + " on the frontier (no other point has a lower Gen.PPL at equal or higher "
+             "diversity" + (", diversity counted up to the held-out text's" if ref else "")
+             + "): " + ", ".join(f"{m} (T = {', '.join(at[m])})" for m in on))
     off = [m for m in models if not at[m]]
     if off:
         line += f"; every point of {', '.join(off)} is dominated"
@@ -114,7 +171,40 @@ def frontier_sentence(points: list[dict], first: str = "dihal") -> str:
         line += (f". {mine} lies on it at T = {', '.join(at[mine])}" if at[mine] else
                  f". {mine} does not: at each temperature measured another point has a lower "
                  "Gen.PPL at equal or higher diversity")
-    return line + ". " + _clear_reading(points, flags, mine)
+    return line + ". " + _matched_reading(points, ref) + _clear_reading(points, flags, mine)
+
+
+def _anchor_reading(points: list[dict], ref: dict | None) -> str:
+    """The held-out text's point, and what it does to the frontier; "" without one."""
+    if ref is None:
+        return ("No held-out text was scored as the frontier's anchor (artifacts made before "
+                "it): diversity is read without the real text's, so a degenerate sample's "
+                "high diversity would count. " if points else "")
+    more = [f"{p['model']} (T = {_t(p['temperature'])})" for p in points
+            if p is not ref and _finite(p) and p["diversity"] > ref["diversity"]]
+    return (f"Held-out text, cut and scored like the samples, has Gen.PPL {ref['gen_ppl']:.1f} "
+            f"at diversity {ref['diversity']:.3f}: the anchor; diversity beyond it counts as "
+            "no better" + (f" ({len(more)} point{'s' if len(more) > 1 else ''} exceed it: "
+                           f"{', '.join(more)})" if more else "") + ". ")
+
+
+def _matched_reading(points: list[dict], ref: dict | None) -> str:
+    """Every model's Gen.PPL at the held-out text's diversity (at_matched_diversity)."""
+    if ref is None:
+        return ""
+    got = at_matched_diversity(points, ref["diversity"])
+    reached = [g for g in got if g["gen_ppl"] is not None]
+    missed = [g for g in got if g["gen_ppl"] is None]
+    if not got:
+        return ""
+    line = (f"At the held-out text's diversity ({ref['diversity']:.3f}; Gen.PPL interpolated "
+            "in log between each model's temperatures), "
+            + ("; ".join(f"{g['model']} has Gen.PPL {g['gen_ppl']:.1f}" for g in reached)
+               if reached else "no model's temperatures reach it"))
+    if missed:
+        line += ("; not reached at the temperatures measured: " + ", ".join(
+            f"{g['model']} (diversity {g['low']:.3f}..{g['high']:.3f})" for g in missed))
+    return line + ". "
 
 
 def _clear_reading(points: list[dict], flags: list[bool], mine: str | None) -> str:

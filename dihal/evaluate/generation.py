@@ -14,7 +14,7 @@ from dihal.config import (
     EvalConfig,  # noqa: F401 (re-exported)
 )
 from dihal.evaluate.cost import COST_LENGTH, CostSubject, eval_cost
-from dihal.evaluate.frontier import point, points_at
+from dihal.evaluate.frontier import anchor_point, point, points_at
 from dihal.evaluate.metrics import (
     diversity,
     diversity_spacy,
@@ -116,7 +116,7 @@ def text_metrics(texts: list[str], judge, *, seed: int = 0, reference=None,
     with intervals over samples (seeded); with `ppl_length`, Gen.PPL on each sample's first
     `ppl_length` judge tokens (samples shorter than that left out and counted), with its
     interval; each scored sample's judge NLL and token count (`sample_nll`, `sample_tokens`: what
-    log_ppl_difference and samples_for_power read); with `reference` (the judge's features of held-out corpus text), MAUVE against it
+    log_ppl_difference and samples_for_effect read); with `reference` (the judge's features of held-out corpus text), MAUVE against it
     on equal sample counts, with the k-means fit refitted under several seeds inside its
     interval (mauve_interval_seeds; `mauve_diagnostic` below 512 samples a side)."""
     import math
@@ -282,7 +282,8 @@ def evaluate_with_controls(backbone, trained: TrainedBridge, judge, cfg: EvalCon
                            progress: Callable[[str], None] | None = None, *, reference=None,
                            reader, train_pairs: Callable, regression: TrainedBridge | None = None,
                            regression_note: str | None = None, chosen: dict | None = None,
-                           cost_steps: Sequence[int] = (1, 2, 4, 8, 16)) -> EvalResult:
+                           cost_steps: Sequence[int] = (1, 2, 4, 8, 16),
+                           anchor_texts: Sequence[str] = ()) -> EvalResult:
     """The eval stage with DiHAL's controls (issue 20): DiHAL at its protocol's K and the
     backbone (evaluate_generation), then, sampled and scored the same way (count, length,
     temperature, seed, judge):
@@ -296,6 +297,8 @@ def evaluate_with_controls(backbone, trained: TrainedBridge, judge, cfg: EvalCon
       bridge stage builds them) in the bridge's standardisation, its penalty chosen on the
       held-out pairs of `reader`.
     Each row after DiHAL's carries the paired difference of its log Gen.PPL from DiHAL's.
+    `anchor_texts`: held-out corpus text cut like the samples, scored as the temperature
+    frontier's anchor (temperature_frontier).
     The result's `cost`: FLOPs and measured ms per generated token of the backbone, DiHAL at
     each K of `cost_steps` and each control (controls_cost), and the FLOP model."""
 
@@ -304,7 +307,8 @@ def evaluate_with_controls(backbone, trained: TrainedBridge, judge, cfg: EvalCon
                                   regression_note=regression_note)
     result = evaluate_generation(backbone, trained, judge, cfg, progress, reference=reference,
                                  extra=extra)
-    frontier = temperature_frontier(backbone, trained, judge, cfg, result.rows, progress)
+    frontier = temperature_frontier(backbone, trained, judge, cfg, result.rows, progress,
+                                    anchor_texts=anchor_texts)
     if progress:
         progress("cost per generated token: FLOPs and timed decodes")
     cost = controls_cost(backbone, trained, [(n, m, c["steps"]) for n, role, m, c in extra
@@ -314,14 +318,15 @@ def evaluate_with_controls(backbone, trained: TrainedBridge, judge, cfg: EvalCon
 
 
 def temperature_frontier(backbone, trained: TrainedBridge, judge, cfg: EvalConfig,
-                         rows: list[dict], progress: Callable[[str], None] | None = None
-                         ) -> list[dict]:
+                         rows: list[dict], progress: Callable[[str], None] | None = None, *,
+                         anchor_texts: Sequence[str] = ()) -> list[dict]:
     """The eval's points of the temperature frontier (dihal.evaluate.frontier): DiHAL (the bridge at its
     protocol's K, default rule) and the backbone at each of cfg.frontier_temperatures, sampled
     and scored as their main rows (`rows`: evaluate_generation's, DiHAL's first, the
     backbone's second) but without MAUVE; at cfg.temperature the point is the main row's (not
     sampled again). Each sampled point records its wall time (`sample_seconds`: sampling and
-    scoring)."""
+    scoring). With `anchor_texts` (held-out text cut like the samples), its first
+    cfg.n_samples scored the same way are the frontier's anchor (frontier.anchor_point)."""
     import time
 
     from dihal.replace.control_hybrids import bridge_hybrid
@@ -345,6 +350,11 @@ def temperature_frontier(backbone, trained: TrainedBridge, judge, cfg: EvalConfi
                     "sample_seconds": metrics["sample_seconds"] if sampled else 0.0}
 
         out += points_at(cfg.frontier_temperatures, {cfg.temperature: row}, measure, make)
+    if anchor_texts and cfg.frontier_temperatures:
+        texts = list(anchor_texts)[: cfg.n_samples]
+        out.append(anchor_point(text_metrics(texts, judge, seed=cfg.seed,
+                                             ppl_length=common_ppl_length(cfg.length)),
+                                len(texts)))
     return out
 
 

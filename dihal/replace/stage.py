@@ -40,11 +40,23 @@ from dihal.locate.predictors import ORIENTATION
 from dihal.plots import plot_bridgeability
 from dihal.replace.hybrid import Hybrid, next_token_nll, top1_agreement
 from dihal.results import BridgeabilityResult, BridgeMetrics, TrainedBridge
-from dihal.rows import DEPTH, TARGETS, RegressionRow, Spearman, SpearmanRow, number
+from dihal.rows import (
+    DEPTH,
+    PRIMARY_TARGET,
+    TARGETS,
+    PrimaryTest,
+    RegressionRow,
+    Spearman,
+    SpearmanRow,
+    number,
+)
 from dihal.seeds import derive_seed
 from dihal.uncertainty import (
+    PRIMARY_RESAMPLES,
+    design_min_p,
     oracle_by_measures,
     paired_standing,
+    primary_test,
     seed_oracle,
     seed_spread,
     spearman_interval,
@@ -229,6 +241,7 @@ def measure_bridge(backbone, denoiser, data: LayerData, protocol: BridgeProtocol
                     noise_seed=protocol.seed)
     nll_h = nll_b = agree = 0.0
     n = 0
+    per_sequence = []  # the hybrid's mean next-token NLL of each held-out sequence
     for lo in range(0, len(data.val_ids), batch_size):
         ids = data.val_ids[lo : lo + batch_size].to(backbone.device)
         lh = hybrid.logits(ids).float()
@@ -241,11 +254,33 @@ def measure_bridge(backbone, denoiser, data: LayerData, protocol: BridgeProtocol
             nll_b += float(data.reference[1][lo : lo + w].mean()) * w
             top_b = data.reference[0][lo : lo + w]
         nll_h += next_token_nll(lambda _, x=lh: x, ids) * w
+        per_sequence += sequence_nll(lh, ids)
         agree += top1_agreement(lh, top_b) * w
         n += w
     out.update({"hybrid_nll": nll_h / n, "backbone_nll": nll_b / n, "top1_agreement": agree / n,
-                "hybrid_ppl": math.exp(nll_h / n), "backbone_ppl": math.exp(nll_b / n)})
+                "hybrid_ppl": math.exp(nll_h / n), "backbone_ppl": math.exp(nll_b / n),
+                **split_halves(per_sequence)})
     return out
+
+
+def sequence_nll(logits: torch.Tensor, ids: torch.Tensor) -> list[float]:
+    """The mean next-token NLL (nats) of each sequence of a batch (tokens 1..T-1)."""
+    import torch.nn.functional as F
+
+    lp = logits[:, :-1].float()
+    nll = F.cross_entropy(lp.flatten(0, 1), ids[:, 1:].to(lp.device).flatten(), reduction="none")
+    return nll.view(ids.shape[0], -1).mean(dim=1).tolist()
+
+
+def split_halves(per_sequence: list[float]) -> dict:
+    """The hybrid NLL on each half of the held-out sequences: the first half selects the
+    oracle and the worst layer (`hybrid_nll_select`), the second half, which that choice
+    never saw, judges them (`hybrid_nll_judge`); None with fewer than 2 sequences."""
+    half = len(per_sequence) // 2
+    if half < 1:
+        return {"hybrid_nll_select": None, "hybrid_nll_judge": None}
+    return {"hybrid_nll_select": float(np.mean(per_sequence[:half])),
+            "hybrid_nll_judge": float(np.mean(per_sequence[half:]))}
 
 
 def _predictor_values(layers: list[int], score_rows: list[dict],
@@ -269,10 +304,13 @@ def _predictor_values(layers: list[int], score_rows: list[dict],
     return out
 
 
-ORACLE_MEASURES = ("val_loss", "hybrid_nll")  # the measures the oracle and worst layer are named by
-# the one full training follows: the measure closest to generation (on a 29-layer sweep at the
-# GPU budget, validation loss ranked the layers nearly opposite to hybrid NLL)
-ORACLE_BY = "hybrid_nll"
+# the measures the oracle and worst layer are named by
+ORACLE_MEASURES = ("val_loss", "hybrid_nll", "hybrid_nll_select")
+# the one full training follows: the measure closest to generation (on a 29-layer sweep at the GPU
+# budget validation loss ranked the layers nearly opposite to hybrid NLL), on the first half of the held-out
+# sequences only, so that the second half judges the choice (hybrid_nll_judge); sweeps measured
+# before the halves fall back to the hybrid NLL on all of them
+ORACLE_BY, ORACLE_FALLBACK = "hybrid_nll_select", "hybrid_nll"
 
 
 def _seed_values(layers: list[int], by_layer: dict, seed_rows: dict[int, list[dict]],
@@ -290,7 +328,7 @@ def _seed_values(layers: list[int], by_layer: dict, seed_rows: dict[int, list[di
 def bridgeability_table(layer_rows: list[dict], score_rows: list[dict],
                         predictor_rows: list[dict] = (), *, n_boot: int = 2000,
                         seed: int = 0, seed_rows: dict[int, list[dict]] | None = None,
-                        l_star: int | None = None) -> dict:
+                        l_star: int | None = None, primary_norm: str | None = None) -> dict:
     """Spearman of every predictor (S_l per normalisation, the depth control -l, the oriented
     rival predictors) against -val_loss, -recon_error and -hybrid_nll over the swept layers,
     each with a percentile bootstrap interval over layers, and its standing against depth
@@ -307,7 +345,8 @@ def bridgeability_table(layer_rows: list[dict], score_rows: list[dict],
     two_level_spearman, paired_standing on (layers, seeds) targets); the oracle and worst are
     by the seed means, and "seeds" holds the spread between seeds at each layer (seed_spread)
     and the oracle's (and l*'s) standing over resampled seeds (seed_oracle); else "seeds" is
-    {}."""
+    {}. With `primary_norm`, "primary": the pre-registered primary test (primary_standing, a
+    dihal.rows.PrimaryTest); every paired standing in "rows" is then exploratory; else None."""
 
     layers = sorted(r["layer"] for r in layer_rows)
     by_layer = {r["layer"]: r for r in layer_rows}
@@ -326,13 +365,56 @@ def bridgeability_table(layer_rows: list[dict], score_rows: list[dict],
         d = paired[(p, m)]
         return Spearman(st["rho"], st["low"], st["high"], d["verdict"],
                         **{k: number(d[k]) for k in ("diff", "p", "p_holm", "partial",
-                                                     "partial_low", "partial_high")},
+                                                     "partial_low", "partial_high",
+                                                     "partial_undefined")},
                         diff_low=number(d["low"]), diff_high=number(d["high"]))
 
     table = [SpearmanRow(p, {m: standing(p, m) for m in TARGETS}) for p in preds]
-    by = oracle_by_measures(oracle_rows, ORACLE_MEASURES)
-    return {"rows": table, "layers": layers, "oracle": by["by"][ORACLE_BY]["oracle"],
-            "worst": by["by"][ORACLE_BY]["worst"], "oracle_by": by, "seeds": seeds_info}
+    measures = [m for m in ORACLE_MEASURES if all(r.get(m) is not None for r in oracle_rows)]
+    by = oracle_by_measures(oracle_rows, measures)
+    chosen = ORACLE_BY if ORACLE_BY in by["by"] else ORACLE_FALLBACK
+    by["chosen_by"] = chosen
+    primary = (primary_standing(preds, targets[PRIMARY_TARGET], score_rows, primary_norm,
+                                seed=seed) if primary_norm is not None else None)
+    return {"rows": table, "layers": layers, "oracle": by["by"][chosen]["oracle"],
+            "worst": by["by"][chosen]["worst"], "oracle_by": by, "seeds": seeds_info,
+            "primary": primary}
+
+
+def primary_standing(preds: dict[str, list[float]], target, score_rows: list[dict],
+                     primary_norm: str, *, seed: int = 0,
+                     n_boot: int | None = None) -> PrimaryTest:
+    """The pre-registered primary test (dihal.uncertainty.primary_test) of S_l under
+    `primary_norm` against depth on -PRIMARY_TARGET over the swept layers (`preds`, `target`:
+    as bridgeability_table has them), with the design's floor at every candidate layer of
+    `score_rows` and the fewest evenly spread swept layers (default_sweep_layers) whose floor
+    is under alpha. Covered by test_primary_standing_through_the_bridgeability_table."""
+
+    name = f"S_l ({primary_norm})"
+    if name not in preds:
+        raise ValueError(f"the primary normalisation {primary_norm!r} has no S_l in the score "
+                         f"rows (have {sorted(p for p in preds if p.startswith('S_l'))}); "
+                         "re-materialise layer_score with it")
+    n_boot = n_boot or PRIMARY_RESAMPLES
+    t = primary_test(preds[name], preds[DEPTH], target, n_boot=n_boot, seed=seed)
+    score = {int(r["layer"]): float(r["S"]) for r in score_rows if r["norm"] == primary_norm}
+    every = sorted(score)
+
+    def floor(layers: list[int], resamples: int = n_boot) -> float:
+        return design_min_p([score[ll] for ll in layers], [-ll for ll in layers],
+                            n_boot=resamples, seed=seed)["p_min"]
+
+    needed = None  # searched with 2,000 resamples a count (the floor to about +-0.01)
+    for count in range(3, len(every) + 1):
+        if floor(default_sweep_layers(max(every) + 1, count), min(n_boot, 2000)) < t["alpha"]:
+            needed = count
+            break
+    return PrimaryTest(predictor=name, target=PRIMARY_TARGET,
+                       **{k: t[k] for k in ("rho", "rho_reference", "diff", "low", "p", "p_min",
+                                            "ties", "undefined", "n_boot", "layers", "alpha",
+                                            "verdict")},
+                       p_min_all=floor(every) if len(every) >= 3 else None,
+                       layers_all=len(every), layers_needed=needed)
 
 
 def _layer_statistics(layers: list[int], layer_rows: list[dict], seed_rows: dict, preds: dict,
@@ -351,14 +433,28 @@ def _layer_statistics(layers: list[int], layer_rows: list[dict], seed_rows: dict
     targets = {m: -v for m, v in raw.items()}
     stats = {(p, m): two_level_spearman(v, t, n_boot=n_boot, seed=seed)
              for p, v in preds.items() for m, t in targets.items()}
-    oracle_rows = [{"layer": ll, **{m: float(np.nanmean(raw[m][i])) for m in TARGETS}}
-                   for i, ll in enumerate(layers)]
+    halves = _select_means(layers, by_layer, seed_rows)
+    chosen = ORACLE_BY if len(halves) == len(layers) else ORACLE_FALLBACK  # the oracle's measure
+    oracle_rows = [{"layer": ll, **{m: float(np.nanmean(raw[m][i])) for m in TARGETS},
+                    ORACLE_BY: halves.get(ll)} for i, ll in enumerate(layers)]
     seeds_info = {"n_seeds": int(raw["hybrid_nll"].shape[1]),
                   "spread": {m: seed_spread(raw[m], layers) for m in TARGETS},
-                  "oracle": seed_oracle(raw[ORACLE_BY], layers, n_boot=n_boot, seed=seed,
+                  "oracle": seed_oracle(_seed_values(layers, by_layer, seed_rows, chosen),
+                                        layers, n_boot=n_boot, seed=seed,
                                         l_star=l_star if l_star in layers else None),
                   **_seed_cost(layers, by_layer, seed_rows)}
     return targets, stats, oracle_rows, seeds_info
+
+
+def _select_means(layers: list[int], by_layer: dict, seed_rows: dict) -> dict[int, float]:
+    """layer -> the mean over its seeds of the hybrid NLL on the selection half (ORACLE_BY),
+    for the layers whose every seed measured it."""
+    out = {}
+    for ll in layers:
+        vals = [r.get(ORACLE_BY) for r in [by_layer[ll], *seed_rows.get(ll, [])]]
+        if all(v is not None for v in vals):
+            out[ll] = float(np.mean(vals))
+    return out
 
 
 def _seed_cost(layers: list[int], by_layer: dict, seed_rows: dict) -> dict:
@@ -384,23 +480,26 @@ def regression_table(swept: list[BridgeMetrics], controls: list[BridgeMetrics]) 
 def bridgeability(swept: list[BridgeMetrics], score_rows: list[dict], l_star: int, *,
                   backbone: str, predictor_rows: list[dict] = (),
                   regression: list[BridgeMetrics] = (),
-                  seed_metrics: dict[int, list[BridgeMetrics]] | None = None) -> BridgeabilityResult:
+                  seed_metrics: dict[int, list[BridgeMetrics]] | None = None,
+                  primary_norm: str = "none") -> BridgeabilityResult:
     """The bridgeability stage: does the layer score, or a rival predictor, predict how well
     a bridge learns, better than depth does? And does the bridge beat its regression control
     (`regression`: the controls' metrics, of some or all swept layers)? `seed_metrics`: layer ->
     the metrics of its further training seeds (TrainedBridge.seed_metrics), resampled on two
-    levels where there are any."""
+    levels where there are any. `primary_norm`: layer_score's, whose S_l the pre-registered
+    primary test reads (primary_standing)."""
 
     if len(swept) < MIN_SWEPT_LAYERS:
         raise DihalError(f"bridgeability needs >= {MIN_SWEPT_LAYERS} swept layers, got {len(swept)}")
     layer_rows = sorted((m.to_dict() for m in swept), key=lambda r: r["layer"])
     candidates = [r for r in score_rows if r["candidate"]]
     table = bridgeability_table(layer_rows, candidates, predictor_rows, l_star=l_star, seed_rows={
-        ll: [m.to_dict() for m in ms] for ll, ms in (seed_metrics or {}).items()})
+        ll: [m.to_dict() for m in ms] for ll, ms in (seed_metrics or {}).items()},
+        primary_norm=primary_norm)
     return BridgeabilityResult(
         layer_rows=layer_rows, spearman=table["rows"], layers=table["layers"],
         oracle=table["oracle"], worst=table["worst"], oracle_by=table["oracle_by"],
-        seeds=table["seeds"], l_star=l_star,
+        seeds=table["seeds"], l_star=l_star, primary=table["primary"],
         regression=regression_table(swept, list(regression)),
         plot_png=plot_bridgeability(layer_rows, candidates,
                                     f"{backbone}: score vs bridgeability (l* = {l_star})"))

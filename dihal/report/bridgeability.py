@@ -19,28 +19,43 @@ from dihal.rows import (
     BELOW,
     DEPTH,
     TARGETS,
+    PrimaryTest,
     RegressionRow,
+    Spearman,
     SpearmanRow,
     number,
     regression_rows,
     spearman_rows,
 )
+from dihal.uncertainty import MAX_UNDEFINED, PRIMARY_BETTER, PRIMARY_UNDECIDABLE
 
 
 def _oracle_sentence(b: dict) -> str:
-    """The oracle and worst swept layers by hybrid NLL (full training follows them) and by
-    validation loss, saying whether the two measures disagree; older infos name one pair."""
+    """The oracle and worst swept layers full training follows (by hybrid NLL on the first half
+    of the held-out sequences, so the second half judges them; on all of them in artifacts made
+    before the halves), and by validation loss, saying whether the measures disagree; older
+    infos name one pair."""
     by = b.get("oracle_by", {}).get("by", {})
     nll, loss = by.get("hybrid_nll"), by.get("val_loss")
     if not (nll and loss):
         return f"the oracle layer is {b['oracle']} and the worst {b['worst']}"
-    line = (f"the oracle layer by hybrid NLL is {nll['oracle']} and the worst {nll['worst']} "
-            f"(full training follows these); by validation loss, {loss['oracle']} and "
-            f"{loss['worst']}")
+    half = by.get("hybrid_nll_select") if b["oracle_by"].get("chosen_by") == \
+        "hybrid_nll_select" else None
+    if half:
+        line = (f"the oracle layer by hybrid NLL on the first half of the held-out sequences is "
+                f"{half['oracle']} and the worst {half['worst']} (full training follows these, "
+                "and the second half, which did not choose them, judges them); on all held-out "
+                f"sequences, {nll['oracle']} and {nll['worst']}; by validation loss, "
+                f"{loss['oracle']} and {loss['worst']}")
+    else:
+        line = (f"the oracle layer by hybrid NLL is {nll['oracle']} and the worst {nll['worst']} "
+                f"(full training follows these; chosen and judged on the same held-out "
+                f"sequences: these artifacts predate the split); by validation loss, "
+                f"{loss['oracle']} and {loss['worst']}")
     split = [w for w, k in (("oracle", "oracle_disagree"), ("worst layer", "worst_disagree"))
              if b["oracle_by"].get(k)]
-    return line + (f": the two measures disagree on the {' and the '.join(split)}" if split
-                   else ": the two measures agree")
+    return line + (f": the measures disagree on the {' and the '.join(split)}" if split
+                   else ": the measures agree")
 
 
 def _family(rows: list[SpearmanRow]) -> int:
@@ -150,8 +165,9 @@ def _bridgeability_summary(x: ReportInputs) -> str:
                                              if above else "none above depth")
                      + f", {len(below)} below it")
     return (head + f". Against -val loss the highest Spearman is {best}'s, {rho[best]:.2f}; depth's "
-            f"is {number(depth.of().rho) or float('nan'):.2f}. By the paired difference from "
-            f"depth (95 %, Holm-corrected over {_family(typed)} predictor x target tests): "
+            f"is {number(depth.of().rho) or float('nan'):.2f}. Exploratory (the primary test "
+            f"is below), by the two-sided paired difference from depth (95 %, Holm-corrected "
+            f"over {_family(typed)} predictor x target tests): "
             + "; ".join(parts) + ".")
 
 
@@ -173,8 +189,23 @@ def _paired_table(rows: list[SpearmanRow]) -> list[dict]:
              "p": "" if s.p is None else f"{s.p:.3g}",
              "p (Holm)": "" if s.p_holm is None else f"{s.p_holm:.3g}",
              "against depth": s.vs_depth,
-             "partial given depth [95 %]": triple(s.partial_interval())}
+             "partial given depth [95 %]": partial_cell(s)}
             for r in rows if not r.is_depth for t, s in r.targets.items() if s.p is not None]
+
+
+def partial_cell(s: Spearman) -> str:
+    """The partial Spearman given depth with its interval and the share of resamples where it
+    was undefined (never dropped silently); with the interval suppressed, why."""
+
+    value, lo, hi = s.partial_interval()
+    share = number(s.partial_undefined)
+    if value is None or share is None:
+        return triple((value, lo, hi))
+    if share > MAX_UNDEFINED:
+        return (f"{value:+.2f} (no interval: undefined in {share:.0%} of resamples, where the "
+                "predictor or the target ranks the drawn layers as depth does; an interval "
+                "over the rest would rest on the few layers that break the tie)")
+    return triple((value, lo, hi)) + f" (undefined in {share:.1%} of resamples)"
 
 
 def _regression_summary(rows: list[RegressionRow], swept: list[int]) -> str:
@@ -194,34 +225,66 @@ def _regression_summary(rows: list[RegressionRow], swept: list[int]) -> str:
             + (f" Layers without a control: {', '.join(map(str, missing))}." if missing else ""))
 
 
+def primary_sentence(t: PrimaryTest, n: int) -> str:
+    """The pre-registered primary test read out: what was tested, its p and the smallest p
+    its design could reach, and the verdict, which says when the design could not have told
+    the two apart (and what sweep could)."""
+
+    alpha = f"{t.alpha:g}"
+    head = (f"The pre-registered primary test ({t.predictor} against depth on -hybrid NLL over "
+            f"{n} swept layers, one-sided, {t.n_boot:,} resamples of layers): Spearman "
+            f"{t.rho:.2f} against depth's {t.rho_reference:.2f}, difference {t.diff:+.2f}, "
+            f"p = {t.p:.3g}; the smallest p these layers allow is {t.p_min:.3g} (in "
+            f"{t.ties:.0%} of resamples {t.predictor} and depth rank the drawn layers alike, "
+            "and no outcome of the bridges can separate them there)")
+    if t.verdict == PRIMARY_BETTER:
+        return head + (f": geometry predicts the bridges' hybrid NLL better than depth does "
+                       f"(p < {alpha})")
+    if t.verdict != PRIMARY_UNDECIDABLE:
+        return head + (f": geometry and depth cannot be told apart at these {n} layers (p >= "
+                       f"{alpha}), though the design could have told them apart (its smallest "
+                       f"p is under {alpha})")
+    line = head + (f": the design cannot decide: at these {n} swept layers no outcome could "
+                   f"have told geometry and depth apart (smallest attainable p >= {alpha})")
+    if t.p_min_all is not None:
+        line += (f"; over all {t.layers_all} candidate layers the floor is {t.p_min_all:.2g}"
+                 + (f", and {t.layers_needed} evenly spread swept layers bring it under {alpha} "
+                    "(--layers, --all-layers)" if t.layers_needed is not None else
+                    f", still not under {alpha}: no sweep of this backbone can decide it"))
+    return line
+
+
+def _exploratory(rows: dict[str, SpearmanRow], geo: SpearmanRow | None, family: int) -> str:
+    """The other predictor x target standings against depth, as exploratory findings."""
+    above = [r.predictor for r in rows.values() if not r.is_depth
+             for t in TARGETS if r.of(t) and r.of(t).vs_depth == ABOVE]
+    val = geo.of() if geo else None
+    return (f"Exploratory, not the primary test (two-sided, Holm over {family} predictor x "
+            "target tests): "
+            + (f"against -val loss {geo.predictor} is {val.vs_depth} depth"
+               + (f" (difference {triple(val.difference())})" if val.diff is not None else "")
+               if val and val.vs_depth else f"no standing of {geo.predictor if geo else 'S_l'} "
+               "against -val loss")
+            + ("; above depth on some target: " + ", ".join(dict.fromkeys(above))
+               if above else "; no predictor above depth on any target"))
+
+
 def answer_geometry_vs_depth(x: ReportInputs) -> tuple[str, str]:
-    """Does the geometry score (primary normalisation) predict the bridges' validation loss
-    better than depth does: above, below, or not distinguishable (95 % intervals)?"""
+    """Does the geometry score (primary normalisation) predict bridgeability better than
+    depth? Answered by the pre-registered primary test (one-sided, -hybrid NLL), with the
+    smallest p its design could reach; the other standings are exploratory."""
     primary = x.configs["layer_score"]["primary_norm"]
-    rows = {r.predictor: r for r in spearman_rows(x.bridgeability["spearman"])}
-    geo, depth = rows.get(f"S_l ({primary})"), rows.get(DEPTH)
+    typed = spearman_rows(x.bridgeability["spearman"])
+    rows = {r.predictor: r for r in typed}
+    geo = rows.get(f"S_l ({primary})")
     n = len(x.bridgeability["swept_layers"])
-    if geo is None or depth is None or geo.of() is None or depth.of() is None:
-        return (f"Whether geometry beats depth is not settled: no Spearman of S_l ({primary}) "
-                f"and of depth against -val loss over the {n} swept layers.", BRIDGEABILITY)
-    g, d = geo.of(), depth.of()
-    how = "by the paired difference of the Spearman correlations (95 %, Holm-corrected)"
-    verdict = {ABOVE: f"geometry predicts how well a bridge learns better than depth does, {how}",
-               BELOW: f"depth predicts how well a bridge learns better than geometry does, {how}"
-               }.get(g.vs_depth, f"geometry and depth cannot be told apart at {n} swept layers "
-                                 f"{how}")
-    nll = geo.of("hybrid_nll")
-    rivals = [r.predictor for r in rows.values()
-              if not r.is_depth and r is not geo and r.of() and r.of().vs_depth == ABOVE]
-    return (f"Over {n} swept layers, S_l ({primary}) has Spearman {interval(g)} with -val loss "
-            f"and depth {interval(d)}"
-            + (f" (difference {triple(g.difference())})" if g.diff is not None else "")
-            + f": {verdict}"
-            + (f"; against -hybrid NLL it is {nll.vs_depth} depth" if nll and nll.vs_depth in
-               (ABOVE, BELOW) else "; against -hybrid NLL it is not distinguishable from depth"
-               if nll and nll.vs_depth else "")
-            + (f"; predictors above depth: {', '.join(rivals)}" if rivals else "") + ".",
-            BRIDGEABILITY)
+    t = PrimaryTest.from_dict(x.bridgeability.get("primary"))
+    explore = _exploratory(rows, geo, _family(typed))
+    if t is None:
+        return (f"Whether geometry beats depth is not settled: these artifacts have no "
+                f"pre-registered primary test (bridgeability made before it; re-materialise "
+                f"bridgeability_{x.backbone}). {explore}.", BRIDGEABILITY)
+    return f"{primary_sentence(t, n)}. {explore}.", BRIDGEABILITY
 
 
 def answer_bridge_vs_regression(x: ReportInputs) -> tuple[str, str]:
@@ -245,8 +308,10 @@ def answer_bridge_vs_regression(x: ReportInputs) -> tuple[str, str]:
 def bridgeability_section(r: Document, x: ReportInputs) -> None:
     r.h2("2. Does the score predict bridgeability?", BRIDGEABILITY)
     r.p(_bridgeability_summary(x))
+    _primary_paragraph(r, x)
     typed = spearman_rows(x.bridgeability["spearman"])
-    r.p("Spearman correlation of each predictor with -val loss, -reconstruction error and "
+    r.p("Exploratory: every other predictor x target pair. "
+        "Spearman correlation of each predictor with -val loss, -reconstruction error and "
         "-hybrid NLL over the swept layers, with a 95 % percentile bootstrap interval over layers "
         "(2000 resamples, the same for every predictor). Each rival predictor enters with the "
         "sign fixed before the sweep under which higher should mean easier (a leading minus: "
@@ -284,6 +349,34 @@ def bridgeability_section(r: Document, x: ReportInputs) -> None:
         proto["seeds"] = "per layer (the seed table above): " + ", ".join(
             f"{ll}: {n}" for ll, n in sorted(counts.items()))
     r.table(key_value(proto), ["setting", "value"])
+
+
+def _primary_paragraph(r: Document, x: ReportInputs) -> None:
+    """The primary test: what was fixed before the sweep, its outcome and its design's floor."""
+    t = PrimaryTest.from_dict(x.bridgeability.get("primary"))
+    if t is None:
+        r.p("No pre-registered primary test: this bridgeability artifact was made before it.")
+        return
+    r.p("The primary test, fixed before any bridge was trained: S_l under the primary "
+        "normalisation against depth (-l), on -hybrid NLL (the measure full training follows, "
+        "the one closest to generation), one-sided (H1: S_l's Spearman with the target is "
+        f"higher than depth's). Each of {t.n_boot:,} resamples draws the swept layers with "
+        "replacement (and each drawn layer's training seeds) and recomputes both correlations; "
+        "p = (1 + resamples whose difference is <= 0) / (1 + resamples). Where S_l and depth "
+        "rank the drawn layers alike their correlations with any target are equal, so those "
+        "resamples bound p from below whatever the bridges measure: that floor is the smallest "
+        "p the design can reach (the p a target ranked exactly as S_l would get). "
+        + primary_sentence(t, len(x.bridgeability["swept_layers"])) + ".")
+    r.table([{"predictor": t.predictor, "target": f"-{t.target}", "Spearman": f"{t.rho:.3f}",
+              "depth's": f"{t.rho_reference:.3f}", "difference": f"{t.diff:+.3f}",
+              f"one-sided {1 - t.alpha:.0%} lower bound": f"{t.low:+.3f}",
+              "p (one-sided)": f"{t.p:.3g}", "smallest attainable p": f"{t.p_min:.3g}",
+              "resamples tied": f"{t.ties:.1%}",
+              "smallest p, all candidates": "n/a" if t.p_min_all is None else
+              f"{t.p_min_all:.3g} ({t.layers_all} layers)", "verdict": t.verdict}],
+            ["predictor", "target", "Spearman", "depth's", "difference",
+             f"one-sided {1 - t.alpha:.0%} lower bound", "p (one-sided)",
+             "smallest attainable p", "resamples tied", "smallest p, all candidates", "verdict"])
 
 
 def regression_section(r: Document, x: ReportInputs) -> None:

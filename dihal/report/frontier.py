@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dihal.evaluate.frontier import frontier_sentence, on_frontier
+from dihal.evaluate.frontier import ANCHOR_ROLE, frontier_sentence, on_frontier
 from dihal.plots import plot_frontier
 from dihal.report.common import FRONTIER, ci
 from dihal.report.document import Document
@@ -22,7 +22,8 @@ def frontier_table(points: list[dict]) -> list[dict]:
     spaCy's), mean length in judge tokens, whether it lies on the frontier, and whether another
     point dominates it beyond both intervals (dihal.evaluate.frontier.clearly_dominates)."""
 
-    return [{"model": p["model"], "T": temperature(p), "Gen.PPL [95 %]": ci(p, "gen_ppl"),
+    return [{"model": p["model"], "T": "n/a (real text)" if p.get("role") == ANCHOR_ROLE
+             else temperature(p), "Gen.PPL [95 %]": ci(p, "gen_ppl"),
              "diversity": p["diversity"], "diversity (spaCy)": p.get("diversity_spacy"),
              "mean length (judge tokens)": p.get("mean_judge_length"),
              "on the frontier": "yes" if on else "no",
@@ -44,7 +45,12 @@ def frontier_section(r: Document, x: ReportInputs) -> None:
         "protocol's K), the backbone and each baseline with a temperature are sampled at each "
         "temperature with the main table's count, length, seed and judge (no MAUVE); the point "
         "at the main table's temperature, and CoDAR's at its own, are those rows. SED and "
-        "Diffusion-LM round to tokens deterministically: one point each, at no temperature.")
+        "Diffusion-LM round to tokens deterministically: one point each, at no temperature. "
+        "Held-out corpus text, cut like the samples, as many texts as samples, scored by the "
+        "same judge and metric code, is the anchor: diversity above real text's is degenerate, "
+        "so on the frontier a point's diversity counts only up to the anchor's, and each "
+        "model's Gen.PPL is read at the anchor's diversity. A point marked dominated beyond "
+        "the intervals is dominated by a point that also dominates it without them.")
     r.image(plot_frontier(points, f"{x.backbone}: Gen.PPL vs diversity across temperatures"),
             "Gen.PPL against diversity across temperatures")
     table = frontier_table(points)

@@ -10,7 +10,10 @@ from dihal.report.document import Document
 from dihal.report.generation import generation_columns, generation_table
 from dihal.results import ReportInputs
 from dihal.rows import (
+    PAIR_STATS,
+    ROLE_PAIRS,
     number,
+    pair_column,
 )
 
 
@@ -30,7 +33,20 @@ def _full_training_summary(x: ReportInputs) -> str:
             f"{oracle['layer']}: {oracle['hybrid_nll']:.3f} and {oracle['val_loss']:.3f}, worst "
             f"layer {worst['layer']}: {worst['hybrid_nll']:.3f} and {worst['val_loss']:.3f}) and "
             f"Gen.PPL {geo['gen_ppl']:.1f} (oracle {oracle['gen_ppl']:.1f}, worst "
-            f"{worst['gen_ppl']:.1f})." + _by_loss_note(x.bridgeability))
+            f"{worst['gen_ppl']:.1f})." + _judged(geo, oracle, worst)
+            + _by_loss_note(x.bridgeability))
+
+
+def _judged(geo: dict, oracle: dict, worst: dict) -> str:
+    """The three full-training bridges on the half of the held-out sequences that did not
+    choose the oracle and the worst layer; "" for rows made before the halves."""
+    vals = [number(r.get("hybrid_nll_judge")) for r in (geo, oracle, worst)]
+    if any(v is None for v in vals):
+        return (" The oracle and worst layer were chosen and judged on the same held-out "
+                "sequences (rows made before the split): their standing is optimistic.")
+    return (f" On the half of the held-out sequences that did not choose the oracle and the "
+            f"worst layer, hybrid NLL is {vals[0]:.3f} at l*, {vals[1]:.3f} at the oracle and "
+            f"{vals[2]:.3f} at the worst layer.")
 
 
 def _by_loss_note(b: dict) -> str:
@@ -57,6 +73,8 @@ def full_training_section(r: Document, x: ReportInputs) -> None:
               for row in trained if (row.get("n_seeds") or 1) > 1
               and row.get("val_loss_seed_mean") is not None]
     r.table(trained, ["role", "layer", "val_loss", "t1_loss", "recon_error", "hybrid_nll",
+                      *(["hybrid_nll_judge"] if any(row.get("hybrid_nll_judge") is not None
+                                                    for row in trained) else []),
                       "top1_agreement", "train_tokens", "train_seconds"], ".4g")
     if spread:
         r.table(spread, list(spread[0]))
@@ -65,6 +83,10 @@ def full_training_section(r: Document, x: ReportInputs) -> None:
         "their paired ratio against DiHAL at l* there; a row at the chosen K has its ratio "
         "against the same bridge at the protocol's K. Where the eval sampled the bridge at l* "
         "with the same settings, l*'s rows are the eval's samples (marked), not drawn again.")
+    pairs = role_pairs(trained)
+    r.p(role_pairs_sentence(pairs))
+    if pairs:
+        r.table(pairs, list(pairs[0]))
     rows = full_training_generation_rows(x)
     extra = ["DiHAL / this [paired 95 %]", "train_tokens"]
     r.table(generation_table(rows, ["sampler", *extra]),
@@ -125,3 +147,38 @@ def full_training_generation_rows(x: ReportInputs) -> list[dict]:
               "DiHAL / this [paired 95 %]": ratio(row)}
              for row in x.evaluation.get("rows", []) if row.get("role") == CONTROL]
     return rows
+
+
+def role_pairs(trained: list[dict]) -> list[dict]:
+    """One line per pair of roles the stage tested (dihal.compare.stage.paired_roles): the
+    Gen.PPL ratio with its paired 95 % interval, the Holm-corrected p and the verdict."""
+    import math
+
+
+    by = {row["role"]: row for row in trained}
+    out = []
+    for first, second in ROLE_PAIRS:
+        row = by.get(second, {})
+        got = {k: row.get(pair_column(k, first)) for k in PAIR_STATS}
+        if number(got["log_ppl_diff"]) is None:
+            continue
+        out.append({"pair": f"{first} (layer {by[first]['layer']}) / {second} (layer "
+                            f"{row['layer']})",
+                    "Gen.PPL ratio [paired 95 %]": f"{math.exp(got['log_ppl_diff']):.3f} "
+                    f"[{math.exp(got['log_ppl_diff_low']):.3f}, "
+                    f"{math.exp(got['log_ppl_diff_high']):.3f}]",
+                    "samples paired": got["pairs"], "p (Holm)": f"{got['p_holm']:.3g}",
+                    "verdict": {"below": f"{first} lower", "above": f"{second} lower"}.get(
+                        got["verdict"], "not distinguishable")})
+    return out
+
+
+def role_pairs_sentence(pairs: list[dict]) -> str:
+    if not pairs:
+        return ("No paired generation test of l*, the oracle and the worst layer: these rows "
+                "were made before it, or fewer than 2 samples a pair were scored.")
+    told = [p["pair"] + ": " + p["verdict"] for p in pairs if p["verdict"] != "not distinguishable"]
+    return ("The three bridges draw sample i with the same seed, so their samples pair by index: "
+            "the token-weighted log Gen.PPL difference of each pair, with a paired bootstrap "
+            f"interval, Holm-corrected over the {len(pairs)} pairs. "
+            + (f"Told apart: {'; '.join(told)}." if told else "No pair is told apart."))

@@ -20,9 +20,8 @@ from dihal.rows import (
 from dihal.uncertainty import (
     holm,
     log_ppl_difference,
-    paired_log_ppl_differences,
     paired_verdict,
-    samples_for_power,
+    samples_for_effect,
 )
 
 
@@ -107,9 +106,10 @@ def generation_pairs(dihal: dict, others: list[dict], level: float = 0.95) -> li
     of log Gen.PPL (token-weighted) with a percentile interval (each side's samples resampled
     independently: different models' samples), its p-value Holm-corrected over the pairs, the
     verdict ("higher" / "lower" / "not distinguishable": DiHAL's Gen.PPL against the other's);
-    and how many samples per model a paired t-test would need for 80 % power at the level on
-    the mean per-sample log-PPL difference (samples paired by index, the first min(n_a, n_b):
-    dihal.uncertainty.samples_for_power)."""
+    and, prospectively, the samples per model that this same test, at Holm's strictest step
+    over these pairs, needs for 80 % power against a NAMED effect, Gen.PPL 25 % apart
+    (dihal.uncertainty.samples_for_effect; the observed spread as a pilot, not the observed
+    effect)."""
 
     a = _per_text(dihal)
     out = []
@@ -117,28 +117,32 @@ def generation_pairs(dihal: dict, others: list[dict], level: float = 0.95) -> li
         b = _per_text(o)
         if a is None or b is None:
             continue
-        n = min(len(a), len(b))
-        out.append({"model": o["model"],
-                    **log_ppl_difference(a, b, n_boot=1000, seed=0, level=level),
-                    "power": samples_for_power(paired_log_ppl_differences(a[:n], b[:n]),
-                                               level=level)})
+        out.append({"model": o["model"], "per_text": b,
+                    **log_ppl_difference(a, b, n_boot=1000, seed=0, level=level)})
     for r, adj in zip(out, holm([r["p"] for r in out]), strict=True):
         side = paired_verdict(r["diff"], adj, level)
-        r.update(p_holm=adj, verdict={ABOVE: "higher", BELOW: "lower"}.get(side, side))
+        r.update(p_holm=adj, verdict={ABOVE: "higher", BELOW: "lower"}.get(side, side),
+                 power=samples_for_effect(a, r.pop("per_text"), family=len(out), level=level))
     return out
 
 
 def _power_text(pw: dict) -> str:
-    return (f"{pw['n']}" if pw["n"] is not None else "no count (equal means)" if pw["mean"] == 0
-            else "more than 10,000,000")
+    return f"{pw['n']:,}"
+
+
+def _power_header(pairs: list[dict]) -> str:
+    pw = pairs[0]["power"]
+    return (f"samples per model for {pw['power']:.0%} power at a Gen.PPL ratio of "
+            f"{pw['ratio']:g} (alpha {pw['alpha']:.3g})")
 
 
 def _pairs_table(pairs: list[dict]) -> list[dict]:
+    head = _power_header(pairs) if pairs else ""
     return [{"DiHAL against": p["model"], "Gen.PPL ratio [95 %]":
              f"{p['ratio']:.2f} [{math.exp(p['low']):.2f}, {math.exp(p['high']):.2f}]",
              "p (Holm)": f"{p['p_holm']:.3g}", "DiHAL's Gen.PPL": p["verdict"],
-             "samples per model for 80 % power": _power_text(p["power"]),
-             "samples now": p["power"]["observed_n"]} for p in pairs]
+             head: _power_text(p["power"]), "samples now": p["power"]["observed_n"]}
+            for p in pairs]
 
 
 def _generation_summary(x: ReportInputs) -> str:
@@ -162,9 +166,12 @@ def _generation_summary(x: ReportInputs) -> str:
                  + (f" ({', '.join(ranked)})" if ranked else ""))
         power = [f"{_power_text(p['power'])} for {p['model']}" for p in pairs
                  if p["model"] not in ranked]
-        return line + "." + (" A paired t-test on the per-sample log-perplexity would need, "
-                             "for 80 % power at the 5 % level, about " + ", ".join(power)
-                             + " samples per model." if power else "")
+        pw = pairs[0]["power"]
+        return line + "." + (
+            f" Planned ahead, this test (Holm over the {others} pairs, at its strictest step) "
+            f"would need for {pw['power']:.0%} power against Gen.PPL {pw['ratio']:g}x apart, "
+            "the spread per sample taken from these samples, about " + ", ".join(power)
+            + " samples per model." if power else "")
     ranked = [r["model"] for r in [ref, *bases] if separated(dihal, r, "gen_ppl")]
     return (line + f". With the 95 % intervals over samples, DiHAL's Gen.PPL is separated from "
             f"{len(ranked)} of the {others} other models" + (f" ({', '.join(ranked)})" if ranked
@@ -269,9 +276,10 @@ def generation_section(r: Document, x: ReportInputs) -> None:
                              [r for r in cmp_["rows"] if r["role"] in (BACKBONE, BASELINE)])
     if pairs:
         r.p("DiHAL against each model: the ratio of Gen.PPL with its 95 % interval (each side's "
-            "samples resampled), Holm-corrected over the pairs, and the samples per model a "
-            "paired t-test on the per-sample log-perplexity would need for 80 % power at the 5 % "
-            "level, taking the observed spread as the truth:")
+            "samples resampled), Holm-corrected over the pairs, and, planned ahead for a named "
+            "effect (not the one observed), the samples per model this same test needs for 80 % "
+            "power against Gen.PPL 1.25x apart at Holm's strictest step, the spread per sample "
+            "(delta method on the token-weighted log Gen.PPL) taken from these samples:")
         r.table(_pairs_table(pairs), list(_pairs_table(pairs)[0]))
     r.image(plot_quality_diversity(cmp_["rows"], f"{x.backbone}: Gen.PPL vs diversity"),
             "Gen.PPL against diversity, every model of the comparison")

@@ -79,9 +79,18 @@ class Comparison(Artifact):
 
 
 class FullTraining(RowsArtifact):
-    files = ("full_training.parquet",)
+    files = ("full_training.parquet", "samples.jsonl")
     columns = ["role", "layer", "sampler", "steps", "rule", "val_loss", "hybrid_nll", "top1_agreement",
                "gen_ppl", "diversity"]
+
+    def _write_files(self, directory: Path, result: Any) -> None:
+        write_table(directory / self.files[0], result.rows)
+        atomic_write_text(directory / "samples.jsonl",
+                          "".join(json.dumps(s) + "\n" for s in result.samples))
+
+    def samples(self) -> list[dict]:
+        """Every role's samples as written, with their judge NLL and tokens."""
+        return [json.loads(x) for x in self.path("samples.jsonl").read_text().splitlines()]
 
 
 class FullTrainingBridge(LayerMadeUnder):

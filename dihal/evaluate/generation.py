@@ -294,7 +294,7 @@ def evaluate_with_controls(backbone, trained: TrainedBridge, judge, cfg: EvalCon
     Each row after DiHAL's carries the paired difference of its log Gen.PPL from DiHAL's.
     The result's `cost`: FLOPs and measured ms per generated token of the backbone, DiHAL at
     each K of `cost_steps` and each control (controls_cost), and the FLOP model."""
-    from dihal.evaluate.cost import COST_LENGTH
+    from dihal.evaluate.cost import COST_LENGTH, COST_TIMED_LENGTH
 
     extra, notes = control_models(backbone, trained, cfg, progress, reader=reader,
                                   train_pairs=train_pairs, regression=regression, chosen=chosen,
@@ -306,7 +306,8 @@ def evaluate_with_controls(backbone, trained: TrainedBridge, judge, cfg: EvalCon
         progress("cost per generated token: FLOPs and timed decodes")
     cost = controls_cost(backbone, trained, [(n, m, c["steps"]) for n, role, m, c in extra
                                              if role == CONTROL],
-                         steps=cost_steps, length=min(cfg.length, COST_LENGTH), seed=cfg.seed)
+                         steps=cost_steps, length=min(cfg.length, COST_LENGTH), seed=cfg.seed,
+                         timed_length=min(cfg.length, COST_TIMED_LENGTH))
     return replace(result, controls=notes, cost=cost, frontier=frontier)
 
 
@@ -403,7 +404,8 @@ def control_models(backbone, trained: TrainedBridge, cfg: EvalConfig,
 
 
 def controls_cost(backbone, trained: TrainedBridge, controls: list[tuple[str, Any, int]], *,
-                  steps: Sequence[int], length: int, seed: int = 0) -> dict:
+                  steps: Sequence[int], length: int, seed: int = 0,
+                  timed_length: int | None = None) -> dict:
     """dihal.evaluate.cost.eval_cost of the backbone, DiHAL at each K of `steps` (default rule) and
     each control hybrid (name, model, its denoiser steps: 1 for the regression hybrid, else 0)."""
     from functools import partial
@@ -422,8 +424,10 @@ def controls_cost(backbone, trained: TrainedBridge, controls: list[tuple[str, An
                               price=lambda m, k=k: m.hybrid(layer, k))
                   for k, h in dihal.items()),
                 *(CostSubject(name, m.decode, k, layer) for name, m, k in controls)]
+    from dihal.evaluate.cost import COST_TIMED_LENGTH
+
     return eval_cost(backbone, next(iter(dihal.values())).denoiser, subjects, length=length,
-                     seed=seed)
+                     seed=seed, timed_length=timed_length or COST_TIMED_LENGTH)
 
 
 def sample_and_score(backbone, models: list[tuple[str, str, Callable]], judge, cfg: EvalConfig,

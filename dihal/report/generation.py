@@ -15,8 +15,11 @@ from dihal.rows import (
 )
 
 
-def _sampler_summary(curve: dict) -> str:
+def _sampler_summary(x: ReportInputs) -> str:
     from dihal.config import DEFAULT_SAMPLER_RULE
+    from dihal.report.cost import timed_row
+
+    curve = x.sampler_curve
 
     rows = sorted((r for r in curve["rows"] if r.get("rule", DEFAULT_SAMPLER_RULE)
                    == DEFAULT_SAMPLER_RULE), key=lambda r: r["steps"]) or curve["rows"]
@@ -27,9 +30,18 @@ def _sampler_summary(curve: dict) -> str:
             f"and its reconstruction error {lo['recon_error']:.3f}; with K = {hi['steps']}, "
             f"{hi['hybrid_nll']:.3f} and {hi['recon_error']:.3f} (the backbone: "
             f"{lo['backbone_nll']:.3f}). The lowest NLL is at K = {best['steps']}"
-            f"{' (' + best['rule'] + ' rule)' if best.get('rule') else ''}. Generation "
-            f"costs {lo['ms_per_token']:.1f} ms per token at K = {lo['steps']} and "
-            f"{hi['ms_per_token']:.1f} at K = {hi['steps']}.")
+            f"{' (' + best['rule'] + ' rule)' if best.get('rule') else ''}. "
+            + _k_timing(*(timed_row(x, steps=r["steps"], layer=curve["layer"]) for r in (lo, hi)),
+                        lo["steps"], hi["steps"]))
+
+
+def _k_timing(lo: dict | None, hi: dict | None, k_lo: int, k_hi: int) -> str:
+    """Generation's time per token at the curve's smallest and largest K, from the cost table
+    (the report's one timing per model)."""
+    if lo is None or hi is None:
+        return "Its time per token at these K is not in the cost table (section 3b)."
+    return (f"Generation costs {lo['ms_per_token']:.1f} ms per token at K = {k_lo} and "
+            f"{hi['ms_per_token']:.1f} at K = {k_hi} (the cost table's timing, section 3b).")
 
 
 def _mauve_is_diagnostic(rows: list[dict]) -> bool:
@@ -240,9 +252,17 @@ def answer_generation(x: ReportInputs) -> tuple[str, str]:
 
 def sampler_section(r: Document, x: ReportInputs) -> None:
     r.h2("2b. What the sampler's steps buy at l*", SAMPLER)
-    r.p(_sampler_summary(x.sampler_curve))
-    r.table(x.sampler_curve["rows"], ["rule", "steps", "recon_error", "hybrid_nll",
-                                      "top1_agreement", "ms_per_token"], ".4g")
+    from dihal.report.cost import timed_row
+
+    r.p(_sampler_summary(x))
+    layer = x.sampler_curve["layer"]
+    rows = [{**{k: c.get(k) for k in ("rule", "steps", "recon_error", "hybrid_nll",
+                                       "top1_agreement")},
+             "ms per token (cost table)": (t or {}).get("ms_per_token", "n/a")}
+            for c in x.sampler_curve["rows"]
+            for t in [timed_row(x, steps=c["steps"], layer=layer)]]
+    r.table(rows, ["rule", "steps", "recon_error", "hybrid_nll", "top1_agreement",
+                   "ms per token (cost table)"], ".4g")
 
 
 def generation_section(r: Document, x: ReportInputs) -> None:
@@ -289,9 +309,10 @@ def _judge_and_latency(r: Document, x: ReportInputs) -> None:
                         "CPU kernels while sampling (torch's CPU capability)":
                             first.get("cpu_kernels", "not recorded")}),
             ["setting", "value"])
-    r.table([{"model": e["model"], "ms per token": e["ms_per_token"],
-              "vs backbone": e["latency_vs_backbone"]} for e in x.evaluation["rows"]],
-            ["model", "ms per token", "vs backbone"], ".3g")
+    from dihal.report.cost import timing_text
+
+    r.p(f"Time per token: section 3b, one timing per model ({timing_text(x)}); the sampling "
+        "of these rows (a larger batch, whose per-token time is lower) is not quoted.")
 
 
 def samples_section(r: Document, x: ReportInputs) -> None:

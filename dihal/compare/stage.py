@@ -195,7 +195,10 @@ GENERATION_KEYS = tuple(f"{m}{end}" for m in ("gen_ppl", "gen_ppl_mean", "divers
 LENGTH_KEYS = ("diversity_spacy", "mean_judge_length", "gen_ppl_at_length",
                "gen_ppl_at_length_low", "gen_ppl_at_length_high", "ppl_length",
                "ppl_length_scored", "ppl_length_short", "temperature", "mauve_diagnostic",
-               "mauve_n_p", "mauve_n_q", "mauve_kmeans_seeds", "sample_nll", "sample_tokens")
+               "mauve_n_p", "mauve_n_q", "mauve_kmeans_seeds", "sample_nll", "sample_tokens",
+               # the failed (empty) samples (metrics.empty_rate) and those short of L
+               "n_samples", "empty_samples", "empty_rate", "empty_rate_low", "empty_rate_high",
+               "ppl_length_empty")
 NATIVE_ROLE = "baseline (native temperature)"  # a baseline's extra row at its own temperature
 
 

@@ -70,17 +70,65 @@ def temperature(r: dict) -> str:
     return "none (deterministic rounding)" if t is None else "not recorded" if t == "" else f"{t:g}"
 
 
+EMPTY = "empty samples (failures) [95 %]"
+GEN_PPL = "Gen.PPL, non-empty samples [95 %]"
+
+
+def n_samples(r: dict) -> int | None:
+    """Every sample of a row: as recorded, else what its counts add up to (rows made before
+    the empty rate was recorded); None where it cannot be told."""
+    if r.get("n_samples") is not None:
+        return int(r["n_samples"])
+    if r.get("ppl_length_scored") is not None and r.get("empty_samples") is not None:
+        return int(r["ppl_length_scored"] + (r.get("ppl_length_short") or 0)
+                   + r["empty_samples"])
+    return None
+
+
+def empty_text(r: dict) -> str:
+    """"k of n (p %) [low, high]": the row's empty samples, each a failure, with the Wilson
+    interval of their rate; "n/a" where not recorded."""
+    from dihal.evaluate.metrics import wilson
+
+    k, n = r.get("empty_samples"), n_samples(r)
+    if k is None or not n:
+        return "n/a"
+    lo, hi = wilson(int(k), n)
+    return f"{k} of {n} ({100 * k / n:.0f} %) [{100 * lo:.0f}, {100 * hi:.0f} %]"
+
+
+def fails_more(a: dict, b: dict) -> bool:
+    """Row `a` has more empty samples than row `b` beyond the 95 % interval of the difference
+    of their rates (metrics.rate_difference); False where either did not record them."""
+    from dihal.evaluate.metrics import rate_difference
+
+    na, nb = n_samples(a), n_samples(b)
+    if not na or not nb or a.get("empty_samples") is None or b.get("empty_samples") is None:
+        return False
+    return rate_difference(int(a["empty_samples"]), na, int(b["empty_samples"]), nb)[1] > 0
+
+
+def _reaching(r: dict) -> str:
+    """How many of ALL the row's samples reach the common length L (an empty one does not)."""
+    if r.get("ppl_length_scored") is None:
+        return "n/a"
+    n = n_samples(r)
+    if n is None:  # rows made before the empty samples were counted: of the non-empty ones
+        return (f"{r['ppl_length_scored']} of "
+                f"{r['ppl_length_scored'] + r.get('ppl_length_short', 0)} non-empty")
+    return f"{r['ppl_length_scored']} of {n}"
+
+
 def generation_table(rows: list[dict], extra: list[str]) -> list[dict]:
     """One line per model: every metric with its interval, and beside them what they depend on:
-    the decoding temperature, the samples' mean length in words and in judge tokens, and how
-    many samples reach the common length L (of those scored)."""
+    the decoding temperature, the empty samples (failures: Gen.PPL is over the others), the
+    samples' mean length in words and in judge tokens, and how many of all the samples reach
+    the common length L."""
     mauve, at = _mauve_header(rows), _at_length_header(rows)
     return [{**{k: r.get(k) for k in ("model", "role", "layer") if k in r},
-             "temperature": temperature(r),
-             "Gen.PPL [95 %]": ci(r, "gen_ppl"), at: ci(r, "gen_ppl_at_length"),
-             "samples reaching L": (f"{r['ppl_length_scored']} of "
-                                    f"{r['ppl_length_scored'] + r.get('ppl_length_short', 0)}"
-                                    if r.get("ppl_length_scored") is not None else "n/a"),
+             "temperature": temperature(r), EMPTY: empty_text(r),
+             GEN_PPL: ci(r, "gen_ppl"), at: ci(r, "gen_ppl_at_length"),
+             "samples reaching L": _reaching(r),
              "Gen.PPL, mean of samples [95 %]": ci(r, "gen_ppl_mean"),
              "diversity [95 %]": ci(r, "diversity", ".3f"),
              "diversity (spaCy, as LD4LG)": (f"{r['diversity_spacy']:.3f}"
@@ -93,7 +141,7 @@ def generation_table(rows: list[dict], extra: list[str]) -> list[dict]:
 
 
 def generation_columns(rows: list[dict], extra: list[str], lead: list[str]) -> list[str]:
-    return [*lead, "temperature", "Gen.PPL [95 %]", _at_length_header(rows), "samples reaching L",
+    return [*lead, "temperature", EMPTY, GEN_PPL, _at_length_header(rows), "samples reaching L",
             "Gen.PPL, mean of samples [95 %]", "diversity [95 %]", "diversity (spaCy, as LD4LG)",
             _mauve_header(rows), "mean length (words)", "mean length (judge tokens)", *extra]
 
@@ -160,9 +208,12 @@ def _generation_summary(x: ReportInputs) -> str:
             f"{dihal['diversity']:.3f}, against the backbone's {ref['gen_ppl']:.1f} and "
             f"{ref['diversity']:.3f}")
     if bases:
-        beaten = [r["model"] for r in bases if dihal["gen_ppl"] < r["gen_ppl"]]
+        beaten = [r["model"] for r in bases if dihal["gen_ppl"] < r["gen_ppl"]
+                  and not fails_more(dihal, r)]
         line += (f"; at the matched budget it has a lower Gen.PPL than {len(beaten)} of "
-                 f"{len(bases)} baselines" + (f" ({', '.join(beaten)})" if beaten else ""))
+                 f"{len(bases)} baselines" + (f" ({', '.join(beaten)})" if beaten else "")
+                 + " without failing more often")
+    line += empty_clause(dihal, [ref, *bases])
     pairs = generation_pairs(dihal, [ref, *bases])
     others = len(bases) + 1
     if len(pairs) == others:
@@ -182,6 +233,29 @@ def _generation_summary(x: ReportInputs) -> str:
             + ("" if len(ranked) == others else "; the others cannot be ranked against it at "
                "this sample count (these rows kept no per-sample scores for a power "
                "calculation)") + ".")
+
+
+def empty_clause(dihal: dict, others: list[dict]) -> str:
+    """What the empty samples (failures) change in a comparison of DiHAL's Gen.PPL with
+    `others`' (rows): every row's count where any row has one, and each model whose lower
+    Gen.PPL comes with more failures beyond the 95 % interval of the difference of the empty
+    rates (fails_more): its Gen.PPL is over fewer samples and does not count as better. ""
+    where no row has an empty sample."""
+    rows = [dihal, *others]
+    if not any(r.get("empty_samples") for r in rows):
+        return ""
+    counts = ", ".join(f"{r['model']} {empty_text(r).split(' [')[0]}" for r in rows
+                       if r.get("empty_samples") is not None)
+    line = f"; empty samples, each a failure (Gen.PPL is over the rest): {counts}"
+    unfair = [o["model"] for o in others if o["gen_ppl"] < dihal["gen_ppl"] and fails_more(o, dihal)]
+    if fails_more_than := [o["model"] for o in others if dihal["gen_ppl"] < o["gen_ppl"]
+                           and fails_more(dihal, o)]:
+        line += (f"; DiHAL's lower Gen.PPL than {', '.join(fails_more_than)} comes with more "
+                 "failures beyond the 95 % interval, so it is not counted as better")
+    if unfair:
+        line += (f"; the lower Gen.PPL of {', '.join(unfair)} comes with more failures than "
+                 "DiHAL's beyond the 95 % interval")
+    return line
 
 
 def _generation_setting(x: ReportInputs) -> str:
@@ -238,7 +312,9 @@ def answer_generation(x: ReportInputs) -> tuple[str, str]:
     line = (f"DiHAL's Gen.PPL is {dihal.gen_ppl.text()}, {side} than the backbone's "
             f"{ref.gen_ppl.text()} ({sep})")
     if bases:
-        beaten = [r.name for r in bases if dihal.gen_ppl.value < r.gen_ppl.value]
+        # a lower Gen.PPL with more failures (empty samples) beyond their noise is not better
+        beaten = [r.name for r in bases if dihal.gen_ppl.value < r.gen_ppl.value
+                  and not fails_more(dihal.columns, r.columns)]
         clear = [r.name for r in bases if r.name in beaten and apart(r)]
         line += (f"; at the matched budget it is lower than {len(beaten)} of {len(bases)} "
                  f"baselines' ({', '.join(beaten)}), beyond {how}"
@@ -247,7 +323,8 @@ def answer_generation(x: ReportInputs) -> tuple[str, str]:
                  f"{len(bases)} baselines'")
     else:
         line += "; no baseline was compared"
-    return line + ".", GENERATION
+    return line + empty_clause(dihal.columns, [o.columns for o in (ref, *bases)]) + ".", \
+        GENERATION
 
 
 def sampler_section(r: Document, x: ReportInputs) -> None:
@@ -273,7 +350,14 @@ def generation_section(r: Document, x: ReportInputs) -> None:
     r.p(_generation_summary(x))
     extra = ["repetition", "denoiser_parameters", "train_tokens", "sampler_steps", "seq_len"]
     r.p(_generation_setting(x))
-    r.p("Gen.PPL token-weighted (exp of the judge's total NLL over all scored tokens), on the "
+    r.p("An empty sample (the model ends it at once) is a failure: every row gives how many "
+        "of its samples are empty, with the Wilson 95 % interval of that rate; Gen.PPL, which "
+        "needs judge tokens, is over the non-empty samples and is read beside that rate (a "
+        "lower Gen.PPL with more failures beyond the interval of the difference of the rates "
+        "is not counted as better); the samples reaching L are out of all the samples; "
+        "diversity pools the n-grams of every sample (an empty one adds none); MAUVE compares "
+        "every sample, an empty one by the judge's features of an empty text. "
+        "Gen.PPL token-weighted (exp of the judge's total NLL over all scored tokens), on the "
         "first L judge tokens of every sample, and as the mean of per-sample perplexities (the "
         "convention of LD4LG's evaluation code); diversity with our word regex and with spaCy's "
         "English tokenizer (as LD4LG computes it); MAUVE (mauve-text, its defaults) against "

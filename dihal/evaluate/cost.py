@@ -261,9 +261,10 @@ COST_N, COST_LENGTH, COST_TIMED_LENGTH, COST_REPEATS = 4, 16, 32, 3
 """The eval stage's cost table: FLOPs per token over a decode of COST_LENGTH tokens (a count,
 exact at any length); the timed decode COST_N sequences x COST_TIMED_LENGTH tokens (at most
 the eval's length), cached, median of COST_REPEATS interleaved rounds. Over 2 x 8 tokens the
-times were not monotone in K (the per-call overhead of a decode and the load of a shared
-machine outweigh one denoiser step); 4 x 32 tokens is the shortest decode whose times rise
-with K within the spread of the rounds (benchmarks/RESULTS.md, "One timing per model")."""
+default run's times were not monotone in K (the per-call overhead of a decode and the load of
+a shared machine outweigh one denoiser step); 4 x 32 tokens is 8 times the work per round, and
+every eval checks whether DiHAL's times rise with K within the spread of the rounds
+(order_in_k; the report says so) rather than assuming it."""
 
 TIMING_NOTE = ("the one timing of each model: a cached decode of {n} sequences x {length} tokens "
                "in one batch from the start token, the median of {repeats} rounds that go round "

@@ -96,13 +96,17 @@ def answer_break_even(x: ReportInputs) -> tuple[str, str]:
 
 def _cost_points(x: ReportInputs, model) -> list[dict]:
     """Hybrid NLL against FLOPs per token of each swept layer: the bridge at the sweep's K and
-    its regression control (one step)."""
+    its regression control (the ridge map: one d x d matmul a token)."""
     k_sweep = int(x.sweep_protocol.get("steps", 1))
     pts = [{"kind": f"bridge (K = {k_sweep})", "layer": r["layer"],
             "flops": model.hybrid(r["layer"], k_sweep), "nll": r["hybrid_nll"]}
            for r in x.sweep_layers]
-    pts += [{"kind": "regression control (1 step)", "layer": r["layer"],
-             "flops": model.hybrid(r["layer"], 1), "nll": r["regression_hybrid_nll"]}
+    from dihal.evaluate.cost import ridge_map_flops
+
+    d = int(x.backbone_info["hidden_size"])
+    pts += [{"kind": "regression control (ridge map)", "layer": r["layer"],
+             "flops": model.hybrid(r["layer"], 0, ridge_map_flops(d, d)),
+             "nll": r["regression_hybrid_nll"]}
             for r in x.bridgeability.get("regression", [])]
     return pts
 

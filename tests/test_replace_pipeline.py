@@ -320,7 +320,7 @@ def test_bounded_storage_gives_the_same_bridge_as_a_stored_training_split(tiny):
 
 def test_a_sweep_partition_builds_its_training_pairs_once(tiny, monkeypatch):
     """store_train=False: the bridge and its regression control of one partition's run share
-    one build of the training pairs (issue 19 item 5); the control fitted on them equals one
+    one build of the training pairs; the control fitted on them equals one
     fitted on pairs built afresh."""
     import hashlib
     import shutil

@@ -50,6 +50,22 @@ def trainer(run: StageRun, art: BridgeRun, layer: int, protocol, regression: boo
     return compute
 
 
+def ridge_of(run: StageRun, layer: int, protocol):
+    """The compute of a swept layer's regression control (dihal.replace.control_hybrids.ridge_control),
+    on the pairs its sweep bridge kept in this process where there are."""
+    def compute():
+        from dihal.config import ExtractConfig
+        from dihal.replace.control_hybrids import ridge_control
+
+        states = run.art(HiddenStates)
+        (dump,) = run.require(states)
+        return ridge_control(run.model(), states.reader(), layer, protocol,
+                             train_ids=run.art(Sequences).token_ids()["train"],
+                             extract=ExtractConfig(**dump.config), log=run.throttled())
+
+    return compute
+
+
 def pairs_of(run: StageRun, layer: int):
     """The raw (hs[0], h_layer) training pairs, as `trainer` builds them: from the dump, or
     computed for the training sequences where the dump did not store that split."""
@@ -92,21 +108,22 @@ def replace_assets(backbone: str, n_layers: int) -> list:
     @stage_asset(backbone, "regression_sweep", [bridge_sweep], partitions=layers,
                  kinds={"pytorch", "safetensors"})
     def regression_sweep(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
-        """The regression control of each swept layer: the sweep bridge's network, loss and
-        budget, trained to predict h_l from the condition in one step (no noise); measured the
-        same way (reconstruction error, hybrid NLL, top-1 agreement)."""
-        from dataclasses import replace
-
+        """The regression control of each swept layer: the closed-form ridge map hs[0] -> h_l
+        on the sweep bridge's training pairs and standardisation, its penalty chosen on the
+        held-out pairs; measured the same way (reconstruction error, hybrid NLL, top-1
+        agreement). Seconds a layer, where a regression network took a bridge's training."""
         from dihal.config import BridgeProtocol
+        from dihal.replace.control_hybrids import RIDGE_LAMBDAS
 
         run, layer = StageRun(context, backbone), int(context.partition_key)
         states, sweep = run.art(HiddenStates), run.art(SweepBridge, layer)
         _, sm = run.require(states, sweep)
-        # the sweep's own budget, one seed (the control is a reference, not resampled)
-        protocol = replace(BridgeProtocol(**sm.config), steps=1, seeds=1)
+        protocol = BridgeProtocol(**sm.config)
         out = run.art(RegressionControl, layer)
-        return run.produce(out, protocol, [states, sweep],
-                           trainer(run, out, layer, protocol, regression=True), layer=layer)
+        config = {"objective": "ridge", "lambdas": list(RIDGE_LAMBDAS),
+                  "pin_first": protocol.pin_first, "eval_sequences": protocol.eval_sequences}
+        return run.produce(out, config, [states, sweep], ridge_of(run, layer, protocol),
+                           layer=layer)
 
     @stage_asset(backbone, "bridgeability", [bridge_sweep, regression_sweep,
                                              key("layer_score"), key("geometry")],

@@ -27,6 +27,7 @@ from dihal.evaluate.cost import (
     backbone_flop_model,
     break_even,
     cost_rows,
+    order_in_k,
     with_bridge,
 )
 from dihal.replace.control_hybrids import RidgeMap, layer_drop_hybrid, ridge_hybrid
@@ -73,13 +74,17 @@ def main() -> None:
           f"load average {os.getloadavg()[0]:.2f}; SmolLM2 (30 layers, d={d}); hybrids at layer "
           f"{args.layer}; {args.n} x {args.length} tokens, median of {args.repeats}")
     print(f"({FLOP_NOTE}; the regression hybrid costs what DiHAL K=1 costs)\n")
-    print("| model | K | MFLOPs / token | ms / token | FLOPs x backbone | time x backbone | "
-          "time over FLOPs |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    print("| model | K | MFLOPs / token | ms / token | fastest / slowest round | "
+          "FLOPs x backbone | time x backbone | time over FLOPs |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(f"| {r['model']} | {r['K']} | {r['flops_per_token'] / 1e6:.1f} | "
-              f"{r['ms_per_token']:.2f} | {r['flops_vs_backbone']:.3f} | "
+              f"{r['ms_per_token']:.2f} | {r['ms_per_token_low']:.2f} / "
+              f"{r['ms_per_token_high']:.2f} | {r['flops_vs_backbone']:.3f} | "
               f"{r['ms_vs_backbone']:.3f} | {r['time_over_flops']:.3f} |")
+    order = order_in_k([r for r in rows if r["model"].startswith("DiHAL")])
+    print(f"\nDiHAL's time per token in K: monotone {order['monotone']}, every step down within "
+          f"the rounds' spread {order['within_noise']}, steps down {order['inversions']}")
     flops = with_bridge(backbone_flop_model(bb, args.length), den, args.length)
     print("\nbreak-even (FLOPs): the largest K at which the hybrid at layer l is cheaper than "
           "the backbone")

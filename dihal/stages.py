@@ -54,7 +54,7 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
           "The bridge at l* with the full budget: the sweep protocol with more passes.",
           history="2: train_tokens = sequences consumed x length; 3: init validation loss; "
           "4: the loss at t = 1; protocol seeds"),
-    Stage("eval", "11", "Evaluation", "EvalConfig", "EvalRunConfig",
+    Stage("eval", "12", "Evaluation", "EvalConfig", "EvalRunConfig",
           history="2: rows carry their role, the judge's name; 3: mean-of-samples Gen.PPL, "
           "intervals; 4: the backbone sampled with the step's threads (MAUVE no longer drops "
           "them to 1); 5: rows record the CPU kernels (torch's CPU capability) beside the threads; "
@@ -68,27 +68,32 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
           "backbone at each frontier_temperatures), kept out of the rows; 10: the control rows' "
           "budget columns; 11: the cost table prices the backbone's and DiHAL's rows by the FLOP "
           "model (each row's flops_from), counting only the controls' decodes, and times 2 x 8 tokens "
-          "(flop_length 16 as before)"),
-    Stage("regression_sweep", "2", "RegressionControl", history="2: the loss at t = 1"),
+          "(flop_length 16 as before); 12: every row's empty samples (failures) with the Wilson "
+          "interval of their rate, MAUVE over every sample; the cost table times 4 x 32 tokens "
+          "with each round's spread and checks DiHAL's order in K"),
+    Stage("regression_sweep", "3", "RegressionControl", history="2: the loss at t = 1; 3: the "
+          "closed-form ridge map per layer (the stronger control, seconds instead of a "
+          "network's training)"),
     Stage("sampler_steps", "6", "SamplerCurve", "SamplerCurveConfig", "SamplerCurveRunConfig",
           history="2: measured with the step's threads (as eval 4); 3: the trained K's row is "
           "the bridge's own measurement; 4: rows carry their sampler rule (`rules` setting); "
           "5: both rules by default (eval samples at the (rule, K) they choose); 6: the other "
           "rules' K = 1 rows are the default rule's (same_as_rule), not measured again"),
-    Stage("baseline", "5", "BaselineRun", "BaselineRunConfig", "BaselineRunConfig",
+    Stage("baseline", "6", "BaselineRun", "BaselineRunConfig", "BaselineRunConfig",
           history="2: trained by the bridge's loop (one trainer); 3: as eval 3; 4: decoded at "
           "the common temperature (CoDAR's 0.7 as an extra row), as eval 6; 5: the temperature "
-          "frontier's points (row[\"frontier\"]), the sampling time"),
-    Stage("comparison", "6", "Comparison",
+          "frontier's points (row[\"frontier\"]), the sampling time; 6: as eval 12 (empty samples)"),
+    Stage("comparison", "7", "Comparison",
           history="2: rows carry their role; 3: as eval 3; 4/5: as eval 6/7, baselines' native-"
           "temperature rows, the control hybrids' rows and DiHAL's at the chosen K, with paired "
-          "differences; 6: the temperature frontier of the eval and the baselines"),
-    Stage("full_training", "6", "FullTraining",
+          "differences; 6: the temperature frontier of the eval and the baselines; 7: rows carry "
+          "the empty samples"),
+    Stage("full_training", "7", "FullTraining",
           history="2: as eval 3; 3: as eval 4; 4: the oracle and worst layer by hybrid NLL; "
           "5: as eval 7; 6: each bridge also sampled at the (rule, K) chosen on validation at l* "
           "(sampler_steps upstream; rows labelled by sampler), the bridge stage's training seeds "
           "with their spread, training seconds; l*'s rows taken from the eval where it drew "
-          "that bridge with the same config (eval upstream then)"),
+          "that bridge with the same config (eval upstream then); 7: as eval 12 (empty samples)"),
     Stage("report", "15", "Report",
           history="3: built from typed inputs; 4: rival predictors and intervals; 5: across "
           "backbones; 6: a lone backbone's report suggests another one, not itself; the CPU "
@@ -100,7 +105,9 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
           "break-even; 10: which layers had how many training seeds, and what more would cost; "
           "11: Gen.PPL against diversity across temperatures (the frontier); 12: full training "
           "at both samplers, with the eval's control hybrids (from eval) and the seed spread, or "
-          "what a second seed would cost; 13: the frontier among the opening answers"),
+          "what a second seed would cost; 13: the frontier among the opening answers; 15: every "
+          "generation table's empty samples, verdicts that weigh them; one timing per model "
+          "(the cost table's)"),
 )}
 
 CODE_VERSIONS = {name: s.code_version for name, s in STAGES.items()}

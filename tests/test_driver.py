@@ -20,10 +20,11 @@ import pipeline.main as driver
     (["--baselines", "sed,foo"], "unknown foo; the baselines are diffusion-lm, sed, ld4lg, codar"),
     (["--sweep-count", "0"], "--sweep-count 0: give at least 1"),
     (["--workers", "0"], "--workers 0: give at least 1"),
-    (["--profile", "tpu"], "unknown profile 'tpu': give one of ['cpu', 'gpu', 'gpu-smollm2'] or a .json file"),
-    (["--seed-layers", "5,16"], "--seed-layers 5,16: 5 not swept (the swept layers are 1, 2, 3, "
-                                "4, 8, 12, 16, 21, 25, 29): give seed layers among them, or add "
-                                "those to --layers"),
+    (["--profile", "tpu"], "unknown profile 'tpu': give one of ['cpu', 'gpu', 'gpu-smollm2', "
+                           "'study'] or a .json file"),
+    (["--layers", "1,2,3,4,8,12", "--seed-layers", "5,16"],
+     "--seed-layers 5,16: 5, 16 not swept (the swept layers are 1, 2, 3, 4, 8, 12): give seed "
+     "layers among them, or add those to --layers"),
     (["--seed-layers", "1,x"], "--seed-layers 1,x: give comma-separated swept layers"),
     (["--seeds", "0"], "--seeds 0: give at least 1"),
     (["--seeds", "1", "--seed-layers", "4"], "--seed-layers 4: those layers would be trained "

@@ -318,7 +318,7 @@ def test_readme_defaults_match_the_config_dataclasses():
     from dihal import config
 
     text = (ROOT / "docs" / "configuration.md").read_text()
-    section = text[text.index("Run config per asset"):text.index("## Real backbones")]
+    section = text[text.index("Run config per asset"):text.index("\n## ", text.index("Run config per asset"))]
     bullets = re.split(r"\n- ", section)[1:]
     checked = 0
     for bullet in bullets:

@@ -271,10 +271,19 @@ def test_generation_against_backbone_and_baselines_each_way():
 
 @pytest.mark.parametrize(("ratio", "pace"), [(2.0, "slower"), (0.5, "faster"), (1.0, "as fast")])
 def test_cost_each_way(ratio, pace):
-    text, anchor = answer_cost(inputs(latency=ratio))
-    assert f"({ratio:.2f}x the backbone's time per step: {pace})" in text and anchor == GENERATION
-    assert "4.00 ms per token against the backbone's 2.00" in text
+    from dataclasses import replace
+
+    x = _with_cost(15.0)
+    rows = x.evaluation["cost"]["rows"]
+    rows[1].update(ms_per_token=2.0 * ratio)
+    text, anchor = answer_cost(x)
+    assert f"({ratio:.2f}x the backbone's time: {pace}; a cached decode" in text
+    assert anchor == GENERATION
+    assert f"{2.0 * ratio:.2f} ms per token against the backbone's 2.00" in text
     assert "12,345 parameters, was trained on 65,536 tokens and samples in 4 step(s)" in text
+    # no cost table: not measured, said so
+    untimed = replace(x, evaluation={**x.evaluation, "cost": None})
+    assert "time per token is not measured" in answer_cost(untimed)[0]
 
 
 def test_report_opens_on_its_answers_and_splits_the_proxies_by_normalisation():
@@ -368,7 +377,8 @@ def test_generation_section_states_start_token_temperature_length_and_mauve_stat
     assert "from the backbone's start token '<|im_start|>' (id 1)" in md
     assert "Every ranked row decodes at temperature 1 (SED and Diffusion-LM round" in md
     assert "codar (native T=0.7): the recipe's own temperature, an extra row, not ranked." in md
-    assert "first 16 judge tokens" in md and "| 15 of 16 |" in md
+    # these rows did not record their empty samples: out of the non-empty ones, said so
+    assert "first 16 judge tokens" in md and "| 15 of 16 non-empty |" in md
     assert "MAUVE here is a diagnostic, not a result" in md and "MAUVE [95 %] (diagnostic)" in md
     header = next(line for line in md.splitlines() if line.startswith("| model | temperature"))
     for column in ("mean length (words)", "mean length (judge tokens)",

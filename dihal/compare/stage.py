@@ -142,7 +142,6 @@ def _samples_and_metrics(name: str, model, backbone, space: TokenSpace, cfg: Bas
     points of the temperature frontier, `metrics["frontier"]` (baseline_frontier)."""
     import time
 
-
     def at(temperature: float | None, mauve: bool = True) -> tuple[list[str], dict]:
         """Samples at `temperature` (None: the recipe has none, it rounds deterministically),
         each time from the same seeded generator, and their metrics (MAUVE with `mauve`)."""
@@ -206,7 +205,10 @@ GENERATION_KEYS = tuple(f"{m}{end}" for m in ("gen_ppl", "gen_ppl_mean", "divers
 LENGTH_KEYS = ("diversity_spacy", "mean_judge_length", "gen_ppl_at_length",
                "gen_ppl_at_length_low", "gen_ppl_at_length_high", "ppl_length",
                "ppl_length_scored", "ppl_length_short", "temperature", "mauve_diagnostic",
-               "mauve_n_p", "mauve_n_q", "mauve_kmeans_seeds", "sample_nll", "sample_tokens")
+               "mauve_n_p", "mauve_n_q", "mauve_kmeans_seeds", "sample_nll", "sample_tokens",
+               # the failed (empty) samples (metrics.empty_rate) and those short of L
+               "n_samples", "empty_samples", "empty_rate", "empty_rate_low", "empty_rate_high",
+               "ppl_length_empty")
 
 
 def comparison(eval_rows: list[dict], bridge: BridgeMetrics, sampler_steps: int,
@@ -381,7 +383,6 @@ def _bridge_columns(trained: TrainedBridge) -> dict:
     over its training seeds (the kept one and the replicates): how many, and per measure of
     SEED_MEASURES their mean, sd (ddof 1), min and max (None with one seed)."""
     import math
-
 
     m, seeds = trained.metrics, [trained.metrics, *trained.seed_metrics]
     out = {"val_loss": m.val_loss, "t1_loss": m.t1_loss, "recon_error": m.recon_error,

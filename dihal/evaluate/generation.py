@@ -13,11 +13,12 @@ from dihal.config import (
     DEFAULT_SAMPLER_RULE,
     EvalConfig,  # noqa: F401 (re-exported)
 )
-from dihal.evaluate.cost import COST_LENGTH, CostSubject, eval_cost
+from dihal.evaluate.cost import COST_LENGTH, COST_TIMED_LENGTH, CostSubject, eval_cost
 from dihal.evaluate.frontier import anchor_point, point, points_at
 from dihal.evaluate.metrics import (
     diversity,
     diversity_spacy,
+    empty_rate,
     gen_ppl,
     gen_ppl_first_tokens,
     judge_lengths,
@@ -81,12 +82,19 @@ class PrefixScorer:
         self._tokens = {tuple(s): t for s, t in zip(ids, tokens, strict=True)}
 
     def features(self, texts: Sequence[str]):
-        """The judge's features of `texts` (Judge.features), from the scoring pass where every
-        text was in it, else from the judge."""
+        """The judge's features of `texts` (Judge.features), from the scoring pass where a text
+        was in it, else from the judge (an empty text, which that pass skips, gives the state
+        of the judge's BOS alone)."""
+        if not self._features:
+            return self.judge.features(texts)
         ids = [tuple(self.encode(t)) for t in texts]
-        if texts and all(i in self._features for i in ids):
-            return torch.stack([self._features[i] for i in ids])
-        return self.judge.features(texts)
+        missing = list(dict.fromkeys(t for t, i in zip(texts, ids, strict=True)
+                                     if i not in self._features))
+        if missing:
+            got = self.judge.features(missing)
+            self._features.update((tuple(self.encode(t)), f)
+                                  for t, f in zip(missing, got, strict=True))
+        return torch.stack([self._features[i] for i in ids])
 
     def encode(self, text: str) -> list[int]:
         return self.judge.encode(text)
@@ -118,15 +126,22 @@ def text_metrics(texts: list[str], judge, *, seed: int = 0, reference=None,
     interval; each scored sample's judge NLL and token count (`sample_nll`, `sample_tokens`: what
     log_ppl_difference and samples_for_effect read); with `reference` (the judge's features of held-out corpus text), MAUVE against it
     on equal sample counts, with the k-means fit refitted under several seeds inside its
-    interval (mauve_interval_seeds; `mauve_diagnostic` below 512 samples a side)."""
-    import math
+    interval (mauve_interval_seeds; `mauve_diagnostic` below 512 samples a side).
 
+    An empty sample is a failure, counted in every metric's row: the empty rate with its
+    interval (`empty_rate`, metrics.empty_rate); Gen.PPL is over the non-empty samples (an
+    empty one has no judge token), read beside that rate; diversity pools the n-grams of every
+    sample (an empty one adds none) and its jackknife leaves out every sample in turn;
+    "samples reaching L" is out of every sample (`ppl_length_empty` the empty ones); MAUVE
+    compares every sample, an empty one by the judge's features of an empty text, so that a
+    model that often ends at once is that far from held-out text."""
+    import math
 
     scorer = PrefixScorer(judge, texts) if hasattr(judge, "token_nll_each") else judge
     ppl = gen_ppl(scorer, texts)
     lengths = judge_lengths(judge, texts)
     out = {"gen_ppl": ppl.ppl, "gen_ppl_mean": ppl.mean_ppl, "judge_tokens": ppl.n_tokens,
-           "empty_samples": ppl.n_empty, "diversity": diversity(texts),
+           **empty_rate(texts), "diversity": diversity(texts),
            "diversity_spacy": diversity_spacy(texts), "repetition": repetition(texts),
            "mean_length": mean_length(texts),
            "mean_judge_length": sum(lengths) / len(lengths),
@@ -138,11 +153,12 @@ def text_metrics(texts: list[str], judge, *, seed: int = 0, reference=None,
         out.update({"gen_ppl_at_length": first.gen.ppl,
                     "gen_ppl_at_length_low": at["gen_ppl_low"],
                     "gen_ppl_at_length_high": at["gen_ppl_high"], "ppl_length": ppl_length,
-                    "ppl_length_scored": first.gen.n_texts, "ppl_length_short": first.n_short})
+                    "ppl_length_scored": first.gen.n_texts, "ppl_length_short": first.n_short,
+                    "ppl_length_empty": first.gen.n_empty})
     kept = [t for t in texts if t.strip()]
     if reference is not None and len(kept) >= 2 and len(reference) >= 2:
-        n = min(len(kept), len(reference))  # equal counts a side
-        out.update(mauve_interval_seeds(scorer.features(kept[:n]), reference[:n], seed=seed))
+        n = min(len(texts), len(reference))  # equal counts a side, the empty samples among them
+        out.update(mauve_interval_seeds(scorer.features(texts[:n]), reference[:n], seed=seed))
     else:
         out.update(dict.fromkeys(("mauve", "mauve_low", "mauve_high"), math.nan))
     return out
@@ -313,7 +329,8 @@ def evaluate_with_controls(backbone, trained: TrainedBridge, judge, cfg: EvalCon
         progress("cost per generated token: FLOPs and timed decodes")
     cost = controls_cost(backbone, trained, [(n, m, c["steps"]) for n, role, m, c in extra
                                              if role == CONTROL],
-                         steps=cost_steps, length=min(cfg.length, COST_LENGTH), seed=cfg.seed)
+                         steps=cost_steps, length=min(cfg.length, COST_LENGTH), seed=cfg.seed,
+                         timed_length=min(cfg.length, COST_TIMED_LENGTH))
     return replace(result, controls=notes, cost=cost, frontier=frontier)
 
 
@@ -414,7 +431,8 @@ def control_models(backbone, trained: TrainedBridge, cfg: EvalConfig,
 
 
 def controls_cost(backbone, trained: TrainedBridge, controls: list[tuple[str, Any, int]], *,
-                  steps: Sequence[int], length: int, seed: int = 0) -> dict:
+                  steps: Sequence[int], length: int, seed: int = 0,
+                  timed_length: int | None = None) -> dict:
     """dihal.evaluate.cost.eval_cost of the backbone, DiHAL at each K of `steps` (default rule) and
     each control hybrid (name, model, its denoiser steps: 1 for the regression hybrid, else 0)."""
     from functools import partial
@@ -432,8 +450,9 @@ def controls_cost(backbone, trained: TrainedBridge, controls: list[tuple[str, An
                               price=lambda m, k=k: m.hybrid(layer, k))
                   for k, h in dihal.items()),
                 *(CostSubject(name, m.decode, k, layer) for name, m, k in controls)]
+
     return eval_cost(backbone, next(iter(dihal.values())).denoiser, subjects, length=length,
-                     seed=seed)
+                     seed=seed, timed_length=timed_length or COST_TIMED_LENGTH)
 
 
 def sample_and_score(backbone, models: list[tuple[str, str, Callable]], judge, cfg: EvalConfig,

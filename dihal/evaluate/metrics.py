@@ -97,7 +97,11 @@ def gen_ppl(judge: Scorer, texts: Sequence[str]) -> GenPPL:
     exp(total NLL / total judge tokens), and the mean of the per-text perplexities.
 
     Each text is re-tokenised by the judge with its BOS, so the first real token is scored too.
-    Empty (or whitespace-only) texts are skipped and counted in `n_empty`.
+    An empty (or whitespace-only) text is a failed sample (the model ended it at once): it has
+    no judge token, so the perplexity is over the non-empty texts, and `n_empty` counts the
+    failures. A Gen.PPL is never read without them: every generation row carries the empty
+    rate beside it (`empty_rate`), and the report's verdicts between models weigh it
+    (dihal.report.generation).
     """
     _check(texts)
     kept = [t for t in texts if t.strip()]
@@ -106,6 +110,37 @@ def gen_ppl(judge: Scorer, texts: Sequence[str]) -> GenPPL:
     ppl = math.exp(nll / n_tokens) if n_tokens else math.nan
     mean = sum(math.exp(a / b) for a, b in each) / len(each) if each else math.nan
     return GenPPL(ppl, nll, n_tokens, len(kept), len(texts) - len(kept), mean, tuple(each))
+
+
+def wilson(k: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
+    """The Wilson score interval (95 % by default) of a proportion k / n; (nan, nan) for n = 0."""
+    if n <= 0:
+        return math.nan, math.nan
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def empty_rate(texts: Sequence[str]) -> dict:
+    """How many samples failed by being empty (no text before their first EOS, or whitespace
+    only): {"n_samples", "empty_samples", "empty_rate", "empty_rate_low", "empty_rate_high"}
+    (the Wilson 95 % interval)."""
+    _check(texts)
+    k, n = sum(1 for t in texts if not t.strip()), len(texts)
+    low, high = wilson(k, n)
+    return {"n_samples": n, "empty_samples": k, "empty_rate": k / n, "empty_rate_low": low,
+            "empty_rate_high": high}
+
+
+def rate_difference(k1: int, n1: int, k2: int, n2: int) -> tuple[float, float, float]:
+    """k1/n1 - k2/n2 with its 95 % interval (Newcombe's hybrid score interval from the two
+    Wilson intervals; independent samples): (difference, low, high)."""
+    p1, p2 = k1 / n1, k2 / n2
+    (l1, u1), (l2, u2) = wilson(k1, n1), wilson(k2, n2)
+    d = p1 - p2
+    return (d, d - math.sqrt((p1 - l1) ** 2 + (u2 - p2) ** 2),
+            d + math.sqrt((u1 - p1) ** 2 + (p2 - l2) ** 2))
 
 
 def diversity_of(grams: Sequence[dict[int, list[tuple[str, ...]]]], ns: Sequence[int]) -> float:
@@ -126,7 +161,6 @@ def metric_intervals(texts: Sequence[str], ppl: GenPPL, *, n_boot: int = 1000,
     a bootstrap's repeated texts would repeat their n-grams and bias it down).
     {"gen_ppl_low", "gen_ppl_high", "gen_ppl_mean_low", ..., "diversity_high"}."""
     import numpy as np
-
 
     out = {}
     if ppl.per_text:
@@ -189,7 +223,6 @@ def mauve_interval(p_features, q_features, *, seed: int = 0, n_boot: int = 1000,
     (seeded) under the quantisation fitted on all of them, and MAUVE recomputed from the
     resampled histograms. {"mauve", "mauve_low", "mauve_high", "mauve_buckets"}."""
     import numpy as np
-
 
     p, q = np.asarray(p_features, dtype=np.float64), np.asarray(q_features, dtype=np.float64)
     point, k, p_lab, q_lab = _mauve_fit(p, q, seed)
@@ -265,7 +298,6 @@ def mauve_interval_seeds(p_features, q_features, *, seed: int = 0, n_seeds: int 
     report shows such a MAUVE as a diagnostic, not a result. Covered by
     tests/test_metrics.py test_mauve_interval_seeds_*."""
     import numpy as np
-
 
     if n_seeds < 1 or n_boot < n_seeds:
         raise ValueError(f"need n_seeds >= 1 and n_boot >= n_seeds, got {n_seeds}, {n_boot}")
@@ -358,6 +390,11 @@ class FirstTokensPPL:
     length: int
     n_short: int  # non-empty samples with fewer than `length` judge tokens, left out
 
+    @property
+    def n_samples(self) -> int:
+        """Every sample: those reaching the length, the shorter ones and the empty ones."""
+        return self.gen.n_texts + self.n_short + self.gen.n_empty
+
     def to_dict(self) -> dict:
         return {**{f"{k}_at_length": v for k, v in self.gen.to_dict().items()},
                 "length": self.length, "n_short": self.n_short}
@@ -369,8 +406,8 @@ def gen_ppl_first_tokens(judge: IdScorer, texts: Sequence[str], length: int) -> 
     whose samples differ in length are compared on equal ground: the judge's first tokens of
     a text cost more than later ones, and shorter samples would otherwise look worse. Samples
     with fewer than `length` judge tokens are left out and counted in n_short (empty ones in
-    gen.n_empty). gen.per_text feeds metric_intervals. Covered by
-    test_gen_ppl_first_tokens_*."""
+    gen.n_empty: failures, which reach no length). gen.per_text feeds metric_intervals.
+    Covered by test_gen_ppl_first_tokens_*."""
     _check(texts)
     if isinstance(length, bool) or not isinstance(length, int) or length < 1:
         raise ValueError(f"length must be an int >= 1 judge tokens, got {length!r}")

@@ -568,7 +568,6 @@ def train_layer(backbone, reader, layer: int, protocol: BridgeProtocol, ckpt_dir
                          f"{protocol.steps}")
     import time
 
-
     t0 = time.monotonic()
     check_candidate(reader, layer)
     if not regression:
@@ -616,7 +615,6 @@ def _seed_replicate(backbone, data: LayerData, protocol: BridgeProtocol, i: int,
     (its own checkpoints beside the kept bridge's, resumable), measured alike; not kept."""
     import time
     from dataclasses import replace
-
 
     t0 = time.monotonic()
     proto = replace(protocol, seed=replicate_seed(protocol, i), seeds=1)

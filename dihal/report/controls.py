@@ -7,6 +7,7 @@ import math
 from dihal.labels import CHOSEN_K, CONTROL, DIHAL
 from dihal.report.common import CONTROLS, ci
 from dihal.report.document import Document
+from dihal.report.generation import EMPTY, GEN_PPL, empty_text
 from dihal.results import ReportInputs
 from dihal.rows import (
     number,
@@ -86,11 +87,13 @@ def controls_section(r: Document, x: ReportInputs) -> None:
         got = against_dihal(row)
         return "" if got is None else f"{got[0]:.3f} [{got[1]:.3f}, {got[2]:.3f}]"
 
-    r.table([{"model": row["model"], "role": row["role"], "Gen.PPL [95 %]": ci(row, "gen_ppl"),
+
+    r.table([{"model": row["model"], "role": row["role"], EMPTY: empty_text(row),
+              GEN_PPL: ci(row, "gen_ppl"),
               "diversity [95 %]": ci(row, "diversity", ".3f"),
               "MAUVE [95 %]": ci(row, "mauve", ".3f"),
               "Gen.PPL DiHAL / this [paired 95 %]": ratio(row),
               "paired p": row.get("dihal_log_ppl_diff_p"),
               "DiHAL is": row.get("dihal_verdict", "")} for row in shown],
-            ["model", "role", "Gen.PPL [95 %]", "diversity [95 %]", "MAUVE [95 %]",
+            ["model", "role", EMPTY, GEN_PPL, "diversity [95 %]", "MAUVE [95 %]",
              "Gen.PPL DiHAL / this [paired 95 %]", "paired p", "DiHAL is"], ".3g")

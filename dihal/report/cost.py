@@ -12,17 +12,44 @@ from dihal.rows import (
 )
 
 
+def timed_row(x: ReportInputs, *, steps: int | None = None, layer: int | None = None,
+              name: str | None = None) -> dict | None:
+    """The cost table's row of one model: the one timing of it the report quotes (a cached
+    decode of n x length tokens, the median of rounds that go round the models). `steps`:
+    DiHAL at that K (at `layer`, default l*: the rule does not change the work of a step);
+    `name`: the row of that model (the backbone, a control hybrid). None where not timed."""
+    rows = ((x.evaluation or {}).get("cost") or {}).get("rows") or []
+    if name is not None:
+        return next((r for r in rows if r["model"] == name), None)
+    layer = int(x.bridgeability["l_star"]) if layer is None else layer
+    return next((r for r in rows if r["model"].startswith("DiHAL") and r.get("K") == steps
+                 and r.get("layer") == layer), None)
+
+
+def timing_text(x: ReportInputs) -> str:
+    """How the one timing per model was measured, from the cost table."""
+    cost = (x.evaluation or {}).get("cost") or {}
+    return (f"a cached decode of {cost['n']} x {cost['length']} tokens in one batch, the "
+            f"median of {cost['repeats']} rounds" if cost else "not timed")
+
+
 def answer_cost(x: ReportInputs) -> tuple[str, str]:
-    """What generating with the hybrid costs against the backbone, and what the bridge cost."""
-    ev = {r.role: r for r in generation_rows(x.evaluation["rows"])}
+    """What generating with the hybrid costs against the backbone (the cost table's one timing
+    of each), and what the bridge cost."""
     dihal = next(r for r in generation_rows(x.comparison["rows"]) if r.role == "dihal")
-    hyb, ref = ev["dihal"], ev["backbone"]
-    ratio = hyb.columns["latency_vs_backbone"]
-    pace = "slower" if ratio > 1 else "faster" if ratio < 1 else "as fast"
     c = dihal.columns
-    return (f"DiHAL generates at {hyb.ms_per_token:.2f} ms per token against the backbone's "
-            f"{ref.ms_per_token:.2f} ({ratio:.2f}x the backbone's time per step: {pace}); its "
-            f"bridge has {c['denoiser_parameters']:,} parameters, was trained on "
+    k0 = int(c["sampler_steps"])
+    hyb, ref = timed_row(x, steps=k0), timed_row(x, name="backbone")
+    if hyb is None or ref is None:
+        timing = ("DiHAL's time per token is not measured (the evaluation has no cost table "
+                  "with it: materialise eval again)")
+    else:
+        ratio = hyb["ms_per_token"] / ref["ms_per_token"]
+        pace = "slower" if ratio > 1 else "faster" if ratio < 1 else "as fast"
+        timing = (f"DiHAL at K = {k0} generates at {hyb['ms_per_token']:.2f} ms per token "
+                  f"against the backbone's {ref['ms_per_token']:.2f} ({ratio:.2f}x the "
+                  f"backbone's time: {pace}; {timing_text(x)})")
+    return (f"{timing}; its bridge has {c['denoiser_parameters']:,} parameters, was trained on "
             f"{c['train_tokens']:,} tokens and samples in {c['sampler_steps']} step(s).",
             GENERATION)
 
@@ -71,13 +98,17 @@ def answer_break_even(x: ReportInputs) -> tuple[str, str]:
 
 def _cost_points(x: ReportInputs, model) -> list[dict]:
     """Hybrid NLL against FLOPs per token of each swept layer: the bridge at the sweep's K and
-    its regression control (one step)."""
+    its regression control (the ridge map: one d x d matmul a token)."""
     k_sweep = int(x.sweep_protocol.get("steps", 1))
     pts = [{"kind": f"bridge (K = {k_sweep})", "layer": r["layer"],
             "flops": model.hybrid(r["layer"], k_sweep), "nll": r["hybrid_nll"]}
            for r in x.sweep_layers]
-    pts += [{"kind": "regression control (1 step)", "layer": r["layer"],
-             "flops": model.hybrid(r["layer"], 1), "nll": r["regression_hybrid_nll"]}
+    from dihal.evaluate.cost import ridge_map_flops
+
+    d = int(x.backbone_info["hidden_size"])
+    pts += [{"kind": "regression control (ridge map)", "layer": r["layer"],
+             "flops": model.hybrid(r["layer"], 0, ridge_map_flops(d, d)),
+             "nll": r["regression_hybrid_nll"]}
             for r in x.bridgeability.get("regression", [])]
     return pts
 
@@ -94,16 +125,25 @@ def cost_section(r: Document, x: ReportInputs) -> None:
         return
     cost = x.evaluation["cost"]
     r.p(f"{cost['note']} ({cost.get('flop_length', cost['length'])} tokens); ms per token "
-        f"measured over a cached decode of {cost['n']} x {cost['length']} tokens, the median "
-        f"of {cost['repeats']} rounds that go round the models (a load change falls on all "
-        "alike). Time over FLOPs: the measured time relative to the backbone's over what the "
-        "FLOPs predict (1: as predicted).")
+        f"measured over {timing_text(x)} that go round the models (a load change falls on all "
+        "alike), with the fastest and slowest round: this is the one timing of each model in "
+        "this report. Time over FLOPs: the measured time relative to the backbone's over what "
+        "the FLOPs predict (1: as predicted).")
     r.table([{"model": c["model"], "K": c["K"], "MFLOPs per token": c["flops_per_token"] / 1e6,
-              "ms per token": c["ms_per_token"], "FLOPs x backbone": c["flops_vs_backbone"],
+              "ms per token": c["ms_per_token"], "fastest / slowest round": _spread(c),
+              "FLOPs x backbone": c["flops_vs_backbone"],
               "time x backbone": c["ms_vs_backbone"], "time over FLOPs": c["time_over_flops"]}
              for c in cost["rows"]],
-            ["model", "K", "MFLOPs per token", "ms per token", "FLOPs x backbone",
-             "time x backbone", "time over FLOPs"], ".4g")
+            ["model", "K", "MFLOPs per token", "ms per token", "fastest / slowest round",
+             "FLOPs x backbone", "time x backbone", "time over FLOPs"], ".4g")
+    order = cost.get("order_in_k")
+    if order and len(order["K"]) > 1:
+        r.p(f"DiHAL's time per token over K = {', '.join(map(str, order['K']))}: "
+            + ("rises with K." if order["monotone"] else
+               "falls from " + ", ".join(f"K = {a} to {b}" for a, b in order["inversions"])
+               + (", within the spread of the rounds." if order["within_noise"] else
+                  ", beyond the spread of the rounds: the timing is too noisy to order "
+                  "these K.")))
     pts = _cost_points(x, model)
     if pts:
         base = {"flops": model.backbone(), "nll": x.sweep_layers[0]["backbone_nll"]}
@@ -122,3 +162,8 @@ def cost_section(r: Document, x: ReportInputs) -> None:
             row[f"K={b['steps']}"] = b["flops_vs_backbone"]
         r.table(list(by_layer.values()), ["l", "max K cheaper", *(f"K={k}" for k in steps)],
                 ".3g")
+
+
+def _spread(row: dict) -> str:
+    lo, hi = row.get("ms_per_token_low"), row.get("ms_per_token_high")
+    return f"{lo:.3g} / {hi:.3g}" if lo is not None and hi is not None else "n/a"

@@ -154,7 +154,6 @@ def role_pairs(trained: list[dict]) -> list[dict]:
     Gen.PPL ratio with its paired 95 % interval, the Holm-corrected p and the verdict."""
     import math
 
-
     by = {row["role"]: row for row in trained}
     out = []
     for first, second in ROLE_PAIRS:

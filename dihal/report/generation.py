@@ -5,10 +5,11 @@ from __future__ import annotations
 import math
 
 from dihal.config import DEFAULT_SAMPLER_RULE
-from dihal.evaluate.metrics import MAUVE_RESULT_SAMPLES
+from dihal.evaluate.metrics import MAUVE_RESULT_SAMPLES, rate_difference, wilson
 from dihal.labels import BACKBONE, BASELINE, DIHAL, NATIVE_ROLE
 from dihal.plots import plot_quality_diversity
 from dihal.report.common import GENERATION, SAMPLER, SAMPLES, ci, key_value, separated
+from dihal.report.cost import timed_row, timing_text
 from dihal.report.document import Document
 from dihal.results import ReportInputs
 from dihal.rows import (
@@ -25,7 +26,9 @@ from dihal.uncertainty import (
 )
 
 
-def _sampler_summary(curve: dict) -> str:
+def _sampler_summary(x: ReportInputs) -> str:
+
+    curve = x.sampler_curve
 
     rows = sorted((r for r in curve["rows"] if r.get("rule", DEFAULT_SAMPLER_RULE)
                    == DEFAULT_SAMPLER_RULE), key=lambda r: r["steps"]) or curve["rows"]
@@ -36,9 +39,18 @@ def _sampler_summary(curve: dict) -> str:
             f"and its reconstruction error {lo['recon_error']:.3f}; with K = {hi['steps']}, "
             f"{hi['hybrid_nll']:.3f} and {hi['recon_error']:.3f} (the backbone: "
             f"{lo['backbone_nll']:.3f}). The lowest NLL is at K = {best['steps']}"
-            f"{' (' + best['rule'] + ' rule)' if best.get('rule') else ''}. Generation "
-            f"costs {lo['ms_per_token']:.1f} ms per token at K = {lo['steps']} and "
-            f"{hi['ms_per_token']:.1f} at K = {hi['steps']}.")
+            f"{' (' + best['rule'] + ' rule)' if best.get('rule') else ''}. "
+            + _k_timing(*(timed_row(x, steps=r["steps"], layer=curve["layer"]) for r in (lo, hi)),
+                        lo["steps"], hi["steps"]))
+
+
+def _k_timing(lo: dict | None, hi: dict | None, k_lo: int, k_hi: int) -> str:
+    """Generation's time per token at the curve's smallest and largest K, from the cost table
+    (the report's one timing per model)."""
+    if lo is None or hi is None:
+        return "Its time per token at these K is not in the cost table (section 3b)."
+    return (f"Generation costs {lo['ms_per_token']:.1f} ms per token at K = {k_lo} and "
+            f"{hi['ms_per_token']:.1f} at K = {k_hi} (the cost table's timing, section 3b).")
 
 
 def _mauve_is_diagnostic(rows: list[dict]) -> bool:
@@ -66,17 +78,63 @@ def temperature(r: dict) -> str:
     return "none (deterministic rounding)" if t is None else "not recorded" if t == "" else f"{t:g}"
 
 
+EMPTY = "empty samples (failures) [95 %]"
+GEN_PPL = "Gen.PPL, non-empty samples [95 %]"
+
+
+def n_samples(r: dict) -> int | None:
+    """Every sample of a row: as recorded, else what its counts add up to (rows made before
+    the empty rate was recorded); None where it cannot be told."""
+    if r.get("n_samples") is not None:
+        return int(r["n_samples"])
+    if r.get("ppl_length_scored") is not None and r.get("empty_samples") is not None:
+        return int(r["ppl_length_scored"] + (r.get("ppl_length_short") or 0)
+                   + r["empty_samples"])
+    return None
+
+
+def empty_text(r: dict) -> str:
+    """"k of n (p %) [low, high]": the row's empty samples, each a failure, with the Wilson
+    interval of their rate; "n/a" where not recorded."""
+
+    k, n = r.get("empty_samples"), n_samples(r)
+    if k is None or not n:
+        return "n/a"
+    lo, hi = wilson(int(k), n)
+    return f"{k} of {n} ({100 * k / n:.0f} %) [{100 * lo:.0f}, {100 * hi:.0f} %]"
+
+
+def fails_more(a: dict, b: dict) -> bool:
+    """Row `a` has more empty samples than row `b` beyond the 95 % interval of the difference
+    of their rates (metrics.rate_difference); False where either did not record them."""
+
+    na, nb = n_samples(a), n_samples(b)
+    if not na or not nb or a.get("empty_samples") is None or b.get("empty_samples") is None:
+        return False
+    return rate_difference(int(a["empty_samples"]), na, int(b["empty_samples"]), nb)[1] > 0
+
+
+def _reaching(r: dict) -> str:
+    """How many of ALL the row's samples reach the common length L (an empty one does not)."""
+    if r.get("ppl_length_scored") is None:
+        return "n/a"
+    n = n_samples(r)
+    if n is None:  # rows made before the empty samples were counted: of the non-empty ones
+        return (f"{r['ppl_length_scored']} of "
+                f"{r['ppl_length_scored'] + r.get('ppl_length_short', 0)} non-empty")
+    return f"{r['ppl_length_scored']} of {n}"
+
+
 def generation_table(rows: list[dict], extra: list[str]) -> list[dict]:
     """One line per model: every metric with its interval, and beside them what they depend on:
-    the decoding temperature, the samples' mean length in words and in judge tokens, and how
-    many samples reach the common length L (of those scored)."""
+    the decoding temperature, the empty samples (failures: Gen.PPL is over the others), the
+    samples' mean length in words and in judge tokens, and how many of all the samples reach
+    the common length L."""
     mauve, at = _mauve_header(rows), _at_length_header(rows)
     return [{**{k: r.get(k) for k in ("model", "role", "layer") if k in r},
-             "temperature": temperature(r),
-             "Gen.PPL [95 %]": ci(r, "gen_ppl"), at: ci(r, "gen_ppl_at_length"),
-             "samples reaching L": (f"{r['ppl_length_scored']} of "
-                                    f"{r['ppl_length_scored'] + r.get('ppl_length_short', 0)}"
-                                    if r.get("ppl_length_scored") is not None else "n/a"),
+             "temperature": temperature(r), EMPTY: empty_text(r),
+             GEN_PPL: ci(r, "gen_ppl"), at: ci(r, "gen_ppl_at_length"),
+             "samples reaching L": _reaching(r),
              "Gen.PPL, mean of samples [95 %]": ci(r, "gen_ppl_mean"),
              "diversity [95 %]": ci(r, "diversity", ".3f"),
              "diversity (spaCy, as LD4LG)": (f"{r['diversity_spacy']:.3f}"
@@ -89,7 +147,7 @@ def generation_table(rows: list[dict], extra: list[str]) -> list[dict]:
 
 
 def generation_columns(rows: list[dict], extra: list[str], lead: list[str]) -> list[str]:
-    return [*lead, "temperature", "Gen.PPL [95 %]", _at_length_header(rows), "samples reaching L",
+    return [*lead, "temperature", EMPTY, GEN_PPL, _at_length_header(rows), "samples reaching L",
             "Gen.PPL, mean of samples [95 %]", "diversity [95 %]", "diversity (spaCy, as LD4LG)",
             _mauve_header(rows), "mean length (words)", "mean length (judge tokens)", *extra]
 
@@ -154,9 +212,12 @@ def _generation_summary(x: ReportInputs) -> str:
             f"{dihal['diversity']:.3f}, against the backbone's {ref['gen_ppl']:.1f} and "
             f"{ref['diversity']:.3f}")
     if bases:
-        beaten = [r["model"] for r in bases if dihal["gen_ppl"] < r["gen_ppl"]]
+        beaten = [r["model"] for r in bases if dihal["gen_ppl"] < r["gen_ppl"]
+                  and not fails_more(dihal, r)]
         line += (f"; at the matched budget it has a lower Gen.PPL than {len(beaten)} of "
-                 f"{len(bases)} baselines" + (f" ({', '.join(beaten)})" if beaten else ""))
+                 f"{len(bases)} baselines" + (f" ({', '.join(beaten)})" if beaten else "")
+                 + " without failing more often")
+    line += empty_clause(dihal, [ref, *bases])
     pairs = generation_pairs(dihal, [ref, *bases])
     others = len(bases) + 1
     if len(pairs) == others:
@@ -179,6 +240,29 @@ def _generation_summary(x: ReportInputs) -> str:
             + ("" if len(ranked) == others else "; the others cannot be ranked against it at "
                "this sample count (these rows kept no per-sample scores for a power "
                "calculation)") + ".")
+
+
+def empty_clause(dihal: dict, others: list[dict]) -> str:
+    """What the empty samples (failures) change in a comparison of DiHAL's Gen.PPL with
+    `others`' (rows): every row's count where any row has one, and each model whose lower
+    Gen.PPL comes with more failures beyond the 95 % interval of the difference of the empty
+    rates (fails_more): its Gen.PPL is over fewer samples and does not count as better. ""
+    where no row has an empty sample."""
+    rows = [dihal, *others]
+    if not any(r.get("empty_samples") for r in rows):
+        return ""
+    counts = ", ".join(f"{r['model']} {empty_text(r).split(' [')[0]}" for r in rows
+                       if r.get("empty_samples") is not None)
+    line = f"; empty samples, each a failure (Gen.PPL is over the rest): {counts}"
+    unfair = [o["model"] for o in others if o["gen_ppl"] < dihal["gen_ppl"] and fails_more(o, dihal)]
+    if fails_more_than := [o["model"] for o in others if dihal["gen_ppl"] < o["gen_ppl"]
+                           and fails_more(dihal, o)]:
+        line += (f"; DiHAL's lower Gen.PPL than {', '.join(fails_more_than)} comes with more "
+                 "failures beyond the 95 % interval, so it is not counted as better")
+    if unfair:
+        line += (f"; the lower Gen.PPL of {', '.join(unfair)} comes with more failures than "
+                 "DiHAL's beyond the 95 % interval")
+    return line
 
 
 def _generation_setting(x: ReportInputs) -> str:
@@ -235,7 +319,9 @@ def answer_generation(x: ReportInputs) -> tuple[str, str]:
     line = (f"DiHAL's Gen.PPL is {dihal.gen_ppl.text()}, {side} than the backbone's "
             f"{ref.gen_ppl.text()} ({sep})")
     if bases:
-        beaten = [r.name for r in bases if dihal.gen_ppl.value < r.gen_ppl.value]
+        # a lower Gen.PPL with more failures (empty samples) beyond their noise is not better
+        beaten = [r.name for r in bases if dihal.gen_ppl.value < r.gen_ppl.value
+                  and not fails_more(dihal.columns, r.columns)]
         clear = [r.name for r in bases if r.name in beaten and apart(r)]
         line += (f"; at the matched budget it is lower than {len(beaten)} of {len(bases)} "
                  f"baselines' ({', '.join(beaten)}), beyond {how}"
@@ -244,14 +330,22 @@ def answer_generation(x: ReportInputs) -> tuple[str, str]:
                  f"{len(bases)} baselines'")
     else:
         line += "; no baseline was compared"
-    return line + ".", GENERATION
+    return line + empty_clause(dihal.columns, [o.columns for o in (ref, *bases)]) + ".", \
+        GENERATION
 
 
 def sampler_section(r: Document, x: ReportInputs) -> None:
     r.h2("2b. What the sampler's steps buy at l*", SAMPLER)
-    r.p(_sampler_summary(x.sampler_curve))
-    r.table(x.sampler_curve["rows"], ["rule", "steps", "recon_error", "hybrid_nll",
-                                      "top1_agreement", "ms_per_token"], ".4g")
+
+    r.p(_sampler_summary(x))
+    layer = x.sampler_curve["layer"]
+    rows = [{**{k: c.get(k) for k in ("rule", "steps", "recon_error", "hybrid_nll",
+                                       "top1_agreement")},
+             "ms per token (cost table)": (t or {}).get("ms_per_token", "n/a")}
+            for c in x.sampler_curve["rows"]
+            for t in [timed_row(x, steps=c["steps"], layer=layer)]]
+    r.table(rows, ["rule", "steps", "recon_error", "hybrid_nll", "top1_agreement",
+                   "ms per token (cost table)"], ".4g")
 
 
 def generation_section(r: Document, x: ReportInputs) -> None:
@@ -261,7 +355,14 @@ def generation_section(r: Document, x: ReportInputs) -> None:
     r.p(_generation_summary(x))
     extra = ["repetition", "denoiser_parameters", "train_tokens", "sampler_steps", "seq_len"]
     r.p(_generation_setting(x))
-    r.p("Gen.PPL token-weighted (exp of the judge's total NLL over all scored tokens), on the "
+    r.p("An empty sample (the model ends it at once) is a failure: every row gives how many "
+        "of its samples are empty, with the Wilson 95 % interval of that rate; Gen.PPL, which "
+        "needs judge tokens, is over the non-empty samples and is read beside that rate (a "
+        "lower Gen.PPL with more failures beyond the interval of the difference of the rates "
+        "is not counted as better); the samples reaching L are out of all the samples; "
+        "diversity pools the n-grams of every sample (an empty one adds none); MAUVE compares "
+        "every sample, an empty one by the judge's features of an empty text. "
+        "Gen.PPL token-weighted (exp of the judge's total NLL over all scored tokens), on the "
         "first L judge tokens of every sample, and as the mean of per-sample perplexities (the "
         "convention of LD4LG's evaluation code); diversity with our word regex and with spaCy's "
         "English tokenizer (as LD4LG computes it); MAUVE (mauve-text, its defaults) against "
@@ -298,9 +399,9 @@ def _judge_and_latency(r: Document, x: ReportInputs) -> None:
                         "CPU kernels while sampling (torch's CPU capability)":
                             first.get("cpu_kernels", "not recorded")}),
             ["setting", "value"])
-    r.table([{"model": e["model"], "ms per token": e["ms_per_token"],
-              "vs backbone": e["latency_vs_backbone"]} for e in x.evaluation["rows"]],
-            ["model", "ms per token", "vs backbone"], ".3g")
+
+    r.p(f"Time per token: section 3b, one timing per model ({timing_text(x)}); the sampling "
+        "of these rows (a larger batch, whose per-token time is lower) is not quoted.")
 
 
 def samples_section(r: Document, x: ReportInputs) -> None:

@@ -22,7 +22,13 @@ from assets.locate import corpus, locate_assets
 from assets.replace import replace_assets
 from assets.report import report_assets
 from dihal.registry import all_backbones, get_spec
-from resources import BackboneResource, ComputeResource, JudgeResource, StorageResource
+from resources import (
+    BackboneResource,
+    ComputeResource,
+    JudgeResource,
+    PresetResource,
+    StorageResource,
+)
 
 
 def build_definitions(
@@ -58,13 +64,15 @@ def build_definitions(
         jobs=jobs,
         schedules=schedules,
         executor=executor(),
-        resources=resources or {
-            "storage": StorageResource(),
-            "backbones": BackboneResource(),
-            "compute": ComputeResource(),
-            "judge": JudgeResource(),
-        },
+        resources={**default_resources(), **(resources or {})},
     )
+
+
+def default_resources() -> dict:
+    """The resources of a code location that names none (a test names its own, the preset
+    then from here)."""
+    return {"storage": StorageResource(), "backbones": BackboneResource(),
+            "compute": ComputeResource(), "judge": JudgeResource(), "preset": PresetResource()}
 
 
 def stage_jobs(b: str) -> list:

@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import time
+import tomllib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -21,6 +22,46 @@ from pathlib import Path
 import dagster as dg
 
 QUEUE_DAEMON = "QUEUED_RUN_COORDINATOR"
+PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
+
+
+def project_location() -> tuple[str, str]:
+    """(module, code location name) of pyproject.toml's [tool.dagster]: the location `dagster
+    dev`, `dg dev` and `make ui` serve, which the driver's runs must name too (a daemon finds a
+    run's code by its location's name)."""
+    table = tomllib.loads(PYPROJECT.read_text())["tool"]["dagster"]
+    return table["module_name"], table["code_location_name"]
+
+
+def location_name(module: str) -> str:
+    """The code location name of `module`: pyproject's name for the project's module (as the
+    web UI and `dg` name it), the module itself for another (a test's tiny location)."""
+    project_module, name = project_location()
+    return name if module == project_module else module
+
+
+def load_target(module: str):
+    """Dagster's load target of `module`, named as location_name says."""
+    from dagster._core.workspace.load_target import ModuleTarget
+
+    return ModuleTarget(module_name=module, attribute=None, working_directory=os.getcwd(),
+                        location_name=location_name(module))
+
+
+def workspace_file(instance: dg.DagsterInstance, module: str) -> Path:
+    """A workspace.yaml under DAGSTER_HOME loading `module` under its location name, for the
+    daemon a driver starts (`dagster-daemon run -m` would name the location after the module);
+    written atomically (another driver may write the same file at the same time)."""
+    name = location_name(module)
+    path = Path(instance.root_directory) / f"dihal-workspace-{name}.yaml"
+    text = ("load_from:\n  - python_module:\n"
+            f"      module_name: {json.dumps(module)}\n"
+            f"      location_name: {json.dumps(name)}\n"
+            f"      working_directory: {json.dumps(os.getcwd())}\n")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+    return path
 
 
 def daemon_alive(instance: dg.DagsterInstance, within_s: float = 70.0) -> bool:
@@ -51,7 +92,8 @@ def daemon(instance: dg.DagsterInstance, module: str, say: Callable[[str], None]
     else:
         exe = shutil.which("dagster-daemon", path=str(Path(sys.executable).parent)) or "dagster-daemon"
         with open(log, "ab") as out:
-            proc = subprocess.Popen([exe, "run", "-m", module], stdout=out,
+            proc = subprocess.Popen([exe, "run", "-w", str(workspace_file(instance, module))],
+                                    stdout=out,
                                     stderr=subprocess.STDOUT, start_new_session=True)
         say(f"started a Dagster daemon (pid {proc.pid}, log {log})")
     watchdog = None
@@ -374,10 +416,12 @@ def launcher(instance: dg.DagsterInstance, module: str, *, workers: int = 1,
              tags: dict[str, str] | None = None,
              ops: dict[str, dict] | None = None) -> Iterator[Launcher]:
     """A Launcher over the code location `module` (loaded once, in a code server process
-    started here: under this process's environment, so its config defaults are the driver's)."""
-    from dagster._cli.workspace.cli_target import WorkspaceOpts, get_workspace_from_cli_opts
+    started here: under this process's environment, so its config defaults are the driver's),
+    named as `dagster dev` and `dg dev` name it (location_name), so that a daemon they started
+    finds the code of the runs submitted here."""
+    from dagster._core.workspace.context import WorkspaceProcessContext
     from dagster.version import __version__
 
-    opts = WorkspaceOpts(module_name=(module,), working_directory=os.getcwd())
-    with get_workspace_from_cli_opts(instance, version=__version__, workspace_opts=opts) as ws:
-        yield Launcher(instance, ws, workers=workers, tags=tags, ops=ops)
+    with WorkspaceProcessContext(instance, load_target(module), version=__version__) as ctx:
+        yield Launcher(instance, ctx.create_request_context(), workers=workers, tags=tags,
+                       ops=ops)

@@ -58,11 +58,12 @@ def plan(args: argparse.Namespace) -> tuple[list[int], list[str]]:
     names the argument and the valid values. (`args.stop_after` is lowered to "sweep" where
     --skip-bridgeability is given.)"""
     from dihal.config import MIN_BRIDGEABILITY_LAYERS
-    from dihal.profiles import ALL_LAYERS, load_profile
+    from dihal.profiles import ALL_LAYERS, resolve_preset
     from dihal.registry import BASELINES, get_spec
 
     n_layers = get_spec(args.backbone).n_layers  # UnknownBackboneError lists the known ones
-    load_profile(args.profile)  # a ValueError names the profiles, or the field
+    # the one resolution every door uses; a ValueError names the presets, or the field
+    args.profile = resolve_preset(args.profile).name
     if args.workers < 1:
         raise ValueError(f"--workers {args.workers}: give at least 1")
     valid = f"{args.backbone} has {n_layers} layers, the candidate layers are 1..{n_layers - 1}"
@@ -117,10 +118,10 @@ def seed_plan(args: argparse.Namespace, layers: list[int]) -> dict:
     the profile's own bridge_sweep seeds and seed_layers (gpu: 3 on every layer). A
     ValueError names the flag and the fix."""
     from dihal.config import BridgeProtocol
-    from dihal.profiles import SEED_SUBSET, load_profile
+    from dihal.profiles import SEED_SUBSET, resolve_preset
     from dihal.replace.stage import default_seed_layers
 
-    base = BridgeProtocol(**load_profile(args.profile)[1].get("bridge_sweep", {}))
+    base = BridgeProtocol(**resolve_preset(args.profile).stages.get("bridge_sweep", {}))
     subset = SEED_SUBSET.get(args.profile)
     if args.seeds is not None and args.seeds < 1:
         raise ValueError(f"--seeds {args.seeds}: give at least 1 (1: no replicate seeds)")
@@ -232,17 +233,22 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--workers", type=int, default=int(os.environ.get("DIHAL_WORKERS", "1")),
                     help="runs at once (sweep partitions, baselines); each step holds its own "
                          "GPU, or a share of the CPU cores (default: $DIHAL_WORKERS or 1)")
-    ap.add_argument("--profile", default=os.environ.get("DIHAL_PROFILE", "cpu"),
-                    help="cpu (default) | gpu | gpu-smollm2 | a JSON file of stage -> {field: "
-                         "value} (dihal/profiles.py); gpu sweeps every layer unless --layers "
+    ap.add_argument("--profile", default=None,
+                    help="the preset: cpu | gpu | gpu-smollm2 | tiny | a JSON file of stage -> "
+                         "{field: value} (dihal/profiles.py); default: the one chosen for the "
+                         "instance or project ($DIHAL_PROFILE, $DAGSTER_HOME/dihal-preset, "
+                         "dihal.toml's preset), else cpu; gpu sweeps every layer unless --layers "
                          "is given")
     ap.add_argument("--device-map", choices=DEVICE_MAP_CHOICES,
                     default=os.environ.get("DIHAL_DEVICE_MAP") or None,
                     help="spread the backbone over this host's GPUs (accelerate's device_map; "
                          "default: one device). Recorded in the dump's backbone info and "
                          "carried in every run's config")
-    ap.add_argument("--module", default="pipeline.definitions",
-                    help="the Dagster code location (a Python module defining `defs`)")
+    from pipeline.launch import project_location
+
+    ap.add_argument("--module", default=project_location()[0],
+                    help="the Dagster code location (a Python module defining `defs`; default: "
+                         "pyproject's [tool.dagster], which `dagster dev` and `dg dev` serve)")
     return ap
 
 

@@ -62,9 +62,9 @@ def gather(args, layers: list[int], resources: dict | None = None):
     from dihal.backbones import bos_id_of
     from dihal.locate.corpus import document_lengths, iter_documents, pack_sequences, resolve_shards
     from dihal.preflight import Facts
-    from dihal.profiles import load_profile
+    from dihal.profiles import resolve_preset
 
-    _, profile = load_profile(args.profile)
+    profile = resolve_preset(args.profile).stages
     corpus, seq, extract, protocol = stage_configs(profile, args.backbone)
     res = resources or _resources(args.module)
     layout = res["storage"].layout()

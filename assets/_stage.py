@@ -16,7 +16,7 @@ from typing import Any
 
 import dagster as dg
 
-from dihal.errors import DihalError
+from dihal.errors import DihalError, MissingArtifactError
 from dihal.stages import CODE_VERSIONS, asset_key
 from storage import (
     Artifact,
@@ -92,9 +92,26 @@ class StageRun:
             for a in artifacts:
                 if a.directory not in self._required:
                     self._required[a.directory] = a.require()
+        except MissingArtifactError as exc:  # the backbone's weights first, where they lack
+            raise dg.Failure(description=self.weights_first(self.with_run_config(str(exc)))
+                             ) from exc
         except DihalError as exc:
             raise dg.Failure(description=self.with_run_config(str(exc))) from exc
         return [self._required[a.directory] for a in artifacts]
+
+    def weights_first(self, missing: str) -> str:
+        """`missing` (an upstream to materialise), after what would stop that command: a Hub
+        backbone whose weights are not on this host (found without loading anything), so
+        that one command reaches the actionable message."""
+        from dihal.registry import get_spec
+
+        if self.backbone is None or get_spec(self.backbone).source not in ("hub", "folder"):
+            return missing  # the embedded backbones come from PyPI packages
+        try:
+            self.resources.backbones.resolve(self.backbone, self.layout)
+        except DihalError as exc:
+            return f"{exc} Then: {missing}"
+        return missing
 
     def device(self) -> str:
         return self._device or self.resources.compute.resolved_device()

@@ -12,6 +12,7 @@ scheduler (README: "Scaling out").
 from __future__ import annotations
 
 import os
+import warnings
 
 import dagster as dg
 
@@ -21,7 +22,7 @@ from assets.evaluate import evaluate_assets
 from assets.locate import corpus, locate_assets
 from assets.replace import replace_assets
 from assets.report import report_assets
-from dihal.registry import all_backbones, get_spec
+from dihal.registry import all_backbones, declaration_problems, get_spec
 from resources import (
     BackboneResource,
     ComputeResource,
@@ -39,7 +40,10 @@ def build_definitions(
     (dihal.registry.all_backbones: dihal.toml's [backbones], the driver's --backbone).
     ``n_layers`` overrides the layer count per backbone (tests use tiny models); by default it
     comes from the registry (a declared backbone's from its config.json)."""
-    backbones = tuple(all_backbones()) if backbones is None else backbones
+    if backbones is None:
+        backbones = tuple(all_backbones())
+        for exc in declaration_problems().values():  # the others stay in the location
+            warnings.warn(f"left out of the code location: {exc}", stacklevel=2)
     assets: list = [corpus]
     checks: list = []
     jobs: list = []

@@ -60,8 +60,9 @@ def gather(args, layers: list[int], resources: dict | None = None):
     import torch
 
     from dihal.backbones import bos_id_of
-    from dihal.locate.corpus import document_lengths, iter_documents, pack_sequences, resolve_shards
-    from dihal.preflight import Facts
+    from dihal.errors import CorpusError
+    from dihal.locate.corpus import corpus_documents, document_lengths, pack_sequences
+    from dihal.preflight import Facts, PreflightError
     from dihal.profiles import resolve_preset
 
     profile = resolve_preset(args.profile).stages
@@ -69,14 +70,18 @@ def gather(args, layers: list[int], resources: dict | None = None):
     res = resources or _resources(args.module)
     layout = res["storage"].layout()
     tok = res["backbones"].load_tokenizer(args.backbone, layout)
-    lengths = document_lengths(iter_documents(resolve_shards(corpus), corpus), tok, seq)
+    try:  # the corpus the corpus stage reads: a Hub dataset's rows where hf_dataset is set
+        lengths = document_lengths(corpus_documents(corpus), tok, seq)
+    except CorpusError as exc:
+        raise PreflightError(f"pre-flight refused {args.backbone} (1 problem(s)):\n  - corpus: "
+                             f"{exc}") from None
     device = res["compute"].resolved_device()
     bb = res["backbones"].load(args.backbone, layout, res["compute"], device)
     first = type(seq)(**{**seq.__dict__, "n_train": min(seq.n_train, extract.batch_size),
                          "n_val": 1})
     max_abs = None
     try:
-        packed = pack_sequences(iter_documents(resolve_shards(corpus), corpus), tok, first,
+        packed = pack_sequences(corpus_documents(corpus), tok, first,
                                 bos_id=bos_id_of(tok), eos_id=tok.eos_token_id)
     except Exception:  # too small a corpus: the corpus check says so with its numbers
         packed = None

@@ -177,7 +177,7 @@ class StageRun:
                     artifact.repair(fp, self.log)
                 if isinstance(artifact, WorkArtifact):
                     artifact.claim(fp, self.log)
-                result = self.computing(compute)
+                result = self.computing(lambda: self.checked(artifact, config, compute))
                 m = Manifest(stage=artifact.stage, backbone=self.backbone, fingerprint=fp,
                              config=canonical(config), upstream=ups,
                              info={**result.info(), "metadata": result.metadata(),
@@ -189,6 +189,36 @@ class StageRun:
         except OSError as exc:
             raise dg.Failure(description=self.with_run_config(os_error_message(artifact, exc))
                              ) from exc
+
+    def checked(self, artifact: Artifact, config: Any, compute: Callable[[], Any]) -> Any:
+        """compute(), after the pre-flight's checks of a heavy stage on this host and the
+        device it holds (dihal.preflight.stage_refusals: the dump's disk and GPU memory, a
+        bridge's host memory, disk and GPU memory), whichever door launched the run."""
+        from dihal.config import BridgeProtocol, ExtractConfig
+
+        kind = ("dump" if isinstance(config, ExtractConfig) else
+                "training" if isinstance(config, BridgeProtocol) else None)
+        if kind is not None and self.backbone is not None:
+            self._preflight(kind, artifact, config)
+        return compute()
+
+    def _preflight(self, kind: str, artifact: Artifact, config: Any) -> None:
+        from dihal.config import BridgeProtocol, ExtractConfig, SequenceConfig
+        from dihal.preflight import PreflightError, model_facts, require_stage
+        from storage import HiddenStates, Sequences
+
+        def of(cls, art):
+            return cls(**{k: tuple(v) if isinstance(v, list) else v
+                          for k, v in art.manifest().config.items()})
+
+        extract = config if kind == "dump" else of(ExtractConfig, self.art(HiddenStates))
+        protocol = config if kind == "training" else BridgeProtocol()
+        facts = model_facts(self.model(), self.device(), workers=self.resources.compute.workers,
+                            swept_layers=1, root=self.layout.root)
+        try:
+            require_stage(kind, facts, of(SequenceConfig, self.art(Sequences)), extract, protocol)
+        except PreflightError as exc:
+            raise dg.Failure(description=f"{artifact.name}: {exc}") from None
 
     def preset_label(self) -> str:
         """The label of this run's preset (the preset resource), recorded in what it makes."""

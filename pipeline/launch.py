@@ -70,6 +70,29 @@ def daemon_alive(instance: dg.DagsterInstance, within_s: float = 70.0) -> bool:
     return beat is not None and time.time() - beat.timestamp < within_s
 
 
+def open_instance() -> dg.DagsterInstance:
+    """DagsterInstance.get(), its storage created by one process at a time: two drivers started
+    together on a fresh DAGSTER_HOME otherwise both create the SQLite tables, and one fails
+    (`table alembic_version already exists`). An exclusive flock on DAGSTER_HOME/
+    .dihal-instance.lock (opened without following a symlink and without truncating) is held
+    while the instance opens its run, event log and schedule storage."""
+    import fcntl
+
+    home = Path(os.environ["DAGSTER_HOME"])
+    home.mkdir(parents=True, exist_ok=True)
+    fd = os.open(home / ".dihal-instance.lock", os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        instance = dg.DagsterInstance.get()
+        instance.get_run_records(limit=1)  # each storage made (or migrated) now, under the lock
+        instance.get_daemon_heartbeats()
+        instance.all_instigator_state()
+        instance.get_latest_materialization_event(dg.AssetKey("dihal_probe"))
+    finally:
+        os.close(fd)
+    return instance
+
+
 def driver_tag() -> str:
     """This driver's id (the dihal/driver tag of its runs): host, pid, start time."""
     return f"{socket.gethostname()}-{os.getpid()}-{time.time():.0f}"

@@ -254,8 +254,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> None:
     ap = build_parser()
+    from pipeline.launch import open_instance
+
     args, layers, baselines, seeds = _checked(ap, argv)
-    instance = dg.DagsterInstance.get()
+    instance = open_instance()  # safe beside another driver starting on a fresh DAGSTER_HOME
     _refuse_run_only_declaration(ap, args, instance)
     signal.signal(signal.SIGTERM, _interrupted)
     # Ctrl-C cancels the runs in flight, even where the driver was started with SIGINT ignored

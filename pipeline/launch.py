@@ -98,44 +98,147 @@ def driver_tag() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{time.time():.0f}"
 
 
+class DaemonLease:
+    """The Dagster daemon this driver's runs need, shared by every driver on the instance: the
+    running one (`dagster dev`, `dg dev`, or one a driver started), else one started here. Its
+    lifetime is tied to every driver using it: each driver is a user (a file under
+    DAGSTER_HOME/dihal-daemon.users naming its pid), and a daemon a driver started is stopped by
+    the last user to leave (or by the watchdog of a killed one), never while another driver's
+    runs depend on it. A daemon started outside (dagster dev) is never stopped."""
+
+    def __init__(self, instance: dg.DagsterInstance, module: str, say: Callable[[str], None],
+                 tag: str):
+        self.instance, self.module, self.say, self.tag = instance, module, say, tag
+        self.home = Path(instance.root_directory)
+        self.users = self.home / "dihal-daemon.users"
+        self.record = self.home / "dihal-daemon.json"  # {"pid"} of the daemon drivers share
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        import fcntl
+
+        fd = os.open(self.home / "dihal-daemon.lock", os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW,
+                     0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    def shared_pid(self) -> int | None:
+        """The pid of the daemon a driver started, while that process lives."""
+        from pipeline.run_launcher import process_alive
+
+        try:
+            pid = int(json.loads(self.record.read_text())["pid"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        return pid if process_alive(pid) else None
+
+    def live_users(self) -> list[str]:
+        from pipeline.run_launcher import process_alive
+
+        out = []
+        for f in self.users.glob("*") if self.users.is_dir() else []:
+            try:
+                if process_alive(int(f.read_text())):
+                    out.append(f.name)
+            except (OSError, ValueError):
+                continue
+        return out
+
+    def join(self, pid: int | None = None) -> None:
+        """Use the daemon that runs (its heartbeat, or the shared one's process), else start
+        one; count this driver (`pid`, default this process) among its users."""
+        with self._locked():
+            self.users.mkdir(exist_ok=True)
+            (self.users / self.tag).write_text(str(pid or os.getpid()))
+            self._ensure()
+
+    def _ensure(self) -> None:
+        if (pid := self.shared_pid()) is not None:
+            self.say(f"using the Dagster daemon that is already running (pid {pid}, shared by "
+                     "the drivers of this instance)")
+            return
+        if self.record.exists() and daemon_alive(self.instance):
+            # the shared daemon died (killed) seconds ago: its last heartbeat is still fresh.
+            # Forget it, and count only a heartbeat written from now on (dagster dev's)
+            self.say("the Dagster daemon the drivers shared is gone; waiting up to 40 s for "
+                     "another daemon's heartbeat")
+            self.record.unlink(missing_ok=True)
+            self.instance.wipe_daemon_heartbeats()
+            deadline = time.monotonic() + 40
+            while time.monotonic() < deadline and not daemon_alive(self.instance):
+                time.sleep(1.0)
+        if daemon_alive(self.instance):
+            self.say("using the Dagster daemon that is already running")
+        else:
+            self._start()
+
+    def _start(self) -> None:
+        exe = shutil.which("dagster-daemon", path=str(Path(sys.executable).parent)
+                           ) or "dagster-daemon"
+        log = self.home / "dihal-daemon.log"
+        self.instance.wipe_daemon_heartbeats()  # a dead daemon's last beat must not count
+        with open(log, "ab") as out:
+            proc = subprocess.Popen(
+                [exe, "run", "-w", str(workspace_file(self.instance, self.module))],
+                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        tmp = self.record.with_name(f".{self.record.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"pid": proc.pid, "started_by": self.tag}))
+        os.replace(tmp, self.record)
+        self.say(f"started a Dagster daemon (pid {proc.pid}, log {log})")
+
+    def revive(self) -> bool:
+        """The daemon in use stopped beating (killed): start one now (True), unless another
+        driver did meanwhile."""
+        with self._locked():
+            if self.shared_pid() is not None and daemon_alive(self.instance, within_s=45.0):
+                return False
+            self.say("the Dagster daemon stopped (no heartbeat): starting one, the queued runs "
+                     "go on")
+            if (pid := self.shared_pid()) is not None:
+                from pipeline.watchdog import stop_process
+
+                stop_process(pid, grace_s=10.0)
+            self._start()
+            return True
+
+    def leave(self, tag: str | None = None) -> int | None:
+        """Stop counting driver `tag` (default this one); the last user stops the shared
+        daemon. The stopped daemon's pid, or None."""
+        from pipeline.watchdog import stop_process
+
+        with self._locked():
+            (self.users / (tag or self.tag)).unlink(missing_ok=True)
+            if self.live_users() or (pid := self.shared_pid()) is None:
+                return None
+            stop_process(pid, grace_s=30.0)  # the daemon, and its code servers
+            self.record.unlink(missing_ok=True)
+            self.instance.wipe_daemon_heartbeats()  # so that the next command does not count on it
+            return pid
+
+
 @contextmanager
 def daemon(instance: dg.DagsterInstance, module: str, say: Callable[[str], None],
-           tag: str | None = None) -> Iterator[None]:
-    """The daemon that launches queued runs: the running one (`dagster dev`), else one started
-    here for the duration (its log under DAGSTER_HOME) and stopped afterwards, by its pid (not
-    its process group: another driver's runs may have gone through it). A watchdog in a session
-    of its own (pipeline.watchdog) ends this driver's runs (tag `tag`) and the daemon it started
-    if the driver is killed without a chance to (SIGKILL, the OOM killer)."""
-    from pipeline.watchdog import stop_process
-
+           tag: str | None = None) -> Iterator[DaemonLease]:
+    """The shared daemon (DaemonLease) for the duration. A watchdog in a session of its own
+    (pipeline.watchdog) ends this driver's runs (tag `tag`) and leaves the lease for it if the
+    driver is killed without a chance to (SIGKILL, the OOM killer)."""
+    tag = tag or driver_tag()
+    lease = DaemonLease(instance, module, say, tag)
+    lease.join()
     log = Path(instance.root_directory) / "dihal-daemon.log"
-    proc = None
-    if daemon_alive(instance):
-        say("using the Dagster daemon that is already running")
-    else:
-        exe = shutil.which("dagster-daemon", path=str(Path(sys.executable).parent)) or "dagster-daemon"
-        with open(log, "ab") as out:
-            proc = subprocess.Popen([exe, "run", "-w", str(workspace_file(instance, module))],
-                                    stdout=out,
-                                    stderr=subprocess.STDOUT, start_new_session=True)
-        say(f"started a Dagster daemon (pid {proc.pid}, log {log})")
-    watchdog = None
-    if tag is not None:
-        with open(log, "ab") as out:
-            watchdog = subprocess.Popen(
-                [sys.executable, "-m", "pipeline.watchdog", str(os.getpid()), tag,
-                 str(proc.pid if proc else 0)], stdout=out, stderr=subprocess.STDOUT,
-                start_new_session=True)
+    with open(log, "ab") as out:
+        watchdog = subprocess.Popen(
+            [sys.executable, "-m", "pipeline.watchdog", str(os.getpid()), tag, module],
+            stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        yield
+        yield lease
     finally:
-        if watchdog is not None:  # this driver ends what it started itself
-            watchdog.terminate()
-            watchdog.wait()
-        if proc is not None:
-            stop_process(proc.pid, grace_s=30.0)  # the daemon, and its code servers
-            proc.wait()
-            instance.wipe_daemon_heartbeats()  # so that the next command does not count on it
+        watchdog.terminate()  # this driver ends what it started itself
+        watchdog.wait()
+        lease.leave()
 
 
 class QueueStuck(RuntimeError):
@@ -217,6 +320,7 @@ class Launcher:
         self.repo = get_remote_repository_from_code_location(self.location, None)
         self.workers, self.tags, self._runs = workers, dict(tags or {}), 0
         self.ops = dict(ops or {})  # op -> run config merged over the defaults (driver flags)
+        self.revive: Callable[[], bool] | None = None  # starts a daemon where the used one died
         self.tags.setdefault("dihal/driver", driver_tag())
 
     def _job(self, name: str):
@@ -310,6 +414,9 @@ class Launcher:
             while todo:
                 if not self._all_queued(todo):
                     active = time.monotonic()
+                elif (time.monotonic() - active > 75 and not daemon_alive(self.instance)
+                      and self.revive is not None and self.revive()):
+                    active = time.monotonic()  # a daemon started anew: the queue moves again
                 elif time.monotonic() - active > stuck_s or (  # a daemon that stopped beating
                         time.monotonic() - active > 75 and not daemon_alive(self.instance)):
                     self.cancel(list(todo))

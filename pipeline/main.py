@@ -322,11 +322,12 @@ def _drive(instance, args, argv: list[str] | None, layers, baselines, seeds) -> 
         # the command a fix in an error message points to: it carries this run config
         command = shlex.join([os.path.basename(sys.executable), "-m", "pipeline.main",
                               *(sys.argv[1:] if argv is None else argv)])
-        with daemon(instance, args.module, say, tag), launcher(
+        with daemon(instance, args.module, say, tag) as lease, launcher(
                 instance, args.module, workers=args.workers,
                 tags={"dihal/profile": args.profile, "dihal/driver": tag,
                       "dihal/command": command},
                 ops={f"bridge_sweep_{args.backbone}": {"config": seeds}}) as launch:
+            launch.revive = lease.revive  # a daemon killed meanwhile is replaced, not waited on
             _chain(Chain(launch, say), args, layers, baselines, say, seeds)
     except KeyboardInterrupt:
         print(f"INTERRUPTED after {time.monotonic() - t0:.0f} s: the runs in flight were canceled "

@@ -28,7 +28,7 @@ from dihal.config import CorpusConfig, SequenceConfig  # noqa: F401 (re-exported
 from dihal.errors import CorpusError, MalformedLineError
 from dihal.results import CorpusResult, SequencesResult
 
-EMBEDDED_SAMPLE = Path(__file__).resolve().parents[1] / "data" / "dolma_sample"
+EMBEDDED_SAMPLE = Path(__file__).resolve().parents[2] / "data" / "dolma_sample"
 
 
 @dataclass(frozen=True)

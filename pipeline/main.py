@@ -28,6 +28,7 @@ from typing import NoReturn
 
 import dagster as dg
 
+from dihal.stages import DRIVER_STAGES, asset_key, job_name
 from pipeline.launch import failure_causes  # noqa: F401 (the driver's failure lines; tests)
 
 
@@ -38,7 +39,7 @@ def _fail(label: str, took: float, causes: list[str]) -> NoReturn:
     raise SystemExit(1)
 
 
-STAGES = ["locate", "sweep", "bridge", "eval", "report"]  # bridge and eval: one job, bridge_eval
+STAGES = list(DRIVER_STAGES)  # the stage table's (dihal.stages): bridge and eval are one job
 
 
 def _listed(option: str, text: str) -> list[str]:
@@ -326,7 +327,7 @@ def _drive(instance, args, argv: list[str] | None, layers, baselines, seeds) -> 
                 instance, args.module, workers=args.workers,
                 tags={"dihal/profile": args.profile, "dihal/driver": tag,
                       "dihal/command": command},
-                ops={f"bridge_sweep_{args.backbone}": {"config": seeds}}) as launch:
+                ops={asset_key("bridge_sweep", args.backbone): {"config": seeds}}) as launch:
             launch.revive = lease.revive  # a daemon killed meanwhile is replaced, not waited on
             _chain(Chain(launch, say), args, layers, baselines, say, seeds)
     except KeyboardInterrupt:
@@ -376,15 +377,15 @@ def _chain(chain: Chain, args, layers: list[int], baselines: list[str], say,
     say(f"backbone {b}, profile {args.profile}, {args.workers} worker(s): Locate")
     if args.skip_bridgeability:
         say("--skip-bridgeability: the chain stops after the sweep")
-    chain.job(f"locate_{b}")
+    chain.job(job_name("locate", b))
     score = LayerScore(layout, b).require()
     say(f"l* = {score.info['l_star']} (by normalisation: {score.info['selected']})")
     if last >= STAGES.index("sweep"):
         say(f"bridge sweep over layers {layers}, {seed_line(seeds, layers)}")
-        chain.backfill(f"sweep_{b}", [str(ll) for ll in layers])
+        chain.backfill(job_name("sweep", b), [str(ll) for ll in layers])
     if last >= STAGES.index("bridge"):
         say(f"bridgeability; the bridge at l* = {score.info['l_star']} (full budget); its eval")
-        chain.job(f"bridge_eval_{b}")
+        chain.job(job_name("bridge_eval", b))
         bness = Bridgeability(layout, b).require()
         by_loss = bness.info.get("oracle_by", {}).get("by", {}).get("val_loss")
         say(f"oracle layer (hybrid NLL) {bness.info['oracle']}, worst {bness.info['worst']}"
@@ -407,9 +408,9 @@ def _chain(chain: Chain, args, layers: list[int], baselines: list[str], say,
                 f"error {row['recon_error']:.4f}, {row['ms_per_token']:.1f} ms/token")
     if last >= STAGES.index("report"):
         say(f"baselines {', '.join(baselines)} at DiHAL's budget")
-        chain.backfill(f"baselines_{b}", baselines)
+        chain.backfill(job_name("baselines", b), baselines)
         say("comparison; full training at l*, the oracle and the worst layer; the report")
-        chain.job(f"compare_{b}")
+        chain.job(job_name("compare", b))
         cmp_ = Comparison(layout, b).require().info
         for row in cmp_["rows"]:
             say(f"{row['model']}: Gen.PPL {row['gen_ppl']:.2f}, diversity {row['diversity']:.4f}")

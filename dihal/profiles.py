@@ -35,7 +35,7 @@ PROFILES: dict[str, dict[str, dict]] = {
     "gpu": {
         # 8192 x 128 = 1,048,576 training tokens; 576 held-out sequences hold 73,152 positions
         # after position 0, of which geometry samples 16,384, and give MAUVE its reference of
-        # held-out texts: at least 512 a side (issue 18), with room for the few empty ones. The
+        # held-out texts: at least 512 a side, with room for the few empty ones. The
         # embedded corpus (1,910 documents) fills 8,192 training sequences only with up to 768
         # tokens a document (at 256: 3,506; at 768: 10,317 train, 1,062 held-out, with
         # SmolLM2's tokenizer)
@@ -55,11 +55,12 @@ PROFILES: dict[str, dict[str, dict]] = {
         "baseline": {"n_samples": 544, "length": 128},
     },
 }
-# SmolLM2's whole chain in one 10-minute command on one H200 (issue 19, item 8): half the
-# training tokens (4,096 x 128 = 524,288), the driver's default sweep of 10 candidate layers
-# (not all 29), 256 samples per evaluated system; the held-out split and geometry as `gpu`.
-# Estimated from OFFLINE.md's 130,000 tokens/s forward and an assumed ~10 s of process start-up
-# and model load per Dagster run (17 runs): about 9 minutes. benchmarks/gpu_check.py's
+# SmolLM2's whole chain in one 10-minute command on one H200: half the training tokens
+# (4,096 x 128 = 524,288), the driver's default sweep of 10 candidate layers (not all 29), 256
+# samples per evaluated system; the held-out split and geometry as `gpu`. Estimated from a
+# float32 forward of SmolLM2 with all hidden states measured at about 130,000 tokens/s on an
+# H200 and an assumed ~10 s of process start-up and model load per Dagster run (17 runs):
+# about 9 minutes. benchmarks/gpu_check.py's
 # extrapolation measures the stage times of both GPU profiles on the machine it runs on.
 PROFILES["gpu-smollm2"] = {
     **PROFILES["gpu"],

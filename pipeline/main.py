@@ -291,7 +291,7 @@ def _checked(ap: argparse.ArgumentParser, argv: list[str] | None):
     if not os.environ.get("DAGSTER_HOME"):
         ap.error("DAGSTER_HOME is not set: runs go through a persistent Dagster instance. Run "
                  "`make run`, or `. ./env.sh` first.")
-    _preflight(args, layers)  # issue 19: the profile, backbone and workers must fit this host
+    _preflight(args, layers)  # the preset, backbone and workers must fit this host
     return args, layers, baselines, seeds
 
 

@@ -248,7 +248,7 @@ def test_a_folder_given_to_the_driver_is_refused_where_a_daemon_already_runs(
 
     config("[backbones]\n")
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
-    monkeypatch.setattr(driver.dg.DagsterInstance, "get", staticmethod(lambda: "instance"))
+    monkeypatch.setattr(pipeline.launch, "open_instance", lambda: "instance")
     monkeypatch.setattr(pipeline.launch, "daemon_alive", lambda instance: instance == "instance")
     monkeypatch.setattr(pipeline.launch, "launcher", lambda *a: 1 / 0)
     monkeypatch.setattr(driver, "_preflight", lambda args, layers: None)  # not its subject

@@ -27,9 +27,9 @@ test: setup
 	. ./env.sh && python -m pytest
 
 ui: setup
-	# dagster dev never serves while DAGSTER_MODULE_NAME is set (it reads pyproject.toml's
-	# [tool.dagster] itself); the other dagster commands need it
-	. ./env.sh && env -u DAGSTER_MODULE_NAME dagster dev
+	# dagster dev (web UI and daemon) on pyproject.toml's [tool.dagster] code location; Ctrl-C
+	# stops it and every process it started (pipeline/ui.py)
+	. ./env.sh && python -m pipeline.ui
 
 clean-artifacts:
 	rm -rf .dihal/artifacts .dagster

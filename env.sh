@@ -1,10 +1,11 @@
 # Source this file (`. ./env.sh`) to use the dagster CLI on this project by hand:
 #   dagster asset materialize --select '*layer_score_smollm2'
-#   make ui                # web UI on http://127.0.0.1:3000 (dagster dev, plus the schedule
-#                          # daemon; run it without DAGSTER_MODULE_NAME, which makes it hang)
+#   make ui                # web UI on http://127.0.0.1:3000 (dagster dev and its daemon,
+#                          # python -m pipeline.ui: Ctrl-C leaves no process behind)
 _dihal_root="$(cd "$(dirname "${BASH_SOURCE[0]:-$0}")" && pwd)"
 [ -f "$_dihal_root/.venv/bin/activate" ] && . "$_dihal_root/.venv/bin/activate"
-export DAGSTER_HOME="$_dihal_root/.dagster"
+# a DAGSTER_HOME of your own is kept; else .dagster/ in the project
+export DAGSTER_HOME="${DAGSTER_HOME:-$_dihal_root/.dagster}"
 export DAGSTER_MODULE_NAME="pipeline.definitions"
 export DIHAL_ARTIFACTS="${DIHAL_ARTIFACTS:-$_dihal_root/.dihal/artifacts}"
 export HF_HUB_OFFLINE="${HF_HUB_OFFLINE:-1}"
@@ -13,6 +14,13 @@ export HF_HUB_OFFLINE="${HF_HUB_OFFLINE:-1}"
 export DIHAL_WORKERS="${DIHAL_WORKERS:-1}"
 export TRANSFORMERS_NO_ADVISORY_WARNINGS=1
 mkdir -p "$DAGSTER_HOME"
-# dagster.yaml (SQLite under DAGSTER_HOME), or DIHAL_DAGSTER_YAML=dagster.postgres.yaml (many hosts)
-cp "$_dihal_root/${DIHAL_DAGSTER_YAML:-dagster.yaml}" "$DAGSTER_HOME/dagster.yaml"
-unset _dihal_root
+# dagster.yaml (SQLite under DAGSTER_HOME), or DIHAL_DAGSTER_YAML=dagster.postgres.yaml (many
+# hosts), copied where the instance has none; an instance's own dagster.yaml (your edits, e.g.
+# code_servers.local_startup_timeout) is kept: delete it to take the project's again
+_dihal_yaml="$_dihal_root/${DIHAL_DAGSTER_YAML:-dagster.yaml}"
+if [ ! -f "$DAGSTER_HOME/dagster.yaml" ]; then
+  cp "$_dihal_yaml" "$DAGSTER_HOME/dagster.yaml"
+elif ! cmp -s "$_dihal_yaml" "$DAGSTER_HOME/dagster.yaml"; then
+  echo "env.sh: keeping $DAGSTER_HOME/dagster.yaml (it differs from $_dihal_yaml)" >&2
+fi
+unset _dihal_root _dihal_yaml

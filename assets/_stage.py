@@ -16,7 +16,7 @@ from typing import Any
 
 import dagster as dg
 
-from dihal.errors import DihalError
+from dihal.errors import DihalError, MissingArtifactError
 from dihal.stages import CODE_VERSIONS, asset_key
 from storage import (
     Artifact,
@@ -31,7 +31,7 @@ from storage import (
 )
 from storage.manifest import canonical
 
-RESOURCES = {"storage", "backbones", "compute", "judge"}
+RESOURCES = {"storage", "backbones", "compute", "judge", "preset"}
 # A stage's step holds a whole device while it computes (StageRun.computing): on a Dask cluster it
 # takes one unit of the workers' "device" resource (README: start each worker with
 # --resources device=1, one worker per GPU), so two steps never share a GPU there either.
@@ -92,9 +92,26 @@ class StageRun:
             for a in artifacts:
                 if a.directory not in self._required:
                     self._required[a.directory] = a.require()
+        except MissingArtifactError as exc:  # the backbone's weights first, where they lack
+            raise dg.Failure(description=self.weights_first(self.with_run_config(str(exc)))
+                             ) from exc
         except DihalError as exc:
             raise dg.Failure(description=self.with_run_config(str(exc))) from exc
         return [self._required[a.directory] for a in artifacts]
+
+    def weights_first(self, missing: str) -> str:
+        """`missing` (an upstream to materialise), after what would stop that command: a Hub
+        backbone whose weights are not on this host (found without loading anything), so
+        that one command reaches the actionable message."""
+        from dihal.registry import get_spec
+
+        if self.backbone is None or get_spec(self.backbone).source not in ("hub", "folder"):
+            return missing  # the embedded backbones come from PyPI packages
+        try:
+            self.resources.backbones.resolve(self.backbone, self.layout)
+        except DihalError as exc:
+            return f"{exc} Then: {missing}"
+        return missing
 
     def device(self) -> str:
         return self._device or self.resources.compute.resolved_device()
@@ -141,8 +158,12 @@ class StageRun:
         artifact's one-writer lock. Damage is repaired (partially where the kind can), never
         reused. Returns (manifest, cached)."""
         upstream = list(upstream)
-        ups = {a.name: m.fingerprint for a, m in zip(upstream, self.require(*upstream), strict=True)}
-        fp = fingerprint(artifact.stage, CODE_VERSIONS[artifact.stage], config, ups, extra)
+        manifests = self.require(*upstream)
+        preset = self.preset_label()
+        mixed = self.upstream_presets(artifact, upstream, manifests, preset)
+        ups = {a.name: m.fingerprint for a, m in zip(upstream, manifests, strict=True)}
+        fp = fingerprint(artifact.stage, CODE_VERSIONS[artifact.stage], config, ups,
+                         {**extra, "preset": preset})
         every = self.resources.storage.verify_every_hours * 3600
         if (m := artifact.reuse(fp, digests=not artifact.verified_within(every, self.warn))) is not None:
             return m, True
@@ -156,10 +177,12 @@ class StageRun:
                     artifact.repair(fp, self.log)
                 if isinstance(artifact, WorkArtifact):
                     artifact.claim(fp, self.log)
-                result = self.computing(compute)
+                result = self.computing(lambda: self.checked(artifact, config, compute))
                 m = Manifest(stage=artifact.stage, backbone=self.backbone, fingerprint=fp,
                              config=canonical(config), upstream=ups,
-                             info={**result.info(), "metadata": result.metadata()})
+                             info={**result.info(), "metadata": result.metadata(),
+                                   "preset": preset, **({"upstream_presets": mixed} if mixed
+                                                        else {})})
                 return artifact.write(m, result), False
         except DihalError as exc:
             raise dg.Failure(description=self.with_run_config(f"{artifact.name}: {exc}")) from exc
@@ -167,11 +190,82 @@ class StageRun:
             raise dg.Failure(description=self.with_run_config(os_error_message(artifact, exc))
                              ) from exc
 
+    def checked(self, artifact: Artifact, config: Any, compute: Callable[[], Any]) -> Any:
+        """compute(), after the pre-flight's checks of a heavy stage on this host and the
+        device it holds (dihal.preflight.stage_refusals: the dump's disk and GPU memory, a
+        bridge's host memory, disk and GPU memory), whichever door launched the run."""
+        from dihal.config import BridgeProtocol, ExtractConfig
+
+        kind = ("dump" if isinstance(config, ExtractConfig) else
+                "training" if isinstance(config, BridgeProtocol) else None)
+        if kind is not None and self.backbone is not None:
+            self._preflight(kind, artifact, config)
+        return compute()
+
+    def _preflight(self, kind: str, artifact: Artifact, config: Any) -> None:
+        from dihal.config import BridgeProtocol, ExtractConfig, SequenceConfig
+        from dihal.preflight import PreflightError, model_facts, require_stage
+        from storage import HiddenStates, Sequences
+
+        def of(cls, art):
+            return cls(**{k: tuple(v) if isinstance(v, list) else v
+                          for k, v in art.manifest().config.items()})
+
+        extract = config if kind == "dump" else of(ExtractConfig, self.art(HiddenStates))
+        protocol = config if kind == "training" else BridgeProtocol()
+        facts = model_facts(self.model(), self.device(), workers=self.resources.compute.workers,
+                            swept_layers=1, root=self.layout.root)
+        try:
+            require_stage(kind, facts, of(SequenceConfig, self.art(Sequences)), extract, protocol)
+        except PreflightError as exc:
+            raise dg.Failure(description=f"{artifact.name}: {exc}") from None
+
+    def preset_label(self) -> str:
+        """The label of this run's preset (the preset resource), recorded in what it makes."""
+        if "preset" not in self._models:
+            try:
+                self._models["preset"] = self.resources.preset.preset().label
+            except ValueError as exc:
+                raise dg.Failure(description=str(exc)) from exc
+        return self._models["preset"]
+
+    def upstream_presets(self, artifact: Artifact, upstream: list[Artifact],
+                         manifests: list[Manifest], preset: str) -> dict[str, str]:
+        """{upstream: its preset} of the upstream artifacts made under another preset that the
+        preset resource's reuse_from allows (or that predate recorded presets: "unrecorded");
+        any other is refused with the command that remakes it under this run's preset."""
+        allowed, mixed = set(self.resources.preset.reuse_from), {}
+        for a, m in zip(upstream, manifests, strict=True):
+            made = m.info.get("preset")
+            if made == preset:
+                continue
+            if made is None or made in allowed:
+                mixed[a.name] = made or "unrecorded"
+                continue
+            raise dg.Failure(description=(
+                f"{artifact.name}: its upstream {a.name} was made under preset {made!r}, this "
+                f"run's preset is {preset!r}; presets are never mixed silently. Remake it under "
+                f"{preset!r}: {self.remake_command(a)}; then this asset. Or read it knowingly: "
+                f"give the preset resource reuse_from [\"{made}\"] (run config: resources: "
+                "preset: config: reuse_from), and the materialization names it."))
+        return mixed
+
+    def remake_command(self, upstream: Artifact) -> str:
+        """The command that remakes `upstream` (and what it needs) under this run's preset: the
+        driver command that launched the run, else `dagster asset materialize` of the upstream
+        asset with the preset named (the code location's defaults are that preset's)."""
+        if command := self.context.run.tags.get("dihal/command"):
+            return f"`{command}` (the driver command that launched this run)"
+        import shlex
+
+        name = self.resources.preset.name or self.preset_label()
+        return (f"`DIHAL_PROFILE={shlex.quote(name)} {upstream.command()}`")
+
     def with_run_config(self, text: str) -> str:
-        """An error `text` whose fix is to materialise something, with how to do it under this
-        run's config: the driver command that launched the run (it carries its config), else
-        the run's own config as --config-json (a bare `dagster asset materialize` would use the
-        code location's defaults and replace the user's artifacts)."""
+        """An error `text` whose fix is to materialise an upstream asset, with how to do it
+        under this run's preset: the driver command that launched the run (it carries its
+        config), else the preset to give that command (the upstream's config is the preset's;
+        this run's own config is not the upstream's)."""
         run = self.context.run
         if "materiali" not in text.lower():
             return text
@@ -179,13 +273,15 @@ class StageRun:
             return (f"{text} [This run was launched by `{command}` (profile "
                     f"{run.tags.get('dihal/profile', '?')}): run that again to repair it under the "
                     "same run config (the command above uses the code location's defaults).]")
-        if ops := (run.run_config or {}).get("ops"):
-            import json
+        try:
+            name, label = self.resources.preset.name, self.preset_label()
+        except dg.Failure:
+            return text
+        import shlex
 
-            return (f"{text} [That command alone uses the code location's defaults; this run's "
-                    f"config was --config-json '{json.dumps({'ops': ops}, sort_keys=True)}': give "
-                    "the command the entries of the assets it selects.]")
-        return text
+        return (f"{text} [This run's preset is {label!r}: run that command as "
+                f"`DIHAL_PROFILE={shlex.quote(name)} dagster asset materialize ...` so that the "
+                "upstream is made with that preset's config.]")
 
     def produce(self, artifact: Artifact, config: Any, upstream: Iterable[Artifact],
                 compute: Callable[[], Any], **extra: Any) -> dg.MaterializeResult:
@@ -220,7 +316,10 @@ def os_error_message(artifact: Artifact, exc: OSError) -> str:
 
 def materialize_result(artifact: Artifact, manifest: Manifest, cached: bool) -> dg.MaterializeResult:
     meta: dict[str, Any] = {"path": dg.MetadataValue.path(str(artifact.directory)),
-                            "fingerprint": manifest.fingerprint[:16], "cached": cached}
+                            "fingerprint": manifest.fingerprint[:16], "cached": cached,
+                            "preset": manifest.info.get("preset", "unrecorded")}
+    if mixed := manifest.info.get("upstream_presets"):
+        meta["upstream_presets"] = dg.MetadataValue.json(mixed)
     for k, v in artifact.metadata(manifest).items():
         meta[k] = _metadata_value(v)
     return dg.MaterializeResult(metadata=meta, data_version=dg.DataVersion(manifest.fingerprint))

@@ -12,7 +12,7 @@ import dagster as dg
 import pydantic
 
 from dihal import config as dc
-from dihal.profiles import load_profile
+from dihal.profiles import resolve_preset
 from dihal.stages import STAGES
 
 
@@ -27,7 +27,10 @@ class _RunConfig(dg.Config):
         return self.dihal_class(**values)
 
 
-PROFILE_NAME, PROFILE = load_profile()  # DIHAL_PROFILE, default "cpu"
+# The preset of this code location's defaults: the one function every door resolves it with
+# (the driver's own code server runs under the driver's --profile)
+PRESET = resolve_preset()
+PROFILE_NAME, PROFILE = PRESET.name, PRESET.stages
 
 
 def run_config(cls: type, name: str, stage: str, doc: str | None = None,

@@ -1,16 +1,20 @@
-"""Pre-flight: will this run fit, before anything runs? (issue 19)
+"""Pre-flight: will this run fit, before anything runs?
 
-Pure checks over facts the driver gathers (pipeline/preflight.py): the chosen profile's stage
-configs, the backbone's shape, the workers, the corpus's document lengths, the host's memory
-and disk, the GPUs' memory, and the largest hidden state of a first batch. Each check that
-fails gives a Refusal naming what does not fit, the numbers, and the setting to change; the
-driver refuses to start while any is left.
+Pure checks over facts gathered by the driver (pipeline/preflight.py, the whole run before any
+run is launched) and by each heavy stage itself (stage_refusals, for every door: the web UI,
+`dagster asset materialize`, `dg launch`, the schedules): the chosen preset's stage configs,
+the backbone's shape, the workers, the corpus's document lengths, the host's memory and disk,
+the GPUs' memory, and the largest hidden state of a first batch. Each check that fails gives a
+Refusal naming what does not fit, the numbers, and the setting to change.
 """
 
 from __future__ import annotations
 
 import math
+import os
+import shutil
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from dihal.config import DTYPE_MAX, BridgeProtocol, ExtractConfig, SequenceConfig
 from dihal.errors import DihalError
@@ -105,11 +109,12 @@ def check_host_memory(facts: Facts, seq: SequenceConfig) -> list[Refusal]:
 
 
 def check_disk(facts: Facts, seq: SequenceConfig, extract: ExtractConfig,
-               protocol: BridgeProtocol) -> list[Refusal]:
-    """The store, the swept bridges' weights and the checkpoints of the steps in flight."""
+               protocol: BridgeProtocol, with_store: bool = True) -> list[Refusal]:
+    """The store (unless it is made already), the swept bridges' weights and the checkpoints
+    of the steps in flight."""
     from dihal.capacity import TABLE_BYTES_PER_LAYER, denoiser_parameters, training_disk_bytes
 
-    store = store_bytes(seq, extract, facts.n_layers, facts.hidden)
+    store = store_bytes(seq, extract, facts.n_layers, facts.hidden) if with_store else 0
     n = denoiser_parameters(facts.hidden, protocol, seq.seq_len)
     bridges = facts.swept_layers * 2 * (4 * n + TABLE_BYTES_PER_LAYER)  # bridge + regression
     in_flight = facts.workers * training_disk_bytes(n, n, 2)
@@ -209,3 +214,76 @@ def require(facts: Facts, seq: SequenceConfig, extract: ExtractConfig,
         raise PreflightError(
             f"pre-flight refused {facts.backbone} ({len(found)} problem(s)):\n"
             + "\n".join(f"  - {r}" for r in found))
+
+
+# ---------------------------------------------------------------- facts of this host
+
+def available_memory() -> int:
+    """MemAvailable of /proc/meminfo (bytes); the physical pages where there is none."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def disk_free(root: Path) -> int:
+    """Free bytes on the disk `root` is (or will be) made on."""
+    p = Path(root).resolve()
+    while not p.exists():  # the root may not exist yet: the disk it will be made on
+        p = p.parent
+    return shutil.disk_usage(p).free
+
+
+def model_facts(bb, device: str, *, workers: int, swept_layers: int, root: Path,
+                doc_lengths: dict[str, list[int]] | None = None,
+                first_batch_max_abs: float | None = None) -> Facts:
+    """The Facts of a loaded backbone (dihal.backbones.Backbone) on `device`, on this host."""
+    import torch
+
+    cfg = bb.model.config
+    on_gpu = device.startswith("cuda")
+    gpus = ([torch.cuda.get_device_properties(i).total_memory
+             for i in range(torch.cuda.device_count())] if on_gpu else [])
+    return Facts(
+        backbone=bb.spec.name, n_layers=bb.n_layers, hidden=bb.hidden_size,
+        intermediate=int(getattr(cfg, "intermediate_size", 4 * bb.hidden_size)),
+        n_params=sum(p.numel() for p in bb.model.parameters()),
+        weight_bytes=next(bb.model.parameters()).element_size(),
+        device="cuda" if on_gpu else "cpu", workers=workers, swept_layers=swept_layers,
+        doc_lengths=doc_lengths, host_available=available_memory(), disk_free=disk_free(root),
+        gpu_total=gpus, first_batch_max_abs=first_batch_max_abs, vocab=int(cfg.vocab_size))
+
+
+# ---------------------------------------------------------------- the checks of one stage
+
+def stage_refusals(kind: str, facts: Facts, seq: SequenceConfig, extract: ExtractConfig,
+                   protocol: BridgeProtocol) -> list[Refusal]:
+    """The pre-flight's checks that a stage of `kind` meets before its heavy work, whichever
+    door launched it: "dump" (the hidden-state store on disk, the dump on one GPU), "training"
+    (a bridge's pairs in host memory for each concurrent step, its training on one GPU, its
+    weights and a checkpoint on disk)."""
+    from dataclasses import replace
+
+    if kind == "dump":  # the store only: no bridge, no checkpoint yet
+        return (check_disk(replace(facts, swept_layers=0, workers=0), seq, extract, protocol)
+                + check_gpu_memory(facts, seq, extract, protocol))
+    if kind == "training":  # one bridge: the store is there already
+        one = replace(facts, swept_layers=1, workers=1)
+        return (check_host_memory(facts, seq)
+                + check_disk(one, seq, replace(extract, store_train=False), protocol,
+                             with_store=False)
+                + check_gpu_memory(facts, seq, extract, protocol))
+    raise ValueError(f"unknown stage kind {kind!r}: dump or training")
+
+
+def require_stage(kind: str, facts: Facts, seq: SequenceConfig, extract: ExtractConfig,
+                  protocol: BridgeProtocol) -> None:
+    """Raise PreflightError listing the refusals of stage_refusals."""
+    found = stage_refusals(kind, facts, seq, extract, protocol)
+    if found:
+        raise PreflightError(
+            f"pre-flight refused this {kind} step of {facts.backbone} ({len(found)} "
+            "problem(s)):\n" + "\n".join(f"  - {r}" for r in found))

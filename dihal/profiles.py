@@ -1,13 +1,23 @@
-"""Named settings of the whole chain: `cpu` (the defaults of dihal.config: minutes on a laptop)
-and `gpu` (the paper's scale on one GPU). A profile overrides the defaults of stages' configs;
-DIHAL_PROFILE (a name, or a JSON file of the same shape) selects one for every entry point: the
-driver's --profile, `dagster dev`, `dagster asset materialize`.
+"""Named presets of the whole chain, resolved the same way by every door (the driver, the web
+UI's launchpad, `dagster asset materialize`, `dg launch`, the schedules): `cpu` (the defaults of
+dihal.config: minutes on a laptop), `gpu` (the paper's scale on one GPU), `gpu-smollm2`
+(SmolLM2's chain in about ten minutes on one H200), `tiny` (every stage in seconds on a CPU: a
+check of the plumbing, on a tiny model or a real one), or a JSON file of stage -> {field:
+value}. A preset overrides the defaults of the stages' configs.
+
+Which preset: `resolve_preset` is the one function every door calls. It takes the name given
+(the driver's --profile), else $DIHAL_PROFILE, else the instance's choice (the file
+`dihal-preset` in $DAGSTER_HOME, written by `python -m pipeline.preset NAME`), else the
+project's (`preset = "..."` at the top of dihal.toml), else `cpu`. The preset's label is
+recorded in every artifact's manifest, fingerprint and materialization metadata.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import tomllib
+from dataclasses import dataclass
 from pathlib import Path
 
 from dihal import config as dc
@@ -25,7 +35,7 @@ PROFILES: dict[str, dict[str, dict]] = {
     "gpu": {
         # 8192 x 128 = 1,048,576 training tokens; 576 held-out sequences hold 73,152 positions
         # after position 0, of which geometry samples 16,384, and give MAUVE its reference of
-        # held-out texts: at least 512 a side (issue 18), with room for the few empty ones. The
+        # held-out texts: at least 512 a side, with room for the few empty ones. The
         # embedded corpus (1,910 documents) fills 8,192 training sequences only with up to 768
         # tokens a document (at 256: 3,506; at 768: 10,317 train, 1,062 held-out, with
         # SmolLM2's tokenizer)
@@ -45,11 +55,12 @@ PROFILES: dict[str, dict[str, dict]] = {
         "baseline": {"n_samples": 544, "length": 128},
     },
 }
-# SmolLM2's whole chain in one 10-minute command on one H200 (issue 19, item 8): half the
-# training tokens (4,096 x 128 = 524,288), the driver's default sweep of 10 candidate layers
-# (not all 29), 256 samples per evaluated system; the held-out split and geometry as `gpu`.
-# Estimated from OFFLINE.md's 130,000 tokens/s forward and an assumed ~10 s of process start-up
-# and model load per Dagster run (17 runs): about 9 minutes. benchmarks/gpu_check.py's
+# SmolLM2's whole chain in one 10-minute command on one H200: half the training tokens
+# (4,096 x 128 = 524,288), the driver's default sweep of 10 candidate layers (not all 29), 256
+# samples per evaluated system; the held-out split and geometry as `gpu`. Estimated from a
+# float32 forward of SmolLM2 with all hidden states measured at about 130,000 tokens/s on an
+# H200 and an assumed ~10 s of process start-up and model load per Dagster run (17 runs):
+# about 9 minutes. benchmarks/gpu_check.py's
 # extrapolation measures the stage times of both GPU profiles on the machine it runs on.
 PROFILES["gpu-smollm2"] = {
     **PROFILES["gpu"],
@@ -70,6 +81,23 @@ PROFILES["study"] = {
     "eval": {"n_samples": 128},
     "baseline": {"n_samples": 128},
 }
+# Every stage in seconds on one CPU thread (a bridge of 27k parameters, 8 training sequences of
+# 16 tokens, 4 samples of 6 tokens): a check that the whole chain runs, on a tiny model (the
+# worked example of docs/own-model.md) or on a real one; its numbers mean nothing. The corpus
+# is the embedded sample unless a corpus section is added (a user's file).
+_TINY_PROTOCOL = {"d_model": 32, "n_layers": 1, "n_heads": 2, "batch_size": 2,
+                  "eval_sequences": 4, "steps": 4, "checkpoint_every": 2}
+PROFILES["tiny"] = {
+    "sequences": {"seq_len": 16, "n_train": 8, "n_val": 6, "val_fraction": 0.3,
+                  "max_tokens_per_doc": 40},
+    "hidden_states": {"batch_size": 4},
+    "geometry": {"n_tokens": 64, "n_anchors": 24, "k_neighbors": 6, "n_pairs": 100},
+    "bridge_sweep": _TINY_PROTOCOL,
+    "bridge": {**_TINY_PROTOCOL, "epochs": 2.0},
+    "eval": {"n_samples": 4, "length": 6, "batch_size": 2},
+    "sampler_steps": {"steps": [1, 2, 4], "n_samples": 2, "length": 4},
+    "baseline": {"n_samples": 4, "length": 8},
+}
 # Profiles whose sweep covers every candidate layer unless the driver is given --layers: every
 # profile (with fewer swept layers the paired test against depth has a floor on its p-value
 # that no bridge measurement can lower: over SmolLM2's default 10 layers S_l and depth ranked
@@ -84,30 +112,108 @@ ALL_LAYERS = {"cpu", "gpu", "study"}
 SEED_SUBSET = {"cpu": (2, 4)}
 
 
-def load_profile(name: str | None = None) -> tuple[str, dict[str, dict]]:
-    """(label, stage -> overrides) for a profile name or a JSON file path; default: the
-    DIHAL_PROFILE variable, else "cpu". Every override is checked by building its stage's
-    config with it (a ValueError names the field)."""
-    name = name or os.environ.get("DIHAL_PROFILE") or "cpu"
+PRESET_ENV = "DIHAL_PROFILE"
+INSTANCE_FILE = "dihal-preset"  # under $DAGSTER_HOME: the instance's preset, one line
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A resolved preset: `name` as chosen (a built-in name or a JSON file's path), `stages`
+    (stage -> overrides) and `source`, where the choice came from."""
+
+    name: str
+    stages: dict[str, dict]
+    source: str
+
+    @property
+    def label(self) -> str:
+        """What manifests, fingerprints and metadata record: the built-in name, or the file's
+        name (moving the file changes nothing; its content is in every config it sets)."""
+        return self.name if self.name in PROFILES else Path(self.name).name
+
+
+def instance_file() -> Path | None:
+    """$DAGSTER_HOME/dihal-preset, where DAGSTER_HOME is set."""
+    home = os.environ.get("DAGSTER_HOME")
+    return Path(home) / INSTANCE_FILE if home else None
+
+
+def _project_choice() -> tuple[str, str] | None:
+    """(preset, file) of the top-level `preset` key of dihal.toml ($DIHAL_CONFIG), a relative
+    file path read from that file's folder; None where it has none."""
+    from dihal.registry import config_file
+
+    path = config_file()
+    if not path.is_file():
+        return None
+    try:
+        value = tomllib.loads(path.read_text()).get("preset")
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path} is not valid TOML ({exc}): fix the file") from None
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"{path}: `preset` must be a preset name ({', '.join(PROFILES)}) or a "
+                         ".json file")
+    if value.endswith(".json") and not Path(value).expanduser().is_absolute():
+        value = str(path.parent / value)
+    return value, str(path)
+
+
+def chosen_preset() -> tuple[str, str]:
+    """(name, source) of the preset no door named: $DIHAL_PROFILE, the instance's file, the
+    project's dihal.toml, else cpu."""
+    if os.environ.get(PRESET_ENV):
+        return os.environ[PRESET_ENV], f"${PRESET_ENV}"
+    if (f := instance_file()) is not None and f.is_file():
+        lines = [ln.strip() for ln in f.read_text().splitlines()
+                 if ln.strip() and not ln.startswith("#")]
+        if lines:
+            return lines[0], str(f)
+    if (project := _project_choice()) is not None:
+        return project
+    return "cpu", "the default"
+
+
+def resolve_preset(name: str | None = None, source: str = "--profile") -> Preset:
+    """The preset `name` (given by a door), else the chosen one (chosen_preset). Every override
+    is checked by building its stage's config with it (a ValueError names the field)."""
+    if not name:
+        name, source = chosen_preset()
     if name in PROFILES:
         profile = PROFILES[name]
     elif name.endswith(".json"):
         try:
-            profile = json.loads(Path(name).read_text())
+            profile = json.loads(Path(name).expanduser().read_text())
         except (OSError, json.JSONDecodeError) as exc:
-            raise ValueError(f"profile file {name}: {exc}") from None
+            raise ValueError(f"preset file {name} (from {source}): {exc}") from None
     else:
-        raise ValueError(f"unknown profile {name!r}: give one of {sorted(PROFILES)} or a .json "
-                         "file of stage -> {field: value}")
+        raise ValueError(f"unknown preset {name!r} (from {source}): give one of "
+                         f"{', '.join(PROFILES)} or a .json file of stage -> {{field: value}}")
+    _check(name, profile)
+    return Preset(name, profile, source)
+
+
+def _check(name: str, profile: dict) -> None:
+    if not isinstance(profile, dict):
+        raise ValueError(f"preset {name}: give a JSON object of stage -> {{field: value}}")
     unknown = sorted(set(profile) - set(STAGE_CONFIGS))
     if unknown:
-        raise ValueError(f"profile {name}: unknown stages {unknown}; the stages are "
+        raise ValueError(f"preset {name}: unknown stages {unknown}; the stages are "
                          f"{sorted(STAGE_CONFIGS)}")
     for stage, overrides in profile.items():
         fields = STAGE_CONFIGS[stage].__dataclass_fields__
         bad = sorted(set(overrides) - set(fields))
         if bad:
-            raise ValueError(f"profile {name}: {stage} has no fields {bad}")
-        STAGE_CONFIGS[stage](**{k: tuple(v) if isinstance(v, list) else v
-                                for k, v in overrides.items()})
-    return name, profile
+            raise ValueError(f"preset {name}: {stage} has no fields {bad}")
+        try:
+            STAGE_CONFIGS[stage](**{k: tuple(v) if isinstance(v, list) else v
+                                    for k, v in overrides.items()})
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"preset {name}: {stage}: {exc}") from None
+
+
+def load_profile(name: str | None = None) -> tuple[str, dict[str, dict]]:
+    """(name, stage -> overrides) of resolve_preset(name)."""
+    preset = resolve_preset(name)
+    return preset.name, preset.stages

@@ -20,6 +20,7 @@ from pathlib import Path
 from dihal.errors import (
     BackboneDeclarationError,
     BackboneNotFoundError,
+    DihalError,
     UnknownBackboneError,
     UnsupportedArchitectureError,
 )
@@ -78,14 +79,16 @@ BACKBONES: dict[str, BackboneSpec] = {
 
 def get_spec(name: str) -> BackboneSpec:
     known = all_backbones()
-    try:
+    if name in known:
         return known[name]
-    except KeyError:
-        raise UnknownBackboneError(
-            f"unknown backbone {name!r}: known backbones are {sorted(known)}. Declare another "
-            f"model in the [backbones] table of {config_file()} (docs/own-model.md), or give "
-            "the driver --backbone <Hugging Face id or folder>."
-        ) from None
+    problems = declaration_problems()
+    if name in problems:  # declared, but its entry is refused: that entry's own error
+        raise problems[name]
+    unread = f" ({problems[FILE_PROBLEM]})" if FILE_PROBLEM in problems else ""
+    raise UnknownBackboneError(
+        f"unknown backbone {name!r}: known backbones are {sorted(known)}. Declare another "
+        f"model in the [backbones] table of {config_file()}{unread} (docs/own-model.md), or "
+        "give the driver --backbone <Hugging Face id or folder>.")
 
 
 # ---------------------------------------------------------------- supported layouts
@@ -153,16 +156,21 @@ def read_model_config(model: str, revision: str | None = None, *, what: str,
     from transformers import AutoConfig
 
     offline = _offline() if offline is None else offline
+    folder = Path(model).expanduser()
+    if folder.is_dir():
+        _check_config_json(folder, what)
+    elif looks_like_path(model):
+        raise BackboneNotFoundError(f"{what}: no such folder {model} (a local model is a "
+                                    "folder made by save_pretrained): fix the path")
     try:
         cfg = AutoConfig.from_pretrained(model, revision=revision, local_files_only=offline)
     except ValueError as exc:  # a model_type transformers does not know
         kind = None
-        folder = Path(model).expanduser()
         if (folder / "config.json").is_file():
             kind = json.loads((folder / "config.json").read_text()).get("model_type")
         check_architecture(kind, what)
         raise UnsupportedArchitectureError(f"{what}: {exc}") from exc
-    except OSError as exc:  # not a folder, not in the cache, gated, no network
+    except OSError as exc:  # not in the cache, gated, no network
         raise BackboneNotFoundError(
             f"{what}: the config.json of {model!r} (revision {revision or 'default'}) cannot be "
             f"read ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}). Give "
@@ -170,7 +178,40 @@ def read_model_config(model: str, revision: str | None = None, *, what: str,
             f"{model} --include config.json` on a machine with hub access (offline: {offline})."
         ) from exc
     check_architecture(getattr(cfg, "model_type", None), what)
+    _check_layers(getattr(cfg, "num_hidden_layers", None), what)
     return cfg
+
+
+def _check_layers(layers, what: str) -> None:
+    if not isinstance(layers, int) or isinstance(layers, bool) or layers < 2:
+        raise BackboneDeclarationError(
+            f"{what}: its config.json gives num_hidden_layers {layers!r}; DiHAL replaces the "
+            "layers below a candidate layer 1..N-1, so N must be an integer of at least 2: fix "
+            "the model's config.json")
+
+
+def looks_like_path(model: str) -> bool:
+    """A model given as a file-system path (absolute, ./, ../, ~), never a Hub id."""
+    return model.startswith(("/", "./", "../", "~")) or model in (".", "..")
+
+
+def _check_config_json(folder: Path, what: str) -> None:
+    """A local folder's config.json: present and a JSON object, else an error naming the file."""
+    path = folder / "config.json"
+    if not path.is_file():
+        raise BackboneNotFoundError(
+            f"{what}: {folder} has no config.json: give a folder made by save_pretrained")
+    try:
+        data = json.loads(path.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BackboneDeclarationError(
+            f"{what}: {path} is not valid JSON ({exc}): fix it, or save the model again with "
+            "save_pretrained") from None
+    if not isinstance(data, dict):
+        raise BackboneDeclarationError(f"{what}: {path} holds a {type(data).__name__}, not a "
+                                       "JSON object: save the model again with save_pretrained")
+    if "num_hidden_layers" in data:  # before transformers, whose own check names no file
+        _check_layers(data["num_hidden_layers"], what)
 
 
 def declare(name: str, entry: dict, where: str) -> BackboneSpec:
@@ -238,6 +279,10 @@ def declare_model(model: str) -> str:
     for this process and the Dagster processes it starts ($DIHAL_BACKBONE_MODELS); its name."""
     if model in all_backbones():
         return model
+    if looks_like_path(model) and not Path(model).expanduser().is_dir():
+        raise BackboneNotFoundError(
+            f"--backbone {model}: no such folder (a local model is a folder made by "
+            "save_pretrained; a Hugging Face id looks like org/name)")
     if not (Path(model).expanduser().is_dir() or "/" in model):
         return model  # neither: get_spec's UnknownBackboneError names the known backbones
     name = name_for(model)
@@ -276,23 +321,49 @@ def _config_entries() -> list[tuple[str, dict, str]]:
     return out
 
 
+FILE_PROBLEM = "*"  # declaration_problems' key for a file that cannot be read at all
+
+
 @lru_cache(maxsize=4)
-def _declared(key: tuple) -> dict[str, BackboneSpec]:
+def _declared(key: tuple) -> tuple[dict[str, BackboneSpec], dict[str, DihalError]]:
+    """(specs, problems): each entry declared on its own, so that one bad entry leaves the
+    others (and the built-in backbones) in the code location; its error is kept by name."""
     specs: dict[str, BackboneSpec] = {}
-    for name, entry, where in _config_entries():
-        if name in specs:
-            raise BackboneDeclarationError(
+    problems: dict[str, DihalError] = {}
+    try:
+        entries = _config_entries()
+    except DihalError as exc:
+        return specs, {FILE_PROBLEM: exc}
+    for name, entry, where in entries:
+        key_ = name if isinstance(name, str) else repr(name)
+        if key_ in specs or key_ in problems:
+            specs.pop(key_, None)
+            problems[key_] = BackboneDeclarationError(
                 f"backbone {name!r} is declared twice ({where}): give each entry its own name")
-        specs[name] = declare(name, entry, where)
-    return specs
+            continue
+        try:
+            specs[key_] = declare(name, entry, where)
+        except DihalError as exc:
+            problems[key_] = exc
+    return specs, problems
 
 
-def declared_backbones() -> dict[str, BackboneSpec]:
-    """The backbones declared in the configuration file and by --backbone (read once per
-    state of the file and the environment)."""
+def _declaration_state() -> tuple[dict[str, BackboneSpec], dict[str, DihalError]]:
     path = config_file()
     stamp = path.stat().st_mtime_ns if path.is_file() else None
     return _declared((str(path), stamp, os.environ.get(DECLARED_ENV), _offline()))
+
+
+def declared_backbones() -> dict[str, BackboneSpec]:
+    """The backbones declared in the configuration file and by --backbone whose entries are
+    sound (read once per state of the file and the environment)."""
+    return _declaration_state()[0]
+
+
+def declaration_problems() -> dict[str, DihalError]:
+    """The refused declarations, by backbone name (FILE_PROBLEM: the file itself), each with
+    its error; get_spec raises it for that name, the code location warns of it."""
+    return _declaration_state()[1]
 
 
 def all_backbones() -> dict[str, BackboneSpec]:

@@ -28,6 +28,7 @@ from typing import NoReturn
 
 import dagster as dg
 
+from dihal.stages import DRIVER_STAGES, asset_key, job_name
 from pipeline.launch import failure_causes  # noqa: F401 (the driver's failure lines; tests)
 
 
@@ -38,7 +39,7 @@ def _fail(label: str, took: float, causes: list[str]) -> NoReturn:
     raise SystemExit(1)
 
 
-STAGES = ["locate", "sweep", "bridge", "eval", "report"]  # bridge and eval: one job, bridge_eval
+STAGES = list(DRIVER_STAGES)  # the stage table's (dihal.stages): bridge and eval are one job
 
 
 def _listed(option: str, text: str) -> list[str]:
@@ -58,11 +59,12 @@ def plan(args: argparse.Namespace) -> tuple[list[int], list[str]]:
     names the argument and the valid values. (`args.stop_after` is lowered to "sweep" where
     --skip-bridgeability is given.)"""
     from dihal.config import MIN_BRIDGEABILITY_LAYERS
-    from dihal.profiles import ALL_LAYERS, load_profile
+    from dihal.profiles import ALL_LAYERS, resolve_preset
     from dihal.registry import BASELINES, get_spec
 
     n_layers = get_spec(args.backbone).n_layers  # UnknownBackboneError lists the known ones
-    load_profile(args.profile)  # a ValueError names the profiles, or the field
+    # the one resolution every door uses; a ValueError names the presets, or the field
+    args.profile = resolve_preset(args.profile).name
     if args.workers < 1:
         raise ValueError(f"--workers {args.workers}: give at least 1")
     valid = f"{args.backbone} has {n_layers} layers, the candidate layers are 1..{n_layers - 1}"
@@ -117,10 +119,10 @@ def seed_plan(args: argparse.Namespace, layers: list[int]) -> dict:
     the profile's own bridge_sweep seeds and seed_layers (gpu: 3 on every layer). A
     ValueError names the flag and the fix."""
     from dihal.config import BridgeProtocol
-    from dihal.profiles import SEED_SUBSET, load_profile
+    from dihal.profiles import SEED_SUBSET, resolve_preset
     from dihal.replace.stage import default_seed_layers
 
-    base = BridgeProtocol(**load_profile(args.profile)[1].get("bridge_sweep", {}))
+    base = BridgeProtocol(**resolve_preset(args.profile).stages.get("bridge_sweep", {}))
     subset = SEED_SUBSET.get(args.profile)
     if args.seeds is not None and args.seeds < 1:
         raise ValueError(f"--seeds {args.seeds}: give at least 1 (1: no replicate seeds)")
@@ -232,24 +234,31 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--workers", type=int, default=int(os.environ.get("DIHAL_WORKERS", "1")),
                     help="runs at once (sweep partitions, baselines); each step holds its own "
                          "GPU, or a share of the CPU cores (default: $DIHAL_WORKERS or 1)")
-    ap.add_argument("--profile", default=os.environ.get("DIHAL_PROFILE", "cpu"),
-                    help="cpu (default) | gpu | gpu-smollm2 | a JSON file of stage -> {field: "
-                         "value} (dihal/profiles.py); gpu sweeps every layer unless --layers "
+    ap.add_argument("--profile", default=None,
+                    help="the preset: cpu | gpu | gpu-smollm2 | tiny | a JSON file of stage -> "
+                         "{field: value} (dihal/profiles.py); default: the one chosen for the "
+                         "instance or project ($DIHAL_PROFILE, $DAGSTER_HOME/dihal-preset, "
+                         "dihal.toml's preset), else cpu; gpu sweeps every layer unless --layers "
                          "is given")
     ap.add_argument("--device-map", choices=DEVICE_MAP_CHOICES,
                     default=os.environ.get("DIHAL_DEVICE_MAP") or None,
                     help="spread the backbone over this host's GPUs (accelerate's device_map; "
                          "default: one device). Recorded in the dump's backbone info and "
                          "carried in every run's config")
-    ap.add_argument("--module", default="pipeline.definitions",
-                    help="the Dagster code location (a Python module defining `defs`)")
+    from pipeline.launch import project_location
+
+    ap.add_argument("--module", default=project_location()[0],
+                    help="the Dagster code location (a Python module defining `defs`; default: "
+                         "pyproject's [tool.dagster], which `dagster dev` and `dg dev` serve)")
     return ap
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = build_parser()
+    from pipeline.launch import open_instance
+
     args, layers, baselines, seeds = _checked(ap, argv)
-    instance = dg.DagsterInstance.get()
+    instance = open_instance()  # safe beside another driver starting on a fresh DAGSTER_HOME
     _refuse_run_only_declaration(ap, args, instance)
     signal.signal(signal.SIGTERM, _interrupted)
     # Ctrl-C cancels the runs in flight, even where the driver was started with SIGINT ignored
@@ -282,7 +291,7 @@ def _checked(ap: argparse.ArgumentParser, argv: list[str] | None):
     if not os.environ.get("DAGSTER_HOME"):
         ap.error("DAGSTER_HOME is not set: runs go through a persistent Dagster instance. Run "
                  "`make run`, or `. ./env.sh` first.")
-    _preflight(args, layers)  # issue 19: the profile, backbone and workers must fit this host
+    _preflight(args, layers)  # the preset, backbone and workers must fit this host
     return args, layers, baselines, seeds
 
 
@@ -314,11 +323,12 @@ def _drive(instance, args, argv: list[str] | None, layers, baselines, seeds) -> 
         # the command a fix in an error message points to: it carries this run config
         command = shlex.join([os.path.basename(sys.executable), "-m", "pipeline.main",
                               *(sys.argv[1:] if argv is None else argv)])
-        with daemon(instance, args.module, say, tag), launcher(
+        with daemon(instance, args.module, say, tag) as lease, launcher(
                 instance, args.module, workers=args.workers,
                 tags={"dihal/profile": args.profile, "dihal/driver": tag,
                       "dihal/command": command},
-                ops={f"bridge_sweep_{args.backbone}": {"config": seeds}}) as launch:
+                ops={asset_key("bridge_sweep", args.backbone): {"config": seeds}}) as launch:
+            launch.revive = lease.revive  # a daemon killed meanwhile is replaced, not waited on
             _chain(Chain(launch, say), args, layers, baselines, say, seeds)
     except KeyboardInterrupt:
         print(f"INTERRUPTED after {time.monotonic() - t0:.0f} s: the runs in flight were canceled "
@@ -367,15 +377,15 @@ def _chain(chain: Chain, args, layers: list[int], baselines: list[str], say,
     say(f"backbone {b}, profile {args.profile}, {args.workers} worker(s): Locate")
     if args.skip_bridgeability:
         say("--skip-bridgeability: the chain stops after the sweep")
-    chain.job(f"locate_{b}")
+    chain.job(job_name("locate", b))
     score = LayerScore(layout, b).require()
     say(f"l* = {score.info['l_star']} (by normalisation: {score.info['selected']})")
     if last >= STAGES.index("sweep"):
         say(f"bridge sweep over layers {layers}, {seed_line(seeds, layers)}")
-        chain.backfill(f"sweep_{b}", [str(ll) for ll in layers])
+        chain.backfill(job_name("sweep", b), [str(ll) for ll in layers])
     if last >= STAGES.index("bridge"):
         say(f"bridgeability; the bridge at l* = {score.info['l_star']} (full budget); its eval")
-        chain.job(f"bridge_eval_{b}")
+        chain.job(job_name("bridge_eval", b))
         bness = Bridgeability(layout, b).require()
         by_loss = bness.info.get("oracle_by", {}).get("by", {}).get("val_loss")
         say(f"oracle layer (hybrid NLL) {bness.info['oracle']}, worst {bness.info['worst']}"
@@ -398,9 +408,9 @@ def _chain(chain: Chain, args, layers: list[int], baselines: list[str], say,
                 f"error {row['recon_error']:.4f}, {row['ms_per_token']:.1f} ms/token")
     if last >= STAGES.index("report"):
         say(f"baselines {', '.join(baselines)} at DiHAL's budget")
-        chain.backfill(f"baselines_{b}", baselines)
+        chain.backfill(job_name("baselines", b), baselines)
         say("comparison; full training at l*, the oracle and the worst layer; the report")
-        chain.job(f"compare_{b}")
+        chain.job(job_name("compare", b))
         cmp_ = Comparison(layout, b).require().info
         for row in cmp_["rows"]:
             say(f"{row['model']}: Gen.PPL {row['gen_ppl']:.2f}, diversity {row['diversity']:.4f}")

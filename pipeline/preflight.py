@@ -1,32 +1,12 @@
-"""The driver's pre-flight (issue 19): gather the facts dihal.preflight checks, for the chosen
-profile, backbone and workers, before any run is launched. The corpus is tokenised only as far
-as the requested splits need; the backbone is loaded once, as the steps load it, for the
-largest hidden state of a first batch."""
+"""The driver's pre-flight: gather the facts dihal.preflight checks, for the chosen preset,
+backbone and workers, before any run is launched (each heavy stage checks its own part again
+when it runs, whichever door launched it: dihal.preflight.stage_refusals). The corpus is
+tokenised only as far as the requested splits need; the backbone is loaded once, as the steps
+load it, for the largest hidden state of a first batch."""
 
 from __future__ import annotations
 
 import importlib
-import os
-import shutil
-from pathlib import Path
-
-
-def _available_memory() -> int:
-    """MemAvailable of /proc/meminfo (bytes); the physical pages where there is none."""
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-
-
-def _disk_free(root: Path) -> int:
-    p = root.resolve()
-    while not p.exists():  # the root may not exist yet: the disk it will be made on
-        p = p.parent
-    return shutil.disk_usage(p).free
 
 
 def _resources(module: str) -> dict:
@@ -60,41 +40,36 @@ def gather(args, layers: list[int], resources: dict | None = None):
     import torch
 
     from dihal.backbones import bos_id_of
-    from dihal.locate.corpus import document_lengths, iter_documents, pack_sequences, resolve_shards
-    from dihal.preflight import Facts
-    from dihal.profiles import load_profile
+    from dihal.errors import CorpusError
+    from dihal.locate.corpus import corpus_documents, document_lengths, pack_sequences
+    from dihal.preflight import PreflightError, model_facts
+    from dihal.profiles import resolve_preset
 
-    _, profile = load_profile(args.profile)
+    profile = resolve_preset(args.profile).stages
     corpus, seq, extract, protocol = stage_configs(profile, args.backbone)
     res = resources or _resources(args.module)
     layout = res["storage"].layout()
     tok = res["backbones"].load_tokenizer(args.backbone, layout)
-    lengths = document_lengths(iter_documents(resolve_shards(corpus), corpus), tok, seq)
+    try:  # the corpus the corpus stage reads: a Hub dataset's rows where hf_dataset is set
+        lengths = document_lengths(corpus_documents(corpus), tok, seq)
+    except CorpusError as exc:
+        raise PreflightError(f"pre-flight refused {args.backbone} (1 problem(s)):\n  - corpus: "
+                             f"{exc}") from None
     device = res["compute"].resolved_device()
     bb = res["backbones"].load(args.backbone, layout, res["compute"], device)
     first = type(seq)(**{**seq.__dict__, "n_train": min(seq.n_train, extract.batch_size),
                          "n_val": 1})
     max_abs = None
     try:
-        packed = pack_sequences(iter_documents(resolve_shards(corpus), corpus), tok, first,
+        packed = pack_sequences(corpus_documents(corpus), tok, first,
                                 bos_id=bos_id_of(tok), eos_id=tok.eos_token_id)
     except Exception:  # too small a corpus: the corpus check says so with its numbers
         packed = None
     if packed is not None:
         ids = torch.tensor(packed["train"].input_ids, dtype=torch.long)
         max_abs = float(bb.hidden_states(ids).abs().float().amax())
-    cfg = bb.model.config
-    gpus = ([torch.cuda.get_device_properties(i).total_memory
-             for i in range(torch.cuda.device_count())] if device.startswith("cuda") else [])
-    facts = Facts(
-        backbone=args.backbone, n_layers=bb.n_layers, hidden=bb.hidden_size,
-        intermediate=int(getattr(cfg, "intermediate_size", 4 * bb.hidden_size)),
-        n_params=sum(p.numel() for p in bb.model.parameters()),
-        weight_bytes=next(bb.model.parameters()).element_size(),
-        device="cuda" if device.startswith("cuda") else "cpu", workers=args.workers,
-        swept_layers=len(layers), doc_lengths=lengths, host_available=_available_memory(),
-        disk_free=_disk_free(layout.root), gpu_total=gpus, first_batch_max_abs=max_abs,
-        vocab=int(cfg.vocab_size))
+    facts = model_facts(bb, device, workers=args.workers, swept_layers=len(layers),
+                        root=layout.root, doc_lengths=lengths, first_batch_max_abs=max_abs)
     del bb
     if device.startswith("cuda"):
         torch.cuda.empty_cache()

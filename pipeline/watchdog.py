@@ -1,11 +1,12 @@
 """The driver's watchdog: started by `python -m pipeline.main` in a session of its own, it
 outlives a driver killed with SIGKILL (or the OOM killer) and, within seconds, ends what that
 driver left: its runs still queued or in flight are canceled through the instance (a worker
-that does not stop is killed, by its own pid, and its run marked canceled), and the daemon the
-driver started is stopped (by pid, with its code servers). Nothing of another driver's is
-touched: runs are picked by the dihal/driver tag. A driver that ends normally stops it first.
+that does not stop is killed, by its own pid, and its run marked canceled), and the driver
+leaves the shared daemon (pipeline.launch.DaemonLease: stopped only if no other driver uses
+it). Nothing of another driver's is touched: runs are picked by the dihal/driver tag. A driver
+that ends normally stops it first.
 
-    python -m pipeline.watchdog DRIVER_PID DRIVER_TAG [DAEMON_PID]
+    python -m pipeline.watchdog DRIVER_PID DRIVER_TAG [MODULE]
 """
 
 from __future__ import annotations
@@ -91,15 +92,16 @@ def _code_servers(pid: int) -> list[int]:
 
 
 def main(argv: list[str]) -> None:
+    from pipeline.launch import DaemonLease
+
     driver, tag = int(argv[0]), argv[1]
-    daemon = int(argv[2]) if len(argv) > 2 and argv[2] != "0" else None
+    module = argv[2] if len(argv) > 2 else "pipeline.definitions"
     while _alive(driver):
         time.sleep(1.0)
     instance = dg.DagsterInstance.get()
     ended = end_runs(instance, tag, f"the driver (pid {driver}) that launched this run was killed")
-    if daemon is not None:
-        stop_process(daemon)
-        instance.wipe_daemon_heartbeats()
+    # the daemon stops only if no other driver still uses it
+    daemon = DaemonLease(instance, module, lambda msg: None, tag).leave()
     print(f"watchdog: driver {driver} is gone; ended runs {ended}"
           + (f", stopped daemon {daemon}" if daemon else ""), file=sys.stderr, flush=True)
 

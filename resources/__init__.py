@@ -136,3 +136,28 @@ class JudgeResource(dg.ConfigurableResource):
 
         return load_judge(self.judge_for(backbone), cache_dir=layout.judge_cache(),
                           device=device or compute.resolved_device(), offline=self.offline)
+
+
+def _chosen_preset() -> str:
+    from dihal.profiles import chosen_preset
+
+    return chosen_preset()[0]
+
+
+class PresetResource(dg.ConfigurableResource):
+    """The preset this run's stage configs come from (dihal.profiles.resolve_preset: the
+    driver's --profile, else $DIHAL_PROFILE, else the instance's or the project's choice, else
+    cpu), resolved when the code location loads, as the configs' defaults are. Its label is
+    recorded in every artifact's manifest, fingerprint and materialization metadata. An
+    upstream artifact made under another preset is refused, naming the command that remakes
+    it, unless that preset is in `reuse_from`: then it is read, and the metadata says which
+    upstream came from which preset."""
+
+    name: str = _chosen_preset()  # a preset's name or a JSON file's path
+    reuse_from: list[str] = []  # labels of other presets whose upstream artifacts may be read
+
+    def preset(self):
+        """The resolved preset (dihal.profiles.Preset)."""
+        from dihal.profiles import resolve_preset
+
+        return resolve_preset(self.name, source="the preset resource")

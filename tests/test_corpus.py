@@ -1,6 +1,7 @@
 import gzip
 import re
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -358,3 +359,12 @@ def test_the_gpu_profile_gives_mauve_512_held_out_texts_and_samples_a_side():
     val = torch.as_tensor(packed["val"].input_ids)
     texts = held_out_texts(tok, val, profile["eval"]["length"], tok.eos_token_id)
     assert len(texts) >= MAUVE_RESULT_SAMPLES, len(texts)
+
+
+def test_the_embedded_sample_is_found_from_its_module():
+    """The default corpus (no paths): data/dolma_sample at the project root, wherever the
+    corpus module lies in the package."""
+    from dihal.locate.corpus import EMBEDDED_SAMPLE
+
+    assert EMBEDDED_SAMPLE == Path(__file__).resolve().parents[1] / "data" / "dolma_sample"
+    assert sorted(EMBEDDED_SAMPLE.glob("*.json.gz"))

@@ -93,14 +93,75 @@ def test_bad_entries_are_refused_naming_the_fix(config, mistral_dir, entry, says
 
 def test_bad_names_and_files_are_refused(config, mistral_dir):
     config(f'[backbones.llama]\nmodel = "{mistral_dir}"\n')
-    with pytest.raises(BackboneDeclarationError, match="'llama' is a built-in backbone"):
-        registry.all_backbones()
+    assert "'llama' is a built-in backbone" in str(registry.declaration_problems()["llama"])
     config(f'[backbones.My-Model]\nmodel = "{mistral_dir}"\n')
     with pytest.raises(BackboneDeclarationError, match="lower-case letters"):
-        registry.all_backbones()
+        registry.get_spec("My-Model")
     config("[backbones\n")
-    with pytest.raises(BackboneDeclarationError, match="not valid TOML"):
-        registry.all_backbones()
+    assert set(registry.all_backbones()) == set(registry.BACKBONES)  # the built-ins stay
+    with pytest.raises(UnknownBackboneError, match="not valid TOML"):
+        registry.get_spec("mine")
+
+
+def test_one_bad_entry_leaves_the_others_in_the_code_location(config, mistral_dir, tmp_path):
+    """A missing folder in one entry: the other declared backbone and the built-in ones stay
+    in the code location (a warning names the bad one); asking for it gives its own error."""
+    from pipeline.definitions import build_definitions
+
+    config(f'[backbones.mine]\nmodel = "{mistral_dir}"\n\n'
+           f'[backbones.gone]\nmodel = "{tmp_path / "no-such-folder"}"\n')
+    with pytest.warns(UserWarning, match="left out of the code location: backbone 'gone' "
+                                         r"declared in .*dihal.toml: no such folder"):
+        defs = build_definitions()
+    keys = {k.to_user_string() for k in defs.resolve_asset_graph().get_all_asset_keys()}
+    assert {"layer_score_mine", "layer_score_smollm2", "bridge_llama"} <= keys
+    assert not any(k.endswith("_gone") for k in keys)
+    with pytest.raises(BackboneNotFoundError, match=f"no such folder {tmp_path}/no-such-folder"):
+        registry.get_spec("gone")
+
+
+def test_a_missing_folder_given_to_the_driver_is_no_such_folder(config, tmp_path, capsys,
+                                                                 calls):
+    with pytest.raises(SystemExit) as exit_:
+        driver.main(["--backbone", str(tmp_path / "abs" / "missing" / "folder")])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert exit_.value.code == 2 and calls == []
+    assert f"--backbone {tmp_path}/abs/missing/folder: no such folder" in err
+    assert "hf download" not in err
+
+
+@pytest.mark.parametrize("layers", [0, -3, 1, None])
+def test_a_declared_model_with_too_few_layers_is_refused_naming_its_config(config, tmp_path,
+                                                                            mistral_dir, layers):
+    import shutil
+
+    folder = tmp_path / "few"
+    shutil.copytree(mistral_dir, folder)
+    cfg = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**cfg, "num_hidden_layers": layers}))
+    config(f'[backbones.few]\nmodel = "{folder}"\n')
+    with pytest.raises(BackboneDeclarationError, match=rf"num_hidden_layers {layers!r}; .*at "
+                                                       "least 2: fix the model's config.json"):
+        registry.get_spec("few")
+
+
+def test_a_malformed_local_config_json_is_named_not_downloaded(config, tmp_path, mistral_dir,
+                                                                capsys, calls):
+    import shutil
+
+    folder = tmp_path / "broken"
+    shutil.copytree(mistral_dir, folder)
+    (folder / "config.json").write_text('{"model_type": "mistral", ')
+    config(f'[backbones.broken]\nmodel = "{folder}"\n')
+    with pytest.raises(BackboneDeclarationError) as err:
+        registry.get_spec("broken")
+    assert f"{folder}/config.json is not valid JSON" in str(err.value)
+    assert "hf download" not in str(err.value)
+    config("[backbones]\n")
+    with pytest.raises(SystemExit):  # the driver given the folder itself says the same
+        driver.main(["--backbone", str(folder)])
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "config.json is not valid JSON" in last and "hf download" not in last
 
 
 def test_an_unsupported_family_is_refused_naming_the_supported(config, tmp_path):
@@ -187,7 +248,7 @@ def test_a_folder_given_to_the_driver_is_refused_where_a_daemon_already_runs(
 
     config("[backbones]\n")
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
-    monkeypatch.setattr(driver.dg.DagsterInstance, "get", staticmethod(lambda: "instance"))
+    monkeypatch.setattr(pipeline.launch, "open_instance", lambda: "instance")
     monkeypatch.setattr(pipeline.launch, "daemon_alive", lambda instance: instance == "instance")
     monkeypatch.setattr(pipeline.launch, "launcher", lambda *a: 1 / 0)
     monkeypatch.setattr(driver, "_preflight", lambda args, layers: None)  # not its subject

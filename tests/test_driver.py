@@ -20,8 +20,7 @@ import pipeline.main as driver
     (["--baselines", "sed,foo"], "unknown foo; the baselines are diffusion-lm, sed, ld4lg, codar"),
     (["--sweep-count", "0"], "--sweep-count 0: give at least 1"),
     (["--workers", "0"], "--workers 0: give at least 1"),
-    (["--profile", "tpu"], "unknown profile 'tpu': give one of ['cpu', 'gpu', 'gpu-smollm2', "
-                           "'study'] or a .json file"),
+    (["--profile", "tpu"], "unknown preset 'tpu' (from --profile): give one of cpu, gpu, gpu-smollm2, study, tiny or a .json file"),
     (["--layers", "1,2,3,4,8,12", "--seed-layers", "5,16"],
      "--seed-layers 5,16: 5, 16 not swept (the swept layers are 1, 2, 3, 4, 8, 12): give seed "
      "layers among them, or add those to --layers"),

@@ -88,16 +88,36 @@ def test_malformed_rows_are_an_error_when_asked_and_a_wrong_field_names_the_fiel
     folder = hub_folder(tmp_path / "ds", {"train": data})
     with pytest.raises(MalformedLineError, match=r"malformed row .*ds\[train\]\[1\]"):
         list(HubSource(cfg_of(folder, on_malformed="error")).documents())
-    wrong = cfg_of(folder, hf_text_field="content")
-    with pytest.raises(CorpusError, match="holds no usable document.*'malformed': 4"):
-        scan_corpus(wrong, shard_records(wrong))
     stats = scan_corpus(cfg_of(folder), shard_records(cfg_of(folder))).stats
     assert stats["malformed"] == 1 and stats["documents"] == 3
-    from dihal.locate.corpus import CorpusStats
 
-    s = CorpusStats()
-    list(HubSource(wrong).documents(s))
-    assert "no field 'content' (fields: ['body', 'doc', 'source'])" in s.malformed_examples[0]
+
+@pytest.mark.parametrize("fmt", ["parquet", "jsonl"])
+@pytest.mark.parametrize(("field", "says"), [
+    ({"hf_text_field": "content"}, "has no field 'content' (hf_text_field); its fields are "
+                                   "body, doc, n, source. Set hf_text_field to one of them"),
+    ({"hf_id_field": "uid"}, "has no field 'uid' (hf_id_field); its fields are body, doc, n, "
+                             "source. Set hf_id_field to one of them"),
+    ({"hf_text_field": "n"}, "text field 'n' holds int64"),
+])
+def test_a_wrong_field_is_refused_from_the_features_before_any_row_is_streamed(
+        tmp_path, monkeypatch, fmt, field, says):
+    """The corpus stage (and the driver's pre-flight, which reads it the same way) names the
+    dataset's fields before streaming: not one row is read."""
+    import datasets
+
+    folder = hub_folder(tmp_path / "ds", {"train": [{**r, "n": i} for i, r in
+                                                    enumerate(rows(6))]}, fmt)
+    streamed = []
+    real = datasets.IterableDataset.__iter__
+    monkeypatch.setattr(datasets.IterableDataset, "__iter__",
+                        lambda self: streamed.append(1) or real(self))
+    wrong = cfg_of(folder, **field)
+    with pytest.raises(CorpusError) as exc:
+        scan_corpus(wrong, shard_records(wrong))
+    assert says in str(exc.value) and "nothing was streamed" in str(exc.value)
+    assert streamed == []
+    assert len(list(HubSource(cfg_of(folder)).documents())) == 6 and streamed == [1]
 
 
 def test_missing_dataset_or_split_is_a_corpus_error_naming_it(tmp_path):

@@ -165,3 +165,42 @@ def test_with_a_gpu_the_facts_are_gathered_in_a_child_process(tmp_path, tiny_lla
                      backbone="llama", workers=1, module="tests.tiny_location")
     with pytest.raises(PreflightError, match="corpus: the corpus yields too few sequences"):
         preflight(args, [1, 2, 3], print)
+
+
+def test_the_preflight_reads_a_hub_datasets_fields_not_the_embedded_sample(
+        tmp_path, tiny_llama_dir, monkeypatch, capsys):
+    """A preset whose corpus is a Hub-layout dataset with no such text field: the pre-flight
+    refuses it naming the dataset's fields, before any row is streamed and before the Dagster
+    instance is touched (it used to read the embedded sample and say "fits")."""
+    import sys
+
+    import datasets
+
+    import pipeline.main as driver
+    from tests.test_hub_corpus import hub_folder, rows
+    from tests.tiny_location import tiny_profile
+
+    made, streamed = [], []
+    monkeypatch.setattr(driver.dg.DagsterInstance, "get", staticmethod(
+        lambda: made.append("get") or (_ for _ in ()).throw(LookupError("past the pre-flight"))))
+    real = datasets.IterableDataset.__iter__
+    monkeypatch.setattr(datasets.IterableDataset, "__iter__",
+                        lambda self: streamed.append(1) or real(self))
+    monkeypatch.setenv("DIHAL_TINY_MODEL", str(tiny_llama_dir))
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
+    monkeypatch.delitem(sys.modules, "tests.tiny_location", raising=False)
+    folder = hub_folder(tmp_path / "ds", {"train": rows(120)})
+    hub = {"hf_dataset": str(folder), "hf_id_field": "doc", "max_docs": 500}
+    argv = ["--backbone", "llama", "--module", "tests.tiny_location", "--layers", "1,2,3",
+            "--skip-bridgeability", "--profile"]
+    wrong = tiny_profile(tmp_path / "wrong.json", folder, corpus={**hub, "hf_text_field": "text"})
+    with pytest.raises(SystemExit) as exit_:
+        driver.main([*argv, str(wrong)])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and made == [] and streamed == []
+    assert "REFUSED: pre-flight refused llama (1 problem(s))" in err
+    assert "has no field 'text' (hf_text_field); its fields are body, doc, source" in err
+    right = tiny_profile(tmp_path / "right.json", folder, corpus={**hub, "hf_text_field": "body"})
+    with pytest.raises(LookupError):  # past the pre-flight, having read the dataset's rows
+        driver.main([*argv, str(right)])
+    assert made == ["get"] and streamed

@@ -94,6 +94,7 @@ class HubSource:
                 f"the {self.label} cannot be opened ({type(exc).__name__}: {exc}). Check the id "
                 "or folder, hf_config and hf_split; offline, the dataset must be in the local "
                 "Hugging Face cache or a folder of parquet/JSON files.") from exc
+        self.check_fields(getattr(ds, "features", None))
         rows = iter(ds)
         index = 0
         while True:
@@ -109,6 +110,25 @@ class HubSource:
                     "malformed lines.") from exc
             yield index, row
             index += 1
+
+    def check_fields(self, features) -> None:
+        """Refuse, before a row is streamed, a text or id field the dataset's features do not
+        have (or a text field that is not a string), naming its fields. Features unknown
+        until rows are read (None) leave the per-row check."""
+        if not features:
+            return
+        c, fields = self.cfg, sorted(features)
+        for key, name in (("hf_text_field", c.hf_text_field), ("hf_id_field", c.hf_id_field)):
+            if name and name not in features:
+                raise CorpusError(
+                    f"the {self.label} has no field {name!r} ({key}); its fields are "
+                    f"{', '.join(fields)}. Set {key} to one of them (nothing was streamed).")
+        dtype = getattr(features[c.hf_text_field], "dtype", None)
+        if dtype not in ("string", "large_string"):
+            raise CorpusError(
+                f"the {self.label}'s text field {c.hf_text_field!r} holds {dtype or 'no string'}"
+                f" ({features[c.hf_text_field]}), not text; its fields are {', '.join(fields)}. "
+                "Set hf_text_field to a string field (nothing was streamed).")
 
     def documents(self, stats: CorpusStats | None = None) -> Iterator[Document]:
         """Stream the documents, counting them into `stats` as iter_documents does."""
@@ -363,6 +383,13 @@ def iter_documents(
 
 # ---------------------------------------------------------------------------------------------
 # Tokenisation into fixed-length sequences
+
+
+def corpus_documents(cfg: CorpusConfig) -> Iterator[Document]:
+    """The documents `cfg` selects, as the corpus stage reads them: a Hugging Face dataset's
+    rows where hf_dataset is set (its fields checked before streaming), else the shards."""
+    return HubSource(cfg).documents() if cfg.hf_dataset else iter_documents(resolve_shards(cfg),
+                                                                            cfg)
 
 
 def split_of(doc_id: str, val_fraction: float, seed: int) -> str:

@@ -31,14 +31,15 @@ class World:
     shard: Path
     defs: dg.Definitions
 
-    def materialize(self, keys: list[str], partition: str | None = None, instance=None, **ops):
+    def materialize(self, keys: list[str], partition: str | None = None, instance=None,
+                    resources: dict | None = None, **ops):
         """(result, [failure messages]) of materialising `keys` in-process (on `instance`, or
-        a new ephemeral one)."""
+        a new ephemeral one; with `resources` replacing the world's)."""
         run = {**RUN, "corpus": {"config": {"paths": [str(self.shard)]}}, **ops}
         res = dg.materialize(
             list(self.defs.assets) + list(self.defs.asset_checks), selection=keys,
             partition_key=partition, instance=instance or dg.DagsterInstance.ephemeral(),
-            resources=self.defs.resources, raise_on_error=False,
+            resources={**self.defs.resources, **(resources or {})}, raise_on_error=False,
             run_config={"ops": {k: v for k, v in run.items() if k in keys}})
         errors = [e.step_failure_data.error.to_string() for e in res.all_events
                   if e.event_type_value == "STEP_FAILURE"]

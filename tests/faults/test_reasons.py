@@ -1,6 +1,6 @@
 """Reasons reach the user: a failing check's reason and a fallback's warning appear in the
-Dagster event log and in the driver's output; a fix command in an error carries the run config
-of the run that failed (or names the driver command that does)."""
+Dagster event log and in the driver's output; a fix command in an error names the preset to
+remake the upstream under (or the driver command that launched the run)."""
 
 import dagster as dg
 
@@ -67,18 +67,17 @@ def test_a_failing_checks_reason_and_a_fallback_reach_the_event_log_and_the_driv
     assert "  thing: check losses_fell of thing failed: layers 3, not_learned layer_002" in said
 
 
-def test_a_fix_command_carries_the_failed_runs_config(world):
+def test_a_fix_command_carries_the_runs_preset_or_its_driver_command(world):
     import shutil
 
     shutil.rmtree(world.path("hidden_states"))
-    # an in-process run with its own geometry config: the fix command carries it
+    # an in-process run with its own geometry config: the fix remakes the upstream under the
+    # run's preset (tests/faults/test_preset_mix.py), not with this run's geometry config
     geometry = {"n_tokens": 60, "n_anchors": 24, "k_neighbors": 6, "n_pairs": 100}
     res, err = world.materialize(["geometry_llama"], geometry_llama={"config": geometry})
     assert not res.success
     assert "Run: dagster asset materialize --select '*hidden_states_llama'" in err[0]
-    assert ("That command alone uses the code location's defaults; this run's config was "
-            "--config-json '{\"ops\": {\"geometry_llama\": {\"config\": {\"k_neighbors\": 6, "
-            "\"n_anchors\": 24, \"n_pairs\": 100, \"n_tokens\": 60}}}}'") in err[0], err[0]
+    assert "This run's preset is 'cpu'" in err[0] and "--config-json" not in err[0], err[0]
     # a run the driver launched: the fix is the driver's own command (it carries the config)
     command = "python -m pipeline.main --backbone llama --profile /tmp/mine.json"
     res = dg.materialize(

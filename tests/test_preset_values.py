@@ -1,0 +1,34 @@
+"""The presets' values: every profile sweeps every candidate layer by default (the driver's
+plan), the cpu profile's replicate seeds stay on a subset, and `study` trains 3 seeds on every
+layer with twice the held-out sequences."""
+
+import pytest
+
+import pipeline.main as driver
+from dihal.profiles import load_profile
+
+
+def _args(*argv):
+    return driver.build_parser().parse_args(list(argv))
+
+
+@pytest.mark.parametrize("profile", ["cpu", "study"])
+def test_the_default_sweep_is_every_candidate_layer(profile):
+    layers, _ = driver.plan(_args("--profile", profile))
+    assert layers == list(range(1, 30))  # SmolLM2: 30 layers, candidates 1..29
+    # --layers and --sweep-count still choose fewer
+    assert driver.plan(_args("--layers", "1,2,3,4,8"))[0] == [1, 2, 3, 4, 8]
+
+
+def test_the_study_preset_trains_three_seeds_on_every_layer_with_more_held_out_text():
+    _, study = load_profile("study")
+    assert study["bridge_sweep"] == {"seeds": 3, "eval_sequences": 64}
+    assert study["sequences"]["n_val"] >= 2 * study["bridge_sweep"]["eval_sequences"]
+    assert study["eval"]["n_samples"] == study["baseline"]["n_samples"] == 128
+    args = _args("--profile", "study")
+    layers, _ = driver.plan(args)
+    assert driver.seed_plan(args, layers) == {"seeds": 3, "seed_layers": []}  # all layers
+    # the cpu default keeps 2 seeds on 4 of them, evenly spread
+    args = _args()
+    assert driver.seed_plan(args, driver.plan(args)[0]) == {"seeds": 2,
+                                                            "seed_layers": [1, 10, 20, 29]}

@@ -1,4 +1,4 @@
-"""Benchmark: cost per generated token (issue 20) of the backbone, DiHAL at each K and the
+"""Benchmark: cost per generated token of the backbone, DiHAL at each K and the
 control hybrids, on the embedded SmolLM2: FLOPs counted while decoding (dihal/evaluate/cost.py) and
 measured ms per token, with the break-even over layers.
 

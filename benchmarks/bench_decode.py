@@ -9,7 +9,7 @@ inserted at layer 3, K = 16 sampler steps. Sampled the same way (temperature 1, 
 and, for the cached hybrid, the time split between the 16 denoiser passes and the 27 upper
 layers. Each row is the median of --repeats runs after a warm-up.
 
-Against the FLOP model (issue 20, dihal/evaluate/cost.py): the FLOPs per generated token of the backbone
+Against the FLOP model (dihal/evaluate/cost.py): the FLOPs per generated token of the backbone
 and of the hybrid, counted by torch's FlopCounterMode over a cached decode of --length tokens,
 and the hybrid's measured time per token relative to the backbone's over what its FLOPs predict
 (target: within 1.15x).

@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/bench_extract.py                 # ratio, alternating A/B rounds
     .venv/bin/python benchmarks/bench_extract.py --memory        # peak RSS for 4 vs 16 batches
 
-Target (issue 2): extraction incl. Zarr writes >= 0.9x the bare forward's tokens/s.
+Target: extraction incl. Zarr writes >= 0.9x the bare forward's tokens/s.
 The two are timed in alternating rounds in one process, so machine noise hits both alike;
 the ratio of the medians is reported.
 """

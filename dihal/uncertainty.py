@@ -115,7 +115,7 @@ def jackknife_interval(n: int, statistic: Callable[[np.ndarray], float],
 
 
 # ---------------------------------------------------------------------------------------------
-# Paired comparisons on the same layers (issue 18): the difference of two Spearman correlations
+# Paired comparisons on the same layers: the difference of two Spearman correlations
 # with one target, the partial Spearman given depth, Holm's correction, and the verdict.
 # ---------------------------------------------------------------------------------------------
 
@@ -344,7 +344,7 @@ def paired_standing(predictors: dict[str, Sequence[float]], reference: Sequence[
 
 # ---------------------------------------------------------------------------------------------
 # Training-seed variance: values per layer and seed (layers x seeds, NaN where a layer has fewer
-# seeds), resampled on two levels (issue 18).
+# seeds), resampled on two levels.
 # ---------------------------------------------------------------------------------------------
 
 

@@ -1,4 +1,4 @@
-"""The transformers releases dihal supports, checked when dihal.backbones is imported (issue 19).
+"""The transformers releases dihal supports, checked when dihal.backbones is imported.
 
 transformers renamed the KV-cache keyword of decoder layers, model forwards and the mask
 builders from `past_key_values` to `cache` (5.24 has `cache`, 5.17 `past_key_values`). An old

@@ -57,7 +57,7 @@ def test_baselines_comparison_full_training_report(tiny):  # noqa: F811
         assert row["gen_ppl_mean_low"] <= row["gen_ppl_mean"] <= row["gen_ppl_mean_high"]
         # MAUVE against held-out corpus text (NaN only where fewer than 2 samples had text)
         assert row["mauve"] != row["mauve"] or 0 <= row["mauve_low"] <= row["mauve"] <= row["mauve_high"] <= 1
-        # issue 18: one temperature, the start token, lengths, Gen.PPL at a common length L
+        # one temperature, the start token, lengths, Gen.PPL at a common length L
         assert row["temperature"] == 1.0 and isinstance(row["start_token"], str)
         assert row["ppl_length"] == EVAL["length"] // 2 and row["mean_judge_length"] >= 0
         assert row["ppl_length_scored"] + row["ppl_length_short"] + row["empty_samples"] == 4

@@ -1,4 +1,4 @@
-"""Control hybrids (issue 20): layer-drop is the upper blocks on the embeddings; the ridge map
+"""Control hybrids: layer-drop is the upper blocks on the embeddings; the ridge map
 recovers a linear target and picks its penalty on held-out pairs; every control decodes the
 same cached and uncached; hybrids of saved bridges (the regression control in one step)."""
 

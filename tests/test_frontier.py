@@ -1,4 +1,4 @@
-"""The temperature frontier (issue 18): which points lie on it, the sentence that reads it each
+"""The temperature frontier: which points lie on it, the sentence that reads it each
 way it can come out, a baseline's points (sampled once per temperature, the main and native
 rows reused, one point for a deterministic recipe), and its section in the report."""
 

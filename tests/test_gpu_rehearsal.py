@@ -1,4 +1,4 @@
-"""The GPU profile's code paths rehearsed on the CPU (issue 19): the tiny model through the
+"""The GPU profile's code paths rehearsed on the CPU: the tiny model through the
 definitions, end to end, with what the gpu profile changes (a bf16 backbone, store_train false,
 bf16 autocast for the bridges and the baselines, an explicit device string, the pre-flight);
 it must make the same artifacts as the CPU default."""

@@ -139,7 +139,7 @@ def test_mauve_leaves_torch_thread_count_as_it_was():
         torch.set_num_threads(before)
 
 
-# ---------------------------------------------------------------- issue 18: LD4LG's words,
+# ---------------------------------------------------------------- LD4LG's words,
 # length control, MAUVE's k-means seeds
 
 def test_spacy_words_and_diversity():

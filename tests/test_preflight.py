@@ -41,7 +41,7 @@ def test_a_run_that_fits_passes_every_check():
 
 
 def test_corpus_too_small_names_the_cap_to_raise():
-    """The embedded corpus at max_tokens_per_doc=256 (issue 19 item 1): documents of ~1,000
+    """The embedded corpus at max_tokens_per_doc=256: documents of ~1,000
     tokens give 3,506 training sequences of the 8,192 asked."""
     seq = SequenceConfig(seq_len=128, n_train=8192, n_val=144, max_tokens_per_doc=256)
     with pytest.raises(PreflightError) as err:

@@ -50,7 +50,7 @@ def test_the_tiny_preset_is_public_and_every_stage_config_accepts_it():
 
 @pytest.mark.parametrize(("toml", "says"), [
     ('preset = "tpu"\n', "unknown preset 'tpu' (from {toml}): give one of cpu, gpu, gpu-smollm2, "
-                         "tiny or a .json file"),
+                         "study, tiny or a .json file"),
     ('preset = 3\n', "{toml}: `preset` must be a preset name"),
     ('preset = "gone.json"\n', "preset file {dir}/gone.json (from {toml}): [Errno 2]"),
 ])

@@ -57,7 +57,7 @@ def test_sweep_bridgeability_bridge_eval_and_schedule(tiny):
     res, err = _mat(defs, inst, ["bridgeability_llama"], {})
     assert not res.success and "--select bridge_sweep_llama --partition" in err[0]
 
-    # two training seeds (the kept bridge and one replicate, issue 18) on 2 of the 3 swept
+    # two training seeds (the kept bridge and one replicate) on 2 of the 3 swept
     # layers (seed_layers), one on layer 2: one run config for every partition
     sweep_ops = {"bridge_sweep_llama": {"config": {**PROTOCOL, "seeds": 2, "seed_layers": [1, 3]}}}
     for layer in ("1", "2", "3"):

@@ -1,5 +1,5 @@
-"""The same eval config gives the same samples and scores in any fresh process on one machine
-(issue 10): whatever PYTHONHASHSEED, whatever the global torch/Python/NumPy RNGs went through
+"""The same eval config gives the same samples and scores in any fresh process on one machine:
+whatever PYTHONHASHSEED, whatever the global torch/Python/NumPy RNGs went through
 before; with another torch thread count, or torch's CPU kernels capped at another instruction
 set, the same samples, and scores equal to 1e-6 (the device lease fixes the thread count per
 worker count, so a rerun of one config gets the same one; each row records threads and kernels).

@@ -130,7 +130,7 @@ class BrownianBridge:
 
 @dataclass(frozen=True)
 class EndpointRegression(BrownianBridge):
-    """The regression control (issue 10): the bridge's loss and network, trained only at t = 1,
+    """The regression control: the bridge's loss and network, trained only at t = 1,
     where x_1 = z1 = c carries no noise. The denoiser then learns h_l = f(c, 1, c) directly, and
     the one-step sampler (K = 1: t = 1 -> s = 0) returns that prediction. Validated at t = 1."""
 

@@ -198,7 +198,7 @@ GENERATION_KEYS = tuple(f"{m}{end}" for m in ("gen_ppl", "gen_ppl_mean", "divers
                         for end in ("", "_low", "_high"))
 
 
-# what every generation row carries beside GENERATION_KEYS (issue 18): diversity with spaCy's
+# what every generation row carries beside GENERATION_KEYS: diversity with spaCy's
 # tokens, length in judge tokens, Gen.PPL on the first ppl_length judge tokens of every sample,
 # the decoding temperature, MAUVE's sample counts and diagnostic flag, and the per-sample
 # judge NLL and token counts (log_ppl_difference, samples_for_effect)

@@ -1,4 +1,4 @@
-"""Cost per generated token (issue 20): FLOPs counted from the shapes, and measured time.
+"""Cost per generated token: FLOPs counted from the shapes, and measured time.
 
 FLOPs are those `torch.utils.flop_counter.FlopCounterMode` counts while the model actually
 decodes (2 per multiply-add of every matmul, linear layer and attention product; attention

@@ -1,4 +1,4 @@
-"""The temperature frontier (issue 18): Gen.PPL against diversity of each model at several
+"""The temperature frontier: Gen.PPL against diversity of each model at several
 decoding temperatures, so that a lower Gen.PPL can be read against a lower diversity. Lean
 points (no per-sample lists), the points on the frontier, and the sentence that reads them.
 Standard library only."""

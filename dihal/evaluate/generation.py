@@ -300,7 +300,7 @@ def evaluate_with_controls(backbone, trained: TrainedBridge, judge, cfg: EvalCon
                            regression_note: str | None = None, chosen: dict | None = None,
                            cost_steps: Sequence[int] = (1, 2, 4, 8, 16),
                            anchor_texts: Sequence[str] = ()) -> EvalResult:
-    """The eval stage with DiHAL's controls (issue 20): DiHAL at its protocol's K and the
+    """The eval stage with DiHAL's controls: DiHAL at its protocol's K and the
     backbone (evaluate_generation), then, sampled and scored the same way (count, length,
     temperature, seed, judge):
     - DiHAL at the (rule, K) chosen on validation (`chosen`: dihal.replace.controls.choose_steps of the

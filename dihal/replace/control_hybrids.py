@@ -1,4 +1,4 @@
-"""Control hybrids (issue 20): non-diffusion replacements of layers 0..l-1, read beside DiHAL.
+"""Control hybrids: non-diffusion replacements of layers 0..l-1, read beside DiHAL.
 
 Each keeps the upper layers l..N-1, the final norm and the LM head exactly as DiHAL's hybrid
 does, and samples through the same code (`dihal.replace.hybrid.autoregress`: temperature, one uniform

@@ -1,4 +1,4 @@
-"""Controls for the bridge itself (issue 10): what the number of sampler steps K buys at l*.
+"""Controls for the bridge itself: what the number of sampler steps K buys at l*.
 
 The sampler-steps curve re-measures one trained bridge with K = 1, 2, 4, 8, 16 steps of its
 deterministic sampler, under each update rule asked for (cfg.rules: ancestral, marginal):

@@ -89,7 +89,7 @@ def test_the_drivers_profile_and_workers_win_over_a_running_daemons(
         capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "using the Dagster daemon that is already running" in out.stdout
-    print(out.stdout)  # the closing note of issue 21 quotes it
+    print(out.stdout)  # shown with -s: what the user reads
     # the artifacts follow the driver's profile, not the daemon's
     assert Geometry(world.root, "llama").manifest().config["n_tokens"] == 60
     assert LayerScore(world.root, "llama").manifest().config["primary_norm"] == "rms"

@@ -43,7 +43,7 @@ def test_a_changed_token_chunk_is_refused_before_use_and_repaired(world):
         p.unlink()
     res, err = world.materialize(["bridge_sweep_llama"], partition="2")
     assert not res.success and f"{rel}: content changed (sha256 differs)" in err[0]
-    print("refused:", err[0].splitlines()[0])  # the closing note of issue 21 quotes these
+    print("refused:", err[0].splitlines()[0])  # shown with -s: what the user reads
     # re-materialising the dump repairs the token ids (no batch of states is written again)
     res, err = world.materialize(["hidden_states_llama"])
     assert res.success, err

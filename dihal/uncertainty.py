@@ -188,14 +188,14 @@ def paired_spearman_difference(x_a, x_b, y, *, n_boot: int = N_BOOT, seed: int =
     interval's bound reaches 0 (so p < 1 - level exactly when the interval excludes 0, up to
     the replicates' resolution; never below 1 / n_boot).
 
-    Measured (200 simulated 10-layer sweeps, tests/test_uncertainty.py's generators): with
+    Measured (200 simulated 10-layer sweeps, tests/unit/test_uncertainty.py's generators): with
     a predictor truly better than depth (Spearman 0.98 vs 0.67) the percentile test says
     "above" in 55 % of runs, BCa in 58.5 %, the overlap of two separate intervals in 17.5 %;
     under the null any verdict came out in 3 % (percentile) and 8.5 % (BCa) of runs at the
     two-sided 5 % level: at ten layers BCa is too liberal, so percentile is the default.
 
     Returns {"rho_a", "rho_b", "diff", "low", "high", "p", "undefined"} (`undefined`:
-    resamples with a constant side, left out). Covered by tests/test_uncertainty.py
+    resamples with a constant side, left out). Covered by tests/unit/test_uncertainty.py
     test_paired_difference_* and test_paired_test_power_and_level_by_simulation."""
     if method not in INTERVAL_METHODS:
         raise ValueError(f"method must be one of {INTERVAL_METHODS}, got {method!r}")
@@ -234,7 +234,7 @@ def partial_spearman(x, y, z, *, n_boot: int = N_BOOT, seed: int = 0,
     (1 - r_yz^2)) with r the Spearman correlations; what x says about y beyond depth. NaN
     where x or y is a monotone function of z (nothing is left once z is known). Percentile
     interval over resampled layers; {"partial", "low", "high", "undefined"}. Covered by
-    tests/test_uncertainty.py test_partial_spearman_*."""
+    tests/unit/test_uncertainty.py test_partial_spearman_*."""
     y = _check_layers("the target", y)
     x, z = _check_layers("the predictor", x, y.size), _check_layers("the control", z, y.size)
     point = float(_partial_rows(x[None], y[None], z[None])[0])

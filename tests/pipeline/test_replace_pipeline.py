@@ -7,61 +7,34 @@ import dagster as dg
 import pytest
 
 from pipeline.definitions import build_definitions
-from resources import BackboneResource, ComputeResource, JudgeResource, StorageResource
 from storage import read_manifest
-from tests.test_pipeline import TINY_RUN
-from tests.tiny import make_docs, write_shard
+from tests.tiny import TINY_RUN, materialize
 
 PROTOCOL = {"d_model": 32, "n_layers": 1, "n_heads": 2, "batch_size": 2, "eval_sequences": 4,
             "steps": 4, "checkpoint_every": 3}
 
 
-@pytest.fixture()
-def tiny(tmp_path, tiny_llama_dir):
-    (tmp_path / "corpus").mkdir()
-    shard = write_shard(tmp_path / "corpus" / "s0.json.gz", make_docs(120))
-    defs = build_definitions(("llama",), n_layers={"llama": 4}, resources={
-        "storage": StorageResource(root=str(tmp_path / "artifacts")),
-        "backbones": BackboneResource(paths={"llama": str(tiny_llama_dir)}),
-        "compute": ComputeResource(device="cpu", threads=1),
-        "judge": JudgeResource(name=str(tiny_llama_dir)),
-    })
-    return defs, shard, tmp_path / "artifacts"
-
-
-def _mat(defs, instance, keys, run_ops, partition=None):
-    run_ops = {k: v for k, v in run_ops.items() if k in keys}
-    res = dg.materialize(
-        list(defs.assets) + list(defs.asset_checks), selection=keys, partition_key=partition,
-        instance=instance, resources=defs.resources, run_config={"ops": run_ops},
-        raise_on_error=False,
-    )
-    errors = [e.step_failure_data.error.to_string() for e in res.all_events
-              if e.event_type_value == "STEP_FAILURE"]
-    return res, errors
-
-
-def test_sweep_bridgeability_bridge_eval_and_schedule(tiny):
+def test_sweep_bridgeability_bridge_eval_and_schedule(located):
     from assets.staleness import stale_assets
     from storage.layout import ArtifactLayout
 
-    defs, shard, root = tiny
+    defs, shard, root = located
     inst = dg.DagsterInstance.ephemeral()
     ops = {**TINY_RUN, "corpus": {"config": {"paths": [str(shard)]}}}
     locate = ["corpus", "sequences_llama", "hidden_states_llama", "geometry_llama",
               "layer_score_llama"]
-    res, err = _mat(defs, inst, locate, ops)
+    res, err = materialize(defs, inst, locate, ops)
     assert res.success, err
 
     # the bridgeability asset says what to run when the sweep is missing
-    res, err = _mat(defs, inst, ["bridgeability_llama"], {})
+    res, err = materialize(defs, inst, ["bridgeability_llama"], {})
     assert not res.success and "--select bridge_sweep_llama --partition" in err[0]
 
     # two training seeds (the kept bridge and one replicate, issue 18) on 2 of the 3 swept
     # layers (seed_layers), one on layer 2: one run config for every partition
     sweep_ops = {"bridge_sweep_llama": {"config": {**PROTOCOL, "seeds": 2, "seed_layers": [1, 3]}}}
     for layer in ("1", "2", "3"):
-        res, err = _mat(defs, inst, ["bridge_sweep_llama"], sweep_ops, partition=layer)
+        res, err = materialize(defs, inst, ["bridge_sweep_llama"], sweep_ops, partition=layer)
         assert res.success, err
         m = read_manifest(root / "llama" / "bridge_sweep" / f"layer_{int(layer):03d}")
         metrics = m.info["metrics"]
@@ -83,14 +56,14 @@ def test_sweep_bridgeability_bridge_eval_and_schedule(tiny):
     # a swept layer materialised again with the same config is reused, not retrained
     weights = root / "llama" / "bridge_sweep" / "layer_003" / "bridge.safetensors"
     mtime = weights.stat().st_mtime_ns
-    res, err = _mat(defs, inst, ["bridge_sweep_llama"], sweep_ops, partition="3")
+    res, err = materialize(defs, inst, ["bridge_sweep_llama"], sweep_ops, partition="3")
     assert res.success, err
     meta = res.get_asset_materialization_events()[0].step_materialization_data.materialization.metadata
     assert meta["cached"].value is True and weights.stat().st_mtime_ns == mtime
     layout = ArtifactLayout(root)
     assert stale_assets(layout, "llama", 4) == ["bridgeability_llama"]
 
-    res, err = _mat(defs, inst, ["bridgeability_llama"], {})
+    res, err = materialize(defs, inst, ["bridgeability_llama"], {})
     assert res.success, err
     b = read_manifest(root / "llama" / "bridgeability")
     assert b.info["oracle"] in (1, 2, 3) and b.info["worst"] in (1, 2, 3)
@@ -132,7 +105,7 @@ def test_sweep_bridgeability_bridge_eval_and_schedule(tiny):
 
     # the regression control of each swept layer: the sweep's network and budget, one step
     for layer in ("1", "2", "3"):
-        res, err = _mat(defs, inst, ["regression_sweep_llama"], {}, partition=layer)
+        res, err = materialize(defs, inst, ["regression_sweep_llama"], {}, partition=layer)
         assert res.success, err
         ctrl = read_manifest(root / "llama" / "regression_sweep" / f"layer_{int(layer):03d}")
         sweep = read_manifest(root / "llama" / "bridge_sweep" / f"layer_{int(layer):03d}")
@@ -143,7 +116,7 @@ def test_sweep_bridgeability_bridge_eval_and_schedule(tiny):
         # the control is validated at t = 1: its loss there is its validation loss
         assert ctrl.info["metrics"]["t1_loss"] == pytest.approx(ctrl.info["metrics"]["val_loss"])
     assert stale_assets(layout, "llama", 4) == ["bridgeability_llama"]
-    res, err = _mat(defs, inst, ["bridgeability_llama"], {})
+    res, err = materialize(defs, inst, ["bridgeability_llama"], {})
     assert res.success, err
     rows = read_manifest(root / "llama" / "bridgeability").info["regression"]
     assert [r["layer"] for r in rows] == [1, 2, 3]
@@ -152,7 +125,7 @@ def test_sweep_bridgeability_bridge_eval_and_schedule(tiny):
     assert stale_assets(layout, "llama", 4) == []
 
     full = {**PROTOCOL, "epochs": 2.0}
-    res, err = _mat(defs, inst, ["bridge_llama"], {"bridge_llama": {"config": full}})
+    res, err = materialize(defs, inst, ["bridge_llama"], {"bridge_llama": {"config": full}})
     assert res.success, err
     l_star = read_manifest(root / "llama" / "layer_score").info["l_star"]
     assert read_manifest(root / "llama" / "bridge").info["metrics"]["layer"] == l_star
@@ -162,9 +135,9 @@ def test_sweep_bridgeability_bridge_eval_and_schedule(tiny):
     eval_ops = {"eval_llama": {"config": {"n_samples": 4, "length": 6, "batch_size": 2}},
                 "sampler_steps_llama": {"config": {"steps": [1, 4], "n_samples": 2, "length": 4,
                                                    "rules": ["ancestral", "marginal"]}}}
-    res, err = _mat(defs, inst, ["eval_llama"], eval_ops)
+    res, err = materialize(defs, inst, ["eval_llama"], eval_ops)
     assert not res.success and "sampler_steps" in err[0]
-    res, err = _mat(defs, inst, ["sampler_steps_llama", "eval_llama"], eval_ops)
+    res, err = materialize(defs, inst, ["sampler_steps_llama", "eval_llama"], eval_ops)
     assert res.success, err
     ev = read_manifest(root / "llama" / "eval")
     curve = read_manifest(root / "llama" / "sampler_steps").info["rows"]
@@ -193,7 +166,7 @@ def test_sweep_bridgeability_bridge_eval_and_schedule(tiny):
     weights = root / "llama" / "full_regression" / f"layer_{l_star:03d}" / "bridge.safetensors"
     made = weights.stat().st_mtime_ns
     again = {**eval_ops, "eval_llama": {"config": {**eval_ops["eval_llama"]["config"], "seed": 1}}}
-    res, err = _mat(defs, inst, ["eval_llama"], again)
+    res, err = materialize(defs, inst, ["eval_llama"], again)
     assert res.success, err
     assert weights.stat().st_mtime_ns == made
     assert read_manifest(root / "llama" / "eval").upstream[f"eval_llama[{l_star}]"] == \
@@ -219,22 +192,22 @@ def test_sweep_bridgeability_bridge_eval_and_schedule(tiny):
     schedule = defs.resolve_schedule_def("reevaluate_llama_nightly")
     ctx = dg.build_schedule_context(instance=inst, resources=defs.resources)
     assert isinstance(schedule.evaluate_tick(ctx).skip_message, str)
-    res, err = _mat(defs, inst, ["bridge_llama"], {"bridge_llama": {"config": {**full, "seed": 1}}})
+    res, err = materialize(defs, inst, ["bridge_llama"], {"bridge_llama": {"config": {**full, "seed": 1}}})
     assert res.success, err
     requests = schedule.evaluate_tick(ctx).run_requests
     assert [k.to_user_string() for k in requests[0].asset_selection] == [
         "sampler_steps_llama", "eval_llama"]
 
 
-def test_layer_outside_the_model_fails_clearly(tiny):
-    defs, shard, root = tiny
+def test_layer_outside_the_model_fails_clearly(located):
+    defs, shard, root = located
     inst = dg.DagsterInstance.ephemeral()
     ops = {**TINY_RUN, "corpus": {"config": {"paths": [str(shard)]}}}
-    res, err = _mat(defs, inst, ["corpus", "sequences_llama", "hidden_states_llama"], ops)
+    res, err = materialize(defs, inst, ["corpus", "sequences_llama", "hidden_states_llama"], ops)
     assert res.success, err
     big = build_definitions(("llama",), n_layers={"llama": 8}, resources=defs.resources)
-    res, err = _mat(big, inst, ["bridge_sweep_llama"], {"bridge_sweep_llama": {"config": PROTOCOL}},
-                    partition="6")
+    res, err = materialize(big, inst, ["bridge_sweep_llama"],
+                           {"bridge_sweep_llama": {"config": PROTOCOL}}, partition="6")
     assert not res.success and "layer 6 is not a candidate: this dump has layers 1..3" in err[0]
 
 
@@ -276,15 +249,21 @@ def test_driver_runs_every_job_up_to_the_chosen_stage(monkeypatch, tmp_path):
     monkeypatch.setattr(driver.Chain, "job", lambda self, name: calls.append((name, None)))
     monkeypatch.setattr(driver.Chain, "backfill", lambda self, name, parts: calls.append((name, parts)))
     monkeypatch.setattr("storage.Artifact.require", lambda self: fake)
+    # the pre-flight is asked first, for the layers given (it passing on the default run is
+    # tests/pipeline/test_preflight_driver.py's subject, run there once)
+    monkeypatch.setattr(driver, "_preflight", lambda args, layers: calls.append(
+        ("pre-flight", (args.backbone, args.profile, layers))))
     driver.main(["--stop-after", "report", "--layers", "1,2,3,5,8", "--baselines", "sed"])
-    assert calls == [("locate_smollm2", None), ("sweep_smollm2", ["1", "2", "3", "5", "8"]),
+    assert calls == [("pre-flight", ("smollm2", "cpu", [1, 2, 3, 5, 8])),
+                     ("locate_smollm2", None), ("sweep_smollm2", ["1", "2", "3", "5", "8"]),
                      ("bridge_eval_smollm2", None), ("baselines_smollm2", ["sed"]),
                      ("compare_smollm2", None)]
     calls.clear()
     driver.main(["--stop-after", "sweep", "--layers", "3"])
-    assert calls == [("locate_smollm2", None), ("sweep_smollm2", ["3"])]
+    assert calls == [("pre-flight", ("smollm2", "cpu", [3])), ("locate_smollm2", None),
+                     ("sweep_smollm2", ["3"])]
 
-def test_bounded_storage_gives_the_same_bridge_as_a_stored_training_split(tiny):
+def test_bounded_storage_gives_the_same_bridge_as_a_stored_training_split(located):
     """store_train=False: the dump keeps the held-out split only, the bridge computes its
     training pairs with the backbone's first l blocks; its weights equal those trained from a
     dump that stored the training split."""
@@ -292,19 +271,19 @@ def test_bounded_storage_gives_the_same_bridge_as_a_stored_training_split(tiny):
 
     from storage import HiddenStates, SweepBridge
 
-    defs, shard, root = tiny
+    defs, shard, root = located
     inst = dg.DagsterInstance.ephemeral()
     weights, sizes = {}, {}
     for store_train in (True, False):
         ops = {**TINY_RUN, "corpus": {"config": {"paths": [str(shard)]}},
                "hidden_states_llama": {"config": {"batch_size": 4, "store_train": store_train}},
                "bridge_sweep_llama": {"config": PROTOCOL}}
-        res, err = _mat(defs, inst, ["corpus", "sequences_llama", "hidden_states_llama"], ops)
+        res, err = materialize(defs, inst, ["corpus", "sequences_llama", "hidden_states_llama"], ops)
         assert res.success, err
         states = HiddenStates(root, "llama")
         assert states.reader().splits == (["train", "val"] if store_train else ["val"])
         sizes[store_train] = sum(p.stat().st_size for p in states.directory.rglob("*") if p.is_file())
-        res, err = _mat(defs, inst, ["bridge_sweep_llama"], ops, partition="2")
+        res, err = materialize(defs, inst, ["bridge_sweep_llama"], ops, partition="2")
         assert res.success, err
         path = SweepBridge(root, "llama", 2).directory / "bridge.safetensors"
         weights[store_train] = hashlib.sha256(path.read_bytes()).hexdigest()
@@ -312,7 +291,7 @@ def test_bounded_storage_gives_the_same_bridge_as_a_stored_training_split(tiny):
     assert sizes[False] < sizes[True]  # the training split's states are not on disk
 
 
-def test_a_sweep_partition_builds_its_training_pairs_once(tiny, monkeypatch):
+def test_a_sweep_partition_builds_its_training_pairs_once(located, monkeypatch):
     """store_train=False: the bridge and its regression control of one partition's run share
     one build of the training pairs (issue 19 item 5); the control trained on them equals one
     trained on pairs built afresh."""
@@ -320,6 +299,7 @@ def test_a_sweep_partition_builds_its_training_pairs_once(tiny, monkeypatch):
     import shutil
 
     import dihal.locate.extract
+    import dihal.replace.stage
     from storage import RegressionControl
 
     built = []
@@ -330,14 +310,15 @@ def test_a_sweep_partition_builds_its_training_pairs_once(tiny, monkeypatch):
         return real(*args, **kwargs)
 
     monkeypatch.setattr(dihal.locate.extract, "layer_pairs", counting)
-    defs, shard, root = tiny
+    monkeypatch.setattr(dihal.replace.stage, "layer_pairs", counting)  # imported by name there
+    defs, shard, root = located
     inst = dg.DagsterInstance.ephemeral()
     ops = {**TINY_RUN, "corpus": {"config": {"paths": [str(shard)]}},
            "hidden_states_llama": {"config": {"batch_size": 4, "store_train": False}},
            "bridge_sweep_llama": {"config": PROTOCOL}}
-    res, err = _mat(defs, inst, ["corpus", "sequences_llama", "hidden_states_llama"], ops)
+    res, err = materialize(defs, inst, ["corpus", "sequences_llama", "hidden_states_llama"], ops)
     assert res.success, err
-    res, err = _mat(defs, inst, ["bridge_sweep_llama", "regression_sweep_llama"], ops, partition="2")
+    res, err = materialize(defs, inst, ["bridge_sweep_llama", "regression_sweep_llama"], ops, partition="2")
     assert res.success, err
     assert built == [2]  # once, for both
     control = RegressionControl(root, "llama", 2).directory
@@ -347,7 +328,7 @@ def test_a_sweep_partition_builds_its_training_pairs_once(tiny, monkeypatch):
 
     shared = digest()
     shutil.rmtree(control)
-    res, err = _mat(defs, inst, ["regression_sweep_llama"], ops, partition="2")
+    res, err = materialize(defs, inst, ["regression_sweep_llama"], ops, partition="2")
     assert res.success, err
     assert built == [2, 2]  # the bridge was reused from its artifact: the control built its own
     assert digest() == shared

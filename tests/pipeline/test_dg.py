@@ -13,10 +13,8 @@ from pathlib import Path
 import pytest
 
 from dihal import registry
-from tests.tiny import make_docs, write_shard
-from tests.tiny_location import tiny_profile
+from tests.tiny import ROOT, make_docs, tiny_profile, write_shard
 
-ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 
 

@@ -21,7 +21,7 @@ import dagster as dg
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _server_bin() -> Path | None:
@@ -108,7 +108,7 @@ def test_a_materialisation_goes_through_an_instance_on_postgres(postgres_url, tm
     import psycopg2
     from dagster_postgres import PostgresEventLogStorage, PostgresRunStorage
 
-    from tests.faults.conftest import make_world
+    from tests.tiny import make_world
 
     home = tmp_path / "dagster_home"
     home.mkdir()

@@ -1,4 +1,4 @@
-"""Issue 4 on a tiny model through Dagster: four baselines at DiHAL's budget, the comparison,
+"""The comparison on a tiny model through Dagster: four baselines at DiHAL's budget, the comparison,
 full training (l*, oracle, worst) and the report."""
 
 import json
@@ -9,16 +9,14 @@ import pytest
 
 from dihal.report.cross_backbone import another_backbone
 from storage import read_manifest
-from tests.test_pipeline import TINY_RUN
-from tests.test_replace_pipeline import _mat, tiny  # noqa: F401 (fixture)
+from tests.tiny import LOCATE, MATCHED_PROTOCOL, TINY, TINY_RUN, materialize
 
-PROTOCOL = {"d_model": 64, "n_layers": 1, "n_heads": 2, "batch_size": 2, "eval_sequences": 4,
-            "steps": 4, "checkpoint_every": 50}
-EVAL = {"n_samples": 4, "length": 6, "batch_size": 2}
+PROTOCOL = MATCHED_PROTOCOL  # a denoiser the baselines can match
+EVAL = TINY["eval"]
 
 
-def test_baselines_comparison_full_training_report(tiny):  # noqa: F811
-    defs, shard, root = tiny
+def test_baselines_comparison_full_training_report(located):
+    defs, shard, root = located
     inst = dg.DagsterInstance.ephemeral()
     ops = {**TINY_RUN, "corpus": {"config": {"paths": [str(shard)]}},
            "bridge_sweep_llama": {"config": PROTOCOL},
@@ -27,14 +25,13 @@ def test_baselines_comparison_full_training_report(tiny):  # noqa: F811
            "eval_llama": {"config": EVAL}, "full_training_llama": {"config": EVAL},
            "sampler_steps_llama": {"config": {"steps": [1, 2, 4], "n_samples": 2, "length": 4}},
            "baseline_llama": {"config": {"n_samples": 4, "length": 8}}}
-    res, err = _mat(defs, inst, ["corpus", "sequences_llama", "hidden_states_llama",
-                                 "geometry_llama", "layer_score_llama"], ops)
+    res, err = materialize(defs, inst, LOCATE, ops)
     assert res.success, err
     for layer in ("1", "2", "3"):
-        res, err = _mat(defs, inst, ["bridge_sweep_llama"], ops, partition=layer)
+        res, err = materialize(defs, inst, ["bridge_sweep_llama"], ops, partition=layer)
         assert res.success, err
-    res, err = _mat(defs, inst, ["bridgeability_llama", "bridge_llama", "eval_llama",
-                                 "sampler_steps_llama"], ops)
+    res, err = materialize(defs, inst, ["bridgeability_llama", "bridge_llama", "eval_llama",
+                                        "sampler_steps_llama"], ops)
     assert res.success, err
     # the sampler-steps curve re-measures the bridge at l*; at its trained K the row is the
     # bridge's own measurement (test_extract checks that measuring again gives it back)
@@ -79,7 +76,7 @@ def test_baselines_comparison_full_training_report(tiny):  # noqa: F811
 
     bridge = read_manifest(root / "llama" / "bridge").info["metrics"]
     for name in ("diffusion-lm", "sed", "ld4lg", "codar"):
-        res, err = _mat(defs, inst, ["baseline_llama"], ops, partition=name)
+        res, err = materialize(defs, inst, ["baseline_llama"], ops, partition=name)
         assert res.success, (name, err)
         m = read_manifest(root / "llama" / "baseline" / name)
         budget = m.info["row"]["budget"]
@@ -102,7 +99,7 @@ def test_baselines_comparison_full_training_report(tiny):  # noqa: F811
                        [(0.7, name != "codar"), (0.85, True), (1.0, False)]), name
         assert all("sample_nll" not in p for p in row["frontier"])
 
-    res, err = _mat(defs, inst, ["comparison_llama", "full_training_llama", "report_llama"], ops)
+    res, err = materialize(defs, inst, ["comparison_llama", "full_training_llama", "report_llama"], ops)
     assert res.success, err
     checks = {e.asset_check_evaluation_data.check_name: e.asset_check_evaluation_data.passed
               for e in res.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"}
@@ -242,7 +239,7 @@ def test_baselines_comparison_full_training_report(tiny):  # noqa: F811
     for stage in ("layer_score", "bridgeability", "eval"):
         shutil.copytree(root / "llama" / stage, root / "qwen" / stage)
     before = read_manifest(root / "llama" / "report").fingerprint
-    res, err = _mat(defs, inst, ["report_llama"], {})
+    res, err = materialize(defs, inst, ["report_llama"], {})
     assert res.success, err
     assert read_manifest(root / "llama" / "report").fingerprint != before
     md = (root / "llama" / "report" / "report.md").read_text()
@@ -251,7 +248,7 @@ def test_baselines_comparison_full_training_report(tiny):  # noqa: F811
     assert across.count(f"| {b['oracle']} |") >= 2  # both lines name the (same) oracle
     # a damaged artifact of the other backbone is never read as data
     (root / "qwen" / "bridgeability" / "spearman.parquet").write_bytes(b"damaged")
-    res, err = _mat(defs, inst, ["report_llama"], {})
+    res, err = materialize(defs, inst, ["report_llama"], {})
     assert not res.success and "qwen" in err[0] and "damaged" in err[0]
 
 

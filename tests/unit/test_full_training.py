@@ -9,8 +9,9 @@ import pytest
 from dihal.compare.stage import full_training
 from dihal.config import EvalConfig
 from dihal.results import BridgeMetrics
-from tests.test_control_hybrids import LAYER, _trained
+from tests.tiny import trained_bridge
 
+LAYER = 2
 ROLES = {"geometry l*": LAYER, "oracle": LAYER}
 
 
@@ -30,7 +31,7 @@ def judge(tiny_llama_dir, tmp_path_factory):
 
 
 def _run(bb, judge, chosen, seed_metrics=()):
-    trained = replace(_trained(bb), metrics=_metrics(1.0, 0.3, 4.0),
+    trained = replace(trained_bridge(bb, LAYER), metrics=_metrics(1.0, 0.3, 4.0),
                       seed_metrics=list(seed_metrics))
     return full_training(ROLES, lambda layer: trained, bb, judge,
                          EvalConfig(n_samples=3, length=6, batch_size=3), chosen=chosen)
@@ -73,7 +74,7 @@ def test_a_failed_full_budget_regression_control_says_what_to_run(tmp_path):
 
     import dagster as dg
 
-    from assets.replace import full_regression
+    from assets.evaluate import full_regression
     from dihal.config import BridgeProtocol
     from storage import ArtifactLayout
 
@@ -112,7 +113,7 @@ def test_full_training_takes_l_stars_rows_from_the_eval_where_it_drew_them(tiny_
 
     ev = [row("dihal", 4, "ancestral", 10.0), row("backbone", None, None, 5.0),
           row("dihal (chosen K)", 2, "marginal", 9.0)]
-    trained = replace(_trained(tiny_backbone), metrics=_metrics(1.0, 0.3, 4.0))
+    trained = replace(trained_bridge(tiny_backbone, LAYER), metrics=_metrics(1.0, 0.3, 4.0))
     res = full_training(ROLES, lambda layer: trained, tiny_backbone, None, EvalConfig(),
                         chosen={"rule": "marginal", "steps": 2, "hybrid_nll": 3.9}, from_eval=ev)
     assert [(r["sampler"], r["steps"], r["gen_ppl"], r["from_eval"]) for r in res.rows] == [

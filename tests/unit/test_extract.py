@@ -6,20 +6,8 @@ import torch
 
 from dihal.errors import StateValueError
 from dihal.locate.extract import ExtractConfig, check_states, extract_hidden_states
-from storage.states import PROGRESS, StateReader, StateSpec, StateWriter
-
-
-def _sequences(bb, n_train=6, n_val=3, T=10):
-    g = torch.Generator().manual_seed(0)
-    V = len(bb.tokenizer)
-    return {"train": torch.randint(4, V, (n_train, T), generator=g).numpy(),
-            "val": torch.randint(4, V, (n_val, T), generator=g).numpy()}
-
-
-def _writer(path, bb, seqs, batch, fp="fp-1"):
-    spec = StateSpec(n_layers=bb.n_layers, seq_len=seqs["train"].shape[1], hidden=bb.hidden_size,
-                     n_seq={s: len(v) for s, v in seqs.items()}, batch_size=batch)
-    return StateWriter(path, spec, fp, tokens=seqs, attrs=bb.info())
+from storage.states import PROGRESS, StateReader
+from tests.tiny import dump_states, random_sequences, state_writer
 
 
 class Interrupt(Exception):
@@ -27,8 +15,8 @@ class Interrupt(Exception):
 
 
 def test_dump_matches_forward_pass_and_records_tokens(tiny_backbone, tmp_path):
-    seqs = _sequences(tiny_backbone)
-    w = _writer(tmp_path / "work", tiny_backbone, seqs, batch=4)
+    seqs = random_sequences(tiny_backbone)
+    w = state_writer(tmp_path / "work", tiny_backbone, seqs, batch=4)
     report = extract_hidden_states(tiny_backbone, seqs, w, ExtractConfig(batch_size=4))
     assert report.batches_written == 3 and report.tokens == 9 * 10
     w.finalize(tmp_path / "final")
@@ -41,9 +29,9 @@ def test_dump_matches_forward_pass_and_records_tokens(tiny_backbone, tmp_path):
 
 
 def test_interrupted_dump_resumes_to_identical_arrays(tiny_backbone, tmp_path):
-    seqs = _sequences(tiny_backbone)
+    seqs = random_sequences(tiny_backbone)
     cfg = ExtractConfig(batch_size=2)
-    ref = _writer(tmp_path / "ref", tiny_backbone, seqs, 2)
+    ref = state_writer(tmp_path / "ref", tiny_backbone, seqs, 2)
     extract_hidden_states(tiny_backbone, seqs, ref, cfg)
     ref.finalize(tmp_path / "ref-final")
 
@@ -54,13 +42,13 @@ def test_interrupted_dump_resumes_to_identical_arrays(tiny_backbone, tmp_path):
         if len(calls) == 2:
             raise Interrupt
 
-    w = _writer(tmp_path / "work", tiny_backbone, seqs, 2)
+    w = state_writer(tmp_path / "work", tiny_backbone, seqs, 2)
     with pytest.raises(Interrupt):
         extract_hidden_states(tiny_backbone, seqs, w, cfg, progress=stop_after_two)
     done = json.loads((tmp_path / "work" / PROGRESS).read_text())["done"]
     assert done == {"train": [0, 1], "val": []}  # both batches written before the stop are kept
 
-    w2 = _writer(tmp_path / "work", tiny_backbone, seqs, 2)  # a new process resumes
+    w2 = state_writer(tmp_path / "work", tiny_backbone, seqs, 2)  # a new process resumes
     assert w2.n_done() == 2
     rep = extract_hidden_states(tiny_backbone, seqs, w2, cfg)
     assert rep.batches_skipped == 2 and rep.batches_written == 3
@@ -71,10 +59,10 @@ def test_interrupted_dump_resumes_to_identical_arrays(tiny_backbone, tmp_path):
 
 
 def test_other_fingerprint_starts_over(tiny_backbone, tmp_path):
-    seqs = _sequences(tiny_backbone)
-    w = _writer(tmp_path / "work", tiny_backbone, seqs, 2)
+    seqs = random_sequences(tiny_backbone)
+    w = state_writer(tmp_path / "work", tiny_backbone, seqs, 2)
     w.write_batch("train", 0, np.ones((4, 2, 10, 32), np.float16))
-    assert _writer(tmp_path / "work", tiny_backbone, seqs, 2, fp="fp-2").n_done() == 0
+    assert state_writer(tmp_path / "work", tiny_backbone, seqs, 2, fp="fp-2").n_done() == 0
 
 
 def test_nan_states_are_refused_naming_layer_and_sequence():
@@ -93,8 +81,8 @@ def test_fp16_overflow_is_refused_with_the_fix():
 
 
 def test_nan_backbone_stops_the_dump_and_keeps_earlier_batches(tiny_backbone, tmp_path, monkeypatch):
-    seqs = _sequences(tiny_backbone)
-    w = _writer(tmp_path / "work", tiny_backbone, seqs, 2)
+    seqs = random_sequences(tiny_backbone)
+    w = state_writer(tmp_path / "work", tiny_backbone, seqs, 2)
     real = tiny_backbone.hidden_states
     calls = {"n": 0}
 
@@ -111,20 +99,13 @@ def test_nan_backbone_stops_the_dump_and_keeps_earlier_batches(tiny_backbone, tm
     assert sorted(w._done["train"]) == [0, 1]
 
 
-def _dump(bb, seqs, path, batch=2):
-    w = _writer(path / "work", bb, seqs, batch)
-    extract_hidden_states(bb, seqs, w, ExtractConfig(batch_size=batch))
-    w.finalize(path / "final")
-    return path / "final"
-
-
 def test_the_dump_keeps_the_backbones_own_next_token_reference(tiny_backbone, tmp_path):
     """argmax/val and nll/val are the backbone's full forward's top-1 tokens and next-token
     NLL (what a bridge's measurement compares against); the training split keeps none."""
     import torch.nn.functional as F
 
-    seqs = _sequences(tiny_backbone)
-    r = StateReader(_dump(tiny_backbone, seqs, tmp_path))
+    seqs = random_sequences(tiny_backbone)
+    r = StateReader(dump_states(tiny_backbone, seqs, tmp_path))
     ids = torch.as_tensor(seqs["val"])
     with torch.no_grad():
         logits = tiny_backbone.model(ids).logits.float()
@@ -142,8 +123,8 @@ def test_a_missing_or_changed_reference_chunk_is_damage_not_data(tiny_backbone, 
     from storage.manifest import digest_files
     from storage.states import reference_chunk_key
 
-    seqs = _sequences(tiny_backbone)
-    final = _dump(tiny_backbone, seqs, tmp_path)
+    seqs = random_sequences(tiny_backbone)
+    final = dump_states(tiny_backbone, seqs, tmp_path)
     files = digest_files(final)
     chunk = final / reference_chunk_key("nll", "val", 1)
     data = bytearray(chunk.read_bytes())
@@ -170,8 +151,8 @@ def test_measuring_against_the_dumps_reference_gives_the_backbones_own_numbers(t
         train_layer_bridge,
     )
 
-    seqs = _sequences(tiny_backbone, n_train=8, n_val=6)
-    r = StateReader(_dump(tiny_backbone, seqs, tmp_path))
+    seqs = random_sequences(tiny_backbone, n_train=8, n_val=6)
+    r = StateReader(dump_states(tiny_backbone, seqs, tmp_path))
     protocol = BridgeProtocol(d_model=32, n_layers=1, n_heads=2, batch_size=4, steps=2,
                               eval_sequences=5, pin_first=False, epochs=30.0, lr=1e-2)
     data = load_layer_data(r, 2, protocol, stored_pairs(r, "train", 2))  # random tokens: no BOS pin

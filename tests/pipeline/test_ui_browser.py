@@ -12,14 +12,12 @@ import subprocess
 import sys
 import time
 import urllib.request
-from pathlib import Path
 
 import dagster as dg
 import pytest
 
-from tests.faults.conftest import LOCATE, RUN, make_world
+from tests.tiny import LOCATE, ROOT, SWEEP_RUN, make_world
 
-ROOT = Path(__file__).resolve().parents[1]
 SHOTS = ROOT / ".dihal" / "test-artifacts" / "ui"
 CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 
@@ -63,7 +61,7 @@ def served(tmp_path, tiny_llama_dir, monkeypatch):
         "  class: DefaultRunCoordinator\n")
     monkeypatch.setenv("DAGSTER_HOME", str(home))
     world = make_world(tmp_path, tiny_llama_dir)
-    run = {**RUN, "corpus": {"config": {"paths": [str(world.shard)]}}}
+    run = {**SWEEP_RUN, "corpus": {"config": {"paths": [str(world.shard)]}}}
     res = dg.materialize(list(world.defs.assets) + list(world.defs.asset_checks), selection=LOCATE,
                          instance=dg.DagsterInstance.get(), resources=world.defs.resources,
                          run_config={"ops": {k: v for k, v in run.items() if k in LOCATE}})

@@ -12,8 +12,7 @@ import dagster as dg
 from dihal.profiles import PROFILES
 from pipeline.definitions import build_definitions
 from resources import BackboneResource, ComputeResource, JudgeResource, StorageResource
-from tests.tiny import make_docs, write_shard
-from tests.tiny_location import PROTOCOL, TINY
+from tests.tiny import PROTOCOL, TINY, make_docs, write_shard
 
 SWEPT = ["1", "2", "3"]
 BASELINE = "sed"

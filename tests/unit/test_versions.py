@@ -16,7 +16,7 @@ from dihal.versions import (
 
 
 def test_the_range_in_pyproject_is_the_one_checked():
-    meta = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    meta = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
     assert meta["tool"]["dihal"]["transformers"] == f">={TRANSFORMERS_MIN},<{TRANSFORMERS_BELOW}"
     pin = next(d for d in meta["project"]["dependencies"] if d.startswith("transformers=="))
     check_transformers(pin.split("==")[1])  # the pin is inside the range

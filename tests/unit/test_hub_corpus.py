@@ -1,12 +1,10 @@
 """A Hugging Face text dataset as the corpus, streamed through `datasets`, offline: datasets
 saved locally in the Hub's layout (parquet, or JSON lines, under data/) and loaded by path.
 The same counting, minimum length, held-out split by document and fingerprint by identity as
-the Dolma shards; then corpus -> sequences -> Locate through Dagster."""
+the Dolma shards (corpus -> sequences -> Locate through Dagster: tests/pipeline/test_pipeline.py)."""
 
-import json
 import shutil
 
-import dagster as dg
 import pytest
 
 from dihal.config import CorpusConfig, SequenceConfig
@@ -18,27 +16,7 @@ from dihal.locate.corpus import (
     scan_corpus,
     shard_records,
 )
-from tests.tiny import build_tokenizer, make_docs
-
-
-def hub_folder(path, splits: dict[str, list[dict]], fmt: str = "parquet"):
-    """A dataset folder in the Hub's layout: data/<split>-00000-of-00001.<fmt>."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    (path / "data").mkdir(parents=True)
-    for split, rows in splits.items():
-        target = path / "data" / f"{split}-00000-of-00001.{'parquet' if fmt == 'parquet' else 'jsonl'}"
-        if fmt == "parquet":
-            pq.write_table(pa.Table.from_pylist(rows), target)
-        else:
-            target.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
-
-
-def rows(n: int, seed: int = 0) -> list[dict]:
-    return [{"doc": d["id"], "body": d["text"], "source": d["source"]}
-            for d in make_docs(n, seed=seed)]
+from tests.tiny import build_tokenizer, hub_folder, hub_rows
 
 
 def cfg_of(folder, **kw) -> CorpusConfig:
@@ -49,11 +27,11 @@ def cfg_of(folder, **kw) -> CorpusConfig:
 def test_documents_are_streamed_counted_and_capped(tmp_path, monkeypatch):
     import datasets
 
-    data = rows(12)
+    data = hub_rows(12)
     data[3]["body"] = ""  # empty: skipped and counted
     data[4]["body"] = "short"  # below min_chars
     data[5]["body"] = None  # not a string: malformed
-    folder = hub_folder(tmp_path / "ds", {"train": data, "test": rows(3, seed=9)})
+    folder = hub_folder(tmp_path / "ds", {"train": data, "test": hub_rows(3, seed=9)})
     calls = []
     real = datasets.load_dataset
     monkeypatch.setattr(datasets, "load_dataset",
@@ -83,7 +61,7 @@ def test_ids_default_to_the_row_index_and_json_lines_work(tmp_path):
 
 
 def test_malformed_rows_are_an_error_when_asked_and_a_wrong_field_names_the_fields(tmp_path):
-    data = rows(4)
+    data = hub_rows(4)
     data[1]["body"] = None
     folder = hub_folder(tmp_path / "ds", {"train": data})
     with pytest.raises(MalformedLineError, match=r"malformed row .*ds\[train\]\[1\]"):
@@ -101,7 +79,7 @@ def test_malformed_rows_are_an_error_when_asked_and_a_wrong_field_names_the_fiel
 
 
 def test_missing_dataset_or_split_is_a_corpus_error_naming_it(tmp_path):
-    folder = hub_folder(tmp_path / "ds", {"train": rows(3)})
+    folder = hub_folder(tmp_path / "ds", {"train": hub_rows(3)})
     with pytest.raises(CorpusError, match=r"'.*ds' \(config default, split validation.*cannot "
                                           r"be opened.*hf_split"):
         list(HubSource(cfg_of(folder, hf_split="validation")).documents())
@@ -110,7 +88,7 @@ def test_missing_dataset_or_split_is_a_corpus_error_naming_it(tmp_path):
 
 
 def test_fingerprint_is_the_identity_and_the_documents_read(tmp_path):
-    folder = hub_folder(tmp_path / "a" / "ds", {"train": rows(10), "test": rows(10, seed=3)})
+    folder = hub_folder(tmp_path / "a" / "ds", {"train": hub_rows(10), "test": hub_rows(10, seed=3)})
     ident = content_identity(shard_records(cfg_of(folder)))
     (rec,) = shard_records(cfg_of(folder))
     assert rec["documents"] == 10 and rec["local"] and rec["split"] == "train"
@@ -123,7 +101,7 @@ def test_fingerprint_is_the_identity_and_the_documents_read(tmp_path):
     assert content_identity(shard_records(cfg_of(folder, hf_text_field="doc"))) != ident
     assert HubSource.identity({**rec, "local": False, "dataset": "org/text",
                                "revision": "abc123"}).startswith("hf:org/text@abc123/")
-    edited = rows(10)
+    edited = hub_rows(10)
     edited[7]["body"] += " extra"
     shutil.rmtree(moved)
     hub_folder(moved, {"train": edited})
@@ -131,7 +109,7 @@ def test_fingerprint_is_the_identity_and_the_documents_read(tmp_path):
 
 
 def test_sequences_split_by_document_and_refuse_a_changed_dataset(tmp_path):
-    folder = hub_folder(tmp_path / "ds", {"train": rows(120)})
+    folder = hub_folder(tmp_path / "ds", {"train": hub_rows(120)})
     tok = build_tokenizer(tmp_path / "tok")
     cfg = cfg_of(folder)
     recorded = shard_records(cfg)
@@ -148,7 +126,7 @@ def test_sequences_split_by_document_and_refuse_a_changed_dataset(tmp_path):
                            eos_id=tok.eos_token_id, revision="r")
     assert again.input_ids == out.input_ids
 
-    changed = rows(120)
+    changed = hub_rows(120)
     changed[0]["body"] = "a different first document of the dataset."
     shutil.rmtree(folder)
     hub_folder(folder, {"train": changed})
@@ -159,30 +137,6 @@ def test_sequences_split_by_document_and_refuse_a_changed_dataset(tmp_path):
     with pytest.raises(CorpusError, match="recorded shards, not the Hugging Face dataset"):
         make_sequences([{"path": "x", "sha256": "y", "bytes": 1}], cfg, tok, seq_cfg,
                        bos_id=tok.bos_token_id, eos_id=tok.eos_token_id, revision="r")
-
-
-def test_a_hub_dataset_runs_through_corpus_sequences_and_locate(tmp_path, tiny_llama_dir):
-    """corpus -> sequences_llama -> hidden_states -> geometry -> layer_score on a local
-    Hub-layout dataset, through Dagster."""
-    from tests.test_pipeline import CHAIN, _mat_meta, _run
-
-    folder = hub_folder(tmp_path / "ds", {"train": rows(120)})
-    from pipeline.definitions import build_definitions
-    from resources import BackboneResource, ComputeResource, JudgeResource, StorageResource
-
-    defs = build_definitions(("llama",), resources={
-        "storage": StorageResource(root=str(tmp_path / "artifacts")),
-        "backbones": BackboneResource(paths={"llama": str(tiny_llama_dir)}),
-        "compute": ComputeResource(device="cpu", threads=1),
-        "judge": JudgeResource(name=str(tiny_llama_dir)),
-    }, n_layers={"llama": 4})
-    corpus_cfg = {"hf_dataset": str(folder), "hf_text_field": "body", "hf_id_field": "doc",
-                  "max_docs": 200}
-    result = _run(defs, dg.DagsterInstance.ephemeral(), CHAIN, corpus_cfg)
-    assert result.success, [e.message for e in result.all_events if e.is_failure]
-    meta = _mat_meta(result)
-    assert meta["corpus"]["documents"].value == 120
-    assert meta["layer_score_llama"]["l_star"].value in (1, 2, 3)
 
 
 def test_a_shard_corpus_keeps_the_fingerprint_it_had_before_the_hub_fields():

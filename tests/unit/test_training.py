@@ -13,6 +13,7 @@ import torch
 
 from dihal.bridge.denoiser import DenoiserConfig, build_denoiser, denoiser_config_of
 from dihal.bridge.measures import validation_loss
+from dihal.bridge.process import BrownianBridge
 from dihal.bridge.train import (
     BridgeTrainingError,
     bridge_training_loss,
@@ -23,7 +24,10 @@ from dihal.checkpoint import latest_checkpoint, list_checkpoints, save_checkpoin
 from dihal.config import BridgeProtocol
 from dihal.errors import CheckpointMismatchError, DihalError, TrainingError
 from dihal.training import TrainConfig, train_model
-from tests.test_bridge_train import CFG, PROCESS, toy_data
+from tests.tiny import toy_data, toy_denoiser_config
+
+CFG = toy_denoiser_config()
+PROCESS = BrownianBridge()
 
 
 def test_train_bridge_is_the_shared_loop_with_the_bridge_loss(tmp_path):

@@ -17,10 +17,8 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from tests.faults.conftest import LOCATE, make_world
-from tests.tiny_location import PROTOCOL, tiny_profile
+from tests.tiny import LOCATE, PROTOCOL, ROOT, make_world, tiny_profile
 
-ROOT = Path(__file__).resolve().parents[1]
 LAYERS = ["1", "2", "3"]
 # Long enough (about 8 s a step on one thread; a partition's run trains the bridge and its
 # regression control) that runs launched a few seconds apart overlap

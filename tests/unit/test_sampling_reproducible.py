@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 LAYER = 2
 # eta = 0 (the default: the deterministic bridge sampler, tokens from the seeded uniforms) and
 # eta > 0 (bridge noise from the per-batch generators as well); batch_size < n_samples so that

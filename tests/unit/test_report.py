@@ -1,7 +1,6 @@
 """The report's opening answers, each way each can come out, on hand-made inputs; and the
 report built from hand-made inputs opens on them, with one proxy table per normalisation."""
 
-import base64
 import re
 
 import pytest
@@ -13,66 +12,17 @@ from dihal.report.controls import answer_controls
 from dihal.report.cost import answer_break_even, answer_cost
 from dihal.report.generation import answer_generation
 from dihal.report.locate import answer_l_star
-from dihal.results import ReportInputs
 from dihal.rows import DEPTH, RegressionRow, Spearman, SpearmanRow
+from tests.tiny import gen_row as _gen
+from tests.tiny import png
+from tests.tiny import report_inputs as inputs
+from tests.tiny import spearman_row as _spearman
 
-PNG = base64.b64decode(
-    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==")
-
-
-def _spearman(predictor, rho, low, high, vs=""):
-    return SpearmanRow(predictor, {t: Spearman(rho, low, high, vs) for t in
-                                   ("val_loss", "recon_error", "hybrid_nll")}).to_dict()
+PNG = png()
 
 
 def _regression(layer, bridge_nll, control_nll):
     return RegressionRow(layer, 0.5, 0.6, bridge_nll, control_nll, 0.4, 0.3, 0.2).to_dict()
-
-
-def _gen(model, role, ppl, low, high, **extra):
-    return {"model": model, "role": role, "gen_ppl": ppl, "gen_ppl_low": low,
-            "gen_ppl_high": high, "gen_ppl_mean": ppl, "diversity": 0.5, "mauve": 0.4,
-            "repetition": 0.1, "mean_length": 8.0, **extra}
-
-
-def inputs(*, spearman=None, regression=(), comparison=None, latency=2.0,
-           stability=None) -> ReportInputs:
-    spearman = spearman if spearman is not None else [
-        _spearman("S_l (robust)", 0.9, 0.8, 1.0, "above"), _spearman(DEPTH, 0.1, -0.2, 0.4)]
-    comparison = comparison or [
-        _gen("dihal", "dihal", 50.0, 45.0, 55.0, denoiser_parameters=12345,
-             train_tokens=65536, sampler_steps=4),
-        _gen("backbone", "backbone", 30.0, 28.0, 32.0),
-        _gen("sed", "baseline", 80.0, 70.0, 90.0), _gen("codar", "baseline", 52.0, 40.0, 60.0)]
-    geometry = [{"layer": ll, "norm": n, "m_curv": 0.1 * ll, "m_mono": 0.2, "k_eff": 3.0}
-                for n in ("none", "robust") for ll in range(4)]
-    score = [{"layer": ll, "norm": n, "S": 0.5 * ll, "candidate": ll > 0}
-             for n in ("none", "robust") for ll in range(4)]
-    ev = [{"model": "dihal", "role": "dihal", "ms_per_token": 4.0, "latency_vs_backbone": latency},
-          {"model": "backbone", "role": "backbone", "ms_per_token": 2.0,
-           "latency_vs_backbone": 1.0}]
-    return ReportInputs(
-        backbone="tiny", backbone_info={"hf_id": "t/tiny", "architecture": "llama",
-                                        "n_layers": 4, "hidden_size": 32, "revision": "abc"},
-        configs={"layer_score": {"primary_norm": "robust"},
-                 "geometry": {"n_tokens": 64, "n_anchors": 8, "k_neighbors": 4, "n_pairs": 10,
-                              "n_resamples": 20},
-                 "eval": {"n_samples": 4, "length": 6, "temperature": 1.0, "seed": 0}},
-        geometry_rows=geometry, predictor_rows=[], score_rows=score,
-        score={"l_star": 2, "selected": {"none": 1, "robust": 2},
-               "spearman_vs_depth": {"none": 0.3, "robust": 0.2},
-               "stability": stability if stability is not None else {}},
-        bridgeability={"l_star": 2, "oracle": 3, "worst": 1, "swept_layers": [1, 2, 3],
-                       "spearman": spearman, "regression": list(regression)},
-        sweep_layers=[], sweep_protocol={"steps": 4},
-        comparison={"rows": comparison, "missing": []},
-        evaluation={"rows": ev, "judge": {"judge": "t/tiny"}},
-        full_training=[],
-        sampler_curve={"layer": 2, "rows": [
-            {"steps": 1, "trained_steps": 4, "hybrid_nll": 3.0, "recon_error": 0.5,
-             "backbone_nll": 2.5, "ms_per_token": 1.0, "top1_agreement": 0.5}]},
-        samples={"dihal": ["a b c"]}, plots={"proxies": PNG, "score": PNG, "scatter": PNG},
-        backbones=[], artifacts="/tmp/x", fingerprints={"geometry_tiny": "f" * 64})
 
 
 def test_l_star_with_and_without_its_stability():

@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def _imports(path: pathlib.Path) -> list[str]:
@@ -403,3 +403,127 @@ def test_every_baseline_recipe_keeps_the_one_declared_contract():
         recipe = importlib.import_module(f"dihal.compare.baselines.{spec.module}").build.args[0]
         got = {name: list(inspect.signature(getattr(recipe, name)).parameters) for name in wanted}
         assert got == wanted, spec.module
+
+
+TIERS = ("unit", "pipeline", "faults")  # tests/<tier>/test_*.py, each with its make target
+
+
+def _is_test_module(name: str) -> bool:
+    """A dotted module name of a test module (tests/**/test_*.py) or a conftest."""
+    parts = name.split(".")
+    return parts[0] == "tests" and parts[-1].startswith("test_") or parts[-1] == "conftest"
+
+
+def test_module_imports(root: pathlib.Path) -> list[str]:
+    """'<file>: <module>' for each import (at any depth, inside functions too) of a test module
+    or a conftest by a file under root's tests/, scripts/ or benchmarks/. Their shared helpers
+    live in tests/tiny.py, their fixtures in a conftest.py, which pytest loads itself."""
+    bad = []
+    for top in ("tests", "scripts", "benchmarks"):
+        for f in sorted((root / top).rglob("*.py")):
+            for node in ast.walk(ast.parse(f.read_text())):
+                if isinstance(node, ast.Import):
+                    names = [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                    names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+                else:
+                    continue
+                bad += [f"{f.relative_to(root)}: {n}" for n in names if _is_test_module(n)]
+    return sorted(bad)
+
+
+test_module_imports.__test__ = False  # a helper, not a test
+
+
+def test_no_test_module_imports_another():
+    assert test_module_imports(ROOT) == []
+
+
+def test_an_import_of_a_test_module_is_found(tmp_path):
+    (tmp_path / "tests" / "unit").mkdir(parents=True)
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "tests" / "tiny.py").write_text("HELPER = 1\n")
+    (tmp_path / "tests" / "unit" / "test_a.py").write_text(
+        "from tests.tiny import HELPER\n\ndef test_a():\n    from tests.unit.test_b import x\n")
+    (tmp_path / "tests" / "unit" / "test_c.py").write_text(
+        "from tests.faults.conftest import make_world\nfrom tests.unit import test_b\n")
+    (tmp_path / "scripts" / "digests.py").write_text("import tests.pipeline.test_d as d\n")
+    assert test_module_imports(tmp_path) == [
+        "scripts/digests.py: tests.pipeline.test_d",
+        "tests/unit/test_a.py: tests.unit.test_b",
+        "tests/unit/test_c.py: tests.faults.conftest",
+        "tests/unit/test_c.py: tests.unit.test_b"]
+
+
+def misplaced_tests(root: pathlib.Path) -> list[str]:
+    """Test modules outside the tiers' folders (tests/unit, tests/pipeline, tests/faults)."""
+    return sorted(str(f.relative_to(root)) for f in (root / "tests").rglob("test_*.py")
+                  if f.relative_to(root / "tests").parts[0] not in TIERS)
+
+
+def test_every_test_module_is_in_a_tier():
+    assert misplaced_tests(ROOT) == []
+    assert all(any((ROOT / "tests" / t).glob("test_*.py")) for t in TIERS)
+
+
+def test_each_tier_has_its_make_target_and_make_test_runs_them_all():
+    recipes = dict(re.findall(r"^([\w-]+):.*\n\t(.*)$", (ROOT / "Makefile").read_text(), re.M))
+    for tier in TIERS:
+        assert recipes[f"test-{tier}"].endswith(f"python -m pytest tests/{tier}"), tier
+    assert recipes["test"].endswith("python -m pytest")  # the README's and CI's command
+    # and pytest's own testpaths reach every tier
+    import tomllib
+
+    paths = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"][
+        "testpaths"]
+    assert all(any(f"tests/{tier}".startswith(p.rstrip("/")) for p in paths) for tier in TIERS)
+
+
+def test_a_test_module_outside_the_tiers_is_found(tmp_path):
+    for rel in ("tests/test_top.py", "tests/unit/test_ok.py", "tests/other/test_x.py",
+                "tests/tiny.py"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("")
+    assert misplaced_tests(tmp_path) == ["tests/other/test_x.py", "tests/test_top.py"]
+
+
+def pipeline_work_in_unit_tests(folder: pathlib.Path) -> list[str]:
+    """'<file>: <call>' for each Dagster materialisation, tiny world or run of the driver
+    (`main` of pipeline.main) in the test modules under `folder`: the unit tier's tests are
+    pure (those belong in tests/pipeline)."""
+    worlds = {"materialize", "execute_in_process", "make_world", "copy_world", "tiny_definitions"}
+    bad = []
+    for f in sorted(folder.rglob("test_*.py")):
+        tree = ast.parse(f.read_text())
+        drivers = {a.asname or a.name for node in ast.walk(tree) if isinstance(node, ast.Import)
+                   for a in node.names if a.name == "pipeline.main" and a.asname}
+        drivers |= {a.asname or a.name for node in ast.walk(tree)
+                    if isinstance(node, ast.ImportFrom) and node.module == "pipeline"
+                    for a in node.names if a.name == "main"}
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            fn = node.func
+            name = fn.attr if isinstance(fn, ast.Attribute) else getattr(fn, "id", "")
+            owner = getattr(fn.value, "id", "") if isinstance(fn, ast.Attribute) else ""
+            if name in worlds or (name == "main" and owner in drivers):
+                bad.append(f"{f.name}: {owner + '.' if owner else ''}{name}")
+    return sorted(bad)
+
+
+def test_unit_tests_materialise_nothing_and_run_no_driver():
+    assert pipeline_work_in_unit_tests(ROOT / "tests" / "unit") == []
+
+
+def test_a_materialisation_or_driver_run_in_a_unit_test_is_found(tmp_path):
+    (tmp_path / "test_a.py").write_text(
+        "import dagster as dg\nimport pipeline.main as driver\n\n"
+        "def test_a(defs):\n    dg.materialize(defs, selection=['corpus'])\n"
+        "    driver.main(['--stop-after', 'locate'])\n    driver.build_parser()\n")
+    (tmp_path / "test_b.py").write_text(
+        "from pipeline import main\nfrom tests.tiny import make_world\n\n"
+        "def test_b(tmp_path, job):\n    make_world(tmp_path, tmp_path).materialize(['corpus'])\n"
+        "    job.execute_in_process()\n    main.build_parser()\n")
+    assert pipeline_work_in_unit_tests(tmp_path) == [
+        "test_a.py: dg.materialize", "test_a.py: driver.main", "test_b.py: job.execute_in_process",
+        "test_b.py: make_world", "test_b.py: materialize"]

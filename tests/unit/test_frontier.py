@@ -106,9 +106,9 @@ def test_a_baseline_samples_each_missing_temperature_once():
 def test_report_section_plots_and_tabulates_the_frontier():
     from dihal.report.build import build_report
     from dihal.report.common import FRONTIER
-    from tests.test_report import inputs
+    from tests.tiny import report_inputs
 
-    x = inputs()
+    x = report_inputs()
     with_points = type(x)(**{**x.__dict__, "comparison": {**x.comparison, "frontier": DIHAL_ON}})
     md = build_report(with_points).markdown
     section = md[md.index("3c. Gen.PPL against diversity across temperatures"):]
@@ -124,9 +124,9 @@ def test_the_reports_opening_answers_read_the_frontier():
     """The sentence is among "What this run shows", linking to section 3c; without points it
     says none was measured."""
     from dihal.report.build import build_report
-    from tests.test_report import inputs
+    from tests.tiny import report_inputs
 
-    x = inputs()
+    x = report_inputs()
     with_points = type(x)(**{**x.__dict__, "comparison": {**x.comparison, "frontier": DIHAL_ON}})
     for got, says in ((with_points, "DiHAL lies on it at T = 1"),
                       (x, "No temperature frontier was measured")):

@@ -1,4 +1,5 @@
-"""The Locate graph on a tiny model, through Dagster, in seconds."""
+"""The Locate graph on a tiny model, through Dagster, in seconds (a corpus of shards, or a
+Hugging Face dataset in the Hub's layout)."""
 
 import subprocess
 import sys
@@ -6,31 +7,15 @@ import sys
 import dagster as dg
 import pytest
 
-from pipeline.definitions import build_definitions
-from resources import BackboneResource, ComputeResource, JudgeResource, StorageResource
 from storage import read_manifest
-from tests.tiny import make_docs, write_shard
-
-TINY_RUN = {
-    "sequences_llama": {"config": {"seq_len": 16, "n_train": 8, "n_val": 6, "val_fraction": 0.3,
-                                   "max_tokens_per_doc": 40}},
-    "hidden_states_llama": {"config": {"batch_size": 4}},
-    "geometry_llama": {"config": {"n_tokens": 64, "n_anchors": 24, "k_neighbors": 6,
-                                  "n_pairs": 100}},
-}
-
-
-@pytest.fixture()
-def tiny_defs(tmp_path, tiny_llama_dir):
-    (tmp_path / "corpus").mkdir()
-    shard = write_shard(tmp_path / "corpus" / "s0.json.gz", make_docs(120))
-    defs = build_definitions(("llama",), resources={
-        "storage": StorageResource(root=str(tmp_path / "artifacts")),
-        "backbones": BackboneResource(paths={"llama": str(tiny_llama_dir)}),
-        "compute": ComputeResource(device="cpu", threads=1),
-        "judge": JudgeResource(name=str(tiny_llama_dir)),
-    }, n_layers={"llama": 4})
-    return defs, shard, tmp_path / "artifacts"
+from tests.tiny import (
+    LOCATE,
+    TINY_RUN,
+    hub_folder,
+    hub_rows,
+    materialized_metadata,
+    tiny_definitions,
+)
 
 
 def _run(defs, instance, selection, corpus_cfg):
@@ -43,23 +28,16 @@ def _run(defs, instance, selection, corpus_cfg):
     )
 
 
-def _mat_meta(result):
-    return {e.asset_key.to_user_string(): e.step_materialization_data.materialization.metadata
-            for e in result.get_asset_materialization_events()}
 
-
-CHAIN = ["corpus", "sequences_llama", "hidden_states_llama", "geometry_llama", "layer_score_llama"]
-
-
-def test_locate_graph_runs_caches_and_recomputes_on_change(tiny_defs):
-    defs, shard, root = tiny_defs
+def test_locate_graph_runs_caches_and_recomputes_on_change(tiny):
+    defs, shard, root = tiny
     instance = dg.DagsterInstance.ephemeral()
     corpus_cfg = {"paths": [str(shard)]}
 
-    first = _run(defs, instance, CHAIN, corpus_cfg)
+    first = _run(defs, instance, LOCATE, corpus_cfg)
     assert first.success, [e.message for e in first.all_events if e.is_failure]
-    meta = _mat_meta(first)
-    assert all(meta[k]["cached"].value is False for k in CHAIN)
+    meta = materialized_metadata(first)
+    assert all(meta[k]["cached"].value is False for k in LOCATE)
     l_star = meta["layer_score_llama"]["l_star"].value
     assert l_star in (1, 2, 3)  # a candidate layer of the 4-layer model
     checks = {e.asset_check_evaluation_data.check_name: e.asset_check_evaluation_data.passed
@@ -81,21 +59,21 @@ def test_locate_graph_runs_caches_and_recomputes_on_change(tiny_defs):
     zarr_dir = root / "llama" / "hidden_states" / "states.zarr"
     mtimes = {p: p.stat().st_mtime_ns for p in zarr_dir.rglob("*") if p.is_file()}
 
-    again = _run(defs, instance, CHAIN, corpus_cfg)
+    again = _run(defs, instance, LOCATE, corpus_cfg)
     assert again.success
-    assert all(m["cached"].value is True for m in _mat_meta(again).values())
+    assert all(m["cached"].value is True for m in materialized_metadata(again).values())
     assert {p: p.stat().st_mtime_ns for p in mtimes} == mtimes  # nothing rewritten
-    assert _mat_meta(again)["layer_score_llama"]["l_star"].value == l_star
+    assert materialized_metadata(again)["layer_score_llama"]["l_star"].value == l_star
 
-    changed = _run(defs, instance, CHAIN, {"paths": [str(shard)], "max_docs": 100})
+    changed = _run(defs, instance, LOCATE, {"paths": [str(shard)], "max_docs": 100})
     assert changed.success
-    assert all(m["cached"].value is False for m in _mat_meta(changed).values())
+    assert all(m["cached"].value is False for m in materialized_metadata(changed).values())
     fp_old = read_manifest(root / "llama" / "sequences")
     assert fp_old.upstream["corpus"] == read_manifest(root / "corpus").fingerprint
 
 
-def test_missing_upstream_names_the_command(tiny_defs):
-    defs, _, _ = tiny_defs
+def test_missing_upstream_names_the_command(tiny):
+    defs, _, _ = tiny
     res = _run(defs, dg.DagsterInstance.ephemeral(), ["geometry_llama"], {})
     assert not res.success
     failure = next(e for e in res.all_events if e.event_type_value == "STEP_FAILURE")
@@ -131,3 +109,17 @@ def test_run_configs_mirror_the_dihal_dataclasses():
     assert full == dataclasses.replace(dc.BridgeProtocol(), epochs=2.0)
     with pytest.raises(ValueError, match="on_malformed"):
         configs.CorpusRunConfig(on_malformed="ignore").to_dihal()
+
+
+def test_a_hub_dataset_runs_through_corpus_sequences_and_locate(tmp_path, tiny_llama_dir):
+    """corpus -> sequences_llama -> hidden_states -> geometry -> layer_score on a local
+    Hub-layout dataset, through Dagster."""
+    folder = hub_folder(tmp_path / "ds", {"train": hub_rows(120)})
+    defs = tiny_definitions(tmp_path / "artifacts", tiny_llama_dir)
+    corpus_cfg = {"hf_dataset": str(folder), "hf_text_field": "body", "hf_id_field": "doc",
+                  "max_docs": 200}
+    result = _run(defs, dg.DagsterInstance.ephemeral(), LOCATE, corpus_cfg)
+    assert result.success, [e.message for e in result.all_events if e.is_failure]
+    meta = materialized_metadata(result)
+    assert meta["corpus"]["documents"].value == 120
+    assert meta["layer_score_llama"]["l_star"].value in (1, 2, 3)

@@ -9,8 +9,6 @@ import pytest
 import torch
 
 from dihal.bridge.data import BridgeData, Standardizer
-from dihal.bridge.denoiser import DenoiserConfig
-from dihal.config import BridgeProtocol
 from dihal.replace.control_hybrids import (
     bridge_hybrid,
     fit_ridge,
@@ -20,8 +18,7 @@ from dihal.replace.control_hybrids import (
     ridge_hybrid,
 )
 from dihal.replace.hybrid import next_token_nll
-from dihal.results import TrainedBridge
-from tests.tiny import randomised_denoiser
+from tests.tiny import trained_bridge
 
 LAYER = 2
 
@@ -130,18 +127,7 @@ def test_ridge_hybrid_beats_layer_drop_on_held_out_sequences(tiny_backbone, laye
 
 
 def _trained(bb, objective=None, steps=4):
-    cfg = DenoiserConfig(d_in=bb.hidden_size, d_model=32, n_layers=2, n_heads=4, max_len=32,
-                         time_embed_dim=16)
-    den = randomised_denoiser(cfg, seed=5)
-    d = bb.hidden_size
-    tensors = {f"denoiser.{k}": v for k, v in den.state_dict().items()}
-    tensors.update({"cond_std.mean": torch.zeros(d), "cond_std.std": torch.ones(d),
-                    "target_std.mean": torch.zeros(d), "target_std.std": torch.ones(d)})
-    hp = {"layer": LAYER, "protocol": BridgeProtocol(steps=steps).to_dict(),
-          "denoiser_config": cfg.to_dict()}
-    if objective:
-        hp["objective"] = objective
-    return TrainedBridge(tensors, hp)
+    return trained_bridge(bb, LAYER, objective, steps)
 
 
 @pytest.mark.parametrize("make", ["layer_drop", "ridge", "regression", "dihal_marginal"])

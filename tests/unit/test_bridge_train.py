@@ -20,24 +20,11 @@ from dihal.bridge.train import (
     train_bridge,
 )
 from dihal.checkpoint import latest_checkpoint, list_checkpoints, load_into, read_state
+from tests.tiny import TOY_D, TOY_T, toy_data, toy_denoiser_config
 
-D, T = 4, 8
-CFG = DenoiserConfig(d_in=D, d_model=32, n_layers=2, n_heads=2, max_len=T, time_embed_dim=16)
+D, T = TOY_D, TOY_T
+CFG = toy_denoiser_config()
 PROCESS = BrownianBridge()
-
-
-def toy_data(n_seq: int, seed: int, mask: bool = False) -> BridgeData:
-    """z0 = c A with a fixed orthogonal A: a bridge the denoiser can learn quickly."""
-    a = torch.linalg.qr(torch.randn(D, D, generator=torch.Generator().manual_seed(123)))[0]
-    c = torch.randn(n_seq, T, D, generator=torch.Generator().manual_seed(seed))
-    m = None
-    if mask:  # right padding of random length, padded values zero
-        lengths = torch.randint(
-            2, T + 1, (n_seq,), generator=torch.Generator().manual_seed(seed + 1)
-        )
-        m = torch.arange(T)[None, :] < lengths[:, None]
-        c = c * m[..., None]
-    return BridgeData(c, c @ a, m)
 
 
 def params(model) -> dict:

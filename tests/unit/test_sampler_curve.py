@@ -8,14 +8,14 @@ from dihal.config import BridgeProtocol, ExtractConfig, SamplerCurveConfig
 from dihal.replace.control_hybrids import bridge_hybrid
 from dihal.replace.controls import choose_steps, sampler_steps_curve
 from storage.states import StateReader
-from tests.test_extract import _dump, _sequences
+from tests.tiny import dump_states, random_sequences
 
 
 def test_the_curve_measures_each_rule_at_each_k(tiny_backbone, tmp_path):
     from dihal.replace.stage import train_layer
 
-    seqs = _sequences(tiny_backbone, n_train=8, n_val=6)
-    reader = StateReader(_dump(tiny_backbone, seqs, tmp_path))
+    seqs = random_sequences(tiny_backbone, n_train=8, n_val=6)
+    reader = StateReader(dump_states(tiny_backbone, seqs, tmp_path))
     protocol = BridgeProtocol(d_model=32, n_layers=1, n_heads=2, batch_size=4, steps=2,
                               eval_sequences=4, pin_first=False, epochs=10.0, lr=1e-2)
     trained = train_layer(tiny_backbone, reader, 2, protocol, tmp_path / "ckpt",

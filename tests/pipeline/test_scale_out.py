@@ -17,7 +17,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from tests.tiny import LOCATE, PROTOCOL, ROOT, make_world, tiny_profile
+from tests.tiny import LOCATE, PROTOCOL, ROOT, copy_world, tiny_profile
 
 LAYERS = ["1", "2", "3"]
 # Long enough (about 8 s a step on one thread; a partition's run trains the bridge and its
@@ -30,10 +30,11 @@ def _digest(path: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory, tiny_llama_dir):
-    """The in-process sweep (dg.materialize, one partition after another): weight digests."""
-    world = make_world(tmp_path_factory.mktemp("in-process"), tiny_llama_dir)
-    res, err = world.materialize(LOCATE)
+def reference(tmp_path_factory, located_world, tiny_llama_dir):
+    """The in-process sweep (dg.materialize, one partition after another) on a copy of the
+    session's located world: weight digests."""
+    world = copy_world(located_world, tmp_path_factory.mktemp("in-process"), tiny_llama_dir)
+    res, err = world.materialize(LOCATE)  # found cached
     assert res.success, err
     for layer in LAYERS:
         res, err = world.materialize(["bridge_sweep_llama"], partition=layer,

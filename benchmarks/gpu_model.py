@@ -9,7 +9,7 @@ size, or measured at other sizes (the CPU dry run, a cut run) and scaled by the 
     rows = profile_rows(units, PROFILES["gpu-smollm2"], n_layers=30, swept=[...])
 
 Each row: {"step", "count", "each_s", "seconds", "source"}. What the model leaves out is listed
-in NOT_COUNTED. tests/test_gpu_model.py checks the model against a tiny run's real step times.
+in NOT_COUNTED. tests/unit/test_gpu_model.py checks the model against a tiny run's real step times.
 """
 
 from __future__ import annotations

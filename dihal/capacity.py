@@ -276,7 +276,7 @@ def dump_phase_bytes(n_layers: int, hidden: int, intermediate: int, vocab: int, 
     - store: the float32 states and their copy in the storage dtype, before it goes to the host
     With `reference` (the held-out split: every batch of the GPU profile's dump) the
     final-normed states stay alive through every phase after the forward pass. Exact element
-    counts: tests/test_capacity.py measures the same peak on the CPU allocator; the CUDA context
+    counts: tests/unit/test_capacity.py measures the same peak on the CPU allocator; the CUDA context
     and the allocator's rounding are not counted.
     """
     sb = w.state_bytes if store_bytes is None else store_bytes

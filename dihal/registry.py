@@ -95,7 +95,7 @@ def get_spec(name: str) -> BackboneSpec:
 
 # model_type -> family. Every one has the layout the hidden-state and hybrid code reads
 # (model.embed_tokens, model.layers, model.norm, model.rotary_emb, lm_head) and is tested on a
-# tiny random model (tests/test_families.py).
+# tiny random model (tests/unit/test_families.py).
 SUPPORTED_ARCHITECTURES = {
     "llama": "Llama (and SmolLM)",
     "mistral": "Mistral",

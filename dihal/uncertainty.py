@@ -197,14 +197,14 @@ def paired_spearman_difference(x_a, x_b, y, *, n_boot: int = N_BOOT, seed: int =
     interval's bound reaches 0 (so p < 1 - level exactly when the interval excludes 0, up to
     the replicates' resolution; never below 1 / n_boot).
 
-    Measured (200 simulated 10-layer sweeps, tests/test_uncertainty.py's generators): with
+    Measured (200 simulated 10-layer sweeps, tests/unit/test_uncertainty.py's generators): with
     a predictor truly better than depth (Spearman 0.98 vs 0.67) the percentile test says
     "above" in 55 % of runs, BCa in 58.5 %, the overlap of two separate intervals in 17.5 %;
     under the null any verdict came out in 3 % (percentile) and 8.5 % (BCa) of runs at the
     two-sided 5 % level: at ten layers BCa is too liberal, so percentile is the default.
 
     Returns {"rho_a", "rho_b", "diff", "low", "high", "p", "undefined"} (`undefined`:
-    resamples with a constant side, left out). Covered by tests/test_uncertainty.py
+    resamples with a constant side, left out). Covered by tests/unit/test_uncertainty.py
     test_paired_difference_* and test_paired_test_power_and_level_by_simulation."""
     if method not in INTERVAL_METHODS:
         raise ValueError(f"method must be one of {INTERVAL_METHODS}, got {method!r}")
@@ -263,7 +263,7 @@ def partial_spearman(x, y, z, *, n_boot: int = N_BOOT, seed: int = 0,
     resample whose drawn layers x or y rank as z does. Percentile interval over resampled
     layers, suppressed (NaN) where more than MAX_UNDEFINED of the resamples are undefined
     (_partial_result); {"partial", "low", "high", "undefined", "undefined_share",
-    "suppressed"}. Covered by tests/test_uncertainty.py test_partial_spearman_*."""
+    "suppressed"}. Covered by tests/unit/test_uncertainty.py test_partial_spearman_*."""
     y = _check_layers("the target", y)
     x, z = _check_layers("the predictor", x, y.size), _check_layers("the control", z, y.size)
     point = float(_partial_rows(x[None], y[None], z[None])[0])

@@ -7,7 +7,7 @@ positions and gives wrong tokens with no error. So the keyword is chosen from ea
 signature (cache_keyword), and a release outside the tested range is refused at import.
 
 The range is declared in pyproject.toml ([tool.dihal] transformers) and here; a test keeps the
-two equal. Tried (tests/test_backbones.py, tests/test_hybrid.py, slow ones included): 5.24.0,
+two equal. Tried (tests/unit/test_backbones.py, tests/unit/test_hybrid.py, slow ones included): 5.24.0,
 the pin, passes all; 5.17.0, the GPU image's, passes the replay and cached-decoding tests with
 cache_keyword, but the Gemma 3 tokenizer it converts from the GGUF adds no BOS (the gemma3
 backbone and the judge change), so the range starts at 5.24: the GPU recipe carries the wheel.

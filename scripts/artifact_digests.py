@@ -1,5 +1,5 @@
 """Materialise the tiny world (the tests' tiny llama, a generated corpus, the tiny configs of
-tests/test_compare_pipeline.py) into a work folder and print the sha256 of every artifact file, to show
+tests/tiny.py that tests/pipeline/test_compare_pipeline.py runs) into a work folder and print the sha256 of every artifact file, to show
 that a refactoring leaves every artifact bit-identical:
 
     PYTHONPATH=$PWD python scripts/artifact_digests.py /tmp/digests > after.txt
@@ -56,9 +56,7 @@ def materialise(work: Path) -> Path:
 
     from pipeline.definitions import build_definitions
     from resources import BackboneResource, ComputeResource, JudgeResource, StorageResource
-    from tests.test_compare_pipeline import EVAL, PROTOCOL
-    from tests.test_pipeline import TINY_RUN
-    from tests.tiny import build_model, make_docs
+    from tests.tiny import MATCHED_PROTOCOL, TINY, TINY_RUN, build_model, make_docs
 
     (work / "corpus").mkdir(parents=True)
     shard = write_shard(work / "corpus" / "s0.json.gz", make_docs(120))  # the tests' corpus
@@ -70,11 +68,11 @@ def materialise(work: Path) -> Path:
         "compute": ComputeResource(device="cpu", threads=1),
         "judge": JudgeResource(name=str(model)),
     })
-    # the configs of tests/test_compare_pipeline.py (a denoiser the baselines can match)
+    # the configs of tests/pipeline/test_compare_pipeline.py (a denoiser the baselines can match)
     ops = {**TINY_RUN, "corpus": {"config": {"paths": [str(shard)]}},
-           "bridge_sweep_llama": {"config": PROTOCOL},
-           "bridge_llama": {"config": {**PROTOCOL, "epochs": 2.0}},
-           "eval_llama": {"config": EVAL}, "full_training_llama": {"config": EVAL},
+           "bridge_sweep_llama": {"config": MATCHED_PROTOCOL},
+           "bridge_llama": {"config": {**MATCHED_PROTOCOL, "epochs": 2.0}},
+           "eval_llama": {"config": TINY["eval"]}, "full_training_llama": {"config": TINY["eval"]},
            "sampler_steps_llama": {"config": {"steps": [1, 2, 4], "n_samples": 2, "length": 4}},
            "baseline_llama": {"config": {"n_samples": 4, "length": 8}}}
     inst = dg.DagsterInstance.ephemeral()

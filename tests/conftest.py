@@ -12,7 +12,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from tests.tiny import build_model  # noqa: E402
+from tests.tiny import LOCATE, SWEPT, build_model, copy_world, make_world  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -55,3 +55,24 @@ def calls(monkeypatch):
     made = []
     monkeypatch.setattr(dg.DagsterInstance, "get", staticmethod(lambda: made.append("get")))
     return made
+
+
+@pytest.fixture(scope="session")
+def located_world(tmp_path_factory, tiny_llama_dir):
+    """The tiny world (tests.tiny.make_world) with its Locate graph materialised, once per
+    session. Tests take a private copy (tests.tiny.copy_world), never this one."""
+    w = make_world(tmp_path_factory.mktemp("located"), tiny_llama_dir)
+    res, err = w.materialize(LOCATE)
+    assert res.success, err
+    return w
+
+
+@pytest.fixture(scope="session")
+def swept_world(tmp_path_factory, located_world, tiny_llama_dir):
+    """The located world plus its three candidate layers swept (tests.tiny.PROTOCOL), once per
+    session. Tests take a private copy (tests.tiny.copy_world), never this one."""
+    w = copy_world(located_world, tmp_path_factory.mktemp("swept"), tiny_llama_dir)
+    for layer in SWEPT:
+        res, err = w.materialize(["bridge_sweep_llama"], partition=layer)
+        assert res.success, err
+    return w

@@ -1,12 +1,26 @@
-"""Tiny randomly initialised backbones (every supported decoder family, and two refused
-layouts) with a tokenizer built in code, saved as ordinary Hugging Face folders so the real
-loading code path reads them."""
+"""The tests' shared helpers (plain functions and constants; the fixtures that use them are in
+tests/conftest.py and each folder's conftest.py). No test module imports another test module:
+what two of them share lives here.
+
+- tiny randomly initialised backbones (every supported decoder family, and two refused layouts)
+  with a tokenizer built in code, saved as ordinary Hugging Face folders so the real loading
+  code path reads them; generated corpus shards;
+- a toy bridge problem (toy_data) and hand-made bridges, sequences and state dumps of a tiny
+  backbone;
+- hand-made report inputs;
+- the tiny world: the tiny run configs of every stage (TINY, PROTOCOL, TINY_RUN), the tiny
+  profile, and a Dagster code location over a tiny model materialised in-process (World)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+
+from dihal.profiles import PROFILES
+
+ROOT = Path(__file__).resolve().parents[1]  # the repository
 
 WORDS = (
     "the of and to in a is that for it as was with be by on not he this are or his from at "
@@ -115,6 +129,29 @@ def make_docs(n: int, seed: int = 0, words: int = 60) -> list[dict]:
     ]
 
 
+def hub_folder(path, splits: dict[str, list[dict]], fmt: str = "parquet"):
+    """A dataset folder in the Hub's layout: data/<split>-00000-of-00001.<fmt>."""
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (path / "data").mkdir(parents=True)
+    for split, rows in splits.items():
+        target = path / "data" / f"{split}-00000-of-00001.{'parquet' if fmt == 'parquet' else 'jsonl'}"
+        if fmt == "parquet":
+            pq.write_table(pa.Table.from_pylist(rows), target)
+        else:
+            target.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def hub_rows(n: int, seed: int = 0) -> list[dict]:
+    """n generated documents as rows of a Hub dataset (fields doc, body, source)."""
+    return [{"doc": d["id"], "body": d["text"], "source": d["source"]}
+            for d in make_docs(n, seed=seed)]
+
+
 def randomised_denoiser(cfg, seed: int = 0):
     """A bridge denoiser with every weight random (the zero-initialised output would hide bugs)."""
     from dihal.bridge.denoiser import build_denoiser
@@ -141,3 +178,295 @@ def check_replay(bb) -> tuple[torch.Tensor, torch.Tensor]:
         first, state = bb.lower_states(ids, layer)  # the forward stopped after block layer-1
         assert torch.equal(first, hs[0]) and torch.equal(state, hs[layer])
     return full, hs
+
+
+# -- a toy bridge problem ------------------------------------------------------------------
+
+TOY_D, TOY_T = 4, 8  # the toy problem's width and sequence length
+
+
+def toy_denoiser_config():
+    """A small denoiser for the toy problem."""
+    from dihal.bridge.denoiser import DenoiserConfig
+
+    return DenoiserConfig(d_in=TOY_D, d_model=32, n_layers=2, n_heads=2, max_len=TOY_T,
+                          time_embed_dim=16)
+
+
+def toy_data(n_seq: int, seed: int, mask: bool = False):
+    """z0 = c A with a fixed orthogonal A: a bridge the denoiser can learn quickly."""
+    from dihal.bridge.data import BridgeData
+
+    D, T = TOY_D, TOY_T
+    a = torch.linalg.qr(torch.randn(D, D, generator=torch.Generator().manual_seed(123)))[0]
+    c = torch.randn(n_seq, T, D, generator=torch.Generator().manual_seed(seed))
+    m = None
+    if mask:  # right padding of random length, padded values zero
+        lengths = torch.randint(
+            2, T + 1, (n_seq,), generator=torch.Generator().manual_seed(seed + 1)
+        )
+        m = torch.arange(T)[None, :] < lengths[:, None]
+        c = c * m[..., None]
+    return BridgeData(c, c @ a, m)
+
+
+# -- sequences, state dumps and bridges of a tiny backbone -------------------------------
+
+
+def random_sequences(bb, n_train=6, n_val=3, T=10):
+    """Random token sequences of the backbone's vocabulary (seeded): {"train", "val"}."""
+    g = torch.Generator().manual_seed(0)
+    V = len(bb.tokenizer)
+    return {"train": torch.randint(4, V, (n_train, T), generator=g).numpy(),
+            "val": torch.randint(4, V, (n_val, T), generator=g).numpy()}
+
+
+def state_writer(path, bb, seqs, batch, fp="fp-1"):
+    """A StateWriter at `path` for the backbone's states of `seqs`, in batches of `batch`."""
+    from storage.states import StateSpec, StateWriter
+
+    spec = StateSpec(n_layers=bb.n_layers, seq_len=seqs["train"].shape[1], hidden=bb.hidden_size,
+                     n_seq={s: len(v) for s, v in seqs.items()}, batch_size=batch)
+    return StateWriter(path, spec, fp, tokens=seqs, attrs=bb.info())
+
+
+def dump_states(bb, seqs, path, batch=2):
+    """The backbone's hidden states of `seqs`, dumped and finalised under `path`; the dump's
+    folder."""
+    from dihal.locate.extract import ExtractConfig, extract_hidden_states
+
+    w = state_writer(path / "work", bb, seqs, batch)
+    extract_hidden_states(bb, seqs, w, ExtractConfig(batch_size=batch))
+    w.finalize(path / "final")
+    return path / "final"
+
+
+def trained_bridge(bb, layer: int, objective=None, steps=4):
+    """A TrainedBridge at `layer` of the backbone as the bridge stage saves one, made by hand:
+    a random-weight denoiser, identity standardisers (no training)."""
+    from dihal.bridge.denoiser import DenoiserConfig
+    from dihal.config import BridgeProtocol
+    from dihal.results import TrainedBridge
+
+    cfg = DenoiserConfig(d_in=bb.hidden_size, d_model=32, n_layers=2, n_heads=4, max_len=32,
+                         time_embed_dim=16)
+    den = randomised_denoiser(cfg, seed=5)
+    d = bb.hidden_size
+    tensors = {f"denoiser.{k}": v for k, v in den.state_dict().items()}
+    tensors.update({"cond_std.mean": torch.zeros(d), "cond_std.std": torch.ones(d),
+                    "target_std.mean": torch.zeros(d), "target_std.std": torch.ones(d)})
+    hp = {"layer": layer, "protocol": BridgeProtocol(steps=steps).to_dict(),
+          "denoiser_config": cfg.to_dict()}
+    if objective:
+        hp["objective"] = objective
+    return TrainedBridge(tensors, hp)
+
+
+# -- hand-made report inputs ----------------------------------------------------------------
+
+PNG_1X1 = (  # a 1 x 1 PNG, base64
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==")
+
+
+def png() -> bytes:
+    import base64
+
+    return base64.b64decode(PNG_1X1)
+
+
+def spearman_row(predictor, rho, low, high, vs=""):
+    """A bridgeability Spearman row: the same (rho, interval, verdict) for every target."""
+    from dihal.rows import Spearman, SpearmanRow
+
+    return SpearmanRow(predictor, {t: Spearman(rho, low, high, vs) for t in
+                                   ("val_loss", "recon_error", "hybrid_nll")}).to_dict()
+
+
+def gen_row(model, role, ppl, low, high, **extra):
+    """A generation row (Gen.PPL and its interval, fixed diversity, MAUVE, lengths)."""
+    return {"model": model, "role": role, "gen_ppl": ppl, "gen_ppl_low": low,
+            "gen_ppl_high": high, "gen_ppl_mean": ppl, "diversity": 0.5, "mauve": 0.4,
+            "repetition": 0.1, "mean_length": 8.0, **extra}
+
+
+def report_inputs(*, spearman=None, regression=(), comparison=None, latency=2.0,
+                  stability=None):
+    """Hand-made ReportInputs of a tiny 4-layer backbone: l* = 2, oracle 3, worst 1."""
+    from dihal.results import ReportInputs
+    from dihal.rows import DEPTH
+
+    spearman = spearman if spearman is not None else [
+        spearman_row("S_l (robust)", 0.9, 0.8, 1.0, "above"), spearman_row(DEPTH, 0.1, -0.2, 0.4)]
+    comparison = comparison or [
+        gen_row("dihal", "dihal", 50.0, 45.0, 55.0, denoiser_parameters=12345,
+                train_tokens=65536, sampler_steps=4),
+        gen_row("backbone", "backbone", 30.0, 28.0, 32.0),
+        gen_row("sed", "baseline", 80.0, 70.0, 90.0), gen_row("codar", "baseline", 52.0, 40.0, 60.0)]
+    geometry = [{"layer": ll, "norm": n, "m_curv": 0.1 * ll, "m_mono": 0.2, "k_eff": 3.0}
+                for n in ("none", "robust") for ll in range(4)]
+    score = [{"layer": ll, "norm": n, "S": 0.5 * ll, "candidate": ll > 0}
+             for n in ("none", "robust") for ll in range(4)]
+    ev = [{"model": "dihal", "role": "dihal", "ms_per_token": 4.0, "latency_vs_backbone": latency},
+          {"model": "backbone", "role": "backbone", "ms_per_token": 2.0,
+           "latency_vs_backbone": 1.0}]
+    image = png()
+    return ReportInputs(
+        backbone="tiny", backbone_info={"hf_id": "t/tiny", "architecture": "llama",
+                                        "n_layers": 4, "hidden_size": 32, "revision": "abc"},
+        configs={"layer_score": {"primary_norm": "robust"},
+                 "geometry": {"n_tokens": 64, "n_anchors": 8, "k_neighbors": 4, "n_pairs": 10,
+                              "n_resamples": 20},
+                 "eval": {"n_samples": 4, "length": 6, "temperature": 1.0, "seed": 0}},
+        geometry_rows=geometry, predictor_rows=[], score_rows=score,
+        score={"l_star": 2, "selected": {"none": 1, "robust": 2},
+               "spearman_vs_depth": {"none": 0.3, "robust": 0.2},
+               "stability": stability if stability is not None else {}},
+        bridgeability={"l_star": 2, "oracle": 3, "worst": 1, "swept_layers": [1, 2, 3],
+                       "spearman": spearman, "regression": list(regression)},
+        sweep_layers=[], sweep_protocol={"steps": 4},
+        comparison={"rows": comparison, "missing": []},
+        evaluation={"rows": ev, "judge": {"judge": "t/tiny"}},
+        full_training=[],
+        sampler_curve={"layer": 2, "rows": [
+            {"steps": 1, "trained_steps": 4, "hybrid_nll": 3.0, "recon_error": 0.5,
+             "backbone_nll": 2.5, "ms_per_token": 1.0, "top1_agreement": 0.5}]},
+        samples={"dihal": ["a b c"]}, plots={"proxies": image, "score": image, "scatter": image},
+        backbones=[], artifacts="/tmp/x", fingerprints={"geometry_tiny": "f" * 64})
+
+
+def report_inputs_with_cost(step_mflops, timed=True):
+    """The hand-made inputs with a cost table: 4 blocks of 10 MFLOPs, a head of 5, a denoising
+    step of `step_mflops`; DiHAL at l* = 2 samples with K = 4, the sweep too."""
+    from dataclasses import replace
+
+    x = report_inputs()
+    rows = [{"model": "backbone", "layer": None, "K": 0, "flops_per_token": 45e6,
+             "ms_per_token": 2.0, "flops_vs_backbone": 1.0, "ms_vs_backbone": 1.0,
+             "time_over_flops": 1.0}]
+    if timed:
+        f = 25e6 + 4 * step_mflops * 1e6
+        rows.append({"model": "DiHAL (l=2, K=4)", "layer": 2, "K": 4, "flops_per_token": f,
+                     "ms_per_token": 3.0, "flops_vs_backbone": f / 45e6, "ms_vs_backbone": 1.5,
+                     "time_over_flops": 1.5 / (f / 45e6)})
+    cost = {"flop_model": {"block_flops": [10e6] * 4, "head_flops": 5e6, "other_flops": 0.0,
+                           "denoiser_step_flops": step_mflops * 1e6},
+            "rows": rows, "n": 2, "length": 16, "repeats": 3, "note": "FLOPs counted"}
+    sweep = [{"layer": ll, "hybrid_nll": 3.0 + ll, "backbone_nll": 2.5} for ll in (1, 2, 3)]
+    return replace(x, evaluation={**x.evaluation, "cost": cost}, sweep_layers=sweep)
+
+
+# -- the tiny world: a tiny llama's graph through Dagster ---------------------------------
+
+# Every stage small enough for seconds on a CPU: the public tiny preset (dihal.profiles)
+TINY = PROFILES["tiny"]
+PROTOCOL = TINY["bridge_sweep"]
+# a wider denoiser that the baselines' recipes can match within 10 % (the comparison's world)
+MATCHED_PROTOCOL = {"d_model": 64, "n_layers": 1, "n_heads": 2, "batch_size": 2,
+                    "eval_sequences": 4, "steps": 4, "checkpoint_every": 50}
+# the tiny Locate stages' run config (ops) of the tiny llama
+TINY_RUN = {f"{stage}_llama": {"config": TINY[stage]}
+            for stage in ("sequences", "hidden_states", "geometry")}
+# ... and of its bridge sweep
+SWEEP_RUN = {**TINY_RUN, "bridge_sweep_llama": {"config": PROTOCOL}}
+LOCATE = ["corpus", "sequences_llama", "hidden_states_llama", "geometry_llama", "layer_score_llama"]
+SWEPT = ("1", "2", "3")  # the tiny llama's candidate layers
+
+
+def tiny_profile(path: Path, shard: Path, **stages: dict) -> Path:
+    """Write the tiny profile (with `stages` replacing those stages' settings), reading the
+    corpus from `shard`; its path (for DIHAL_PROFILE)."""
+    import json
+
+    path.write_text(json.dumps({**TINY, "corpus": {"paths": [str(shard)]}, **stages}))
+    return path
+
+
+def tiny_definitions(root: Path, model_dir: Path, **storage):
+    """The code location of the tiny llama (4 layers, its own judge, one CPU thread) with its
+    artifacts under `root` (`storage`: the storage resource's other settings)."""
+    from pipeline.definitions import build_definitions
+    from resources import BackboneResource, ComputeResource, JudgeResource, StorageResource
+
+    return build_definitions(("llama",), n_layers={"llama": 4}, resources={
+        "storage": StorageResource(root=str(root), **storage),
+        "backbones": BackboneResource(paths={"llama": str(model_dir)}),
+        "compute": ComputeResource(device="cpu", threads=1),
+        "judge": JudgeResource(name=str(model_dir)),
+    })
+
+
+def materialize(defs, instance, keys, run_ops, partition=None, resources: dict | None = None):
+    """(result, [failure messages]) of materialising `keys` of `defs` in-process on
+    `instance`, with the run config of `run_ops` that those keys take (and `resources`
+    replacing those of `defs`)."""
+    import dagster as dg
+
+    run_ops = {k: v for k, v in run_ops.items() if k in keys}
+    res = dg.materialize(
+        list(defs.assets) + list(defs.asset_checks), selection=keys, partition_key=partition,
+        instance=instance, resources={**defs.resources, **(resources or {})},
+        run_config={"ops": run_ops},
+        raise_on_error=False,
+    )
+    errors = [e.step_failure_data.error.to_string() for e in res.all_events
+              if e.event_type_value == "STEP_FAILURE"]
+    return res, errors
+
+
+def materialized_metadata(result) -> dict:
+    """{asset key: its materialisation's metadata} of a run's result."""
+    return {e.asset_key.to_user_string(): e.step_materialization_data.materialization.metadata
+            for e in result.get_asset_materialization_events()}
+
+
+@dataclass
+class World:
+    """A tiny llama's code location, its artifact root and its corpus shard."""
+
+    root: Path  # the artifact root
+    shard: Path
+    defs: object  # dagster.Definitions
+
+    def materialize(self, keys: list[str], partition: str | None = None, instance=None,
+                    resources: dict | None = None, **ops):
+        """(result, [failure messages]) of materialising `keys` in-process (on `instance`, or
+        a new ephemeral one; with `resources` replacing the world's), with SWEEP_RUN's configs
+        and `ops`."""
+        import dagster as dg
+
+        run = {**SWEEP_RUN, "corpus": {"config": {"paths": [str(self.shard)]}}, **ops}
+        return materialize(self.defs, instance or dg.DagsterInstance.ephemeral(), keys, run,
+                           partition, resources)
+
+    def cached(self, res) -> dict[str, bool]:
+        return {k: m["cached"].value for k, m in materialized_metadata(res).items()}
+
+    def checks(self, res) -> dict:
+        """{check name: its dagster AssetCheckEvaluation} of a run's result."""
+        return {e.asset_check_evaluation_data.check_name: e.asset_check_evaluation_data
+                for e in res.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"}
+
+    def path(self, *parts: str) -> Path:
+        return self.root / "llama" / Path(*parts)
+
+
+def make_world(folder: Path, model_dir: Path, artifacts: Path | None = None) -> World:
+    """A World over the tiny model at `model_dir`: its corpus (120 generated documents) under
+    `folder` (kept where it exists), its artifacts under `artifacts` (or folder/artifacts)."""
+    shard = folder / "corpus" / "s0.json.gz"
+    if not shard.exists():
+        shard.parent.mkdir(parents=True, exist_ok=True)
+        write_shard(shard, make_docs(120))
+    root = artifacts or folder / "artifacts"
+    return World(root.resolve(), shard, tiny_definitions(root, model_dir, verify_every_hours=24.0))
+
+
+def copy_world(world: World, folder: Path, model_dir: Path) -> World:
+    """A private copy of `world`'s artifacts under folder/artifacts, over the same shard and
+    model: what `world` materialised is found there (cached), and damage stays private."""
+    import shutil
+
+    shutil.copytree(world.root, folder / "artifacts")
+    w = make_world(folder, model_dir, folder / "artifacts")
+    w.shard = world.shard
+    return w

@@ -168,7 +168,7 @@ class CostSubject:
     steps: int = 0
     layer: int | None = None
     # its FLOPs per token priced by a FlopModel (e.g. `lambda m: m.hybrid(layer, K)`), where
-    # cost_rows is given one: tests/test_cost.py proves the model equal to the count for the
+    # cost_rows is given one: tests/unit/test_cost.py proves the model equal to the count for the
     # backbone and every kind of hybrid, so the eval need not count each decode again; None:
     # counted over the subject's own decode
     price: Callable[[FlopModel], float] | None = None

@@ -443,7 +443,7 @@ def controls_cost(backbone, trained: TrainedBridge, controls: list[tuple[str, An
     layer = trained.layer
     dihal = {k: bridge_hybrid(backbone, trained, steps=k) for k in sorted(set(steps))}
     # the backbone and DiHAL at each K are priced by the FLOP model (proved equal to the count
-    # in tests/test_cost.py); the controls, of other networks, are counted
+    # in tests/unit/test_cost.py); the controls, of other networks, are counted
     subjects = [CostSubject("backbone", partial(decode_backbone, backbone),
                             price=lambda m: m.backbone()),
                 *(CostSubject(f"DiHAL (l={layer}, K={k})", h.decode, k, layer,

@@ -296,7 +296,7 @@ def mauve_interval_seeds(p_features, q_features, *, seed: int = 0, n_seeds: int 
     full-sample MAUVE of the least and most favourable fits. `mauve_diagnostic` is True when
     either side has fewer than `min_samples` (512) samples or the sides differ in count: the
     report shows such a MAUVE as a diagnostic, not a result. Covered by
-    tests/test_metrics.py test_mauve_interval_seeds_*."""
+    tests/unit/test_metrics.py test_mauve_interval_seeds_*."""
     import numpy as np
 
     if n_seeds < 1 or n_boot < n_seeds:

@@ -22,7 +22,7 @@ from dihal.checkpoint import (
     read_state,
 )
 from dihal.errors import CheckpointDamagedError
-from tests.test_bridge_train import toy_data
+from tests.tiny import toy_data
 
 DENOISER = DenoiserConfig(d_in=4, d_model=16, n_layers=1, n_heads=2, max_len=8, time_embed_dim=8)
 # 6 steps; checkpoints every 2, the newest two kept: a run cut after 5 leaves steps 4 and 5

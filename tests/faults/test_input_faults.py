@@ -102,7 +102,7 @@ def test_a_damaged_checkpoint_falls_back_to_the_previous_one(tmp_path):
     from dihal.bridge import BrownianBridge, DenoiserConfig, build_denoiser
     from dihal.bridge.train import TrainConfig, train_bridge
     from dihal.checkpoint import list_checkpoints
-    from tests.test_bridge_train import toy_data
+    from tests.tiny import toy_data
 
     cfg_d = DenoiserConfig(d_in=4, d_model=16, n_layers=1, n_heads=2, max_len=8, time_embed_dim=8)
     train, val = toy_data(24, 1), toy_data(8, 2)

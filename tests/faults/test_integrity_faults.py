@@ -16,7 +16,7 @@ from storage import HiddenStates, LayerScore
 from storage.artifacts import VERIFIED
 from storage.manifest import write_manifest
 from storage.states import STATES, chunk_key
-from tests.faults.conftest import RUN
+from tests.tiny import SWEEP_RUN as RUN
 
 
 def _digest(path) -> str:

@@ -7,13 +7,10 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import dagster as dg
 
-from tests.tiny_location import PROTOCOL, tiny_profile
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.tiny import PROTOCOL, ROOT, tiny_profile
 
 
 def test_ctrl_c_cancels_the_runs_and_frees_the_artifact(world, tmp_path, tiny_llama_dir):

@@ -14,7 +14,7 @@ from dihal.registry import declare
 from storage import Geometry, LayerScore
 from storage.layout import ArtifactLayout
 from storage.locks import artifact_lock, lock_path
-from tests.faults.conftest import RUN
+from tests.tiny import SWEEP_RUN as RUN
 
 PRECIOUS = b"another user's file: not a lock\n" * 4
 

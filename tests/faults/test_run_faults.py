@@ -14,9 +14,8 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from tests.tiny_location import PROTOCOL, TINY, tiny_profile
+from tests.tiny import PROTOCOL, ROOT, TINY, tiny_profile
 
-ROOT = Path(__file__).resolve().parents[2]
 # about 8 s a step on one thread: the three partitions' runs overlap when they run at once
 LONG_SWEEP = {**PROTOCOL, "epochs": 200.0, "checkpoint_every": 1000}
 

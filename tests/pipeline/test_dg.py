@@ -1,0 +1,131 @@
+"""The project is a `dg` project (pyproject's [tool.dg]): `dg list defs` and `dg launch
+--assets` work beside `dagster asset list` / `dagster asset materialize --select`, on the real
+code location (pipeline.definitions) with a backbone declared from a tiny model's folder
+($DIHAL_CONFIG) and the tiny profile ($DIHAL_PROFILE): the corpus and the declared backbone's
+sequences are cheap."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dihal import registry
+from tests.tiny import ROOT, make_docs, tiny_profile, write_shard
+
+BIN = Path(sys.executable).parent
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory, tiny_llama_dir):
+    tmp = tmp_path_factory.mktemp("dg")
+    shard = write_shard(tmp / "s0.json.gz", make_docs(120))
+    (tmp / "dihal.toml").write_text(
+        f'[backbones.tinyfolder]\nmodel = "{tiny_llama_dir}"\njudge = "{tiny_llama_dir}"\n')
+    (tmp / "home").mkdir()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "DAGSTER_HOME": str(tmp / "home"),
+           "DIHAL_ARTIFACTS": str(tmp / "artifacts"), "DIHAL_CONFIG": str(tmp / "dihal.toml"),
+           "DIHAL_PROFILE": str(tiny_profile(tmp / "profile.json", shard)),
+           "HF_HUB_OFFLINE": "1", "NO_COLOR": "1", "COLUMNS": "200"}
+    env.pop(registry.DECLARED_ENV, None)
+    return tmp, env
+
+
+def cli(env, *args, timeout=600) -> subprocess.CompletedProcess:
+    out = subprocess.run([str(BIN / args[0]), *args[1:]], cwd=ROOT, env=env, text=True,
+                         capture_output=True, timeout=timeout)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    return out
+
+
+def test_dg_list_defs_shows_the_code_location_with_the_declared_backbone(world):
+    _, env = world
+    listed = json.loads(cli(env, "dg", "list", "defs", "--json").stdout)
+    assets = {a["asset_key"] for a in listed["assets"]}
+    assert {"corpus", "bridge_llama", "layer_score_smollm2", "sequences_tinyfolder",
+            "report_tinyfolder"} <= assets
+    assert {"locate_tinyfolder", "sweep_tinyfolder"} <= {j["name"] for j in listed["jobs"]}
+    assert "reevaluate_tinyfolder_nightly" in {s["name"] for s in listed["schedules"]}
+    seq = next(a for a in listed["assets"] if a["asset_key"] == "sequences_tinyfolder")
+    assert seq["group_name"] == "tinyfolder" and seq["dependency_keys"] == ["corpus"]
+
+
+def test_dagster_asset_list_shows_the_declared_backbone(world):
+    _, env = world
+    out = cli(env, "dagster", "asset", "list", "-m", "pipeline.definitions").stdout.split()
+    assert {"layer_score_tinyfolder", "bridge_tinyfolder", "bridge_llama"} <= set(out)
+
+
+def _cached(home: Path, key: str) -> list[bool]:
+    """The `cached` metadata of each materialisation of `key` in the instance at `home`."""
+    import dagster as dg
+    from dagster._core.instance.ref import InstanceRef
+
+    with dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(home))) as instance:
+        records = instance.fetch_materializations(dg.AssetKey(key), limit=10,
+                                                  ascending=True).records
+        return [r.asset_materialization.metadata["cached"].value for r in records]
+
+
+def test_dg_launch_and_dagster_asset_materialize_make_the_same_artifacts(world):
+    """dg launch makes the corpus and the declared backbone's sequences; dagster asset
+    materialize then finds both up to date (reused: same fingerprint, nothing recomputed)."""
+    tmp, env = world
+    launched = cli(env, "dg", "launch", "--assets", "corpus,sequences_tinyfolder")
+    assert "RUN_SUCCESS" in launched.stderr + launched.stdout
+    manifest = tmp / "artifacts" / "tinyfolder" / "sequences" / "manifest.json"
+    made = json.loads(manifest.read_text())
+    assert made["backbone"] == "tinyfolder" and made["info"]["metadata"]["train_sequences"] == 8
+    again = cli(env, "dagster", "asset", "materialize", "-m", "pipeline.definitions",
+                "--select", "corpus,sequences_tinyfolder")
+    assert "RUN_SUCCESS" in again.stderr + again.stdout
+    assert json.loads(manifest.read_text())["fingerprint"] == made["fingerprint"]
+    assert _cached(tmp / "home", "sequences_tinyfolder") == [False, True]
+    assert _cached(tmp / "home", "corpus") == [False, True]
+
+
+def test_dg_dev_serves_the_code_location_with_the_declared_backbone(world):
+    """`dg dev` starts the web server and the daemon; the UI's GraphQL lists the declared
+    backbone's assets. DAGSTER_MODULE_NAME is unset, as docs/own-model.md says."""
+    import signal
+    import socket
+    import time
+    import urllib.request
+
+    tmp, env = world
+    env = {k: v for k, v in env.items() if k != "DAGSTER_MODULE_NAME"}
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = open(tmp / "dg-dev.log", "w")  # noqa: SIM115 (closed below)
+    proc = subprocess.Popen([str(BIN / "dg"), "dev", "-h", "127.0.0.1", "-p", str(port)],
+                            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/server_info", timeout=2)
+                break
+            except OSError:
+                assert proc.poll() is None, (tmp / "dg-dev.log").read_text()[-3000:]
+                assert time.monotonic() < deadline, "dg dev did not serve in 300 s: " + (
+                    tmp / "dg-dev.log").read_text()[-3000:]
+                time.sleep(1)
+        query = json.dumps({"query": "{ assetNodes { assetKey { path } } }"}).encode()
+        req = urllib.request.Request(f"http://127.0.0.1:{port}/graphql", data=query,
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=120) as answer:
+            nodes = json.loads(answer.read())["data"]["assetNodes"]
+        keys = {n["assetKey"]["path"][0] for n in nodes}
+        assert {"layer_score_tinyfolder", "report_tinyfolder", "bridge_llama"} <= keys
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+        log.close()

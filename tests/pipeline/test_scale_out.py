@@ -1,0 +1,183 @@
+"""The main job through a real Dagster instance and real processes: named jobs submitted to the
+run queue, a daemon launching them, the sweep as one backfill whose partitions run at the same
+time; then the same sweep with every step on a local Dask cluster (a scheduler and three
+workers, started and stopped here). Both give the bridge weights of the in-process run."""
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from tests.tiny import LOCATE, PROTOCOL, ROOT, copy_world, tiny_profile
+
+LAYERS = ["1", "2", "3"]
+# Long enough (about 8 s a step on one thread; a partition's run trains the bridge and its
+# regression control) that runs launched a few seconds apart overlap
+SWEEP = {**PROTOCOL, "epochs": 200.0, "checkpoint_every": 1000}
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, located_world, tiny_llama_dir):
+    """The in-process sweep (dg.materialize, one partition after another) on a copy of the
+    session's located world: weight digests."""
+    world = copy_world(located_world, tmp_path_factory.mktemp("in-process"), tiny_llama_dir)
+    res, err = world.materialize(LOCATE)  # found cached
+    assert res.success, err
+    for layer in LAYERS:
+        res, err = world.materialize(["bridge_sweep_llama"], partition=layer,
+                                     bridge_sweep_llama={"config": SWEEP})
+        assert res.success, err
+    return world, {ll: _digest(world.path("bridge_sweep", f"layer_{int(ll):03d}",
+                                          "bridge.safetensors")) for ll in LAYERS}
+
+
+def _setup(tmp_path: Path, model: Path, shard: Path) -> dict:
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    shutil.copy(ROOT / "dagster.yaml", home / "dagster.yaml")  # the project's instance config
+    return {**os.environ, "DAGSTER_HOME": str(home), "DIHAL_TINY_MODEL": str(model),
+            "DIHAL_ARTIFACTS": str(tmp_path / "artifacts"), "PYTHONUNBUFFERED": "1",
+            "DIHAL_PROFILE": str(tiny_profile(tmp_path / "tiny.json", shard, bridge_sweep=SWEEP)),
+            "PYTHONPATH": str(ROOT)}
+
+
+def _driver(env: dict, workers: int) -> subprocess.CompletedProcess:
+    out = subprocess.run(
+        [sys.executable, "-m", "pipeline.main", "--backbone", "llama", "--module",
+         "tests.tiny_location", "--layers", ",".join(LAYERS), "--workers", str(workers),
+         "--stop-after", "sweep"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    return out
+
+
+def _instance(env: dict, monkeypatch) -> dg.DagsterInstance:
+    monkeypatch.setenv("DAGSTER_HOME", env["DAGSTER_HOME"])
+    monkeypatch.setenv("DIHAL_WORKERS", "1")  # dagster.yaml reads it
+    return dg.DagsterInstance.get()
+
+
+def _sweep_runs(instance: dg.DagsterInstance):
+    """The one backfill of the sweep job and its runs' records."""
+    (backfill,) = instance.get_backfills()
+    assert backfill.partition_set_origin.partition_set_name == "sweep_llama_partition_set"
+    assert sorted(backfill.partition_names) == LAYERS
+    records = instance.get_run_records(filters=dg.RunsFilter(tags={"dagster/backfill": backfill.backfill_id}))
+    assert sorted(r.dagster_run.tags["dagster/partition"] for r in records) == LAYERS
+    assert all(r.dagster_run.job_name == "sweep_llama" for r in records)
+    assert all(r.dagster_run.status == dg.DagsterRunStatus.SUCCESS for r in records)
+    return records
+
+
+def _overlap(records) -> float:
+    """Seconds during which every run of the backfill was running at once."""
+    return min(r.end_time for r in records) - max(r.start_time for r in records)
+
+
+def _weights(env: dict) -> dict:
+    root = Path(env["DIHAL_ARTIFACTS"]) / "llama" / "bridge_sweep"
+    return {ll: _digest(root / f"layer_{int(ll):03d}" / "bridge.safetensors") for ll in LAYERS}
+
+
+def _step_pids(instance: dg.DagsterInstance, records) -> set[int]:
+    pids = set()
+    for r in records:
+        for e in instance.all_logs(r.dagster_run.run_id):
+            if m := re.search(r"computing on cpu .*pid (\d+)\)", e.user_message or ""):
+                pids.add(int(m.group(1)))
+    return pids
+
+
+def test_the_driver_runs_named_jobs_and_the_sweep_as_one_concurrent_backfill(
+        tmp_path, tiny_llama_dir, reference, monkeypatch):
+    world, want = reference
+    env = _setup(tmp_path, tiny_llama_dir, world.shard)
+    out = _driver(env, workers=3)
+    assert "started a Dagster daemon" in out.stdout
+    assert re.search(r"backfill \S+ of sweep_llama: 3 partitions \(1, 2, 3\), at most 3 at a time",
+                     out.stdout)
+    instance = _instance(env, monkeypatch)
+    assert {r.job_name for r in instance.get_runs()} == {"locate_llama", "sweep_llama"}
+    records = _sweep_runs(instance)
+    assert _overlap(records) > 0, [(r.start_time, r.end_time) for r in records]
+    assert len(_step_pids(instance, records)) == 3  # each partition's run in its own process
+    assert _weights(env) == want  # bit-identical to the in-process sweep
+    # a second run reuses everything: no partition is trained again
+    again = _driver(env, workers=3)
+    assert "done sweep_llama" in again.stdout
+    assert "(reused: bridge_sweep_llama, regression_sweep_llama)" in again.stdout
+
+
+@pytest.fixture()
+def dask_cluster(tmp_path):
+    """A Dask scheduler and three single-threaded workers, each offering one "device", in their
+    own processes; stopped afterwards. Yields (address, worker pids, the workers' env)."""
+    dask = str(Path(sys.executable).parent / "dask")
+    sched_file = tmp_path / "scheduler.json"
+    procs = []
+
+    def start(args: list[str], log: str, env_: dict | None = None):
+        with open(tmp_path / log, "w") as out:
+            procs.append(subprocess.Popen([dask, *args], cwd=ROOT, env=env_, stdout=out,
+                                          stderr=subprocess.STDOUT, start_new_session=True))
+
+    start(["scheduler", "--scheduler-file", str(sched_file), "--host", "127.0.0.1", "--port", "0",
+           "--no-dashboard"], "scheduler.log")
+
+    def workers(worker_env: dict) -> tuple[str, set[int]]:
+        deadline = time.monotonic() + 60
+        while not sched_file.exists():
+            assert time.monotonic() < deadline, (tmp_path / "scheduler.log").read_text()
+            time.sleep(0.2)
+        address = json.loads(sched_file.read_text())["address"]
+        for i in range(3):
+            start(["worker", address, "--nworkers", "1", "--nthreads", "1", "--resources",
+                   "device=1", "--name", f"w{i}", "--no-dashboard"], f"worker{i}.log", worker_env)
+        from distributed import Client
+
+        with Client(address, timeout=60) as client:
+            client.wait_for_workers(3, timeout=120)
+            pids = set(client.run(os.getpid).values())
+        return address, pids
+
+    try:
+        yield workers
+    finally:
+        for p in procs:
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        for p in procs:
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+
+
+def test_the_sweep_runs_on_a_dask_cluster_concurrently_with_the_same_weights(
+        tmp_path, tiny_llama_dir, reference, dask_cluster, monkeypatch):
+    world, want = reference
+    env = _setup(tmp_path, tiny_llama_dir, world.shard)
+    address, worker_pids = dask_cluster(env)  # the workers load the same code location
+    env["DIHAL_DASK_SCHEDULER"] = address
+    _driver(env, workers=3)
+    instance = _instance(env, monkeypatch)
+    records = _sweep_runs(instance)
+    assert _overlap(records) > 0, [(r.start_time, r.end_time) for r in records]
+    pids = _step_pids(instance, records)
+    assert pids and pids <= worker_pids, (pids, worker_pids)  # computed on the Dask workers
+    assert len(pids) == 3  # one step per worker at a time, every worker used
+    assert _weights(env) == want

@@ -1,0 +1,228 @@
+"""The temperature frontier: which points lie on it, the sentence that reads it each
+way it can come out, a baseline's points (sampled once per temperature, the main and native
+rows reused, one point for a deterministic recipe), and its section in the report."""
+
+import math
+
+import pytest
+
+from dihal.compare.stage import baseline_frontier
+from dihal.evaluate.frontier import (
+    clearly_dominates,
+    dominates,
+    frontier_sentence,
+    on_frontier,
+    point,
+)
+
+
+def _p(model, role, t, ppl, div, **extra):
+    return {**point(model, role, t, {"gen_ppl": ppl, "gen_ppl_low": ppl * 0.9,
+                                     "gen_ppl_high": ppl * 1.1, "diversity": div,
+                                     "diversity_spacy": div, "mean_judge_length": 20.0},
+                    sampled=True), **extra}
+
+
+def test_dominance_needs_lower_gen_ppl_at_equal_or_higher_diversity():
+    a, b = _p("a", "x", 1.0, 10.0, 0.5), _p("b", "x", 1.0, 20.0, 0.5)
+    assert dominates(a, b) and not dominates(b, a)
+    assert not dominates(a, a)  # equal on both: neither dominates
+    c = _p("c", "x", 1.0, 5.0, 0.2)  # lower Gen.PPL, but less diverse: both on the frontier
+    assert on_frontier([a, c]) == [True, True]
+    assert on_frontier([a, b, c]) == [True, False, True]
+    nan = _p("n", "x", 1.0, math.nan, 0.9)
+    assert on_frontier([a, nan]) == [True, False]  # no finite Gen.PPL: never on it
+
+
+def test_clear_dominance_needs_the_intervals_apart():
+    """Gen.PPL intervals +-10 %: 10 vs 20 are apart (11 < 18), 10 vs 11.5 overlap."""
+    a, b = _p("a", "x", 1.0, 10.0, 0.5), _p("b", "x", 1.0, 20.0, 0.5)
+    assert clearly_dominates(a, b) and not clearly_dominates(b, a)
+    near = _p("n", "x", 1.0, 11.5, 0.5)
+    assert dominates(a, near) and not clearly_dominates(a, near)
+    assert on_frontier([a, near]) == [True, False]
+    assert on_frontier([a, near], clearly=True) == [True, True]
+    # the diversity side: apart upwards at an overlapping Gen.PPL
+    up = {**_p("u", "x", 1.0, 11.0, 0.8), "diversity_low": 0.75, "diversity_high": 0.85}
+    low = {**_p("l", "x", 1.0, 11.0, 0.5), "diversity_low": 0.45, "diversity_high": 0.55}
+    assert clearly_dominates(up, low) and not clearly_dominates(low, up)
+    # a lower Gen.PPL beyond the intervals does not dominate a clearly more diverse point
+    assert not clearly_dominates(a, up)
+    # no intervals: each point is its own interval
+    bare = {k: v for k, v in a.items() if not k.endswith(("_low", "_high"))}
+    assert clearly_dominates(bare, near)
+
+
+# each way the sentence can come out
+DIHAL_ON = [_p("DiHAL", "dihal", 0.7, 30.0, 0.4), _p("DiHAL", "dihal", 1.0, 60.0, 0.8),
+            _p("backbone", "backbone", 0.7, 10.0, 0.3), _p("backbone", "backbone", 1.0, 20.0, 0.7),
+            _p("sed", "baseline", None, 500.0, 0.5)]
+DIHAL_OFF = [_p("DiHAL", "dihal", 0.7, 30.0, 0.4), _p("DiHAL", "dihal", 1.0, 60.0, 0.6),
+             _p("backbone", "backbone", 0.7, 10.0, 0.5), _p("backbone", "backbone", 1.0, 20.0, 0.7)]
+
+
+@pytest.mark.parametrize(("points", "says"), [
+    (DIHAL_ON, ["At the temperatures measured (0.7, 1), 2 of the 3 models have a point on the "
+                "frontier", "DiHAL (T = 1), backbone (T = 0.7, 1)",
+                "; every point of sed is dominated", ". DiHAL lies on it at T = 1."]),
+    (DIHAL_OFF, ["1 of the 2 models have a point", "backbone (T = 0.7, 1)",
+                 "every point of DiHAL is dominated",
+                 ". DiHAL does not: at each temperature measured another point has a lower "
+                 "Gen.PPL at equal or higher diversity."]),
+    (DIHAL_ON[:2] + [_p("backbone", "backbone", 0.7, 10.0, 0.3)],
+     ["every one of the 2 models has a point on the frontier", "DiHAL lies on it at T = 0.7, 1."]),
+    ([], ["No temperature frontier was measured"]),
+    ([_p("DiHAL", "dihal", 1.0, math.nan, 0.5)], ["No frontier point has a finite Gen.PPL"]),
+])
+def test_frontier_sentence_each_way(points, says):
+    text = frontier_sentence(points)
+    for s in says:
+        assert s in text, (s, text)
+    # "is dominated" only where some model has no point on the frontier
+    assert ("is dominated" in text) == any("is dominated" in s for s in says)
+
+
+def test_a_baseline_samples_each_missing_temperature_once():
+    """The common temperature's and the native one's points are those rows' (not sampled
+    again); the others are sampled once each; a deterministic recipe gives one point."""
+    row = {"gen_ppl": 40.0, "diversity": 0.6, "sample_nll": [1.0], "sample_seconds": 3.0}
+    native = {"gen_ppl": 30.0, "diversity": 0.5, "sample_seconds": 3.0}
+    asked = []
+
+    def measure(t):
+        asked.append(t)
+        return {"gen_ppl": 35.0, "diversity": 0.55, "sample_seconds": 2.0}
+
+    pts = baseline_frontier("codar", True, (0.7, 0.85, 1.0), {1.0: row, 0.7: native}, measure)
+    assert asked == [0.85]
+    assert [(p["temperature"], p["gen_ppl"], p["sampled"], p["sample_seconds"]) for p in pts] == [
+        (0.7, 30.0, False, 0.0), (0.85, 35.0, True, 2.0), (1.0, 40.0, False, 0.0)]
+    assert all("sample_nll" not in p for p in pts)  # lean: no per-sample lists
+    sed = baseline_frontier("sed", False, (0.7, 0.85, 1.0), {None: row}, measure)
+    assert asked == [0.85] and [(p["temperature"], p["sampled"]) for p in sed] == [(None, False)]
+    assert baseline_frontier("sed", False, (), {None: row}, measure) == []
+
+
+def test_report_section_plots_and_tabulates_the_frontier():
+    from dihal.report.build import build_report
+    from dihal.report.common import FRONTIER
+    from tests.tiny import report_inputs
+
+    x = report_inputs()
+    with_points = type(x)(**{**x.__dict__, "comparison": {**x.comparison, "frontier": DIHAL_ON}})
+    md = build_report(with_points).markdown
+    section = md[md.index("3c. Gen.PPL against diversity across temperatures"):]
+    assert "DiHAL lies on it at T = 1" in section and "data:image/png;base64," in section
+    for column in ("| model | T | Gen.PPL [95 %] | diversity | diversity (spaCy) | mean length "
+                   "(judge tokens) | on the frontier |", "none (deterministic rounding)"):
+        assert column in section, column
+    assert FRONTIER in build_report(with_points).html
+    assert "No temperature frontier was measured" in build_report(x).markdown
+
+
+def test_the_reports_opening_answers_read_the_frontier():
+    """The sentence is among "What this run shows", linking to section 3c; without points it
+    says none was measured."""
+    from dihal.report.build import build_report
+    from tests.tiny import report_inputs
+
+    x = report_inputs()
+    with_points = type(x)(**{**x.__dict__, "comparison": {**x.comparison, "frontier": DIHAL_ON}})
+    for got, says in ((with_points, "DiHAL lies on it at T = 1"),
+                      (x, "No temperature frontier was measured")):
+        md = build_report(got).markdown
+        answers = md[md.index("What this run shows"):md.index("3c. Gen.PPL against")]
+        answers = answers[:answers.index("\n## ", 1)] if "\n## " in answers[1:] else answers
+        assert says in answers and "#temperature-frontier" in answers, answers[:2000]
+
+
+@pytest.mark.parametrize(("points", "says"), [
+    # DiHAL off the frontier beyond the intervals at every temperature
+    ([_p("DiHAL", "dihal", 1.0, 60.0, 0.5), _p("backbone", "backbone", 1.0, 20.0, 0.6)],
+     ["1 of the 1 dominated points stay dominated: DiHAL (T = 1)",
+      "DiHAL is off the frontier beyond the intervals at every temperature."]),
+    # DiHAL off the frontier, but only within sampling noise
+    ([_p("DiHAL", "dihal", 1.0, 22.0, 0.6), _p("backbone", "backbone", 1.0, 20.0, 0.6)],
+     ["0 of the 1 dominated points stay dominated: every domination above is within sampling "
+      "noise", "within the intervals DiHAL may lie on it (T = 1)."]),
+    # DiHAL on it; another model off it beyond the intervals
+    (DIHAL_ON, ["2 of the 2 dominated points stay dominated: DiHAL (T = 0.7), sed (T = none)."]),
+    # nothing off the frontier
+    ([_p("DiHAL", "dihal", 1.0, 60.0, 0.8), _p("backbone", "backbone", 1.0, 20.0, 0.6)],
+     ["Read with the 95 % intervals, no point is off the frontier either."]),
+])
+def test_the_frontier_read_with_its_intervals_each_way(points, says):
+    text = frontier_sentence(points)
+    for s in says:
+        assert s in text, (s, text)
+    # DiHAL's own standing under the intervals is said only where it is off the frontier
+    assert ("DiHAL is off the frontier beyond" in text or "DiHAL may lie on it" in text) == (
+        "DiHAL does not" in text)
+
+
+def _ci(model, role, t, ppl, lo, hi, div, dlo, dhi):
+    return {**_p(model, role, t, ppl, div), "gen_ppl_low": lo, "gen_ppl_high": hi,
+            "diversity_low": dlo, "diversity_high": dhi}
+
+
+def test_a_less_diverse_point_never_clearly_dominates_and_one_dominator_serves_both_tests():
+    """The backbone at T = 1 is on the frontier (nothing has a lower Gen.PPL at its diversity);
+    a point with a far lower Gen.PPL but a lower diversity (its interval overlapping) must not
+    mark it "dominated beyond the 95 % intervals" as well."""
+    from dihal.report.frontier import frontier_table
+
+    backbone = _ci("backbone", "backbone", 1.0, 114.0, 92.0, 143.0, 0.82, 0.80, 0.84)
+    colder = _ci("backbone", "backbone", 0.7, 40.0, 35.0, 46.0, 0.78, 0.74, 0.83)
+    assert not dominates(colder, backbone) and not clearly_dominates(colder, backbone)
+    assert on_frontier([backbone, colder]) == [True, True]
+    assert on_frontier([backbone, colder], clearly=True) == [True, True]
+    rows = frontier_table([backbone, colder])
+    assert all(not (r["on the frontier"] == "yes" and
+                    r["dominated beyond the 95 % intervals"] == "yes") for r in rows)
+    # the clear test is the point test's dominator with its intervals apart
+    worse = _ci("DiHAL", "dihal", 1.0, 780.0, 580.0, 1030.0, 0.80, 0.78, 0.82)
+    assert dominates(backbone, worse) and clearly_dominates(backbone, worse)
+    assert not clearly_dominates(colder, worse)  # lower diversity: never its dominator
+
+
+def test_held_out_text_anchors_the_frontier_and_degenerate_diversity_earns_nothing():
+    """A point more diverse than real text (a degenerate sampler) is on the plain frontier by
+    that alone; with the held-out text's point as anchor its excess diversity counts for
+    nothing, so the held-out text (lower Gen.PPL, equal capped diversity) dominates it."""
+    from dihal.evaluate.frontier import anchor_point, at_matched_diversity
+
+    text = anchor_point({"gen_ppl": 30.0, "gen_ppl_low": 27.0, "gen_ppl_high": 33.0,
+                         "diversity": 0.85, "diversity_low": 0.83, "diversity_high": 0.87}, 64)
+    assert text["role"] == "reference" and text["temperature"] is None
+    salad = _ci("DiHAL", "dihal", 1.0, 800.0, 600.0, 1000.0, 0.97, 0.96, 0.98)
+    cold = _ci("DiHAL", "dihal", 0.7, 300.0, 250.0, 350.0, 0.75, 0.72, 0.78)
+    bb = [_ci("backbone", "backbone", 0.7, 20.0, 18.0, 22.0, 0.70, 0.68, 0.72),
+          _ci("backbone", "backbone", 1.0, 60.0, 54.0, 66.0, 0.90, 0.88, 0.92)]
+    assert on_frontier([salad, cold, *bb]) == [True, False, True, True]  # no anchor
+    assert on_frontier([salad, cold, *bb, text]) == [False, False, True, False, True]
+    assert on_frontier([salad, cold, *bb, text], clearly=True)[0] is False
+    # Gen.PPL at the held-out text's diversity, interpolated in log between temperatures
+    got = {g["model"]: g for g in at_matched_diversity([salad, cold, *bb, text], 0.85)}
+    assert got["DiHAL"]["gen_ppl"] == pytest.approx(math.exp(
+        math.log(300) + (math.log(800) - math.log(300)) * (0.85 - 0.75) / (0.97 - 0.75)))
+    assert got["backbone"]["gen_ppl"] == pytest.approx(math.exp(
+        math.log(20) + (math.log(60) - math.log(20)) * 0.75))
+    assert "held-out text" not in got
+    only_cold = at_matched_diversity([cold, text], 0.85)
+    assert only_cold == [{"model": "DiHAL", "gen_ppl": None, "low": 0.75, "high": 0.75}]
+    sentence = frontier_sentence([salad, cold, *bb, text])
+    for says in ("Held-out text, cut and scored like the samples, has Gen.PPL 30.0 at diversity "
+                 "0.850: the anchor; diversity beyond it counts as no better (2 points exceed "
+                 "it: DiHAL (T = 1), backbone (T = 1))",
+                 "1 of the 2 models have a point on the frontier",
+                 "diversity counted up to the held-out text's", "every point of DiHAL is dominated",
+                 "At the held-out text's diversity (0.850; Gen.PPL interpolated in log between "
+                 "each model's temperatures), DiHAL has Gen.PPL 468.5; backbone has Gen.PPL 45.6"):
+        assert says in sentence, (says, sentence)
+    assert "No held-out text was scored" in frontier_sentence([salad, cold, *bb])
+    assert "the held-out text dominates every one" in frontier_sentence([salad, text])
+    from dihal.report.frontier import frontier_table
+
+    table = frontier_table([salad, text])
+    assert [(r["T"], r["on the frontier"]) for r in table] == [("1", "no"), ("n/a (real text)",
+                                                                           "yes")]

@@ -1,0 +1,83 @@
+"""One preset, resolved by one function for every door: the name a door gives, else
+$DIHAL_PROFILE, else the instance's choice ($DAGSTER_HOME/dihal-preset), else the project's
+(dihal.toml's `preset`), else cpu; a bad choice is refused naming where it came from."""
+
+import pytest
+
+from dihal import profiles
+from dihal.profiles import resolve_preset
+
+
+@pytest.fixture()
+def place(tmp_path, monkeypatch):
+    """An instance folder and a project file, neither choosing anything yet."""
+    monkeypatch.delenv("DIHAL_PROFILE", raising=False)
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
+    (tmp_path / "home").mkdir()
+    (tmp_path / "dihal.toml").write_text("[backbones]\n")
+    monkeypatch.setenv("DIHAL_CONFIG", str(tmp_path / "dihal.toml"))
+    return tmp_path
+
+
+def test_the_preset_is_chosen_once_for_the_project_or_the_instance(place, monkeypatch):
+    from pipeline.preset import choose
+
+    assert resolve_preset().name == "cpu"
+    (place / "my.json").write_text('{"geometry": {"n_tokens": 4096}}')
+    (place / "dihal.toml").write_text('preset = "my.json"\n\n[backbones]\n')
+    project = resolve_preset()
+    assert project.name == str(place / "my.json") and project.label == "my.json"
+    assert project.stages == {"geometry": {"n_tokens": 4096}}
+    (place / "my.json").write_text('{"geometry": {"n_tokens": 99}}')
+    with pytest.raises(ValueError, match=r"preset .*my.json: geometry: GeometryConfig.n_anchors "
+                       r"\(2048\) must be <= n_tokens \(99\)"):
+        resolve_preset()
+    (place / "my.json").write_text('{"geometry": {"n_tokens": 4096}}')
+    assert project.source == str(place / "dihal.toml")
+    written = choose("tiny")  # the instance's choice wins over the project's
+    assert written == place / "home" / "dihal-preset"
+    assert resolve_preset().name == "tiny" and resolve_preset().source == str(written)
+    monkeypatch.setenv("DIHAL_PROFILE", "gpu")  # a process's own variable wins over both
+    assert resolve_preset().name == "gpu"
+    assert resolve_preset("cpu").name == "cpu"  # and a door that names one (--profile) wins
+
+
+def test_the_tiny_preset_is_public_and_every_stage_config_accepts_it():
+    tiny = resolve_preset("tiny")
+    assert tiny.label == "tiny" and tiny.stages["bridge_sweep"]["d_model"] == 32
+    assert set(tiny.stages) <= set(profiles.STAGE_CONFIGS)
+
+
+@pytest.mark.parametrize(("toml", "says"), [
+    ('preset = "tpu"\n', "unknown preset 'tpu' (from {toml}): give one of cpu, gpu, gpu-smollm2, "
+                         "study, tiny or a .json file"),
+    ('preset = 3\n', "{toml}: `preset` must be a preset name"),
+    ('preset = "gone.json"\n', "preset file {dir}/gone.json (from {toml}): [Errno 2]"),
+])
+def test_a_bad_choice_names_where_it_came_from(place, toml, says):
+    (place / "dihal.toml").write_text(toml)
+    with pytest.raises(ValueError) as exc:
+        resolve_preset()
+    assert says.format(toml=place / "dihal.toml", dir=place) in str(exc.value)
+
+
+def test_the_code_locations_defaults_and_preset_resource_follow_the_choice(place, tmp_path):
+    """The code location (what the web UI's launchpad, `dagster asset materialize`, `dg` and
+    the schedules run with) resolves the instance's choice when it loads."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from pipeline.preset import choose
+
+    choose("tiny")
+    root = Path(__file__).resolve().parents[2]
+    probe = ("from assets.configs import GeometryRunConfig, PRESET; "
+             "from pipeline.definitions import default_resources as d; import json; "
+             "print(json.dumps([PRESET.name, GeometryRunConfig().n_tokens, d()['preset'].name]))")
+    out = subprocess.run([sys.executable, "-c", probe], cwd=root, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(root)}, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout.splitlines()[-1]) == ["tiny", 64, "tiny"]

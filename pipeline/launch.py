@@ -198,7 +198,7 @@ class DaemonLease:
             self.say("the Dagster daemon stopped (no heartbeat): starting one, the queued runs "
                      "go on")
             if (pid := self.shared_pid()) is not None:
-                from pipeline.watchdog import stop_process
+                from pipeline.run_launcher import stop_process
 
                 stop_process(pid, grace_s=10.0)
             self._start()
@@ -207,7 +207,7 @@ class DaemonLease:
     def leave(self, tag: str | None = None) -> int | None:
         """Stop counting driver `tag` (default this one); the last user stops the shared
         daemon. The stopped daemon's pid, or None."""
-        from pipeline.watchdog import stop_process
+        from pipeline.run_launcher import stop_process
 
         with self._locked():
             (self.users / (tag or self.tag)).unlink(missing_ok=True)

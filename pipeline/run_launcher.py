@@ -9,6 +9,7 @@ it imports nothing but Dagster."""
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 from dagster._core.events import DagsterEventType
@@ -121,3 +122,40 @@ class MonitoredRunLauncher(DefaultRunLauncher):
             WorkerStatus.FAILED, f"the run worker (pid {pid}) is gone without ending the run: "
             "killed (SIGKILL, the out-of-memory killer) or crashed. Run the same command again "
             "to resume (finished artifacts and checkpoints are kept)")
+
+
+def stop_process(pid: int, grace_s: float = 20.0) -> None:
+    """SIGTERM to `pid` alone (not its process group: runs launched through a daemon may be
+    another driver's), then SIGKILL to it and its code-server children if it is still there."""
+    import signal
+
+    children = code_servers(pid)
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + grace_s
+    while process_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    for p in ([pid] if process_alive(pid) else []) + [c for c in children if process_alive(c)]:
+        try:
+            os.kill(p, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def code_servers(pid: int) -> list[int]:
+    """The Dagster code servers that process `pid` started (its children running `dagster api
+    grpc` / `code-server`), on Linux; [] elsewhere."""
+    from pathlib import Path
+
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == pid and ("grpc" in cmd or "code-server" in cmd):
+            found.append(int(proc.name))
+    return found

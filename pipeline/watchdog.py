@@ -17,10 +17,10 @@ import time
 
 import dagster as dg
 
+from pipeline.run_launcher import process_alive
+
 
 def _alive(pid: int) -> bool:
-    from pipeline.run_launcher import process_alive
-
     return process_alive(pid)
 
 
@@ -52,43 +52,6 @@ def end_runs(instance: dg.DagsterInstance, driver_tag: str, reason: str,
             os.kill(pid, signal.SIGKILL)
         instance.report_run_canceled(run, reason)
     return [r.run_id for r in runs]
-
-
-def stop_process(pid: int, grace_s: float = 20.0) -> None:
-    """SIGTERM to `pid` alone (not its process group: runs launched through a daemon may be
-    another driver's), then SIGKILL to it and its code-server children if it is still there."""
-    import signal
-
-    children = _code_servers(pid)
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + grace_s
-    while _alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    for p in ([pid] if _alive(pid) else []) + [c for c in children if _alive(c)]:
-        try:
-            os.kill(p, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-
-
-def _code_servers(pid: int) -> list[int]:
-    """The Dagster code servers that process `pid` started (its children running `dagster api
-    grpc` / `code-server`), on Linux; [] elsewhere."""
-    from pathlib import Path
-
-    found = []
-    for proc in Path("/proc").glob("[0-9]*"):
-        try:
-            ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except (OSError, IndexError, ValueError):
-            continue
-        if ppid == pid and ("grpc" in cmd or "code-server" in cmd):
-            found.append(int(proc.name))
-    return found
 
 
 def main(argv: list[str]) -> None:

@@ -153,13 +153,13 @@ def _gone(pids, within_s: float) -> float:
 @pytest.mark.parametrize("killed", ["worker", "worker and code server"])
 def test_a_run_whose_worker_was_killed_is_failed_within_a_minute(
         tmp_path, world, tiny_llama_dir, monkeypatch, killed):
-    from pipeline.watchdog import _code_servers
+    from pipeline.run_launcher import code_servers
 
     child, env = _long_driver(tmp_path, world, tiny_llama_dir)
     try:
         instance = _instance(env, monkeypatch)
         run, pid = _training(instance, child)
-        for p in [pid] + ([] if killed == "worker" else _code_servers(_daemon_pid(child))):
+        for p in [pid] + ([] if killed == "worker" else code_servers(_daemon_pid(child))):
             os.kill(p, signal.SIGKILL)  # as the OOM killer would
         t0 = time.monotonic()
         while not instance.get_run_by_id(run.run_id).is_finished:
@@ -189,14 +189,14 @@ def _daemon_pid(child) -> int:
 
 def test_a_driver_killed_with_sigkill_leaves_nothing_behind(
         tmp_path, world, tiny_llama_dir, monkeypatch):
-    from pipeline.watchdog import _code_servers
+    from pipeline.run_launcher import code_servers
 
     child, env = _long_driver(tmp_path, world, tiny_llama_dir, start_new_session=True)
     try:
         instance = _instance(env, monkeypatch)
         run, worker = _training(instance, child)
         daemon = _daemon_pid(child)
-        left = [daemon, worker, *_code_servers(daemon)]
+        left = [daemon, worker, *code_servers(daemon)]
         os.kill(child.pid, signal.SIGKILL)
         child.wait()
         took = _gone(left, within_s=60)

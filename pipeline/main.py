@@ -340,6 +340,33 @@ def _drive(instance, args, argv: list[str] | None, layers, baselines, seeds) -> 
     print(f"[dihal] finished in {time.monotonic() - t0:.0f} s")
 
 
+
+def bridgeability_lines(info: dict) -> list[str]:
+    """The driver's lines on bridgeability, from its typed rows: the pre-registered primary
+    test first (with the floor the design puts on its p-value), then each predictor's Spearman
+    against -val loss with its interval and standing against depth, marked exploratory."""
+    from dihal.rows import PrimaryTest, spearman_rows
+
+    out = []
+    if primary := PrimaryTest.from_dict(info.get("primary")):
+        out.append(f"  primary test: {primary.predictor} vs depth on -{primary.target}, "
+                   f"Spearman {primary.rho:+.3f} against {primary.rho_reference:+.3f}, one-sided "
+                   f"p {primary.p:.3g} (the design's floor {primary.p_min:.3g} at "
+                   f"{primary.layers} layers): {primary.verdict}")
+    for row in spearman_rows(info["spearman"]):
+        s = row.of("val_loss")
+        if s is None:
+            continue
+        rho, low, high = (float("nan") if v is None else v for v in s.interval())
+        diff = s.difference()[0]
+        out.append(f"  {row.predictor}: Spearman vs -val loss {rho:.3f} [{low:.3f}, {high:.3f}]"
+                   + (f", {s.vs_depth} {'from ' if s.vs_depth.startswith('not') else ''}depth"
+                      if s.vs_depth else "")
+                   + (f" (exploratory: paired difference {diff:+.3f}, Holm p "
+                      f"{s.p_holm if s.p_holm is not None else float('nan'):.3g})"
+                      if diff is not None else ""))
+    return out
+
 def eval_line(row: dict) -> str:
     """One generation row as the driver prints it: Gen.PPL with its interval, diversity, the
     mean length, ms per token, and its paired standing against DiHAL where it has one (the
@@ -390,16 +417,8 @@ def _chain(chain: Chain, args, layers: list[int], baselines: list[str], say,
         by_loss = bness.info.get("oracle_by", {}).get("by", {}).get("val_loss")
         say(f"oracle layer (hybrid NLL) {bness.info['oracle']}, worst {bness.info['worst']}"
             + (f"; by val loss {by_loss['oracle']} and {by_loss['worst']}" if by_loss else ""))
-        for row in bness.info["spearman"]:
-            standing, diff = row.get("vs_depth_-val_loss"), row.get("diff_vs_depth_-val_loss")
-            say(f"  {row['predictor']}: Spearman vs -val loss {row['spearman_vs_-val_loss']:.3f} "
-                f"[{row.get('low_vs_-val_loss', float('nan')):.3f}, "
-                f"{row.get('high_vs_-val_loss', float('nan')):.3f}]"
-                + (f", {standing} {'from ' if standing.startswith('not') else ''}depth"
-                   if standing else "")
-                + (f" (paired difference {diff:+.3f}, Holm p "
-                   f"{row.get('p_holm_vs_depth_-val_loss') or float('nan'):.3g})"
-                   if diff is not None else ""))
+        for line in bridgeability_lines(bness.info):
+            say(line)
         for row in Evaluation(layout, b).require().info["rows"]:
             say(eval_line(row))
         for row in SamplerCurve(layout, b).require().info["rows"]:

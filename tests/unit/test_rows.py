@@ -59,3 +59,27 @@ def test_generation_row_keeps_its_columns_and_reads_intervals():
     assert not row.gen_ppl.separated_from(Estimate(60.0, 54.0, 70.0))
     assert not row.gen_ppl.separated_from(Estimate(60.0))  # no interval: cannot tell
     assert GenerationRow.from_dict({"role": "oracle", "layer": 3}).name == "oracle"
+
+
+def test_the_drivers_bridgeability_lines_read_the_typed_rows():
+    """The driver prints the primary test first, with the design's floor, then each
+    predictor's Spearman from the typed row (no composed column name spelt in the driver)."""
+    from dihal.rows import DEPTH, PrimaryTest, Spearman, SpearmanRow
+    from pipeline.main import bridgeability_lines
+
+    s_l = SpearmanRow("S_l (none)", {t: Spearman(0.7, 0.05, 0.95, "not distinguishable", -0.07,
+                                                 -0.35, 0.0, 0.4, 1.0)
+                                     for t in ("val_loss", "recon_error", "hybrid_nll")})
+    depth = SpearmanRow(DEPTH, {t: Spearman(0.77, 0.11, 1.0) for t in ("val_loss",)})
+    primary = PrimaryTest("S_l (none)", "hybrid_nll", 0.6, 0.7, -0.1, -0.3, 0.71, 0.43, 0.43,
+                          0.0, 10000, 10, 0.05, "design cannot decide")
+    info = {"spearman": [s_l.to_dict(), depth.to_dict()], "primary": primary.to_dict()}
+    lines = bridgeability_lines(info)
+    assert lines[0] == ("  primary test: S_l (none) vs depth on -hybrid_nll, Spearman +0.600 "
+                        "against +0.700, one-sided p 0.71 (the design's floor 0.43 at 10 "
+                        "layers): design cannot decide")
+    assert lines[1] == ("  S_l (none): Spearman vs -val loss 0.700 [0.050, 0.950], not "
+                        "distinguishable from depth (exploratory: paired difference -0.070, "
+                        "Holm p 1)")
+    assert lines[2] == "  depth (-l): Spearman vs -val loss 0.770 [0.110, 1.000]"
+    assert bridgeability_lines({"spearman": [depth.to_dict()]}) == [lines[2]]

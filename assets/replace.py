@@ -132,7 +132,7 @@ def replace_assets(backbone: str, n_layers: int) -> list:
         """Does the geometry score predict bridgeability? Spearman of S_l (each normalisation),
         of the rival predictors and of the depth control -l against -val loss,
         -reconstruction error, -hybrid NLL, with bootstrap intervals over layers."""
-        from dihal.replace.stage import bridgeability as stage
+        from dihal.replace.bridgeability import bridgeability as stage
 
         run = StageRun(context, backbone)
         score, geo = run.art(LayerScore), run.art(Geometry)

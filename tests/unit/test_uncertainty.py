@@ -9,7 +9,7 @@ import pytest
 from scipy import stats
 
 from dihal.locate.predictors import ORIENTATION
-from dihal.replace.stage import DEPTH, bridgeability_table
+from dihal.replace.bridgeability import DEPTH, bridgeability_table
 from dihal.rows import SpearmanRow
 from dihal.uncertainty import (
     bootstrap_interval,

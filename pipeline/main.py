@@ -87,9 +87,9 @@ def plan(args: argparse.Namespace) -> tuple[list[int], list[str]]:
             raise ValueError(f"--layers {args.layers}: {', '.join(map(str, bad))} out of range: "
                              f"{valid}")
         layers = sorted(layers)
-    elif args.all_layers or args.profile in ALL_LAYERS:
+    elif args.all_layers or (args.profile in ALL_LAYERS and args.sweep_count is None):
         layers = list(range(1, n_layers))
-    else:
+    else:  # --sweep-count sizes the sweep on every profile
         from dihal.replace.stage import default_sweep_layers
 
         layers = default_sweep_layers(n_layers, args.sweep_count or 10)

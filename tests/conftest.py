@@ -16,6 +16,19 @@ from tests.tiny import LOCATE, SWEPT, build_model, copy_world, make_world  # noq
 
 
 @pytest.fixture(autouse=True)
+def _restore_the_environment():
+    """The DIHAL_* and DAGSTER_* variables as they were before each test: the driver, run in
+    process by some tests, sets DIHAL_PROFILE and DIHAL_WORKERS for the processes it starts,
+    which would otherwise choose the preset of every later test."""
+    prefixes = ("DIHAL_", "DAGSTER_")
+    before = {k: v for k, v in os.environ.items() if k.startswith(prefixes)}
+    yield
+    for k in [k for k in os.environ if k.startswith(prefixes) and k not in before]:
+        del os.environ[k]
+    os.environ.update(before)
+
+
+@pytest.fixture(autouse=True)
 def _one_thread():
     """One torch thread: on a shared 2-core machine, small ops are faster without contention."""
     n = torch.get_num_threads()

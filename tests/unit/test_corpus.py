@@ -366,5 +366,5 @@ def test_the_embedded_sample_is_found_from_its_module():
     corpus module lies in the package."""
     from dihal.locate.corpus import EMBEDDED_SAMPLE
 
-    assert EMBEDDED_SAMPLE == Path(__file__).resolve().parents[1] / "data" / "dolma_sample"
+    assert EMBEDDED_SAMPLE == Path(__file__).resolve().parents[2] / "data" / "dolma_sample"
     assert sorted(EMBEDDED_SAMPLE.glob("*.json.gz"))

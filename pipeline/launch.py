@@ -40,6 +40,19 @@ def location_name(module: str) -> str:
     return name if module == project_module else module
 
 
+# The variables by which the dagster CLIs pick their code themselves: a `dagster-daemon run -w`
+# or `dagster dev` started with one set (env.sh exports DAGSTER_MODULE_NAME for the `dagster`
+# commands) refuses its arguments ("Invalid set of CLI arguments") or serves nothing
+CLI_TARGET_ENV = ("DAGSTER_MODULE_NAME", "DAGSTER_PACKAGE_NAME", "DAGSTER_PYTHON_FILE",
+                  "DAGSTER_ATTRIBUTE", "DAGSTER_WORKING_DIRECTORY")
+
+
+def cli_env() -> dict[str, str]:
+    """This process's environment without CLI_TARGET_ENV, for a dagster CLI given its code
+    another way (a workspace file, pyproject's [tool.dagster])."""
+    return {k: v for k, v in os.environ.items() if k not in CLI_TARGET_ENV}
+
+
 def load_target(module: str):
     """Dagster's load target of `module`, named as location_name says."""
     from dagster._core.workspace.load_target import ModuleTarget
@@ -183,7 +196,7 @@ class DaemonLease:
         with open(log, "ab") as out:
             proc = subprocess.Popen(
                 [exe, "run", "-w", str(workspace_file(self.instance, self.module))],
-                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+                env=cli_env(), stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         tmp = self.record.with_name(f".{self.record.name}.{os.getpid()}.tmp")
         tmp.write_text(json.dumps({"pid": proc.pid, "started_by": self.tag}))
         os.replace(tmp, self.record)
@@ -195,6 +208,9 @@ class DaemonLease:
         with self._locked():
             if self.shared_pid() is not None and daemon_alive(self.instance, within_s=45.0):
                 return False
+            if self.instance.get_daemon_heartbeats().get(QUEUE_DAEMON) is None:
+                # the daemon started last never beat: starting it again would fail the same way
+                raise QueueStuck(self._never_beat())
             self.say("the Dagster daemon stopped (no heartbeat): starting one, the queued runs "
                      "go on")
             if (pid := self.shared_pid()) is not None:
@@ -203,6 +219,17 @@ class DaemonLease:
                 stop_process(pid, grace_s=10.0)
             self._start()
             return True
+
+    def _never_beat(self) -> str:
+        log = self.home / "dihal-daemon.log"
+        try:
+            tail = log.read_text(errors="replace").splitlines()[-12:]
+        except OSError:
+            tail = ["(no log)"]
+        return ("the Dagster daemon started for this instance never sent a heartbeat and is "
+                f"not running; the end of its log ({log}):\n" + "\n".join(f"  {t}" for t in tail)
+                + "\nfix what it names and run the same command again (finished artifacts are "
+                "kept)")
 
     def leave(self, tag: str | None = None) -> int | None:
         """Stop counting driver `tag` (default this one); the last user stops the shared
@@ -419,7 +446,6 @@ class Launcher:
                     active = time.monotonic()  # a daemon started anew: the queue moves again
                 elif time.monotonic() - active > stuck_s or (  # a daemon that stopped beating
                         time.monotonic() - active > 75 and not daemon_alive(self.instance)):
-                    self.cancel(list(todo))
                     raise QueueStuck(self._stuck_message(time.monotonic() - active))
                 for rid, f in list(todo.items()):
                     conn = self.instance.get_records_for_run(rid, cursor=cursors[rid], limit=500)
@@ -450,7 +476,7 @@ class Launcher:
                         done.append(todo.pop(rid))
                 if todo:
                     time.sleep(poll_s)
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, QueueStuck):  # a stuck queue: its runs are dropped too
             self.cancel(list(todo))
             raise
         return done

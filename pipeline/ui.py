@@ -64,9 +64,10 @@ def stop_tree(proc: subprocess.Popen, grace_s: float = GRACE_S) -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     exe = shutil.which("dagster", path=str(Path(sys.executable).parent)) or "dagster"
-    # dagster dev never serves while DAGSTER_MODULE_NAME is set: it reads [tool.dagster] itself
-    env = {k: v for k, v in os.environ.items() if k != "DAGSTER_MODULE_NAME"}
-    proc = subprocess.Popen([exe, "dev", *argv], env=env, start_new_session=True)
+    from pipeline.launch import cli_env
+
+    # dagster dev reads [tool.dagster] itself: it never serves while DAGSTER_MODULE_NAME is set
+    proc = subprocess.Popen([exe, "dev", *argv], env=cli_env(), start_new_session=True)
     stopping = []
 
     def on_signal(signum, _frame):

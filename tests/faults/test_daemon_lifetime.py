@@ -12,7 +12,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from pipeline.launch import DaemonLease, daemon_alive
+from pipeline.launch import DaemonLease, QueueStuck, daemon_alive
 from pipeline.run_launcher import process_alive
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,6 +24,9 @@ def instance(tmp_path, monkeypatch):
     home.mkdir()
     shutil.copy(ROOT / "dagster.yaml", home / "dagster.yaml")
     monkeypatch.setenv("DAGSTER_HOME", str(home))
+    # as `make test`, `make run` and env.sh users have it: a daemon started with it set and
+    # given -w refused its arguments and never beat
+    monkeypatch.setenv("DAGSTER_MODULE_NAME", "pipeline.definitions")
     monkeypatch.chdir(ROOT)
     with dg.DagsterInstance.get() as inst:
         yield inst
@@ -34,9 +37,12 @@ def instance(tmp_path, monkeypatch):
             os.killpg(pid, signal.SIGKILL)
 
 
-def _beating(instance, within_s=240.0) -> None:
+def _beating(instance, lease, within_s=240.0) -> None:
     deadline = time.monotonic() + within_s
+    log = Path(instance.root_directory) / "dihal-daemon.log"
     while not daemon_alive(instance):
+        pid = lease.shared_pid()
+        assert pid is not None and process_alive(pid), f"the daemon exited: {log.read_text()}"
         assert time.monotonic() < deadline, "the daemon never sent a heartbeat"
         time.sleep(1.0)
 
@@ -72,7 +78,7 @@ def test_a_shared_daemon_killed_just_before_a_driver_starts_is_replaced_at_once(
     first = DaemonLease(instance, "pipeline.definitions", said.append, "driver-a")
     first.join()
     old = first.shared_pid()
-    _beating(instance)
+    _beating(instance, first)
     os.killpg(old, signal.SIGKILL)  # the daemon and its code servers
     time.sleep(1.0)
     assert daemon_alive(instance)  # its last heartbeat is still fresh
@@ -84,6 +90,24 @@ def test_a_shared_daemon_killed_just_before_a_driver_starts_is_replaced_at_once(
                                                                   f"(pid {new}")
     assert "the Dagster daemon the drivers shared is gone" in said[-2]
     assert time.monotonic() - t0 < 60
-    _beating(instance)
+    _beating(instance, second)
     first.leave(), second.leave()
     assert not process_alive(new)
+
+
+def test_a_daemon_that_never_starts_is_reported_with_its_log_not_restarted_for_ever(
+        instance, tmp_path, monkeypatch):
+    broken = tmp_path / "dagster-daemon"
+    broken.write_text("#!/bin/sh\necho 'Error: the daemon cannot load its code' >&2\nexit 2\n")
+    broken.chmod(0o755)
+    monkeypatch.setattr("pipeline.launch.shutil.which", lambda *a, **k: str(broken))
+    lease = DaemonLease(instance, "pipeline.definitions", lambda m: None, "driver-a")
+    lease.join()
+    deadline = time.monotonic() + 30
+    while lease.shared_pid() is not None:  # it exits at once
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    with pytest.raises(QueueStuck, match="never sent a heartbeat") as err:
+        lease.revive()
+    assert "the daemon cannot load its code" in str(err.value)
+    assert lease.leave() is None

@@ -100,7 +100,7 @@ class CorpusConfig:
     shard URL per line. Neither given: the embedded sample under data/dolma_sample.
 
     Or a Hugging Face dataset (``hf_dataset``: an id, or a folder in the Hub's layout), streamed
-    through `datasets` (dihal.locate.corpus.HubSource): its ``hf_config``, ``hf_split``, the
+    through `datasets` (dihal.locate.hub.HubSource): its ``hf_config``, ``hf_split``, the
     ``hf_text_field`` holding the text, optionally ``hf_id_field`` (the document id; default:
     the row's index in the split) and ``hf_revision``; ``max_docs`` bounds the documents read
     (required: a Hub dataset is streamed, never downloaded whole)."""

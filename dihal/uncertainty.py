@@ -25,7 +25,7 @@ def resample_indices(n: int, n_boot: int, seed: int) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, n, size=(n_boot, n))
 
 
-def _percentile_interval(values: np.ndarray, level: float = LEVEL) -> tuple[float, float]:
+def percentile_interval(values: np.ndarray, level: float = LEVEL) -> tuple[float, float]:
     v = values[np.isfinite(values)]
     if v.size == 0:
         return float("nan"), float("nan")
@@ -71,7 +71,7 @@ def spearman_interval(x: Sequence[float], y: Sequence[float], *, n_boot: int = N
     rho = float(_row_spearman(a[None], b[None])[0])
     idx = resample_indices(a.size, n_boot, seed)
     boot = _row_spearman(a[idx], b[idx])
-    lo, hi = _percentile_interval(boot)
+    lo, hi = percentile_interval(boot)
     return {"rho": rho, "low": lo, "high": hi, "undefined": int(np.isnan(boot).sum())}
 
 
@@ -93,7 +93,7 @@ def bootstrap_interval(n: int, statistic: Callable[[np.ndarray], float], *,
                        n_boot: int = N_BOOT, seed: int = 0) -> tuple[float, float]:
     """Percentile interval of `statistic(indices)` over resamples of range(n)."""
     idx = resample_indices(n, n_boot, seed)
-    return _percentile_interval(np.array([statistic(row) for row in idx], dtype=np.float64))
+    return percentile_interval(np.array([statistic(row) for row in idx], dtype=np.float64))
 
 
 def jackknife_interval(n: int, statistic: Callable[[np.ndarray], float],
@@ -122,7 +122,7 @@ def jackknife_interval(n: int, statistic: Callable[[np.ndarray], float],
 INTERVAL_METHODS = ("percentile", "bca")
 
 
-def _lower_tail_level(boot: np.ndarray, theta: float, jack: np.ndarray | None,
+def lower_tail_level(boot: np.ndarray, theta: float, jack: np.ndarray | None,
                       at: float) -> float:
     """The lower-tail level alpha at which the bootstrap interval's bound sits at `at`
     (percentile: the share of replicates below it; BCa: that share mapped through the bias
@@ -223,7 +223,7 @@ def paired_spearman_difference(x_a, x_b, y, *, n_boot: int = N_BOOT, seed: int =
     lo, hi = _interval(finite, diff, jack, level)
     p = float("nan")
     if finite.size and np.isfinite(diff):
-        alpha = _lower_tail_level(finite, diff, jack if method == "bca" else None, 0.0)
+        alpha = lower_tail_level(finite, diff, jack if method == "bca" else None, 0.0)
         p = min(1.0, 2 * min(alpha, 1 - alpha))
     return {"rho_a": rho_a, "rho_b": rho_b, "diff": diff, "low": lo, "high": hi, "p": p,
             "undefined": int(boot.size - finite.size)}
@@ -246,7 +246,7 @@ def _partial_result(point: float, boot: np.ndarray, level: float) -> dict:
     (at ten layers it rested on the resamples that drew one particular layer), so above
     MAX_UNDEFINED it is suppressed (NaN) and `suppressed` says so."""
     share = float(np.isnan(boot).mean())
-    lo, hi = _percentile_interval(boot, level)
+    lo, hi = percentile_interval(boot, level)
     suppressed = share > MAX_UNDEFINED
     if suppressed:
         lo = hi = float("nan")
@@ -409,7 +409,7 @@ def two_level_spearman(predictor: Sequence[float], values, *, n_boot: int = N_BO
     rho = float(_row_spearman(x[None], mean[None])[0])
     idx, means = seed_resample_means(v, n_boot=n_boot, seed=seed)
     boot = _row_spearman(x[idx], means)
-    lo, hi = _percentile_interval(boot, level)
+    lo, hi = percentile_interval(boot, level)
     return {"rho": rho, "low": lo, "high": hi, "undefined": int(np.isnan(boot).sum())}
 
 
@@ -429,10 +429,10 @@ def two_level_paired_difference(x_a: Sequence[float], x_b: Sequence[float], valu
     idx, means = seed_resample_means(v, n_boot=n_boot, seed=seed)
     boot = _rho_diff_rows(a[idx], b[idx], means)
     boot = boot[np.isfinite(boot)]
-    lo, hi = _percentile_interval(boot, level)
+    lo, hi = percentile_interval(boot, level)
     p = float("nan")
     if boot.size:
-        alpha = _lower_tail_level(boot, rho_a - rho_b, None, 0.0)
+        alpha = lower_tail_level(boot, rho_a - rho_b, None, 0.0)
         p = min(1.0, 2 * min(alpha, 1 - alpha))
     return {"rho_a": rho_a, "rho_b": rho_b, "diff": rho_a - rho_b, "low": lo, "high": hi,
             "p": p}
@@ -485,7 +485,7 @@ def seed_oracle(values, layers: Sequence[int], *, l_star: int | None = None,
     ranks = 1 + (means < means[:, [j]]).sum(axis=1)
     gaps = means[:, j] - means.min(axis=1)
     lo, hi = np.quantile(ranks, [tail, 1 - tail], method="inverted_cdf")
-    glo, ghi = _percentile_interval(gaps, level)
+    glo, ghi = percentile_interval(gaps, level)
     out.update({"l_star_rank": int(1 + (mean < mean[j]).sum()), "l_star_rank_low": int(lo),
                 "l_star_rank_high": int(hi), "l_star_is_oracle": float(np.mean(picks == l_star)),
                 "gap": float(mean[j] - mean.min()), "gap_low": glo, "gap_high": ghi})
@@ -515,93 +515,6 @@ def oracle_by_measures(layers: Sequence[dict], measures: Sequence[str] = ("val_l
 # ---------------------------------------------------------------------------------------------
 # Power, prospective: how many samples per model the test actually used needs for a NAMED effect
 # ---------------------------------------------------------------------------------------------
-
-POWER = 0.8
-GEN_PPL_EFFECT = 1.25  # the named effect of the power statement: Gen.PPL 25 % apart
-
-
-def _log_ppl_influence(rows: np.ndarray) -> np.ndarray:
-    """Each sample's linearised share (delta method) of the token-weighted log Gen.PPL, the
-    ratio r = sum nll / sum n: (nll_i - r n_i) / mean(n); the variance of the log Gen.PPL of
-    n such samples is about var(share) / n."""
-    r = rows[:, 0].sum() / rows[:, 1].sum()
-    return (rows[:, 0] - r * rows[:, 1]) / rows[:, 1].mean()
-
-
-def _per_text(rows, name: str) -> np.ndarray:
-    a = np.asarray(rows, dtype=np.float64).reshape(-1, 2)
-    if a.shape[0] < 2 or (a[:, 1] <= 0).any() or not np.all(np.isfinite(a)):
-        raise ValueError(f"{name}: need >= 2 scored samples, each with >= 1 judge token")
-    return a
-
-
-def samples_for_effect(per_text_a, per_text_b, *, ratio: float = GEN_PPL_EFFECT,
-                       family: int = 1, level: float = LEVEL, power: float = POWER) -> dict:
-    """Samples per model that log_ppl_difference (the token-weighted log Gen.PPL difference,
-    two-sided percentile bootstrap) needs to tell apart two models whose Gen.PPL differ by the
-    NAMED ratio `ratio` (not the observed one) with probability `power`, at the strictest step
-    of Holm's correction over `family` pairs (alpha / family; later steps need fewer). The
-    spread per sample comes from the samples at hand, taken as a pilot: per_text_a and
-    per_text_b as (NLL, judge tokens) lists give the unpaired test (each side resampled on its
-    own: var = var_a + var_b); as dicts keyed by SAMPLE INDEX they give the paired test, over
-    the indices both scored (var of the per-index difference), never by list position. n =
-    ((z_{1 - alpha/2} + z_power) sd / log(ratio))^2 on the delta method's spread
-    (_log_ppl_influence). {"n", "ratio", "alpha", "sd", "paired", "observed_n"}. Covered by
-    test_samples_for_effect_*."""
-    from scipy.stats import norm
-
-    if not (ratio > 0 and ratio != 1 and family >= 1 and 0 < level < 1 and 0 < power < 1):
-        raise ValueError(f"need a ratio > 0 and != 1, family >= 1, level and power in (0, 1); "
-                         f"got {ratio}, {family}, {level}, {power}")
-    paired = isinstance(per_text_a, dict) and isinstance(per_text_b, dict)
-    if paired:
-        both = sorted(set(per_text_a) & set(per_text_b))
-        a = _per_text([per_text_a[i] for i in both], "side A")
-        b = _per_text([per_text_b[i] for i in both], "side B")
-        var = float(np.var(_log_ppl_influence(a) - _log_ppl_influence(b), ddof=1))
-        observed = len(both)
-    else:
-        a, b = _per_text(per_text_a, "side A"), _per_text(per_text_b, "side B")
-        var = float(np.var(_log_ppl_influence(a), ddof=1) + np.var(_log_ppl_influence(b), ddof=1))
-        observed = min(len(a), len(b))
-    alpha = (1 - level) / family
-    z = float(norm.ppf(1 - alpha / 2) + norm.ppf(power))
-    n = max(2, math.ceil((z / math.log(ratio)) ** 2 * var))
-    return {"n": n, "ratio": ratio, "alpha": alpha, "sd": math.sqrt(var), "paired": paired,
-            "observed_n": observed, "power": power}
-
-
-def log_ppl_difference(per_text_a: Sequence[tuple[float, int]],
-                       per_text_b: Sequence[tuple[float, int]], *, paired: bool = False,
-                       n_boot: int = N_BOOT, seed: int = 0, level: float = LEVEL) -> dict:
-    """log Gen.PPL(A) - log Gen.PPL(B), token-weighted (total NLL / total judge tokens, from
-    GenPPL.per_text), with a percentile bootstrap interval and the p-value by inversion:
-    each side's samples resampled independently (different models' samples), or with
-    `paired` the same indices on both sides (samples paired one to one, equal counts).
-    {"diff", "ratio" (Gen.PPL A / B), "low", "high", "p", "verdict"}: verdict "above" when A's
-    Gen.PPL is higher beyond the level, "below" when lower (paired_verdict; correct p over a
-    family with holm first when several pairs are read together). Covered by
-    test_log_ppl_difference_*."""
-    a = np.asarray(per_text_a, dtype=np.float64).reshape(-1, 2)
-    b = np.asarray(per_text_b, dtype=np.float64).reshape(-1, 2)
-    if a.shape[0] < 2 or b.shape[0] < 2 or (a[:, 1] <= 0).any() or (b[:, 1] <= 0).any():
-        raise ValueError("need >= 2 scored samples a side, each with >= 1 judge token")
-    if paired and a.shape[0] != b.shape[0]:
-        raise ValueError(f"paired samples need equal counts, got {a.shape[0]} and {b.shape[0]}")
-
-    def log_ppl(rows, idx):
-        return rows[idx, 0].sum(axis=-1) / rows[idx, 1].sum(axis=-1)
-
-    diff = float(log_ppl(a, np.arange(len(a))) - log_ppl(b, np.arange(len(b))))
-    ia = resample_indices(len(a), n_boot, seed)
-    ib = ia if paired else resample_indices(len(b), n_boot, seed + 1)
-    boot = log_ppl(a, ia) - log_ppl(b, ib)
-    lo, hi = _percentile_interval(boot, level)
-    alpha = _lower_tail_level(boot, diff, None, 0.0)
-    p = min(1.0, 2 * min(alpha, 1 - alpha))
-    return {"diff": diff, "ratio": math.exp(diff), "low": lo, "high": hi, "p": p,
-            "verdict": paired_verdict(diff, p, level)}
-
 
 # ---------------------------------------------------------------------------------------------
 # The pre-registered primary test: S_l under the primary normalisation against depth on one

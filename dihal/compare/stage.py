@@ -20,6 +20,7 @@ from dihal.evaluate.generation import (
     text_metrics,
     texts_until_eos,
 )
+from dihal.evaluate.ppl_difference import log_ppl_difference
 from dihal.labels import (
     BASELINE,
     CHOSEN_K,
@@ -41,7 +42,7 @@ from dihal.results import (
 from dihal.rows import PAIR_STATS, ROLE_PAIRS, pair_column
 from dihal.seeds import derive_seed
 from dihal.training import sample_budget, train_model
-from dihal.uncertainty import holm, log_ppl_difference, paired_verdict, seed_spread
+from dihal.uncertainty import holm, paired_verdict, seed_spread
 
 
 def reference_budget(bridge: BridgeMetrics, sampler_steps: int, seq_len: int) -> Budget:
@@ -329,7 +330,7 @@ def paired_roles(rows: list[dict], samples: list[dict], *, seed: int = 0) -> Non
     """The paired generation test of l*, the oracle and the worst layer at the protocol's K:
     log Gen.PPL(first) - log Gen.PPL(second), token-weighted, over the samples both scored,
     paired by sample INDEX (the roles draw sample i with the same seed and uniforms;
-    dihal.uncertainty.log_ppl_difference, paired), Holm-corrected over the pairs tested, and
+    dihal.evaluate.ppl_difference.log_ppl_difference, paired), Holm-corrected over the pairs tested, and
     its verdict ("below": the first's Gen.PPL lower beyond the 95 % level). Written on the
     second role's protocol row (pair_column); a pair with fewer than 2 shared scored samples
     is not tested (NaN, "not distinguishable"). Covered by test_paired_roles_*."""

@@ -27,9 +27,9 @@ from dihal.evaluate.metrics import (
     metric_intervals,
     repetition,
 )
+from dihal.evaluate.ppl_difference import log_ppl_difference
 from dihal.labels import CHOSEN_K, CONTROL
 from dihal.results import EvalResult, TrainedBridge
-from dihal.uncertainty import log_ppl_difference
 
 
 def texts_until_eos(tokenizer, tokens: torch.Tensor, eos_id: int, prompt_len: int = 1,
@@ -267,8 +267,8 @@ class ScoreMemo(MemoJudge):
 
 def paired_against_first(rows: list[dict], samples: list[dict], judge, *, seed: int = 0) -> None:
     """Each row after the first gets log Gen.PPL(first) - log Gen.PPL(row) (token-weighted)
-    with a paired bootstrap interval and p-value over the samples both scored (dihal.uncertainty
-    .log_ppl_difference, paired = True: the models draw sample i with the same seed and the
+    with a paired bootstrap interval and p-value over the samples both scored (dihal.evaluate
+    .ppl_difference.log_ppl_difference, paired = True: the models draw sample i with the same seed and the
     same uniforms, so sample i of one is paired with sample i of the other), and its verdict:
     "below" (the first's Gen.PPL is lower beyond the 95 % level), "above", or "not
     distinguishable"; NaN and "not distinguishable" where fewer than 2 samples pair up."""

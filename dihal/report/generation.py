@@ -6,6 +6,7 @@ import math
 
 from dihal.config import DEFAULT_SAMPLER_RULE
 from dihal.evaluate.metrics import MAUVE_RESULT_SAMPLES, rate_difference, wilson
+from dihal.evaluate.ppl_difference import log_ppl_difference, samples_for_effect
 from dihal.labels import BACKBONE, BASELINE, DIHAL, NATIVE_ROLE
 from dihal.plots import plot_quality_diversity
 from dihal.report.common import GENERATION, SAMPLER, SAMPLES, ci, key_value, separated
@@ -18,12 +19,7 @@ from dihal.rows import (
     generation_rows,
     number,
 )
-from dihal.uncertainty import (
-    holm,
-    log_ppl_difference,
-    paired_verdict,
-    samples_for_effect,
-)
+from dihal.uncertainty import holm, paired_verdict
 
 
 def _sampler_summary(x: ReportInputs) -> str:
@@ -166,7 +162,7 @@ def generation_pairs(dihal: dict, others: list[dict], level: float = 0.95) -> li
     verdict ("higher" / "lower" / "not distinguishable": DiHAL's Gen.PPL against the other's);
     and, prospectively, the samples per model that this same test, at Holm's strictest step
     over these pairs, needs for 80 % power against a NAMED effect, Gen.PPL 25 % apart
-    (dihal.uncertainty.samples_for_effect; the observed spread as a pilot, not the observed
+    (dihal.evaluate.ppl_difference.samples_for_effect; the observed spread as a pilot, not the observed
     effect)."""
 
     a = _per_text(dihal)

@@ -10,7 +10,8 @@ import pytest
 from dihal.config import CorpusConfig, SequenceConfig
 from dihal.errors import MalformedLineError
 from dihal.locate import corpus
-from dihal.locate.corpus import CorpusStats, document_tokens, iter_documents, pack_sequences
+from dihal.locate.corpus import document_tokens, iter_documents, pack_sequences
+from dihal.locate.documents import CorpusStats
 from tests.tiny import WORDS, build_tokenizer, make_docs
 
 

@@ -17,12 +17,12 @@ from dihal.errors import (
     UnknownBackboneError,
 )
 from dihal.locate.corpus import (
-    CorpusStats,
     iter_documents,
     scan_corpus,
     shard_records,
     verified_shards,
 )
+from dihal.locate.documents import CorpusStats
 from tests.tiny import make_docs, write_shard
 
 

@@ -8,7 +8,6 @@ import pytest
 from dihal.errors import CorpusError, MalformedLineError
 from dihal.locate.corpus import (
     CorpusConfig,
-    CorpusStats,
     SequenceConfig,
     content_identity,
     document_lengths,
@@ -23,6 +22,7 @@ from dihal.locate.corpus import (
     split_of,
     verified_shards,
 )
+from dihal.locate.documents import CorpusStats
 from tests.tiny import build_tokenizer, make_docs, write_shard
 
 

@@ -10,12 +10,12 @@ import pytest
 from dihal.config import CorpusConfig, SequenceConfig
 from dihal.errors import CorpusError, MalformedLineError
 from dihal.locate.corpus import (
-    HubSource,
     content_identity,
     make_sequences,
     scan_corpus,
     shard_records,
 )
+from dihal.locate.hub import HubSource
 from tests.tiny import build_tokenizer, hub_folder, hub_rows
 
 

@@ -530,7 +530,7 @@ def test_samples_for_effect_reaches_its_power_under_the_test_it_plans_for(family
     """Sized from a pilot of 400 samples a side for Gen.PPL 1.25x apart, at alpha / family:
     the token-weighted bootstrap test (log_ppl_difference) at that n rejects at that alpha in
     about 80 % of simulated runs in which the Gen.PPL truly differ by 1.25x."""
-    from dihal.uncertainty import log_ppl_difference, samples_for_effect
+    from dihal.evaluate.ppl_difference import log_ppl_difference, samples_for_effect
 
     rng = np.random.default_rng(11)
     shift = math.log(1.25)
@@ -547,7 +547,7 @@ def test_samples_for_effect_reaches_its_power_under_the_test_it_plans_for(family
 def test_samples_for_effect_pairs_by_sample_index_and_refuses_bad_input():
     """Paired input is keyed by sample index: a sample missing on one side (empty) leaves the
     others paired with their own index; by list position they would slip."""
-    from dihal.uncertainty import samples_for_effect
+    from dihal.evaluate.ppl_difference import samples_for_effect
 
     rng = np.random.default_rng(12)
     a = _per_text(rng, 4.0, 40, sd=0.5)
@@ -567,7 +567,7 @@ def test_samples_for_effect_pairs_by_sample_index_and_refuses_bad_input():
 
 
 def test_log_ppl_difference_every_verdict():
-    from dihal.uncertainty import log_ppl_difference
+    from dihal.evaluate.ppl_difference import log_ppl_difference
 
     rng = np.random.default_rng(9)
 

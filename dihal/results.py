@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from dihal.inputs import LocateInputs
 from dihal.rows import TARGETS, PrimaryTest, RegressionRow, SpearmanRow
 
 
@@ -372,10 +373,7 @@ class ReportInputs:
     backbone: str
     backbone_info: dict[str, Any]  # Backbone.info(), as the dump recorded it
     configs: dict[str, dict]  # stage -> the config it ran with
-    geometry_rows: list[dict]
-    predictor_rows: list[dict]  # the rival predictors of each candidate layer
-    score_rows: list[dict]
-    score: dict[str, Any]  # LayerScoreResult.info()
+    locate: LocateInputs
     bridgeability: dict[str, Any]  # BridgeabilityResult.info()
     sweep_layers: list[dict]  # BridgeMetrics of every swept layer
     sweep_protocol: dict[str, Any]
@@ -390,6 +388,15 @@ class ReportInputs:
     artifacts: str = ""
     fingerprints: dict[str, str] = field(default_factory=dict)  # input artifact -> fingerprint
     full_training_sampler: dict[str, Any] = field(default_factory=dict)  # FullTrainingResult's
+
+    @classmethod
+    def from_dicts(cls, *, geometry_rows: list[dict], predictor_rows: list[dict],
+                   score_rows: list[dict], score: dict[str, Any], **rest: Any) -> ReportInputs:
+        """The inputs from the tables and manifest infos as storage reads them: the geometry
+        and score rows, the rival predictors, LayerScoreResult.info(), ...; `rest`: the
+        fields taken as they are."""
+        return cls(locate=LocateInputs.from_dicts(geometry_rows, predictor_rows, score_rows, score),
+                   **rest)
 
 
 @dataclass(frozen=True)

@@ -46,7 +46,7 @@ def report_inputs(layout: ArtifactLayout, backbone: str) -> ReportInputs:
     for row in cmp_["rows"]:
         if row.get("role") == "baseline" and (b := BaselineRun(layout, backbone, row["model"])).manifest():
             samples[row["model"]] = b.manifest().info["samples"]
-    return ReportInputs(
+    return ReportInputs.from_dicts(
         backbone=backbone, backbone_info=m["hidden_states"].info["backbone"],
         configs={"sequences": m["sequences"].config, "hidden_states": m["hidden_states"].config,
                  "geometry": m["geometry"].config, "layer_score": m["layer_score"].config,

@@ -290,9 +290,20 @@ def gen_row(model, role, ppl, low, high, **extra):
 
 
 def report_inputs(*, spearman=None, regression=(), comparison=None, latency=2.0,
-                  stability=None):
-    """Hand-made ReportInputs of a tiny 4-layer backbone: l* = 2, oracle 3, worst 1."""
+                  stability=None, **raw):
+    """Hand-made ReportInputs of a tiny 4-layer backbone: l* = 2, oracle 3, worst 1 (`raw`:
+    fields of report_raw's replaced, as storage reads them)."""
     from dihal.results import ReportInputs
+
+    return ReportInputs.from_dicts(**{**report_raw(
+        spearman=spearman, regression=regression, comparison=comparison, latency=latency,
+        stability=stability), **raw})
+
+
+def report_raw(*, spearman=None, regression=(), comparison=None, latency=2.0,
+               stability=None) -> dict:
+    """The tables and infos of report_inputs' backbone as storage reads them (the keywords of
+    ReportInputs.from_dicts)."""
     from dihal.rows import DEPTH
 
     spearman = spearman if spearman is not None else [
@@ -310,7 +321,7 @@ def report_inputs(*, spearman=None, regression=(), comparison=None, latency=2.0,
           {"model": "backbone", "role": "backbone", "ms_per_token": 2.0,
            "latency_vs_backbone": 1.0}]
     image = png()
-    return ReportInputs(
+    return dict(
         backbone="tiny", backbone_info={"hf_id": "t/tiny", "architecture": "llama",
                                         "n_layers": 4, "hidden_size": 32, "revision": "abc"},
         configs={"layer_score": {"primary_norm": "robust"},

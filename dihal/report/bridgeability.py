@@ -63,10 +63,6 @@ def _family(rows: list[SpearmanRow]) -> int:
     return sum(1 for r in rows if not r.is_depth for s in r.targets.values() if s.p is not None)
 
 
-def picks(v: dict) -> str:
-    return ", ".join(f"{ll}: {sh:.0%}" for ll, sh in list(v["picks"].items())[:4])
-
-
 def seed_cell(r: dict) -> str:
     sd = number(r.get("sd"))
     return (f"{r['mean']:.4g}" + (f" +- {sd:.2g}" if sd is not None else "")

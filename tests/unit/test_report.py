@@ -14,7 +14,7 @@ from dihal.report.generation import answer_generation
 from dihal.report.locate import answer_l_star
 from dihal.rows import DEPTH, RegressionRow, Spearman, SpearmanRow
 from tests.tiny import gen_row as _gen
-from tests.tiny import png
+from tests.tiny import png, report_raw
 from tests.tiny import report_inputs as inputs
 from tests.tiny import report_inputs_with_cost as _with_cost
 from tests.tiny import spearman_row as _spearman
@@ -41,7 +41,6 @@ def test_l_star_with_and_without_its_stability():
     (0.5, "two disjoint halves of the sequences agree in 50% of splits"),
 ])
 def test_l_star_over_resampled_sequences_and_split_halves(agreement, says):
-    from dataclasses import replace
 
     firm = {"robust": {"l_star": 2, "same": 0.95, "replicates": 20, "low": 2, "high": 3,
                        "picks": {2: 0.95, 3: 0.05}}}
@@ -52,8 +51,7 @@ def test_l_star_over_resampled_sequences_and_split_halves(agreement, says):
            "bootstrap": {"l_star": 2, "same": 0.6, "replicates": 10, "low": 1, "high": 3,
                          "picks": {2: 0.6, 1: 0.3, 3: 0.1}},
            "split_half": {"splits": splits, "agreement": agreement}}
-    x = inputs(stability=firm)
-    x = replace(x, score={**x.score, "sequence_stability": seq})
+    x = inputs(score={**report_raw(stability=firm)["score"], "sequence_stability": seq})
     text, _ = answer_l_star(x)
     assert "; 60% of 10 resamples of whole sequences, 95 % range [1, 3]" in text and says in text
     md = build_report(x).markdown

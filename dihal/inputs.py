@@ -1,4 +1,4 @@
-"""What the report reads, typed family by family (Locate, ...): each family's rows and
+"""What the report reads, typed family by family (Locate, Replace, ...): each family's rows and
 summaries as frozen dataclasses, made with `from_dict` from the tables and manifest infos that
 storage reads back, so the report reads attributes, not column names. Every `from_dict` reads
 older artifacts too: a column or key added later is optional (None, or empty). Standard
@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+
+from dihal.rows import PrimaryTest, RegressionRow, SpearmanRow, regression_rows, spearman_rows
 
 # -------------------------------------------------------------------------------- Locate
 
@@ -134,3 +136,172 @@ class LocateInputs:
         return cls([GeometryRow.from_dict(g) for g in geometry_rows],
                    [dict(p) for p in predictor_rows],
                    [ScoreRow.from_dict(s) for s in score_rows], LayerScoreInfo.from_dict(score))
+
+
+# ------------------------------------------------------------------------------- Replace
+
+
+@dataclass(frozen=True)
+class OracleWorst:
+    """The oracle (best) and the worst swept layer by one measure."""
+
+    oracle: int
+    worst: int
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> OracleWorst:
+        return cls(d["oracle"], d["worst"])
+
+
+@dataclass(frozen=True)
+class OracleBy:
+    """The oracle and the worst swept layer by each measure (dihal.uncertainty
+    .oracle_by_measures), the measure full training followed (None: all held-out sequences,
+    before the halves) and whether the measures disagree; empty in older infos."""
+
+    by: dict[str, OracleWorst] = field(default_factory=dict)
+    chosen_by: str | None = None
+    oracle_disagree: bool = False
+    worst_disagree: bool = False
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> OracleBy:
+        d = d or {}
+        return cls({m: OracleWorst.from_dict(v) for m, v in (d.get("by") or {}).items() if v},
+                   d.get("chosen_by"), bool(d.get("oracle_disagree")),
+                   bool(d.get("worst_disagree")))
+
+
+@dataclass(frozen=True)
+class SeedSpread:
+    """One measure at one layer over its training seeds (dihal.uncertainty.seed_spread): mean,
+    sd (None or NaN with one seed), min and max."""
+
+    mean: float
+    sd: float | None
+    min: float
+    max: float
+    layer: int | None = None
+    n_seeds: int = 1
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SeedSpread:
+        return cls(d["mean"], d.get("sd"), d["min"], d["max"], d.get("layer"),
+                   d.get("n_seeds", 1))
+
+
+@dataclass(frozen=True)
+class SeedOracle:
+    """Where the oracle by hybrid NLL goes over resampled seeds (dihal.uncertainty.seed_oracle),
+    with l*'s rank and gap to the best mean where l* was given (None otherwise)."""
+
+    oracle: int
+    oracle_share: float
+    l_star_rank: int | None = None
+    l_star_rank_low: int | None = None
+    l_star_rank_high: int | None = None
+    gap: float | None = None
+    gap_low: float | None = None
+    gap_high: float | None = None
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SeedOracle:
+        return cls(**{k: d.get(k) for k in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True)
+class SeedInfo:
+    """The sweep's training seeds (BridgeabilityResult.seeds): the most per layer, each
+    measure's spread per layer, the oracle over seeds, and the replicates' count and time
+    (None where not recorded)."""
+
+    n_seeds: int
+    spread: dict[str, list[SeedSpread]]
+    oracle: SeedOracle
+    replicates: int | None = None
+    replicate_seconds: float | None = None
+    bridge_seconds: float | None = None
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> SeedInfo | None:
+        """The seeds, or None where every swept layer had one (an empty info)."""
+        if not d:
+            return None
+        return cls(d["n_seeds"], {m: [SeedSpread.from_dict(r) for r in rows]
+                                  for m, rows in (d.get("spread") or {}).items()},
+                   SeedOracle.from_dict(d["oracle"]), d.get("replicates"),
+                   d.get("replicate_seconds"), d.get("bridge_seconds"))
+
+    def counts(self) -> dict[int, int]:
+        """layer -> its training seeds (the kept bridge and its replicates)."""
+        first = next(iter(self.spread.values()), [])
+        return {int(r.layer): int(r.n_seeds) for r in first}
+
+
+@dataclass(frozen=True)
+class BridgeabilityInfo:
+    """Bridgeability's summary (BridgeabilityResult.info()): l*, the oracle and worst swept
+    layer, the swept layers, the Spearman and regression tables, the primary test (None before
+    it), the oracle by each measure and the training seeds (None: one seed)."""
+
+    l_star: int
+    oracle: int
+    worst: int
+    swept_layers: list[int]
+    spearman: list[SpearmanRow]
+    regression: list[RegressionRow] = field(default_factory=list)
+    primary: PrimaryTest | None = None
+    oracle_by: OracleBy = field(default_factory=OracleBy)
+    seeds: SeedInfo | None = None
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> BridgeabilityInfo:
+        return cls(d["l_star"], d["oracle"], d["worst"], list(d["swept_layers"]),
+                   spearman_rows(d["spearman"]), regression_rows(d.get("regression") or []),
+                   PrimaryTest.from_dict(d.get("primary")), OracleBy.from_dict(d.get("oracle_by")),
+                   SeedInfo.from_dict(d.get("seeds")))
+
+
+@dataclass(frozen=True)
+class SweepLayer:
+    """One swept layer's bridge (BridgeMetrics as the sweep table holds it); a measure an
+    older table lacks is None."""
+
+    layer: int
+    init_val_loss: float | None = None
+    val_loss: float | None = None
+    t1_loss: float | None = None
+    recon_error: float | None = None
+    hybrid_nll: float | None = None
+    backbone_nll: float | None = None
+    top1_agreement: float | None = None
+    steps: int | None = None
+    seconds: float | None = None
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SweepLayer:
+        return cls(**{k: d.get(k) for k in cls.__dataclass_fields__})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+@dataclass(frozen=True)
+class ReplaceInputs:
+    """The Replace family: bridgeability's summary, every swept layer's bridge, and the
+    protocol the sweep trained them under (the oracle's config, shown as it is)."""
+
+    info: BridgeabilityInfo
+    layers: list[SweepLayer]
+    protocol: dict[str, Any]
+
+    @classmethod
+    def from_dicts(cls, bridgeability: dict[str, Any], sweep_layers: list[dict],
+                   sweep_protocol: dict[str, Any]) -> ReplaceInputs:
+        return cls(BridgeabilityInfo.from_dict(bridgeability),
+                   [SweepLayer.from_dict(r) for r in sweep_layers], dict(sweep_protocol))
+
+    def sweep_steps(self, default: int) -> int:
+        """The sampler steps K the sweep's bridges were measured at (`default` where the
+        protocol does not say)."""
+        return int(self.protocol.get("steps", default))

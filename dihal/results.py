@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from dihal.inputs import LocateInputs
+from dihal.inputs import LocateInputs, ReplaceInputs
 from dihal.rows import TARGETS, PrimaryTest, RegressionRow, SpearmanRow
 
 
@@ -374,9 +374,7 @@ class ReportInputs:
     backbone_info: dict[str, Any]  # Backbone.info(), as the dump recorded it
     configs: dict[str, dict]  # stage -> the config it ran with
     locate: LocateInputs
-    bridgeability: dict[str, Any]  # BridgeabilityResult.info()
-    sweep_layers: list[dict]  # BridgeMetrics of every swept layer
-    sweep_protocol: dict[str, Any]
+    bridges: ReplaceInputs
     comparison: dict[str, Any]  # ComparisonResult.info()
     evaluation: dict[str, Any]  # EvalResult.info()
     full_training: list[dict]
@@ -391,11 +389,15 @@ class ReportInputs:
 
     @classmethod
     def from_dicts(cls, *, geometry_rows: list[dict], predictor_rows: list[dict],
-                   score_rows: list[dict], score: dict[str, Any], **rest: Any) -> ReportInputs:
+                   score_rows: list[dict], score: dict[str, Any], bridgeability: dict[str, Any],
+                   sweep_layers: list[dict], sweep_protocol: dict[str, Any],
+                   **rest: Any) -> ReportInputs:
         """The inputs from the tables and manifest infos as storage reads them: the geometry
-        and score rows, the rival predictors, LayerScoreResult.info(), ...; `rest`: the
+        and score rows, the rival predictors, LayerScoreResult.info(); BridgeabilityResult
+        .info(), the BridgeMetrics of every swept layer, the sweep's config; ...; `rest`: the
         fields taken as they are."""
         return cls(locate=LocateInputs.from_dicts(geometry_rows, predictor_rows, score_rows, score),
+                   bridges=ReplaceInputs.from_dicts(bridgeability, sweep_layers, sweep_protocol),
                    **rest)
 
 

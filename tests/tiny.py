@@ -345,12 +345,21 @@ def report_raw(*, spearman=None, regression=(), comparison=None, latency=2.0,
         backbones=[], artifacts="/tmp/x", fingerprints={"geometry_tiny": "f" * 64})
 
 
+def with_bridgeability(x, *, protocol=None, **info):
+    """`x` with fields of its bridgeability summary (dihal.inputs.BridgeabilityInfo) replaced
+    by `info`, and the sweep's protocol by `protocol`."""
+    from dataclasses import replace
+
+    return replace(x, bridges=replace(x.bridges, info=replace(x.bridges.info, **info),
+                                      protocol=x.bridges.protocol if protocol is None else protocol))
+
+
 def report_inputs_with_cost(step_mflops, timed=True):
     """The hand-made inputs with a cost table: 4 blocks of 10 MFLOPs, a head of 5, a denoising
     step of `step_mflops`; DiHAL at l* = 2 samples with K = 4, the sweep too."""
-    from dataclasses import replace
+    from dihal.results import ReportInputs
 
-    x = report_inputs()
+    raw = report_raw()
     rows = [{"model": "backbone", "layer": None, "K": 0, "flops_per_token": 45e6,
              "ms_per_token": 2.0, "flops_vs_backbone": 1.0, "ms_vs_backbone": 1.0,
              "time_over_flops": 1.0}]
@@ -363,7 +372,8 @@ def report_inputs_with_cost(step_mflops, timed=True):
                            "denoiser_step_flops": step_mflops * 1e6},
             "rows": rows, "n": 2, "length": 16, "repeats": 3, "note": "FLOPs counted"}
     sweep = [{"layer": ll, "hybrid_nll": 3.0 + ll, "backbone_nll": 2.5} for ll in (1, 2, 3)]
-    return replace(x, evaluation={**x.evaluation, "cost": cost}, sweep_layers=sweep)
+    return ReportInputs.from_dicts(**{**raw, "evaluation": {**raw["evaluation"], "cost": cost},
+                                      "sweep_layers": sweep})
 
 
 # -- the tiny world: a tiny llama's graph through Dagster ---------------------------------

@@ -21,7 +21,7 @@ def timed_row(x: ReportInputs, *, steps: int | None = None, layer: int | None = 
     rows = ((x.evaluation or {}).get("cost") or {}).get("rows") or []
     if name is not None:
         return next((r for r in rows if r["model"] == name), None)
-    layer = int(x.bridgeability["l_star"]) if layer is None else layer
+    layer = int(x.bridges.info.l_star) if layer is None else layer
     return next((r for r in rows if r["model"].startswith("DiHAL") and r.get("K") == steps
                  and r.get("layer") == layer), None)
 
@@ -77,13 +77,13 @@ def answer_break_even(x: ReportInputs) -> tuple[str, str]:
         return ("What the replacement costs per token is not settled: the evaluation has no "
                 "cost table (materialise eval again).", COST)
     dihal = next(r for r in x.comparison["rows"] if r["role"] == DIHAL)
-    l_star, k0 = int(x.bridgeability["l_star"]), int(dihal["sampler_steps"])
+    l_star, k0 = int(x.bridges.info.l_star), int(dihal["sampler_steps"])
     ratio = model.hybrid(l_star, k0) / model.backbone()
     timed = next((r for r in x.evaluation["cost"]["rows"]
                   if r.get("layer") == l_star and r.get("K") == k0
                   and r["model"].startswith("DiHAL")), None)
-    k_sweep = int(x.sweep_protocol.get("steps", k0))
-    layers = sorted(x.bridgeability["swept_layers"])
+    k_sweep = x.bridges.sweep_steps(k0)
+    layers = sorted(x.bridges.info.swept_layers)
     cheaper = _cheaper_layers(model, layers, k_sweep)
     line = (f"Per generated token the backbone costs {model.backbone() / 1e6:.3g} MFLOPs; DiHAL "
             f"at l* = {l_star} with K = {k0} costs {ratio:.2f}x that"
@@ -99,17 +99,17 @@ def answer_break_even(x: ReportInputs) -> tuple[str, str]:
 def _cost_points(x: ReportInputs, model) -> list[dict]:
     """Hybrid NLL against FLOPs per token of each swept layer: the bridge at the sweep's K and
     its regression control (the ridge map: one d x d matmul a token)."""
-    k_sweep = int(x.sweep_protocol.get("steps", 1))
-    pts = [{"kind": f"bridge (K = {k_sweep})", "layer": r["layer"],
-            "flops": model.hybrid(r["layer"], k_sweep), "nll": r["hybrid_nll"]}
-           for r in x.sweep_layers]
+    k_sweep = x.bridges.sweep_steps(1)
+    pts = [{"kind": f"bridge (K = {k_sweep})", "layer": r.layer,
+            "flops": model.hybrid(r.layer, k_sweep), "nll": r.hybrid_nll}
+           for r in x.bridges.layers]
     from dihal.evaluate.cost import ridge_map_flops
 
     d = int(x.backbone_info["hidden_size"])
-    pts += [{"kind": "regression control (ridge map)", "layer": r["layer"],
-             "flops": model.hybrid(r["layer"], 0, ridge_map_flops(d, d)),
-             "nll": r["regression_hybrid_nll"]}
-            for r in x.bridgeability.get("regression", [])]
+    pts += [{"kind": "regression control (ridge map)", "layer": r.layer,
+             "flops": model.hybrid(r.layer, 0, ridge_map_flops(d, d)),
+             "nll": r.regression_hybrid_nll}
+            for r in x.bridges.info.regression]
     return pts
 
 
@@ -146,10 +146,10 @@ def cost_section(r: Document, x: ReportInputs) -> None:
                   "these K.")))
     pts = _cost_points(x, model)
     if pts:
-        base = {"flops": model.backbone(), "nll": x.sweep_layers[0]["backbone_nll"]}
+        base = {"flops": model.backbone(), "nll": x.bridges.layers[0].backbone_nll}
         r.image(plot_cost_quality(pts, base, f"{x.backbone}: hybrid NLL vs cost per token"),
                 "Held-out hybrid NLL against FLOPs per generated token, per swept layer")
-    layers = sorted(x.bridgeability["swept_layers"])
+    layers = sorted(x.bridges.info.swept_layers)
     steps = sorted({int(c["K"]) for c in cost["rows"] if c["model"].startswith("DiHAL")})
     if layers and steps:
         r.p(f"Break-even (FLOPs): a denoising step costs {model.denoiser_step_flops / 1e6:.3g} "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dihal.inputs import OracleBy, SeedSpread
 from dihal.labels import CONTROL
 from dihal.report.bridgeability import seed_cell
 from dihal.report.common import FULL
@@ -34,7 +35,7 @@ def _full_training_summary(x: ReportInputs) -> str:
             f"layer {worst['layer']}: {worst['hybrid_nll']:.3f} and {worst['val_loss']:.3f}) and "
             f"Gen.PPL {geo['gen_ppl']:.1f} (oracle {oracle['gen_ppl']:.1f}, worst "
             f"{worst['gen_ppl']:.1f})." + _judged(geo, oracle, worst)
-            + _by_loss_note(x.bridgeability))
+            + _by_loss_note(x.bridges.info.oracle_by))
 
 
 def _judged(geo: dict, oracle: dict, worst: dict) -> str:
@@ -49,14 +50,13 @@ def _judged(geo: dict, oracle: dict, worst: dict) -> str:
             f"{vals[2]:.3f} at the worst layer.")
 
 
-def _by_loss_note(b: dict) -> str:
+def _by_loss_note(by: OracleBy) -> str:
     """What validation loss would have chosen for full training, where it disagrees."""
-    by = b.get("oracle_by", {})
-    loss = by.get("by", {}).get("val_loss")
-    if not loss or not (by.get("oracle_disagree") or by.get("worst_disagree")):
+    loss = by.by.get("val_loss")
+    if not loss or not (by.oracle_disagree or by.worst_disagree):
         return ""
-    return (f" By the sweep's validation loss the oracle would be layer {loss['oracle']} and the "
-            f"worst {loss['worst']}: the two measures disagree, and full training follows the "
+    return (f" By the sweep's validation loss the oracle would be layer {loss.oracle} and the "
+            f"worst {loss.worst}: the two measures disagree, and full training follows the "
             "hybrid NLL, the one closer to generation.")
 
 
@@ -66,8 +66,8 @@ def full_training_section(r: Document, x: ReportInputs) -> None:
     trained = _trained_rows(x)
     r.p(full_training_seeds(trained))
     spread = [{"role": row["role"], "layer": row["layer"], "seeds": row.get("n_seeds", 1),
-               **{f"{m} mean +- sd [min, max]": seed_cell(
-                   {k: row.get(f"{m}_seed_{k}") for k in ("mean", "sd", "min", "max")})
+               **{f"{m} mean +- sd [min, max]": seed_cell(SeedSpread.from_dict(
+                   {k: row.get(f"{m}_seed_{k}") for k in ("mean", "sd", "min", "max")}))
                   if number(row.get(f"{m}_seed_mean")) is not None else "n/a"
                   for m in ("val_loss", "t1_loss", "hybrid_nll")}}
               for row in trained if (row.get("n_seeds") or 1) > 1

@@ -5,6 +5,7 @@ import re
 
 import pytest
 
+from dihal.inputs import OracleBy, SeedInfo
 from dihal.report.bridgeability import answer_bridge_vs_regression, answer_geometry_vs_depth
 from dihal.report.build import ANSWERS, build_report
 from dihal.report.common import BRIDGEABILITY, CONTROLS, COST, GENERATION, LOCATE, REGRESSION
@@ -12,9 +13,9 @@ from dihal.report.controls import answer_controls
 from dihal.report.cost import answer_break_even, answer_cost
 from dihal.report.generation import answer_generation
 from dihal.report.locate import answer_l_star
-from dihal.rows import DEPTH, RegressionRow, Spearman, SpearmanRow
+from dihal.rows import DEPTH, PrimaryTest, RegressionRow, Spearman, SpearmanRow
 from tests.tiny import gen_row as _gen
-from tests.tiny import png, report_raw
+from tests.tiny import png, report_raw, with_bridgeability
 from tests.tiny import report_inputs as inputs
 from tests.tiny import report_inputs_with_cost as _with_cost
 from tests.tiny import spearman_row as _spearman
@@ -75,9 +76,7 @@ def _primary(p, p_min, *, p_min_all=0.0006, needed=14, ties=0.43):
 
 
 def _with_primary(x, primary):
-    from dataclasses import replace
-
-    return replace(x, bridgeability={**x.bridgeability, "primary": primary})
+    return with_bridgeability(x, primary=PrimaryTest.from_dict(primary))
 
 
 @pytest.mark.parametrize(("p", "p_min", "says", "never"), [
@@ -156,20 +155,18 @@ def test_the_paired_tests_are_read_as_exploratory(standing):
 ])
 def test_bridgeability_names_the_oracle_by_both_measures(disagree, says):
     x = inputs()
-    b = {**x.bridgeability, "oracle_by": {
+    b = {"oracle_by": {
         "by": {"hybrid_nll": {"oracle": 3, "worst": 1},
                "val_loss": {"oracle": 2 if disagree[0] else 3, "worst": 2 if disagree[1] else 1}},
         "oracle_disagree": disagree[0], "worst_disagree": disagree[1]}}
-    from dataclasses import replace
-
-    md = build_report(replace(x, bridgeability=b)).markdown
+    md = build_report(with_bridgeability(x, oracle_by=OracleBy.from_dict(b["oracle_by"]))).markdown
     assert ("the oracle layer by hybrid NLL is 3 and the worst 1 (full training follows these; "
             "chosen and judged on the same held-out sequences: these artifacts predate the "
             "split); by validation loss") in md and says in md
     # chosen on the first half of the held-out sequences: the report says the second judges
     b["oracle_by"]["by"]["hybrid_nll_select"] = {"oracle": 2, "worst": 1}
     b["oracle_by"]["chosen_by"] = "hybrid_nll_select"
-    md = build_report(replace(x, bridgeability=b)).markdown
+    md = build_report(with_bridgeability(x, oracle_by=OracleBy.from_dict(b["oracle_by"]))).markdown
     assert ("the oracle layer by hybrid NLL on the first half of the held-out sequences is 2 and "
             "the worst 1 (full training follows these, and the second half, which did not "
             "choose them, judges them); on all held-out sequences, 3 and 1; by validation "
@@ -346,7 +343,6 @@ def test_generation_section_states_start_token_temperature_length_and_mauve_stat
 
 
 def test_bridgeability_shows_the_seed_spread_or_says_there_is_one_seed():
-    from dataclasses import replace
 
     x = inputs()
     assert "trained under one seed" in build_report(x).markdown
@@ -355,7 +351,7 @@ def test_bridgeability_shows_the_seed_spread_or_says_there_is_one_seed():
     seeds = {"n_seeds": 2, "spread": spread,
              "oracle": {"oracle": 1, "oracle_share": 0.8, "l_star_rank": 2, "l_star_rank_low": 1,
                         "l_star_rank_high": 3, "gap": 0.5, "gap_low": 0.1, "gap_high": 0.9}}
-    md = build_report(replace(x, bridgeability={**x.bridgeability, "seeds": seeds})).markdown
+    md = build_report(with_bridgeability(x, seeds=SeedInfo.from_dict(seeds))).markdown
     assert "trained under up to 2 seeds" in md and "stays layer 1 in 80% of replicates" in md
     assert "l* ranks 2 of 3 (95 % [1, 3])" in md
     assert "| 1 | 2 | 2 +- 0.1 [1.9, 2.1] | 2 +- 0.1 [1.9, 2.1] |" in md
@@ -370,11 +366,11 @@ def test_full_training_says_what_validation_loss_would_have_chosen(disagree):
     full = [{"role": role, "layer": ll, "val_loss": 0.5, "hybrid_nll": 3.0, "gen_ppl": 40.0}
             for role, ll in (("geometry l*", 2), ("oracle", 3), ("worst", 1))]
     x = inputs()
-    b = {**x.bridgeability, "oracle_by": {
+    b = OracleBy.from_dict({
         "by": {"hybrid_nll": {"oracle": 3, "worst": 1},
                "val_loss": {"oracle": 1 if disagree else 3, "worst": 1}},
-        "oracle_disagree": disagree, "worst_disagree": False}}
-    text = _full_training_summary(replace(x, full_training=full, bridgeability=b))
+        "oracle_disagree": disagree, "worst_disagree": False})
+    text = _full_training_summary(replace(with_bridgeability(x, oracle_by=b), full_training=full))
     assert "oracle layer 3: 3.000 and 0.500" in text
     assert ("By the sweep's validation loss the oracle would be layer 1 and the worst 1" in text) \
         == disagree
@@ -452,7 +448,6 @@ def test_the_report_says_which_layers_had_how_many_seeds_and_what_more_would_cos
     """Two of three layers under 2 seeds: the table shows 1 seed for the third, the text names
     the counts and sizes the missing replicate from the replicates' own timings; on the CPU
     (the eval's threads > 0) it says the subset is what fits the budget."""
-    from dataclasses import replace
 
     x = _with_eval_rows(inputs(), cpu_threads=cpu_threads)
     spread = {m: [{"layer": ll, "n_seeds": n, "mean": 1.0 + ll,
@@ -461,8 +456,7 @@ def test_the_report_says_which_layers_had_how_many_seeds_and_what_more_would_cos
     seeds = {"n_seeds": 2, "spread": spread, "replicates": 2, "replicate_seconds": 60.0,
              "bridge_seconds": 120.0,
              "oracle": {"oracle": 1, "oracle_share": 0.8}}
-    x = replace(x, bridgeability={**x.bridgeability, "seeds": seeds},
-                sweep_protocol={"steps": 4, "seeds": 2})
+    x = with_bridgeability(x, seeds=SeedInfo.from_dict(seeds), protocol={"steps": 4, "seeds": 2})
     md = build_report(x).markdown
     assert "Training seeds per swept layer: 2 at layers 1, 3; 1 at layer 2." in md
     assert "| 2 | 1 | 3 [2.9, 3.1] | 3 [2.9, 3.1] |" in md  # one seed: no spread
@@ -476,7 +470,7 @@ def test_the_report_says_which_layers_had_how_many_seeds_and_what_more_would_cos
     # every layer under the same seeds: the counts, no cost of more
     even = {**seeds, "spread": {m: [{**r, "n_seeds": 2, "sd": 0.1} for r in rows]
                                 for m, rows in spread.items()}}
-    md = build_report(replace(x, bridgeability={**x.bridgeability, "seeds": even})).markdown
+    md = build_report(with_bridgeability(x, seeds=SeedInfo.from_dict(even))).markdown
     assert "Training seeds per swept layer: 2 at layers 1, 2, 3." in md
     assert "would add about" not in md and "| seeds | 2 |" in md
 

@@ -1,7 +1,18 @@
 """The report's typed inputs (dihal.inputs): each family reads what storage reads back, older
 artifacts' tables and infos included (a column or key added later is optional)."""
 
-from dihal.inputs import GeometryRow, LayerScoreInfo, LocateInputs, Picks, ScoreRow
+from dihal.inputs import (
+    BridgeabilityInfo,
+    GeometryRow,
+    LayerScoreInfo,
+    LocateInputs,
+    OracleBy,
+    OracleWorst,
+    Picks,
+    ReplaceInputs,
+    ScoreRow,
+    SweepLayer,
+)
 from dihal.report.build import build_report
 from tests.tiny import report_inputs, report_raw
 
@@ -46,3 +57,38 @@ def test_locate_inputs_from_the_tables():
     assert loc.scores[0] == ScoreRow(0, "none", None) and loc.scores[2].S == 1.0
     assert loc.predictors == [{"layer": 1, "cond_cka": 0.5}]
     assert loc.score.selected == {"none": 1, "robust": 2}
+
+
+def test_bridgeability_info_of_an_artifact_before_the_primary_test_seeds_and_controls():
+    old = {"l_star": 2, "oracle": 3, "worst": 1, "swept_layers": [1, 2, 3],
+           "spearman": report_raw()["bridgeability"]["spearman"]}
+    info = BridgeabilityInfo.from_dict(old)
+    assert (info.primary, info.seeds, info.regression) == (None, None, [])
+    assert info.oracle_by == OracleBy() and info.spearman[0].predictor == "S_l (robust)"
+    layers = [{"layer": 1, "val_loss": 0.5, "hybrid_nll": 3.0}]  # a sweep table before t1_loss
+    x = report_inputs(bridgeability=old, sweep_layers=layers)
+    assert x.bridges.layers == [SweepLayer(1, val_loss=0.5, hybrid_nll=3.0)]
+    md = build_report(x).markdown
+    assert "No pre-registered primary test" in md and "trained under one seed" in md
+    assert "the oracle layer is 3 and the worst 1" in md
+    assert "| 1 | n/a | 0.5 | n/a | n/a | 3 |" in md  # the sweep table: what it lacks is n/a
+
+
+def test_bridgeability_info_reads_the_oracle_by_measure_and_the_seeds():
+    info = BridgeabilityInfo.from_dict({
+        **report_raw()["bridgeability"],
+        "oracle_by": {"by": {"hybrid_nll": {"oracle": 3, "worst": 1},
+                             "val_loss": {"oracle": 2, "worst": 1}},
+                      "oracle_disagree": True, "worst_disagree": False},
+        "seeds": {"n_seeds": 2, "oracle": {"oracle": 3, "oracle_share": 0.7},
+                  "spread": {"val_loss": [{"layer": 1, "n_seeds": 2, "mean": 1.0, "sd": 0.1,
+                                           "min": 0.9, "max": 1.1},
+                                          {"layer": 2, "n_seeds": 1, "mean": 2.0,
+                                           "sd": float("nan"), "min": 2.0, "max": 2.0}]}}})
+    assert info.oracle_by.by["val_loss"] == OracleWorst(2, 1)
+    assert info.oracle_by.oracle_disagree and not info.oracle_by.worst_disagree
+    seeds = info.seeds
+    assert seeds.counts() == {1: 2, 2: 1} and seeds.oracle.l_star_rank is None
+    assert seeds.replicates is None and seeds.spread["val_loss"][0].sd == 0.1
+    replace = ReplaceInputs.from_dicts(report_raw()["bridgeability"], [], {"steps": 4})
+    assert replace.sweep_steps(1) == 4 and ReplaceInputs(info, [], {}).sweep_steps(1) == 1

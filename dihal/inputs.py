@@ -1,4 +1,4 @@
-"""What the report reads, typed family by family (Locate, Replace, ...): each family's rows and
+"""What the report reads, typed family by family (Locate, Replace, Evaluate, ...): each family's rows and
 summaries as frozen dataclasses, made with `from_dict` from the tables and manifest infos that
 storage reads back, so the report reads attributes, not column names. Every `from_dict` reads
 older artifacts too: a column or key added later is optional (None, or empty). Standard
@@ -10,7 +10,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from dihal.rows import PrimaryTest, RegressionRow, SpearmanRow, regression_rows, spearman_rows
+from dihal.rows import (
+    GenerationRow,
+    PrimaryTest,
+    RegressionRow,
+    SpearmanRow,
+    generation_rows,
+    regression_rows,
+    spearman_rows,
+)
 
 # -------------------------------------------------------------------------------- Locate
 
@@ -305,3 +313,178 @@ class ReplaceInputs:
         """The sampler steps K the sweep's bridges were measured at (`default` where the
         protocol does not say)."""
         return int(self.protocol.get("steps", default))
+
+
+# ------------------------------------------------------------------------------ Evaluate
+
+NOT_RECORDED = "not recorded"  # a sampling setting an older eval row did not record
+
+
+@dataclass(frozen=True)
+class ChosenSampler:
+    """The (rule, K) the sampler-steps curve chose on validation, with its held-out hybrid NLL."""
+
+    rule: str
+    steps: int
+    hybrid_nll: float
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> ChosenSampler | None:
+        return cls(d["rule"], d["steps"], d["hybrid_nll"]) if d else None
+
+
+@dataclass(frozen=True)
+class SamplerChoice:
+    """The samplers a stage generated with (the eval's controls, full training's sampler): the
+    protocol's K, the (rule, K) chosen on validation (None: not chosen) and whether they are the
+    same sampler; with the eval's note on its regression hybrid (None where it has none)."""
+
+    chosen: ChosenSampler | None = None
+    protocol_steps: int | None = None
+    chosen_is_protocol: bool = False
+    regression: str | None = None
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> SamplerChoice:
+        d = d or {}
+        return cls(ChosenSampler.from_dict(d.get("chosen")), d.get("protocol_steps"),
+                   bool(d.get("chosen_is_protocol")), d.get("regression") or None)
+
+
+@dataclass(frozen=True)
+class CostRow:
+    """One model's line of the eval's cost table (dihal.evaluate.cost.cost_rows): FLOPs and
+    the one measured time per generated token (with the fastest and slowest round where
+    recorded), each against the backbone's. `K` and `layer`: DiHAL's sampler steps and
+    layer (None for a model without them)."""
+
+    model: str
+    K: int | None
+    layer: int | None
+    flops_per_token: float
+    ms_per_token: float
+    flops_vs_backbone: float
+    ms_vs_backbone: float
+    time_over_flops: float
+    ms_per_token_low: float | None = None
+    ms_per_token_high: float | None = None
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> CostRow:
+        return cls(**{k: d.get(k) for k in cls.__dataclass_fields__})
+
+    @property
+    def is_dihal(self) -> bool:
+        return self.model.startswith("DiHAL")
+
+
+@dataclass(frozen=True)
+class OrderInK:
+    """Whether DiHAL's time per token rises with K (dihal.evaluate.cost.order_in_k): the K
+    timed, the falls (K, next K) and whether they are within the rounds' spread."""
+
+    K: list[int]
+    monotone: bool
+    inversions: list[tuple[int, int]] = field(default_factory=list)
+    within_noise: bool = False
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> OrderInK | None:
+        if not d:
+            return None
+        return cls(list(d["K"]), bool(d["monotone"]),
+                   [tuple(p) for p in d.get("inversions") or []], bool(d.get("within_noise")))
+
+
+@dataclass(frozen=True)
+class CostTable:
+    """The eval's cost table (dihal.evaluate.cost.eval_cost): the FLOP model (as stored, for
+    dihal.evaluate.cost.flop_model_of), the rows, how the times were measured (n x length
+    tokens, the median of `repeats` rounds), the FLOP count's note and length (the timed
+    length in older tables) and DiHAL's order in K (None where not recorded)."""
+
+    flop_model: dict[str, Any]
+    rows: list[CostRow]
+    n: int
+    length: int
+    repeats: int
+    note: str
+    flop_length: int
+    order_in_k: OrderInK | None = None
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> CostTable | None:
+        if not d:
+            return None
+        return cls(dict(d["flop_model"]), [CostRow.from_dict(r) for r in d["rows"]], d["n"],
+                   d["length"], d["repeats"], d["note"], d.get("flop_length", d["length"]),
+                   OrderInK.from_dict(d.get("order_in_k")))
+
+    def row(self, name: str) -> CostRow | None:
+        return next((r for r in self.rows if r.model == name), None)
+
+    def dihal(self, steps: int | None, layer: int) -> CostRow | None:
+        """DiHAL's row at K = `steps` and `layer`, None where not timed."""
+        return next((r for r in self.rows if r.is_dihal and r.K == steps and r.layer == layer),
+                    None)
+
+
+@dataclass(frozen=True)
+class SamplingSetting:
+    """How the eval sampled, as its first row recorded it: the CPU threads (0: a GPU; None:
+    not recorded), the CPU kernels (NOT_RECORDED in older rows) and the unconditional start
+    token with its id (None: not recorded)."""
+
+    cpu_threads: int | None = None
+    cpu_kernels: str | None = NOT_RECORDED
+    start_token: str | None = None
+    start_token_id: int | None = None
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SamplingSetting:
+        return cls(d.get("cpu_threads"), d.get("cpu_kernels", NOT_RECORDED),
+                   d.get("start_token"), d.get("start_token_id"))
+
+
+@dataclass(frozen=True)
+class CurvePoint:
+    """One (rule, K) of the sampler-steps curve at l* (rule None in older curves)."""
+
+    steps: int
+    trained_steps: int
+    hybrid_nll: float
+    recon_error: float
+    backbone_nll: float
+    top1_agreement: float | None = None
+    rule: str | None = None
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> CurvePoint:
+        return cls(**{k: d.get(k) for k in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True)
+class EvaluateInputs:
+    """The Evaluate family: the eval's generation rows (typed views), its judge (Judge.info(),
+    shown as it is), how it sampled, its control hybrids' sampler and note, its cost table
+    (None: not measured), and the sampler-steps curve at `curve_layer`."""
+
+    rows: list[GenerationRow]
+    judge: dict[str, Any]
+    setting: SamplingSetting
+    controls: SamplerChoice
+    cost: CostTable | None
+    curve: list[CurvePoint]
+    curve_layer: int
+
+    @classmethod
+    def from_dicts(cls, evaluation: dict[str, Any], sampler_curve: dict[str, Any]
+                   ) -> EvaluateInputs:
+        """From EvalResult.info() and SamplerCurveResult.info()."""
+        rows = evaluation.get("rows") or []
+        return cls(generation_rows(rows), dict(evaluation.get("judge") or {}),
+                   SamplingSetting.from_dict(rows[0] if rows else {}),
+                   SamplerChoice.from_dict(evaluation.get("controls")),
+                   CostTable.from_dict(evaluation.get("cost")),
+                   [CurvePoint.from_dict(p) for p in sampler_curve["rows"]],
+                   sampler_curve["layer"])

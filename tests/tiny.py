@@ -354,11 +354,27 @@ def with_bridgeability(x, *, protocol=None, **info):
                                       protocol=x.bridges.protocol if protocol is None else protocol))
 
 
+def with_eval_rows(x, rows: list[dict]):
+    """`x` with the eval's rows replaced by `rows` (as stored), its sampling setting too."""
+    from dataclasses import replace
+
+    from dihal.inputs import SamplingSetting
+    from dihal.rows import generation_rows
+
+    return replace(x, evaluate=replace(x.evaluate, rows=generation_rows(rows),
+                                       setting=SamplingSetting.from_dict(rows[0])))
+
+
 def report_inputs_with_cost(step_mflops, timed=True):
-    """The hand-made inputs with a cost table: 4 blocks of 10 MFLOPs, a head of 5, a denoising
-    step of `step_mflops`; DiHAL at l* = 2 samples with K = 4, the sweep too."""
+    """The hand-made inputs with a cost table (report_raw_with_cost)."""
     from dihal.results import ReportInputs
 
+    return ReportInputs.from_dicts(**report_raw_with_cost(step_mflops, timed))
+
+
+def report_raw_with_cost(step_mflops, timed=True) -> dict:
+    """report_raw with a cost table: 4 blocks of 10 MFLOPs, a head of 5, a denoising step of
+    `step_mflops`; DiHAL at l* = 2 samples with K = 4, the sweep too."""
     raw = report_raw()
     rows = [{"model": "backbone", "layer": None, "K": 0, "flops_per_token": 45e6,
              "ms_per_token": 2.0, "flops_vs_backbone": 1.0, "ms_vs_backbone": 1.0,
@@ -372,8 +388,7 @@ def report_inputs_with_cost(step_mflops, timed=True):
                            "denoiser_step_flops": step_mflops * 1e6},
             "rows": rows, "n": 2, "length": 16, "repeats": 3, "note": "FLOPs counted"}
     sweep = [{"layer": ll, "hybrid_nll": 3.0 + ll, "backbone_nll": 2.5} for ll in (1, 2, 3)]
-    return ReportInputs.from_dicts(**{**raw, "evaluation": {**raw["evaluation"], "cost": cost},
-                                      "sweep_layers": sweep})
+    return {**raw, "evaluation": {**raw["evaluation"], "cost": cost}, "sweep_layers": sweep}
 
 
 # -- the tiny world: a tiny llama's graph through Dagster ---------------------------------

@@ -20,7 +20,7 @@ def layers_text(layers: list[int]) -> str:
 def on_cpu(x: ReportInputs) -> bool | None:
     """Whether the run was on the CPU, as the eval recorded it (its sampling threads, 0 on a
     GPU); None where not recorded."""
-    threads = ((x.evaluation or {}).get("rows") or [{}])[0].get("cpu_threads")
+    threads = x.evaluate.setting.cpu_threads
     return None if threads is None else threads > 0
 
 

@@ -62,7 +62,7 @@ def controls_section(r: Document, x: ReportInputs) -> None:
     rows = x.comparison["rows"]
     shown = [row for row in rows if row["role"] in (DIHAL, CHOSEN_K, CONTROL)]
     r.p(answer_controls(x)[0])
-    notes = x.evaluation.get("controls", {})
+    notes = x.evaluate.controls
     r.p("Each control replaces layers 0..l-1 as DiHAL does and keeps the upper layers and the "
         "head: the regression hybrid (the regression control of that layer trained with the "
         "bridge's full budget: the bridge network trained at t = 1 only, with the bridge "
@@ -73,14 +73,14 @@ def controls_section(r: Document, x: ReportInputs) -> None:
         "count, length, temperature and seeds as DiHAL and scored by the same judge; sample i "
         "of each is paired with DiHAL's sample i (the same uniforms), and the ratio of Gen.PPL "
         "(DiHAL over the row) has a paired percentile-bootstrap 95 % interval.")
-    if notes.get("regression"):
-        r.p(f"Regression hybrid: {notes['regression']}.")
-    chosen = notes.get("chosen")
+    if notes.regression:
+        r.p(f"Regression hybrid: {notes.regression}.")
+    chosen = notes.chosen
     if chosen:
-        r.p(f"The sampler-steps curve chose the {chosen['rule']} rule with K = {chosen['steps']} "
-            f"(held-out hybrid NLL {chosen['hybrid_nll']:.4f}) against the protocol's K = "
-            f"{notes.get('protocol_steps')}"
-            + (": the same sampler, so DiHAL's row is that K's." if notes.get("chosen_is_protocol")
+        r.p(f"The sampler-steps curve chose the {chosen.rule} rule with K = {chosen.steps} "
+            f"(held-out hybrid NLL {chosen.hybrid_nll:.4f}) against the protocol's K = "
+            f"{notes.protocol_steps}"
+            + (": the same sampler, so DiHAL's row is that K's." if notes.chosen_is_protocol
                else "; DiHAL at that K has its own row."))
 
     def ratio(row: dict) -> str:

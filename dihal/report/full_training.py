@@ -145,7 +145,7 @@ def full_training_generation_rows(x: ReportInputs) -> list[dict]:
              "DiHAL / this [paired 95 %]": ratio(row)} for row in x.full_training]
     rows += [{**row, "role": f"{row['model']}, from eval", "sampler": "from eval",
               "DiHAL / this [paired 95 %]": ratio(row)}
-             for row in x.evaluation.get("rows", []) if row.get("role") == CONTROL]
+             for row in (r.to_dict() for r in x.evaluate.rows) if row.get("role") == CONTROL]
     return rows
 
 

@@ -6,6 +6,7 @@ import math
 
 from dihal.config import DEFAULT_SAMPLER_RULE
 from dihal.evaluate.metrics import MAUVE_RESULT_SAMPLES, rate_difference, wilson
+from dihal.inputs import CostRow
 from dihal.labels import BACKBONE, BASELINE, DIHAL, NATIVE_ROLE
 from dihal.plots import plot_quality_diversity
 from dihal.report.common import GENERATION, SAMPLER, SAMPLES, ci, key_value, separated
@@ -28,29 +29,28 @@ from dihal.uncertainty import (
 
 def _sampler_summary(x: ReportInputs) -> str:
 
-    curve = x.sampler_curve
-
-    rows = sorted((r for r in curve["rows"] if r.get("rule", DEFAULT_SAMPLER_RULE)
-                   == DEFAULT_SAMPLER_RULE), key=lambda r: r["steps"]) or curve["rows"]
+    curve, layer = x.evaluate.curve, x.evaluate.curve_layer
+    rows = sorted((r for r in curve if (r.rule or DEFAULT_SAMPLER_RULE) == DEFAULT_SAMPLER_RULE),
+                  key=lambda r: r.steps) or curve
     lo, hi = rows[0], rows[-1]
-    best = min(curve["rows"], key=lambda r: (r["hybrid_nll"], r["steps"]))
-    return (f"At l* = {curve['layer']} the bridge was trained for a {lo['trained_steps']}-step "
-            f"sampler. With K = {lo['steps']} step(s) the hybrid's NLL is {lo['hybrid_nll']:.3f} "
-            f"and its reconstruction error {lo['recon_error']:.3f}; with K = {hi['steps']}, "
-            f"{hi['hybrid_nll']:.3f} and {hi['recon_error']:.3f} (the backbone: "
-            f"{lo['backbone_nll']:.3f}). The lowest NLL is at K = {best['steps']}"
-            f"{' (' + best['rule'] + ' rule)' if best.get('rule') else ''}. "
-            + _k_timing(*(timed_row(x, steps=r["steps"], layer=curve["layer"]) for r in (lo, hi)),
-                        lo["steps"], hi["steps"]))
+    best = min(curve, key=lambda r: (r.hybrid_nll, r.steps))
+    return (f"At l* = {layer} the bridge was trained for a {lo.trained_steps}-step "
+            f"sampler. With K = {lo.steps} step(s) the hybrid's NLL is {lo.hybrid_nll:.3f} "
+            f"and its reconstruction error {lo.recon_error:.3f}; with K = {hi.steps}, "
+            f"{hi.hybrid_nll:.3f} and {hi.recon_error:.3f} (the backbone: "
+            f"{lo.backbone_nll:.3f}). The lowest NLL is at K = {best.steps}"
+            f"{' (' + best.rule + ' rule)' if best.rule else ''}. "
+            + _k_timing(*(timed_row(x, steps=r.steps, layer=layer) for r in (lo, hi)),
+                        lo.steps, hi.steps))
 
 
-def _k_timing(lo: dict | None, hi: dict | None, k_lo: int, k_hi: int) -> str:
+def _k_timing(lo: CostRow | None, hi: CostRow | None, k_lo: int, k_hi: int) -> str:
     """Generation's time per token at the curve's smallest and largest K, from the cost table
     (the report's one timing per model)."""
     if lo is None or hi is None:
         return "Its time per token at these K is not in the cost table (section 3b)."
-    return (f"Generation costs {lo['ms_per_token']:.1f} ms per token at K = {k_lo} and "
-            f"{hi['ms_per_token']:.1f} at K = {k_hi} (the cost table's timing, section 3b).")
+    return (f"Generation costs {lo.ms_per_token:.1f} ms per token at K = {k_lo} and "
+            f"{hi.ms_per_token:.1f} at K = {k_hi} (the cost table's timing, section 3b).")
 
 
 def _mauve_is_diagnostic(rows: list[dict]) -> bool:
@@ -267,10 +267,10 @@ def empty_clause(dihal: dict, others: list[dict]) -> str:
 
 def _generation_setting(x: ReportInputs) -> str:
     """What every generation row shares: the start token, the temperature, the common length."""
-    rows, ev = x.comparison["rows"], x.evaluation["rows"][0]
-    token = ev.get("start_token")
+    rows, ev = x.comparison["rows"], x.evaluate.setting
+    token = ev.start_token
     start = (f"Every sample is drawn unconditionally from the backbone's start token "
-             f"{token!r} (id {ev.get('start_token_id')}), the BOS that opens every training "
+             f"{token!r} (id {ev.start_token_id}), the BOS that opens every training "
              "sequence; for an Instruct backbone that token may be a chat-turn opener, and the "
              "samples are compared with plain corpus text." if token is not None else
              "The unconditional start token was not recorded (evaluation made before eval 6).")
@@ -338,12 +338,11 @@ def sampler_section(r: Document, x: ReportInputs) -> None:
     r.h2("2b. What the sampler's steps buy at l*", SAMPLER)
 
     r.p(_sampler_summary(x))
-    layer = x.sampler_curve["layer"]
-    rows = [{**{k: c.get(k) for k in ("rule", "steps", "recon_error", "hybrid_nll",
-                                       "top1_agreement")},
-             "ms per token (cost table)": (t or {}).get("ms_per_token", "n/a")}
-            for c in x.sampler_curve["rows"]
-            for t in [timed_row(x, steps=c["steps"], layer=layer)]]
+    layer = x.evaluate.curve_layer
+    rows = [{"rule": c.rule, "steps": c.steps, "recon_error": c.recon_error,
+             "hybrid_nll": c.hybrid_nll, "top1_agreement": c.top1_agreement,
+             "ms per token (cost table)": t.ms_per_token if t else "n/a"}
+            for c in x.evaluate.curve for t in [timed_row(x, steps=c.steps, layer=layer)]]
     r.table(rows, ["rule", "steps", "recon_error", "hybrid_nll", "top1_agreement",
                    "ms per token (cost table)"], ".4g")
 
@@ -390,14 +389,14 @@ def generation_section(r: Document, x: ReportInputs) -> None:
 
 
 def _judge_and_latency(r: Document, x: ReportInputs) -> None:
-    ev_cfg, first = x.configs["eval"], x.evaluation["rows"][0]
+    ev_cfg, first = x.configs["eval"], x.evaluate.setting
     r.p("Samples are scored by the judge below, the same for every model:")
-    r.table(key_value({**x.evaluation["judge"], "samples": ev_cfg["n_samples"],
+    r.table(key_value({**x.evaluate.judge, "samples": ev_cfg["n_samples"],
                         "length": ev_cfg["length"], "temperature": ev_cfg["temperature"],
                         "seed": ev_cfg["seed"],
-                        "CPU threads while sampling (0: GPU)": first.get("cpu_threads"),
+                        "CPU threads while sampling (0: GPU)": first.cpu_threads,
                         "CPU kernels while sampling (torch's CPU capability)":
-                            first.get("cpu_kernels", "not recorded")}),
+                            first.cpu_kernels}),
             ["setting", "value"])
 
     r.p(f"Time per token: section 3b, one timing per model ({timing_text(x)}); the sampling "

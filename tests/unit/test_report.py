@@ -15,7 +15,7 @@ from dihal.report.generation import answer_generation
 from dihal.report.locate import answer_l_star
 from dihal.rows import DEPTH, PrimaryTest, RegressionRow, Spearman, SpearmanRow
 from tests.tiny import gen_row as _gen
-from tests.tiny import png, report_raw, with_bridgeability
+from tests.tiny import png, report_raw, report_raw_with_cost, with_bridgeability, with_eval_rows
 from tests.tiny import report_inputs as inputs
 from tests.tiny import report_inputs_with_cost as _with_cost
 from tests.tiny import spearman_row as _spearman
@@ -219,16 +219,18 @@ def test_generation_against_backbone_and_baselines_each_way():
 def test_cost_each_way(ratio, pace):
     from dataclasses import replace
 
-    x = _with_cost(15.0)
-    rows = x.evaluation["cost"]["rows"]
-    rows[1].update(ms_per_token=2.0 * ratio)
+    from dihal.results import ReportInputs
+
+    raw = report_raw_with_cost(15.0)
+    raw["evaluation"]["cost"]["rows"][1].update(ms_per_token=2.0 * ratio)
+    x = ReportInputs.from_dicts(**raw)
     text, anchor = answer_cost(x)
     assert f"({ratio:.2f}x the backbone's time: {pace}; a cached decode" in text
     assert anchor == GENERATION
     assert f"{2.0 * ratio:.2f} ms per token against the backbone's 2.00" in text
     assert "12,345 parameters, was trained on 65,536 tokens and samples in 4 step(s)" in text
     # no cost table: not measured, said so
-    untimed = replace(x, evaluation={**x.evaluation, "cost": None})
+    untimed = replace(x, evaluate=replace(x.evaluate, cost=None))
     assert "time per token is not measured" in answer_cost(untimed)[0]
 
 
@@ -304,10 +306,7 @@ def test_generation_pairs_decide_by_the_log_ppl_difference_and_give_a_power_coun
 
 
 def _with_eval_rows(x, **columns):
-    from dataclasses import replace
-
-    rows = [{**r, **columns} for r in x.evaluation["rows"]]
-    return replace(x, evaluation={**x.evaluation, "rows": rows})
+    return with_eval_rows(x, [{**r.to_dict(), **columns} for r in x.evaluate.rows])
 
 
 def test_generation_section_states_start_token_temperature_length_and_mauve_status():
@@ -506,8 +505,9 @@ def test_full_training_table_seeds_samplers_and_controls_from_eval(n_seeds, chos
     sampler = {"protocol_steps": 4, "chosen_is_protocol": not chosen,
                "chosen": ({"rule": "marginal", "steps": 2, "hybrid_nll": 2.9} if chosen else
                           {"rule": "ancestral", "steps": 4, "hybrid_nll": 3.0})}
-    x = replace(x, full_training=_full_rows(n_seeds, chosen), full_training_sampler=sampler,
-                evaluation={**x.evaluation, "rows": [*x.evaluation["rows"], control]})
+    x = with_eval_rows(replace(x, full_training=_full_rows(n_seeds, chosen),
+                               full_training_sampler=sampler),
+                       [*(r.to_dict() for r in x.evaluate.rows), control])
     seeds = full_training_seeds(_full_rows(n_seeds, chosen)[:: 2 if chosen else 1])
     says = full_training_sampler(sampler)
     if n_seeds == 1:

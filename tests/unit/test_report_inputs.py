@@ -1,20 +1,30 @@
 """The report's typed inputs (dihal.inputs): each family reads what storage reads back, older
 artifacts' tables and infos included (a column or key added later is optional)."""
 
+from dataclasses import replace
+
 from dihal.inputs import (
+    NOT_RECORDED,
     BridgeabilityInfo,
+    ChosenSampler,
+    CostTable,
+    CurvePoint,
+    EvaluateInputs,
     GeometryRow,
     LayerScoreInfo,
     LocateInputs,
     OracleBy,
     OracleWorst,
+    OrderInK,
     Picks,
     ReplaceInputs,
+    SamplerChoice,
+    SamplingSetting,
     ScoreRow,
     SweepLayer,
 )
 from dihal.report.build import build_report
-from tests.tiny import report_inputs, report_raw
+from tests.tiny import report_inputs, report_raw, report_raw_with_cost
 
 
 def test_layer_score_info_of_an_artifact_before_the_stability_checks():
@@ -92,3 +102,34 @@ def test_bridgeability_info_reads_the_oracle_by_measure_and_the_seeds():
     assert seeds.replicates is None and seeds.spread["val_loss"][0].sd == 0.1
     replace = ReplaceInputs.from_dicts(report_raw()["bridgeability"], [], {"steps": 4})
     assert replace.sweep_steps(1) == 4 and ReplaceInputs(info, [], {}).sweep_steps(1) == 1
+
+
+def test_evaluate_inputs_of_an_eval_before_its_cost_table_controls_and_settings():
+    ev = {"rows": [{"model": "dihal", "role": "dihal", "gen_ppl": 50.0},
+                   {"model": "backbone", "role": "backbone", "gen_ppl": 30.0}],
+          "judge": {"judge": "t/tiny"}}
+    curve = {"layer": 2, "rows": [{"steps": 1, "trained_steps": 4, "hybrid_nll": 3.0,
+                                   "recon_error": 0.5, "backbone_nll": 2.5}]}
+    e = EvaluateInputs.from_dicts(ev, curve)
+    assert (e.cost, e.controls, e.curve_layer) == (None, SamplerChoice(), 2)
+    assert e.setting == SamplingSetting(None, NOT_RECORDED, None, None)
+    assert e.curve == [CurvePoint(1, 4, 3.0, 0.5, 2.5)] and e.rows[1].gen_ppl.value == 30.0
+    md = build_report(report_inputs(evaluation=ev, sampler_curve=curve)).markdown
+    assert "| CPU kernels while sampling (torch's CPU capability) | not recorded |" in md
+    assert "The unconditional start token was not recorded" in md
+
+
+def test_the_cost_table_finds_its_rows_and_reads_an_older_table():
+    cost = report_raw_with_cost(3.0)["evaluation"]["cost"]
+    table = CostTable.from_dict(cost)
+    assert table.flop_length == 16 and table.order_in_k is None  # older: the timed length
+    assert table.row("backbone").flops_per_token == 45e6 and table.row("sed") is None
+    assert table.dihal(4, 2).model == "DiHAL (l=2, K=4)" and table.dihal(4, 3) is None
+    assert table.rows[0].ms_per_token_low is None and not table.rows[0].is_dihal
+    order = {"K": [1, 2], "monotone": False, "inversions": [[1, 2]], "within_noise": True}
+    assert CostTable.from_dict({**cost, "flop_length": 64, "order_in_k": order}) == replace(
+        table, flop_length=64, order_in_k=OrderInK([1, 2], False, [(1, 2)], True))
+    choice = SamplerChoice.from_dict({"protocol_steps": 4, "chosen_is_protocol": False,
+                                      "chosen": {"rule": "marginal", "steps": 2,
+                                                 "hybrid_nll": 2.9}})
+    assert choice.chosen == ChosenSampler("marginal", 2, 2.9) and choice.regression is None

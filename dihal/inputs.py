@@ -1,4 +1,4 @@
-"""What the report reads, typed family by family (Locate, Replace, Evaluate, ...): each family's rows and
+"""What the report reads, typed family by family (Locate, Replace, Evaluate, Compare, ...): each family's rows and
 summaries as frozen dataclasses, made with `from_dict` from the tables and manifest infos that
 storage reads back, so the report reads attributes, not column names. Every `from_dict` reads
 older artifacts too: a column or key added later is optional (None, or empty). Standard
@@ -488,3 +488,26 @@ class EvaluateInputs:
                    CostTable.from_dict(evaluation.get("cost")),
                    [CurvePoint.from_dict(p) for p in sampler_curve["rows"]],
                    sampler_curve["layer"])
+
+
+# ------------------------------------------------------------------------------- Compare
+
+
+@dataclass(frozen=True)
+class CompareInputs:
+    """The Compare family (ComparisonResult.info()): every model's generation row, the
+    baselines not run, and the temperature frontier's points (generation rows too; empty
+    before the frontier was measured)."""
+
+    rows: list[GenerationRow]
+    missing: list[str] = field(default_factory=list)
+    frontier: list[GenerationRow] = field(default_factory=list)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> CompareInputs:
+        return cls(generation_rows(d["rows"]), list(d.get("missing") or []),
+                   generation_rows(d.get("frontier") or []))
+
+    def frontier_points(self) -> list[dict[str, Any]]:
+        """The frontier's points as stored (what dihal.evaluate.frontier and the plots read)."""
+        return [p.to_dict() for p in self.frontier]

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from dihal.inputs import EvaluateInputs, LocateInputs, ReplaceInputs
+from dihal.inputs import CompareInputs, EvaluateInputs, LocateInputs, ReplaceInputs
 from dihal.rows import TARGETS, PrimaryTest, RegressionRow, SpearmanRow
 
 
@@ -376,7 +376,7 @@ class ReportInputs:
     locate: LocateInputs
     bridges: ReplaceInputs
     evaluate: EvaluateInputs
-    comparison: dict[str, Any]  # ComparisonResult.info()
+    comparison: CompareInputs
     full_training: list[dict]
     samples: dict[str, list[str]]  # model -> sample texts
     plots: dict[str, bytes] = field(repr=False, default_factory=dict)  # proxies, score, scatter
@@ -391,14 +391,15 @@ class ReportInputs:
                    score_rows: list[dict], score: dict[str, Any], bridgeability: dict[str, Any],
                    sweep_layers: list[dict], sweep_protocol: dict[str, Any],
                    evaluation: dict[str, Any], sampler_curve: dict[str, Any],
-                   **rest: Any) -> ReportInputs:
+                   comparison: dict[str, Any], **rest: Any) -> ReportInputs:
         """The inputs from the tables and manifest infos as storage reads them: the geometry
         and score rows, the rival predictors, LayerScoreResult.info(); BridgeabilityResult
         .info(), the BridgeMetrics of every swept layer, the sweep's config; EvalResult.info(),
-        SamplerCurveResult.info(); ...; `rest`: the fields taken as they are."""
+        SamplerCurveResult.info(); ComparisonResult.info(); ...; `rest`: the fields taken as they are."""
         return cls(locate=LocateInputs.from_dicts(geometry_rows, predictor_rows, score_rows, score),
                    bridges=ReplaceInputs.from_dicts(bridgeability, sweep_layers, sweep_protocol),
                    evaluate=EvaluateInputs.from_dicts(evaluation, sampler_curve),
+                   comparison=CompareInputs.from_dict(comparison),
                    **rest)
 
 

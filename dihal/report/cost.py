@@ -8,9 +8,6 @@ from dihal.plots import plot_cost_quality
 from dihal.report.common import COST, GENERATION
 from dihal.report.document import Document
 from dihal.results import ReportInputs
-from dihal.rows import (
-    generation_rows,
-)
 
 
 def timed_row(x: ReportInputs, *, steps: int | None = None, layer: int | None = None,
@@ -37,9 +34,8 @@ def timing_text(x: ReportInputs) -> str:
 def answer_cost(x: ReportInputs) -> tuple[str, str]:
     """What generating with the hybrid costs against the backbone (the cost table's one timing
     of each), and what the bridge cost."""
-    dihal = next(r for r in generation_rows(x.comparison["rows"]) if r.role == "dihal")
-    c = dihal.columns
-    k0 = int(c["sampler_steps"])
+    dihal = next(r for r in x.comparison.rows if r.role == "dihal")
+    k0 = int(dihal.sampler_steps)
     hyb, ref = timed_row(x, steps=k0), timed_row(x, name="backbone")
     if hyb is None or ref is None:
         timing = ("DiHAL's time per token is not measured (the evaluation has no cost table "
@@ -50,8 +46,8 @@ def answer_cost(x: ReportInputs) -> tuple[str, str]:
         timing = (f"DiHAL at K = {k0} generates at {hyb.ms_per_token:.2f} ms per token "
                   f"against the backbone's {ref.ms_per_token:.2f} ({ratio:.2f}x the "
                   f"backbone's time: {pace}; {timing_text(x)})")
-    return (f"{timing}; its bridge has {c['denoiser_parameters']:,} parameters, was trained on "
-            f"{c['train_tokens']:,} tokens and samples in {c['sampler_steps']} step(s).",
+    return (f"{timing}; its bridge has {dihal.denoiser_parameters:,} parameters, was trained on "
+            f"{dihal.train_tokens:,} tokens and samples in {dihal.sampler_steps} step(s).",
             GENERATION)
 
 
@@ -77,8 +73,8 @@ def answer_break_even(x: ReportInputs) -> tuple[str, str]:
     if model is None:
         return ("What the replacement costs per token is not settled: the evaluation has no "
                 "cost table (materialise eval again).", COST)
-    dihal = next(r for r in x.comparison["rows"] if r["role"] == DIHAL)
-    l_star, k0 = int(x.bridges.info.l_star), int(dihal["sampler_steps"])
+    dihal = next(r for r in x.comparison.rows if r.role == DIHAL)
+    l_star, k0 = int(x.bridges.info.l_star), int(dihal.sampler_steps)
     ratio = model.hybrid(l_star, k0) / model.backbone()
     timed = x.evaluate.cost.dihal(k0, l_star)
     k_sweep = x.bridges.sweep_steps(k0)

@@ -13,6 +13,8 @@ from dihal.results import ReportInputs
 from dihal.rows import (
     PAIR_STATS,
     ROLE_PAIRS,
+    GenerationRow,
+    generation_rows,
     number,
     pair_column,
 )
@@ -131,12 +133,12 @@ def full_training_sampler(sampler: dict) -> str:
             f"{which}, chosen on validation at l*.")
 
 
-def full_training_generation_rows(x: ReportInputs) -> list[dict]:
+def full_training_generation_rows(x: ReportInputs) -> list[GenerationRow]:
     """The full-training generation rows, each labelled by its sampler, then the eval's control
     hybrids at l* (labelled "from eval"), each with its paired ratio where computed."""
 
     def ratio(row: dict) -> str:
-        got = against_dihal(row)
+        got = against_dihal(GenerationRow.from_dict(row))
         return "" if got is None else f"{got[0]:.3f} [{got[1]:.3f}, {got[2]:.3f}]"
 
     rows = [{**row, "sampler": (f"K={row['steps']} {row['rule']} ({row['sampler']}"
@@ -146,7 +148,7 @@ def full_training_generation_rows(x: ReportInputs) -> list[dict]:
     rows += [{**row, "role": f"{row['model']}, from eval", "sampler": "from eval",
               "DiHAL / this [paired 95 %]": ratio(row)}
              for row in (r.to_dict() for r in x.evaluate.rows) if row.get("role") == CONTROL]
-    return rows
+    return generation_rows(rows)
 
 
 def role_pairs(trained: list[dict]) -> list[dict]:

@@ -13,7 +13,15 @@ from dihal.report.controls import answer_controls
 from dihal.report.cost import answer_break_even, answer_cost
 from dihal.report.generation import answer_generation
 from dihal.report.locate import answer_l_star
-from dihal.rows import DEPTH, PrimaryTest, RegressionRow, Spearman, SpearmanRow
+from dihal.rows import (
+    DEPTH,
+    GenerationRow,
+    PrimaryTest,
+    RegressionRow,
+    Spearman,
+    SpearmanRow,
+    generation_rows,
+)
 from tests.tiny import gen_row as _gen
 from tests.tiny import png, report_raw, report_raw_with_cost, with_bridgeability, with_eval_rows
 from tests.tiny import report_inputs as inputs
@@ -274,7 +282,8 @@ def test_generation_pairs_decide_by_the_log_ppl_difference_and_give_a_power_coun
     comparison = [dihal, _scored("backbone", "backbone", 3.0, seed=2),
                   _scored("sed", "baseline", 5.0, seed=3), _scored("codar", "baseline", 4.0,
                                                                    seed=4)]
-    pairs = {p["model"]: p for p in generation_pairs(dihal, comparison[1:])}
+    pairs = {p["model"]: p for p in generation_pairs(GenerationRow.from_dict(dihal),
+                                                     generation_rows(comparison[1:]))}
     assert pairs["backbone"]["verdict"] == "higher" and pairs["sed"]["verdict"] == "lower"
     assert pairs["codar"]["verdict"] == "not distinguishable"
     assert all(p["p_holm"] >= p["p"] for p in pairs.values())

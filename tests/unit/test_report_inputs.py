@@ -7,6 +7,7 @@ from dihal.inputs import (
     NOT_RECORDED,
     BridgeabilityInfo,
     ChosenSampler,
+    CompareInputs,
     CostTable,
     CurvePoint,
     EvaluateInputs,
@@ -133,3 +134,15 @@ def test_the_cost_table_finds_its_rows_and_reads_an_older_table():
                                       "chosen": {"rule": "marginal", "steps": 2,
                                                  "hybrid_nll": 2.9}})
     assert choice.chosen == ChosenSampler("marginal", 2, 2.9) and choice.regression is None
+
+
+def test_compare_inputs_of_a_comparison_before_the_frontier():
+    raw = report_raw()["comparison"]
+    c = CompareInputs.from_dict({"rows": raw["rows"]})
+    assert (c.missing, c.frontier, c.frontier_points()) == ([], [], [])
+    assert [r.model for r in c.rows] == ["dihal", "backbone", "sed", "codar"]
+    point = {"model": "dihal", "role": "dihal", "temperature": 0.7, "gen_ppl": 40.0,
+             "diversity": 0.4}
+    with_frontier = CompareInputs.from_dict({**raw, "missing": ["ld4lg"], "frontier": [point]})
+    assert with_frontier.frontier_points() == [point] and with_frontier.missing == ["ld4lg"]
+    assert with_frontier.frontier[0].temperature == 0.7

@@ -336,6 +336,12 @@ PAIR_STATS = ("log_ppl_diff", "log_ppl_diff_low", "log_ppl_diff_high", "p", "p_h
               "pairs")
 
 
+def seed_column(measure: str, stat: str) -> str:
+    """The column of a full-training row that holds `stat` (mean, sd, min, max) of `measure`
+    over the bridge's training seeds."""
+    return f"{measure}_seed_{stat}"
+
+
 def pair_column(stat: str, first: str) -> str:
     """The column of the second role's protocol row that holds `stat` of its test against
     `first` ("geometry l*" -> "l_star")."""

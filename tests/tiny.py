@@ -358,7 +358,7 @@ def with_eval_rows(x, rows: list[dict]):
     """`x` with the eval's rows replaced by `rows` (as stored), its sampling setting too."""
     from dataclasses import replace
 
-    from dihal.inputs import SamplingSetting
+    from dihal.generation_inputs import SamplingSetting
     from dihal.rows import generation_rows
 
     return replace(x, evaluate=replace(x.evaluate, rows=generation_rows(rows),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dihal.inputs import CostRow
+from dihal.generation_inputs import CostRow
 from dihal.labels import DIHAL
 from dihal.plots import plot_cost_quality
 from dihal.report.common import COST, GENERATION

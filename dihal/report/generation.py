@@ -6,7 +6,7 @@ import math
 
 from dihal.config import DEFAULT_SAMPLER_RULE
 from dihal.evaluate.metrics import MAUVE_RESULT_SAMPLES, rate_difference, wilson
-from dihal.inputs import CostRow
+from dihal.generation_inputs import CostRow
 from dihal.labels import BACKBONE, BASELINE, DIHAL, NATIVE_ROLE
 from dihal.plots import plot_quality_diversity
 from dihal.report.common import GENERATION, SAMPLER, SAMPLES, key_value

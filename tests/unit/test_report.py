@@ -5,6 +5,7 @@ import re
 
 import pytest
 
+from dihal.generation_inputs import FullTrainingInputs, FullTrainingRow, SamplerChoice
 from dihal.inputs import OracleBy, SeedInfo
 from dihal.report.bridgeability import answer_bridge_vs_regression, answer_geometry_vs_depth
 from dihal.report.build import ANSWERS, build_report
@@ -367,18 +368,15 @@ def test_bridgeability_shows_the_seed_spread_or_says_there_is_one_seed():
 
 @pytest.mark.parametrize("disagree", [True, False])
 def test_full_training_says_what_validation_loss_would_have_chosen(disagree):
-    from dataclasses import replace
-
     from dihal.report.full_training import _full_training_summary
 
     full = [{"role": role, "layer": ll, "val_loss": 0.5, "hybrid_nll": 3.0, "gen_ppl": 40.0}
             for role, ll in (("geometry l*", 2), ("oracle", 3), ("worst", 1))]
-    x = inputs()
     b = OracleBy.from_dict({
         "by": {"hybrid_nll": {"oracle": 3, "worst": 1},
                "val_loss": {"oracle": 1 if disagree else 3, "worst": 1}},
         "oracle_disagree": disagree, "worst_disagree": False})
-    text = _full_training_summary(replace(with_bridgeability(x, oracle_by=b), full_training=full))
+    text = _full_training_summary(with_bridgeability(inputs(full_training=full), oracle_by=b))
     assert "oracle layer 3: 3.000 and 0.500" in text
     assert ("By the sweep's validation loss the oracle would be layer 1 and the worst 1" in text) \
         == disagree
@@ -514,11 +512,11 @@ def test_full_training_table_seeds_samplers_and_controls_from_eval(n_seeds, chos
     sampler = {"protocol_steps": 4, "chosen_is_protocol": not chosen,
                "chosen": ({"rule": "marginal", "steps": 2, "hybrid_nll": 2.9} if chosen else
                           {"rule": "ancestral", "steps": 4, "hybrid_nll": 3.0})}
-    x = with_eval_rows(replace(x, full_training=_full_rows(n_seeds, chosen),
-                               full_training_sampler=sampler),
-                       [*(r.to_dict() for r in x.evaluate.rows), control])
-    seeds = full_training_seeds(_full_rows(n_seeds, chosen)[:: 2 if chosen else 1])
-    says = full_training_sampler(sampler)
+    x = with_eval_rows(replace(x, full_training=FullTrainingInputs.from_dicts(
+        _full_rows(n_seeds, chosen), sampler)), [*(r.to_dict() for r in x.evaluate.rows), control])
+    seeds = full_training_seeds([FullTrainingRow.from_dict(r) for r in
+                                 _full_rows(n_seeds, chosen)[:: 2 if chosen else 1]])
+    says = full_training_sampler(SamplerChoice.from_dict(sampler))
     if n_seeds == 1:
         assert seeds.startswith("Each full-training bridge was trained under one seed")
         assert ("training took 60 s here (geometry l* 10 s, oracle 20 s, worst 30 s), so a "
@@ -533,8 +531,8 @@ def test_full_training_table_seeds_samplers_and_controls_from_eval(n_seeds, chos
     else:
         assert says.endswith("the protocol's own K = 4 and rule, so each bridge has one "
                              "generation row (no duplicate).")
-    assert full_training_sampler({}) == ("Each full-training bridge is sampled at the "
-                                         "protocol's K only.")
+    assert full_training_sampler(SamplerChoice.from_dict({})) == (
+        "Each full-training bridge is sampled at the protocol's K only.")
     md = build_report(x).markdown
     section = md[md.index("## 4. Full training"):md.index("## 5.")]
     assert seeds in section and says in section
@@ -578,7 +576,6 @@ def test_full_training_reports_the_judged_half_and_the_paired_test_of_the_roles(
     the oracle, and by the paired generation test of their samples (each way it comes out);
     rows made before either say so."""
     import math
-    from dataclasses import replace
 
     from dihal.report.full_training import _full_training_summary, role_pairs, role_pairs_sentence
 
@@ -589,12 +586,12 @@ def test_full_training_reports_the_judged_half_and_the_paired_test_of_the_roles(
                     math.log(1.2), "log_ppl_diff_high_vs_l_star": math.log(1.9),
                     "p_vs_l_star": 0.01, "p_holm_vs_l_star": 0.03, "verdict_vs_l_star": verdict,
                     "pairs_vs_l_star": 60})
-    x = replace(inputs(), full_training=full)
+    x = inputs(full_training=full)
     text = _full_training_summary(x)
     assert ("On the half of the held-out sequences that did not choose the oracle and the worst "
             "layer, hybrid NLL is 3.100 at l*, 2.900 at the oracle and 3.500 at the worst "
             "layer.") in text
-    pairs = role_pairs(full)
+    pairs = role_pairs(x.full_training.trained())
     assert pairs == [{"pair": "geometry l* (layer 2) / oracle (layer 3)",
                       "Gen.PPL ratio [paired 95 %]": "1.500 [1.200, 1.900]",
                       "samples paired": 60, "p (Holm)": "0.03",
@@ -607,6 +604,7 @@ def test_full_training_reports_the_judged_half_and_the_paired_test_of_the_roles(
     assert "| geometry l* (layer 2) / oracle (layer 3) | 1.500 [1.200, 1.900] | 60 | 0.03 |" in md
     old = [{k: v for k, v in r.items() if k != "hybrid_nll_judge" and "_vs_" not in k}
            for r in full]
-    assert "chosen and judged on the same held-out sequences" in _full_training_summary(
-        replace(x, full_training=old))
-    assert role_pairs_sentence(role_pairs(old)).startswith("No paired generation test")
+    old_x = inputs(full_training=old)
+    assert "chosen and judged on the same held-out sequences" in _full_training_summary(old_x)
+    assert role_pairs_sentence(role_pairs(old_x.full_training.trained())).startswith(
+        "No paired generation test")

@@ -1,27 +1,34 @@
 """The report's typed inputs (dihal.inputs): each family reads what storage reads back, older
 artifacts' tables and infos included (a column or key added later is optional)."""
 
+import math
 from dataclasses import replace
 
-from dihal.inputs import (
+from dihal.generation_inputs import (
     NOT_RECORDED,
-    BridgeabilityInfo,
     ChosenSampler,
     CompareInputs,
     CostTable,
     CurvePoint,
     EvaluateInputs,
+    FullTrainingInputs,
+    FullTrainingRow,
+    OrderInK,
+    RolePair,
+    SamplerChoice,
+    SamplingSetting,
+)
+from dihal.inputs import (
+    BridgeabilityInfo,
     GeometryRow,
     LayerScoreInfo,
     LocateInputs,
     OracleBy,
     OracleWorst,
-    OrderInK,
     Picks,
     ReplaceInputs,
-    SamplerChoice,
-    SamplingSetting,
     ScoreRow,
+    SeedSpread,
     SweepLayer,
 )
 from dihal.report.build import build_report
@@ -146,3 +153,28 @@ def test_compare_inputs_of_a_comparison_before_the_frontier():
     with_frontier = CompareInputs.from_dict({**raw, "missing": ["ld4lg"], "frontier": [point]})
     assert with_frontier.frontier_points() == [point] and with_frontier.missing == ["ld4lg"]
     assert with_frontier.frontier[0].temperature == 0.7
+
+
+def test_full_training_rows_of_older_artifacts_and_with_seeds_and_paired_roles():
+    old = FullTrainingRow.from_dict({"role": "oracle", "layer": 3, "val_loss": 0.5,
+                                     "hybrid_nll": 3.0, "gen_ppl": 40.0})
+    assert (old.sampler, old.steps, old.from_eval, old.n_seeds) == ("protocol", None, False, None)
+    assert (old.seed_spread, old.pairs, old.hybrid_nll_judge) == ({}, {}, None)
+    assert old.generation.gen_ppl.value == 40.0 and old.measures()["val_loss"] == 0.5
+    row = FullTrainingRow.from_dict({
+        "role": "oracle", "layer": 3, "sampler": "chosen on validation", "steps": 2,
+        "rule": "marginal", "from_eval": True, "n_seeds": 2,
+        "val_loss_seed_mean": 1.5, "val_loss_seed_sd": 0.25, "val_loss_seed_min": 1.25,
+        "val_loss_seed_max": 1.75, "t1_loss_seed_mean": math.nan,
+        "log_ppl_diff_vs_l_star": 0.4, "log_ppl_diff_low_vs_l_star": 0.1,
+        "log_ppl_diff_high_vs_l_star": 0.7, "p_vs_l_star": 0.01, "p_holm_vs_l_star": 0.02,
+        "verdict_vs_l_star": "above", "pairs_vs_l_star": 60,
+        "log_ppl_diff_vs_worst": math.nan})  # no test against the worst: not a pair
+    assert row.seed_spread["val_loss"] == SeedSpread(1.5, 0.25, 1.25, 1.75)
+    assert math.isnan(row.seed_spread["t1_loss"].mean) and "hybrid_nll" not in row.seed_spread
+    assert row.pairs == {"geometry l*": RolePair(0.4, 0.1, 0.7, 0.01, 0.02, "above", 60)}
+    assert (row.sampler, row.steps, row.rule, row.from_eval) == (
+        "chosen on validation", 2, "marginal", True)
+    full = FullTrainingInputs.from_dicts([old.generation.to_dict(), {
+        "role": "worst", "layer": 1, "sampler": "chosen on validation"}], None)
+    assert [r.role for r in full.trained()] == ["oracle"] and full.sampler == SamplerChoice()

@@ -1,5 +1,5 @@
-"""What the report reads, typed family by family (Locate and Replace here; the generation
-families in dihal.generation_inputs): each family's rows and summaries as frozen
+"""What the report reads, typed family by family (Locate and Replace here, and the backbones'
+summaries; the generation families in dihal.generation_inputs): each family's rows and summaries as frozen
 dataclasses, made with `from_dict` from the tables and manifest infos that storage reads
 back, so the report reads attributes, not column names. Every `from_dict` reads
 older artifacts too: a column or key added later is optional (None, or empty). Standard
@@ -11,7 +11,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from dihal.rows import PrimaryTest, RegressionRow, SpearmanRow, regression_rows, spearman_rows
+from dihal.rows import (
+    GenerationRow,
+    PrimaryTest,
+    RegressionRow,
+    SpearmanRow,
+    generation_rows,
+    regression_rows,
+    spearman_rows,
+)
 
 # -------------------------------------------------------------------------------- Locate
 
@@ -307,3 +315,51 @@ class ReplaceInputs:
         protocol does not say)."""
         return int(self.protocol.get("steps", default))
 
+
+
+# ------------------------------------------------------------------------------ Backbones
+
+
+@dataclass(frozen=True)
+class BackboneInfo:
+    """The backbone as the hidden-state dump recorded it (Backbone.info()): what the report
+    names and sizes it by."""
+
+    hf_id: str
+    architecture: str
+    n_layers: int
+    hidden_size: int
+    revision: str
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> BackboneInfo:
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True)
+class BackboneSummary:
+    """One materialised backbone's line of the cross-backbone tables (storage's
+    backbone_summary): l* per normalisation, the oracle and worst swept layer, the swept
+    layers, the Spearman rows, and where it was evaluated its eval's rows and judge (None:
+    not evaluated)."""
+
+    backbone: str
+    selected: dict[str, int]
+    oracle: int
+    worst: int
+    swept_layers: list[int]
+    spearman: list[SpearmanRow]
+    eval_rows: list[GenerationRow] | None = None
+    judge: str | None = None
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> BackboneSummary:
+        """From {"backbone", "selected", "bridgeability" (its info), "eval_rows", "judge"}."""
+        b, rows = d["bridgeability"], d.get("eval_rows")
+        return cls(d["backbone"], dict(d["selected"]), b["oracle"], b["worst"],
+                   list(b["swept_layers"]), spearman_rows(b["spearman"]),
+                   None if rows is None else generation_rows(rows), d.get("judge"))
+
+    def by_role(self) -> dict[str, GenerationRow]:
+        """The eval's rows by role (none where not evaluated)."""
+        return {r.role: r for r in self.eval_rows or []}

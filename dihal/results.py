@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dihal.generation_inputs import CompareInputs, EvaluateInputs, FullTrainingInputs
-from dihal.inputs import LocateInputs, ReplaceInputs
+from dihal.inputs import BackboneInfo, BackboneSummary, LocateInputs, ReplaceInputs
 from dihal.rows import TARGETS, PrimaryTest, RegressionRow, SpearmanRow
 
 
@@ -372,7 +372,7 @@ class FullTrainingResult:
 @dataclass(frozen=True)
 class ReportInputs:
     backbone: str
-    backbone_info: dict[str, Any]  # Backbone.info(), as the dump recorded it
+    backbone_info: BackboneInfo
     configs: dict[str, dict]  # stage -> the config it ran with
     locate: LocateInputs
     bridges: ReplaceInputs
@@ -382,24 +382,25 @@ class ReportInputs:
     samples: dict[str, list[str]]  # model -> sample texts
     plots: dict[str, bytes] = field(repr=False, default_factory=dict)  # proxies, score, scatter
     # one summary per materialised backbone, this one first (storage.backbone_summary)
-    backbones: list[dict] = field(default_factory=list)
+    backbones: list[BackboneSummary] = field(default_factory=list)
     artifacts: str = ""
     fingerprints: dict[str, str] = field(default_factory=dict)  # input artifact -> fingerprint
 
     @classmethod
-    def from_dicts(cls, *, geometry_rows: list[dict], predictor_rows: list[dict],
+    def from_dicts(cls, *, backbone_info: dict[str, Any], geometry_rows: list[dict], predictor_rows: list[dict],
                    score_rows: list[dict], score: dict[str, Any], bridgeability: dict[str, Any],
                    sweep_layers: list[dict], sweep_protocol: dict[str, Any],
                    evaluation: dict[str, Any], sampler_curve: dict[str, Any],
                    comparison: dict[str, Any], full_training: list[dict],
                    full_training_sampler: dict[str, Any] | None = None,
                    **rest: Any) -> ReportInputs:
-        """The inputs from the tables and manifest infos as storage reads them: the geometry
-        and score rows, the rival predictors, LayerScoreResult.info(); BridgeabilityResult
+        """The inputs from the tables and manifest infos as storage reads them: Backbone.info()
+        as the dump recorded it; the geometry and score rows, the rival predictors, LayerScoreResult.info(); BridgeabilityResult
         .info(), the BridgeMetrics of every swept layer, the sweep's config; EvalResult.info(),
         SamplerCurveResult.info(); ComparisonResult.info(); FullTrainingResult's rows and
         sampler; ...; `rest`: the fields taken as they are."""
-        return cls(locate=LocateInputs.from_dicts(geometry_rows, predictor_rows, score_rows, score),
+        return cls(backbone_info=BackboneInfo.from_dict(backbone_info),
+                   locate=LocateInputs.from_dicts(geometry_rows, predictor_rows, score_rows, score),
                    bridges=ReplaceInputs.from_dicts(bridgeability, sweep_layers, sweep_protocol),
                    evaluate=EvaluateInputs.from_dicts(evaluation, sampler_curve),
                    comparison=CompareInputs.from_dict(comparison),

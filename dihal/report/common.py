@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 from dihal.results import ReportInputs
-from dihal.rows import (
-    Estimate,
-    Spearman,
-)
+from dihal.rows import Spearman
 
 
 def key_value(d: dict, keys: list[str] | None = None) -> list[dict]:
@@ -37,18 +34,6 @@ def triple(v: tuple[float | None, float | None, float | None], fmt: str = "+.2f"
         return "undefined"
     return f"{value:{fmt}} [{lo:{fmt}}, {hi:{fmt}}]" if lo is not None and hi is not None \
         else f"{value:{fmt}}"
-
-
-def ci(row: dict, key: str, fmt: str = ".1f") -> str:
-    """"value [low, high]" of a generation metric with its interval over samples."""
-    return Estimate.of(row, key).text(fmt)
-
-
-
-
-def separated(a: dict, b: dict, key: str) -> bool:
-    """The two rows' intervals of `key` do not overlap."""
-    return Estimate.of(a, key).separated_from(Estimate.of(b, key))
 
 
 # ----------------------------------------------------------------------------- the answers

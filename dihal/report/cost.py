@@ -100,7 +100,7 @@ def _cost_points(x: ReportInputs, model) -> list[dict]:
            for r in x.bridges.layers]
     from dihal.evaluate.cost import ridge_map_flops
 
-    d = int(x.backbone_info["hidden_size"])
+    d = int(x.backbone_info.hidden_size)
     pts += [{"kind": "regression control (ridge map)", "layer": r.layer,
              "flops": model.hybrid(r.layer, 0, ridge_map_flops(d, d)),
              "nll": r.regression_hybrid_nll}

@@ -19,6 +19,8 @@ from dihal.generation_inputs import (
     SamplingSetting,
 )
 from dihal.inputs import (
+    BackboneInfo,
+    BackboneSummary,
     BridgeabilityInfo,
     GeometryRow,
     LayerScoreInfo,
@@ -178,3 +180,19 @@ def test_full_training_rows_of_older_artifacts_and_with_seeds_and_paired_roles()
     full = FullTrainingInputs.from_dicts([old.generation.to_dict(), {
         "role": "worst", "layer": 1, "sampler": "chosen on validation"}], None)
     assert [r.role for r in full.trained()] == ["oracle"] and full.sampler == SamplerChoice()
+
+
+def test_backbone_summary_of_a_backbone_not_evaluated_and_the_backbone_info():
+    b = report_raw()["bridgeability"]
+    s = BackboneSummary.from_dict({"backbone": "qwen", "selected": {"robust": 2},
+                                   "bridgeability": b, "eval_rows": None, "judge": None})
+    assert (s.oracle, s.worst, s.swept_layers, s.eval_rows, s.by_role()) == (3, 1, [1, 2, 3],
+                                                                             None, {})
+    assert s.spearman[0].predictor == "S_l (robust)"
+    rows = report_raw()["evaluation"]["rows"]
+    evaluated = BackboneSummary.from_dict({"backbone": "llama", "selected": {"robust": 2},
+                                           "bridgeability": b, "eval_rows": rows,
+                                           "judge": "t/tiny"})
+    assert set(evaluated.by_role()) == {"dihal", "backbone"} and evaluated.judge == "t/tiny"
+    info = BackboneInfo.from_dict({**report_raw()["backbone_info"], "dtype": "float32"})
+    assert (info.hf_id, info.n_layers, info.hidden_size) == ("t/tiny", 4, 32)

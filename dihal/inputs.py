@@ -363,3 +363,56 @@ class BackboneSummary:
     def by_role(self) -> dict[str, GenerationRow]:
         """The eval's rows by role (none where not evaluated)."""
         return {r.role: r for r in self.eval_rows or []}
+
+
+# ------------------------------------------------------------------- configs and plots
+
+
+@dataclass(frozen=True)
+class GeometrySettings:
+    """The geometry stage's settings the report quotes (n_resamples None where not set)."""
+
+    n_tokens: int
+    n_anchors: int
+    k_neighbors: int
+    n_pairs: int
+    n_resamples: int | None = None
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    """The eval stage's sampling settings the report quotes."""
+
+    n_samples: int
+    length: int
+    temperature: float
+    seed: int
+
+
+@dataclass(frozen=True)
+class StageConfigs:
+    """The config each stage ran with (`stages`, shown as it is), and the settings the report
+    quotes from them: the layer score's primary normalisation, the geometry's and the eval's."""
+
+    stages: dict[str, dict[str, Any]]
+    primary_norm: str
+    geometry: GeometrySettings
+    eval: EvalSettings
+
+    @classmethod
+    def from_dict(cls, configs: dict[str, dict[str, Any]]) -> StageConfigs:
+        geo, ev = configs["geometry"], configs["eval"]
+        return cls(dict(configs), configs["layer_score"]["primary_norm"],
+                   GeometrySettings(geo["n_tokens"], geo["n_anchors"], geo["k_neighbors"],
+                                    geo["n_pairs"], geo.get("n_resamples")),
+                   EvalSettings(ev["n_samples"], ev["length"], ev["temperature"], ev["seed"]))
+
+
+@dataclass(frozen=True)
+class Plots:
+    """The stages' plots (PNG bytes) the report shows: the proxies and the layer score per
+    layer, and the score against bridgeability."""
+
+    proxies: bytes = field(repr=False)
+    score: bytes = field(repr=False)
+    scatter: bytes = field(repr=False)

@@ -13,7 +13,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dihal.generation_inputs import CompareInputs, EvaluateInputs, FullTrainingInputs
-from dihal.inputs import BackboneInfo, BackboneSummary, LocateInputs, ReplaceInputs
+from dihal.inputs import (
+    BackboneInfo,
+    BackboneSummary,
+    LocateInputs,
+    Plots,
+    ReplaceInputs,
+    StageConfigs,
+)
 from dihal.rows import TARGETS, PrimaryTest, RegressionRow, SpearmanRow
 
 
@@ -373,21 +380,22 @@ class FullTrainingResult:
 class ReportInputs:
     backbone: str
     backbone_info: BackboneInfo
-    configs: dict[str, dict]  # stage -> the config it ran with
+    configs: StageConfigs
     locate: LocateInputs
     bridges: ReplaceInputs
     evaluate: EvaluateInputs
     comparison: CompareInputs
     full_training: FullTrainingInputs
     samples: dict[str, list[str]]  # model -> sample texts
-    plots: dict[str, bytes] = field(repr=False, default_factory=dict)  # proxies, score, scatter
+    plots: Plots
     # one summary per materialised backbone, this one first (storage.backbone_summary)
     backbones: list[BackboneSummary] = field(default_factory=list)
     artifacts: str = ""
     fingerprints: dict[str, str] = field(default_factory=dict)  # input artifact -> fingerprint
 
     @classmethod
-    def from_dicts(cls, *, backbone_info: dict[str, Any], geometry_rows: list[dict], predictor_rows: list[dict],
+    def from_dicts(cls, *, backbone_info: dict[str, Any], configs: dict[str, dict],
+                   plots: dict[str, bytes], geometry_rows: list[dict], predictor_rows: list[dict],
                    score_rows: list[dict], score: dict[str, Any], bridgeability: dict[str, Any],
                    sweep_layers: list[dict], sweep_protocol: dict[str, Any],
                    evaluation: dict[str, Any], sampler_curve: dict[str, Any],
@@ -395,11 +403,13 @@ class ReportInputs:
                    full_training_sampler: dict[str, Any] | None = None,
                    **rest: Any) -> ReportInputs:
         """The inputs from the tables and manifest infos as storage reads them: Backbone.info()
-        as the dump recorded it; the geometry and score rows, the rival predictors, LayerScoreResult.info(); BridgeabilityResult
+        as the dump recorded it, the stages' configs, the plots by name (proxies, score,
+        scatter); the geometry and score rows, the rival predictors, LayerScoreResult.info(); BridgeabilityResult
         .info(), the BridgeMetrics of every swept layer, the sweep's config; EvalResult.info(),
         SamplerCurveResult.info(); ComparisonResult.info(); FullTrainingResult's rows and
         sampler; ...; `rest`: the fields taken as they are."""
         return cls(backbone_info=BackboneInfo.from_dict(backbone_info),
+                   configs=StageConfigs.from_dict(configs), plots=Plots(**plots),
                    locate=LocateInputs.from_dicts(geometry_rows, predictor_rows, score_rows, score),
                    bridges=ReplaceInputs.from_dicts(bridgeability, sweep_layers, sweep_protocol),
                    evaluate=EvaluateInputs.from_dicts(evaluation, sampler_curve),

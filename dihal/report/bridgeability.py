@@ -267,7 +267,7 @@ def answer_geometry_vs_depth(x: ReportInputs) -> tuple[str, str]:
     """Does the geometry score (primary normalisation) predict bridgeability better than
     depth? Answered by the pre-registered primary test (one-sided, -hybrid NLL), with the
     smallest p its design could reach; the other standings are exploratory."""
-    primary = x.configs["layer_score"]["primary_norm"]
+    primary = x.configs.primary_norm
     typed = x.bridges.info.spearman
     rows = {r.predictor: r for r in typed}
     geo = rows.get(f"S_l ({primary})")
@@ -329,7 +329,7 @@ def bridgeability_section(r: Document, x: ReportInputs) -> None:
     if seeds:
         r.table(seeds, list(seeds[0]))
         r.p(_seed_coverage(x.bridges.info.seeds, on_cpu(x)))
-    r.image(x.plots["scatter"], "S_l vs bridge validation loss per normalisation, and the depth control")
+    r.image(x.plots.scatter, "S_l vs bridge validation loss per normalisation, and the depth control")
     r.p("Each swept layer: validation loss (the training loss averaged over t in 0.1..0.9, "
         "where x_t still carries most of the target), the same loss at t = 1 alone (t1_loss: "
         "from the condition only, what the sampler's first step faces; n/a where not "

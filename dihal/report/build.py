@@ -49,7 +49,7 @@ def _intro(r: Document, x: ReportInputs) -> None:
 def _configuration_section(r: Document, x: ReportInputs) -> None:
     r.h2("7. Configuration and inputs", CONFIG)
     r.p(f"Artifacts under {x.artifacts}. The configuration of each stage:")
-    r.table([{"stage": stage, "setting": k, "value": v} for stage, cfg in x.configs.items()
+    r.table([{"stage": stage, "setting": k, "value": v} for stage, cfg in x.configs.stages.items()
              for k, v in sorted(cfg.items())], ["stage", "setting", "value"])
     r.p("The artifacts this report was built from, by fingerprint:")
     r.table([{"artifact": name, "fingerprint": fp[:16]} for name, fp in x.fingerprints.items()],

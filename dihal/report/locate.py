@@ -12,7 +12,7 @@ from dihal.results import ReportInputs
 def _locate_summary(x: ReportInputs) -> str:
     score = x.locate.score
     sel, rho = score.selected, score.spearman_vs_depth
-    primary = x.configs["layer_score"]["primary_norm"]
+    primary = x.configs.primary_norm
     depthy = [n for n, r in rho.items() if r is not None and abs(r) >= 0.8]
     return (f"The geometry score selects l* = {score.l_star} under {primary} "
             f"(by normalisation: {', '.join(f'{n} {v}' for n, v in sorted(sel.items()))}); "
@@ -86,7 +86,7 @@ def _sequence_summary(seq: SequenceStability, primary: str) -> str:
 
 def answer_l_star(x: ReportInputs) -> tuple[str, str]:
     """Which layer geometry selects, and how firmly (over the token bootstrap)."""
-    primary, score = x.configs["layer_score"]["primary_norm"], x.locate.score
+    primary, score = x.configs.primary_norm, x.locate.score
     line = f"Geometry selects l* = {score.l_star} (S_l under {primary})"
     if st := score.stability.get(primary):
         line += (f"; {st.same:.0%} of {st.replicates} bootstrap resamples of the tokens "
@@ -115,29 +115,29 @@ def _proxy_tables(x: ReportInputs) -> dict[str, list[dict]]:
 
 
 def locate_section(r: Document, x: ReportInputs) -> None:
-    geo_cfg, score = x.configs["geometry"], x.locate.score
+    geo_cfg, score = x.configs.geometry, x.locate.score
     r.h2("1. Locate: geometry per layer", LOCATE)
     r.p(_locate_summary(x))
     r.table([{"normalisation": n, "l*": score.selected[n],
               "Spearman(S_l, -l)": score.spearman_vs_depth[n]} for n in sorted(score.selected)],
             ["normalisation", "l*", "Spearman(S_l, -l)"], ".3f")
     if score.stability:
-        r.p(_stability_summary(score.stability, geo_cfg.get("n_resamples")))
+        r.p(_stability_summary(score.stability, geo_cfg.n_resamples))
         r.table(_stability_table(score.stability),
                 ["normalisation", "l*", "l* [95 %] over resamples", "resamples picking l*",
                  "layers picked (share)"])
-    primary = x.configs["layer_score"]["primary_norm"]
+    primary = x.configs.primary_norm
     r.p(_sequence_summary(score.sequence_stability, primary) + " The token bootstrap resamples "
         "single tokens from few sequences and keeps the neighbourhoods and the preconditioner "
         "fixed, so it overstates how stable l* is; the checks below resample whole sequences:")
     by_method = stability_by_method(score, primary)
     if by_method:
         r.table(by_method, list(by_method[0]))
-    r.image(x.plots["proxies"], "Proxies against layer, per normalisation")
-    r.image(x.plots["score"], "Layer score S_l and l* per normalisation")
-    r.p(f"{geo_cfg['n_tokens']} held-out tokens per layer (position 0 dropped), "
-        f"{geo_cfg['n_anchors']} anchors, k = {geo_cfg['k_neighbors']}, "
-        f"{geo_cfg['n_pairs']} pairs. k_eff is unchanged by a global rescaling, so it is the "
+    r.image(x.plots.proxies, "Proxies against layer, per normalisation")
+    r.image(x.plots.score, "Layer score S_l and l* per normalisation")
+    r.p(f"{geo_cfg.n_tokens} held-out tokens per layer (position 0 dropped), "
+        f"{geo_cfg.n_anchors} anchors, k = {geo_cfg.k_neighbors}, "
+        f"{geo_cfg.n_pairs} pairs. k_eff is unchanged by a global rescaling, so it is the "
         "same under none and rms; standardize rescales each dimension and changes it. "
         "Layer 0 is shown for reference and has no score. One table per normalisation:")
     for norm, table in _proxy_tables(x).items():

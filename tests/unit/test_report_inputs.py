@@ -23,6 +23,7 @@ from dihal.inputs import (
     BackboneSummary,
     BridgeabilityInfo,
     GeometryRow,
+    GeometrySettings,
     LayerScoreInfo,
     LocateInputs,
     OracleBy,
@@ -31,6 +32,7 @@ from dihal.inputs import (
     ReplaceInputs,
     ScoreRow,
     SeedSpread,
+    StageConfigs,
     SweepLayer,
 )
 from dihal.report.build import build_report
@@ -196,3 +198,13 @@ def test_backbone_summary_of_a_backbone_not_evaluated_and_the_backbone_info():
     assert set(evaluated.by_role()) == {"dihal", "backbone"} and evaluated.judge == "t/tiny"
     info = BackboneInfo.from_dict({**report_raw()["backbone_info"], "dtype": "float32"})
     assert (info.hf_id, info.n_layers, info.hidden_size) == ("t/tiny", 4, 32)
+
+
+def test_stage_configs_quote_their_settings_and_keep_every_stage():
+    configs = {**report_raw()["configs"], "sequences": {"seq_len": 16}}
+    c = StageConfigs.from_dict(configs)
+    assert c.stages == configs and c.primary_norm == "robust"
+    assert c.geometry == GeometrySettings(64, 8, 4, 10, 20) and c.eval.n_samples == 4
+    no_resamples = {k: v for k, v in configs["geometry"].items() if k != "n_resamples"}
+    assert StageConfigs.from_dict({**configs, "geometry": no_resamples}).geometry.n_resamples \
+        is None

@@ -12,6 +12,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from dihal.generation_inputs import CompareInputs, EvaluateInputs, FullTrainingInputs
+from dihal.inputs import (
+    BackboneInfo,
+    BackboneSummary,
+    LocateInputs,
+    Plots,
+    ReplaceInputs,
+    StageConfigs,
+)
 from dihal.rows import TARGETS, PrimaryTest, RegressionRow, SpearmanRow
 
 
@@ -370,26 +379,44 @@ class FullTrainingResult:
 @dataclass(frozen=True)
 class ReportInputs:
     backbone: str
-    backbone_info: dict[str, Any]  # Backbone.info(), as the dump recorded it
-    configs: dict[str, dict]  # stage -> the config it ran with
-    geometry_rows: list[dict]
-    predictor_rows: list[dict]  # the rival predictors of each candidate layer
-    score_rows: list[dict]
-    score: dict[str, Any]  # LayerScoreResult.info()
-    bridgeability: dict[str, Any]  # BridgeabilityResult.info()
-    sweep_layers: list[dict]  # BridgeMetrics of every swept layer
-    sweep_protocol: dict[str, Any]
-    comparison: dict[str, Any]  # ComparisonResult.info()
-    evaluation: dict[str, Any]  # EvalResult.info()
-    full_training: list[dict]
-    sampler_curve: dict[str, Any]  # SamplerCurveResult.info()
+    backbone_info: BackboneInfo
+    configs: StageConfigs
+    locate: LocateInputs
+    bridges: ReplaceInputs
+    evaluate: EvaluateInputs
+    comparison: CompareInputs
+    full_training: FullTrainingInputs
     samples: dict[str, list[str]]  # model -> sample texts
-    plots: dict[str, bytes] = field(repr=False, default_factory=dict)  # proxies, score, scatter
+    plots: Plots
     # one summary per materialised backbone, this one first (storage.backbone_summary)
-    backbones: list[dict] = field(default_factory=list)
+    backbones: list[BackboneSummary] = field(default_factory=list)
     artifacts: str = ""
     fingerprints: dict[str, str] = field(default_factory=dict)  # input artifact -> fingerprint
-    full_training_sampler: dict[str, Any] = field(default_factory=dict)  # FullTrainingResult's
+
+    @classmethod
+    def from_dicts(cls, *, backbone_info: dict[str, Any], configs: dict[str, dict],
+                   plots: dict[str, bytes], geometry_rows: list[dict], predictor_rows: list[dict],
+                   score_rows: list[dict], score: dict[str, Any], bridgeability: dict[str, Any],
+                   sweep_layers: list[dict], sweep_protocol: dict[str, Any],
+                   evaluation: dict[str, Any], sampler_curve: dict[str, Any],
+                   comparison: dict[str, Any], full_training: list[dict],
+                   full_training_sampler: dict[str, Any] | None = None,
+                   **rest: Any) -> ReportInputs:
+        """The inputs from the tables and manifest infos as storage reads them: Backbone.info()
+        as the dump recorded it, the stages' configs, the plots by name (proxies, score,
+        scatter); the geometry and score rows, the rival predictors, LayerScoreResult.info(); BridgeabilityResult
+        .info(), the BridgeMetrics of every swept layer, the sweep's config; EvalResult.info(),
+        SamplerCurveResult.info(); ComparisonResult.info(); FullTrainingResult's rows and
+        sampler; ...; `rest`: the fields taken as they are."""
+        return cls(backbone_info=BackboneInfo.from_dict(backbone_info),
+                   configs=StageConfigs.from_dict(configs), plots=Plots(**plots),
+                   locate=LocateInputs.from_dicts(geometry_rows, predictor_rows, score_rows, score),
+                   bridges=ReplaceInputs.from_dicts(bridgeability, sweep_layers, sweep_protocol),
+                   evaluate=EvaluateInputs.from_dicts(evaluation, sampler_curve),
+                   comparison=CompareInputs.from_dict(comparison),
+                   full_training=FullTrainingInputs.from_dicts(full_training,
+                                                               full_training_sampler),
+                   **rest)
 
 
 @dataclass(frozen=True)

@@ -230,6 +230,14 @@ class Estimate:
             return False
         return self.high < other.low or other.high < self.low
 
+    def below(self, other: Estimate) -> bool:
+        """This value is lower than `other`'s (False where either is missing, as NaN compares)."""
+        return self.value is not None and other.value is not None and self.value < other.value
+
+    def formatted(self, fmt: str) -> str:
+        """The value alone in `fmt`, "nan" where missing (a NaN as the row stored it)."""
+        return format(float("nan") if self.value is None else self.value, fmt)
+
     def text(self, fmt: str = ".1f") -> str:
         """"value [low, high]", "value" without an interval, "n/a" without a value."""
         if self.value is None:
@@ -244,7 +252,9 @@ class GenerationRow:
     """A model's line of the generation tables (the evaluation, the comparison, the
     baselines' row, full training): read-side typed view of the row as written. The
     writers (dihal.evaluate.generation, dihal.compare.stage, the baselines) build it as a dict, whose columns
-    vary by stage; `columns` keeps that dict unchanged, so `to_dict` gives it back as it was."""
+    vary by stage; `columns` keeps that dict unchanged, so `to_dict` gives it back as it was.
+    A column an older row lacks reads as None (`temperature_recorded`: whether the row has a
+    temperature column at all; `mauve_diagnostic`: True where not recorded)."""
 
     model: str | None  # None in full training's rows, named by role
     role: str  # dihal | backbone | baseline, or full training's geometry l* | oracle | worst
@@ -255,10 +265,39 @@ class GenerationRow:
     mauve: Estimate
     ms_per_token: float | None
     columns: dict[str, Any] = field(repr=False, default_factory=dict)
+    gen_ppl_at_length: Estimate = Estimate(None)  # over each sample's first ppl_length tokens
+    temperature: float | None = None  # None: deterministic rounding (or not recorded)
+    temperature_recorded: bool = False
+    n_samples: int | None = None  # every sample, as recorded
+    empty_samples: int | None = None  # the empty ones (failures)
+    ppl_length: int | None = None  # the common length L of gen_ppl_at_length
+    ppl_length_scored: int | None = None  # the non-empty samples reaching L
+    ppl_length_short: int | None = None  # ... and those shorter than L
+    diversity_spacy: float | None = None
+    mean_length: float | None = None  # in words
+    mean_judge_length: float | None = None  # in judge tokens
+    mauve_diagnostic: bool = True
+    mauve_n_p: int | None = None
+    mauve_n_q: int | None = None
+    sample_nll: list[float] | None = field(repr=False, default=None)  # the judge's, per sample
+    sample_tokens: list[int] | None = field(repr=False, default=None)
+    # log Gen.PPL of DiHAL minus this row's, paired by sample, with its interval, p-value and
+    # verdict ("below" / "above" / not distinguishable; "" where the row has none)
+    vs_dihal: Estimate = Estimate(None)
+    vs_dihal_p: float | None = None
+    vs_dihal_verdict: str | None = ""
+    # the budget figures of DiHAL's and the baselines' rows
+    denoiser_parameters: int | None = None
+    train_tokens: int | None = None
+    sampler_steps: int | None = None
 
     @property
     def name(self) -> str:
         return self.model if self.model is not None else self.role
+
+    def column(self, name: str) -> Any:
+        """A column shown as it is (None where the row lacks it)."""
+        return self.columns.get(name)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.columns)
@@ -268,7 +307,22 @@ class GenerationRow:
         return cls(model=d.get("model"), role=d.get("role", ""), layer=d.get("layer"),
                    gen_ppl=Estimate.of(d, "gen_ppl"), gen_ppl_mean=Estimate.of(d, "gen_ppl_mean"),
                    diversity=Estimate.of(d, "diversity"), mauve=Estimate.of(d, "mauve"),
-                   ms_per_token=number(d.get("ms_per_token")), columns=dict(d))
+                   ms_per_token=number(d.get("ms_per_token")), columns=dict(d),
+                   gen_ppl_at_length=Estimate.of(d, "gen_ppl_at_length"),
+                   temperature=d.get("temperature"), temperature_recorded="temperature" in d,
+                   **{k: d.get(k) for k in _GENERATION_COLUMNS},
+                   diversity_spacy=number(d.get("diversity_spacy")),
+                   mauve_diagnostic=d.get("mauve_diagnostic", True),
+                   vs_dihal=Estimate.of(d, "dihal_log_ppl_diff"),
+                   vs_dihal_p=d.get("dihal_log_ppl_diff_p"),
+                   vs_dihal_verdict=d.get("dihal_verdict", ""))
+
+
+# the generation row's columns read as they are stored
+_GENERATION_COLUMNS = ("n_samples", "empty_samples", "ppl_length", "ppl_length_scored",
+                       "ppl_length_short", "mean_length", "mean_judge_length", "mauve_n_p",
+                       "mauve_n_q", "sample_nll", "sample_tokens", "denoiser_parameters",
+                       "train_tokens", "sampler_steps")
 
 
 def generation_rows(rows: list[dict]) -> list[GenerationRow]:
@@ -280,6 +334,12 @@ def generation_rows(rows: list[dict]) -> list[GenerationRow]:
 ROLE_PAIRS = (("geometry l*", "oracle"), ("geometry l*", "worst"), ("oracle", "worst"))
 PAIR_STATS = ("log_ppl_diff", "log_ppl_diff_low", "log_ppl_diff_high", "p", "p_holm", "verdict",
               "pairs")
+
+
+def seed_column(measure: str, stat: str) -> str:
+    """The column of a full-training row that holds `stat` (mean, sd, min, max) of `measure`
+    over the bridge's training seeds."""
+    return f"{measure}_seed_{stat}"
 
 
 def pair_column(stat: str, first: str) -> str:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from dihal.inputs import BackboneSummary
 from dihal.results import ReportInputs
 from storage.artifacts import (
     BaselineRun,
@@ -23,16 +24,17 @@ from storage.layout import ArtifactLayout
 from storage.lineage import other_backbones
 
 
-def backbone_summary(layout: ArtifactLayout, backbone: str) -> dict:
+def backbone_summary(layout: ArtifactLayout, backbone: str) -> BackboneSummary:
     """One backbone's line of the cross-backbone table, from its checked artifacts: l* per
     normalisation, bridgeability (oracle, worst, Spearman rows), and its evaluation's rows and
     judge where it has been evaluated."""
     score, bness = LayerScore(layout, backbone).require(), Bridgeability(layout, backbone).require()
     ev = Evaluation(layout, backbone)
     em = ev.require() if ev.manifest() is not None else None
-    return {"backbone": backbone, "selected": score.info["selected"], "bridgeability": bness.info,
-            "eval_rows": em.info["rows"] if em else None,
-            "judge": em.info["judge"]["judge"] if em else None}
+    return BackboneSummary.from_dict({
+        "backbone": backbone, "selected": score.info["selected"], "bridgeability": bness.info,
+        "eval_rows": em.info["rows"] if em else None,
+        "judge": em.info["judge"]["judge"] if em else None})
 
 
 def report_inputs(layout: ArtifactLayout, backbone: str) -> ReportInputs:
@@ -46,7 +48,7 @@ def report_inputs(layout: ArtifactLayout, backbone: str) -> ReportInputs:
     for row in cmp_["rows"]:
         if row.get("role") == "baseline" and (b := BaselineRun(layout, backbone, row["model"])).manifest():
             samples[row["model"]] = b.manifest().info["samples"]
-    return ReportInputs(
+    return ReportInputs.from_dicts(
         backbone=backbone, backbone_info=m["hidden_states"].info["backbone"],
         configs={"sequences": m["sequences"].config, "hidden_states": m["hidden_states"].config,
                  "geometry": m["geometry"].config, "layer_score": m["layer_score"].config,

@@ -290,9 +290,20 @@ def gen_row(model, role, ppl, low, high, **extra):
 
 
 def report_inputs(*, spearman=None, regression=(), comparison=None, latency=2.0,
-                  stability=None):
-    """Hand-made ReportInputs of a tiny 4-layer backbone: l* = 2, oracle 3, worst 1."""
+                  stability=None, **raw):
+    """Hand-made ReportInputs of a tiny 4-layer backbone: l* = 2, oracle 3, worst 1 (`raw`:
+    fields of report_raw's replaced, as storage reads them)."""
     from dihal.results import ReportInputs
+
+    return ReportInputs.from_dicts(**{**report_raw(
+        spearman=spearman, regression=regression, comparison=comparison, latency=latency,
+        stability=stability), **raw})
+
+
+def report_raw(*, spearman=None, regression=(), comparison=None, latency=2.0,
+               stability=None) -> dict:
+    """The tables and infos of report_inputs' backbone as storage reads them (the keywords of
+    ReportInputs.from_dicts)."""
     from dihal.rows import DEPTH
 
     spearman = spearman if spearman is not None else [
@@ -310,7 +321,7 @@ def report_inputs(*, spearman=None, regression=(), comparison=None, latency=2.0,
           {"model": "backbone", "role": "backbone", "ms_per_token": 2.0,
            "latency_vs_backbone": 1.0}]
     image = png()
-    return ReportInputs(
+    return dict(
         backbone="tiny", backbone_info={"hf_id": "t/tiny", "architecture": "llama",
                                         "n_layers": 4, "hidden_size": 32, "revision": "abc"},
         configs={"layer_score": {"primary_norm": "robust"},
@@ -334,12 +345,37 @@ def report_inputs(*, spearman=None, regression=(), comparison=None, latency=2.0,
         backbones=[], artifacts="/tmp/x", fingerprints={"geometry_tiny": "f" * 64})
 
 
-def report_inputs_with_cost(step_mflops, timed=True):
-    """The hand-made inputs with a cost table: 4 blocks of 10 MFLOPs, a head of 5, a denoising
-    step of `step_mflops`; DiHAL at l* = 2 samples with K = 4, the sweep too."""
+def with_bridgeability(x, *, protocol=None, **info):
+    """`x` with fields of its bridgeability summary (dihal.inputs.BridgeabilityInfo) replaced
+    by `info`, and the sweep's protocol by `protocol`."""
     from dataclasses import replace
 
-    x = report_inputs()
+    return replace(x, bridges=replace(x.bridges, info=replace(x.bridges.info, **info),
+                                      protocol=x.bridges.protocol if protocol is None else protocol))
+
+
+def with_eval_rows(x, rows: list[dict]):
+    """`x` with the eval's rows replaced by `rows` (as stored), its sampling setting too."""
+    from dataclasses import replace
+
+    from dihal.generation_inputs import SamplingSetting
+    from dihal.rows import generation_rows
+
+    return replace(x, evaluate=replace(x.evaluate, rows=generation_rows(rows),
+                                       setting=SamplingSetting.from_dict(rows[0])))
+
+
+def report_inputs_with_cost(step_mflops, timed=True):
+    """The hand-made inputs with a cost table (report_raw_with_cost)."""
+    from dihal.results import ReportInputs
+
+    return ReportInputs.from_dicts(**report_raw_with_cost(step_mflops, timed))
+
+
+def report_raw_with_cost(step_mflops, timed=True) -> dict:
+    """report_raw with a cost table: 4 blocks of 10 MFLOPs, a head of 5, a denoising step of
+    `step_mflops`; DiHAL at l* = 2 samples with K = 4, the sweep too."""
+    raw = report_raw()
     rows = [{"model": "backbone", "layer": None, "K": 0, "flops_per_token": 45e6,
              "ms_per_token": 2.0, "flops_vs_backbone": 1.0, "ms_vs_backbone": 1.0,
              "time_over_flops": 1.0}]
@@ -352,7 +388,7 @@ def report_inputs_with_cost(step_mflops, timed=True):
                            "denoiser_step_flops": step_mflops * 1e6},
             "rows": rows, "n": 2, "length": 16, "repeats": 3, "note": "FLOPs counted"}
     sweep = [{"layer": ll, "hybrid_nll": 3.0 + ll, "backbone_nll": 2.5} for ll in (1, 2, 3)]
-    return replace(x, evaluation={**x.evaluation, "cost": cost}, sweep_layers=sweep)
+    return {**raw, "evaluation": {**raw["evaluation"], "cost": cost}, "sweep_layers": sweep}
 
 
 # -- the tiny world: a tiny llama's graph through Dagster ---------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dihal.inputs import BridgeabilityInfo, SeedInfo, SeedSpread
 from dihal.profiles import SEED_SUBSET
 from dihal.report.common import (
     BRIDGEABILITY,
@@ -24,36 +25,33 @@ from dihal.rows import (
     Spearman,
     SpearmanRow,
     number,
-    regression_rows,
-    spearman_rows,
 )
 from dihal.uncertainty import MAX_UNDEFINED, PRIMARY_BETTER, PRIMARY_UNDECIDABLE
 
 
-def _oracle_sentence(b: dict) -> str:
+def _oracle_sentence(b: BridgeabilityInfo) -> str:
     """The oracle and worst swept layers full training follows (by hybrid NLL on the first half
     of the held-out sequences, so the second half judges them; on all of them in artifacts made
     before the halves), and by validation loss, saying whether the measures disagree; older
     infos name one pair."""
-    by = b.get("oracle_by", {}).get("by", {})
+    by = b.oracle_by.by
     nll, loss = by.get("hybrid_nll"), by.get("val_loss")
     if not (nll and loss):
-        return f"the oracle layer is {b['oracle']} and the worst {b['worst']}"
-    half = by.get("hybrid_nll_select") if b["oracle_by"].get("chosen_by") == \
-        "hybrid_nll_select" else None
+        return f"the oracle layer is {b.oracle} and the worst {b.worst}"
+    half = by.get("hybrid_nll_select") if b.oracle_by.chosen_by == "hybrid_nll_select" else None
     if half:
         line = (f"the oracle layer by hybrid NLL on the first half of the held-out sequences is "
-                f"{half['oracle']} and the worst {half['worst']} (full training follows these, "
+                f"{half.oracle} and the worst {half.worst} (full training follows these, "
                 "and the second half, which did not choose them, judges them); on all held-out "
-                f"sequences, {nll['oracle']} and {nll['worst']}; by validation loss, "
-                f"{loss['oracle']} and {loss['worst']}")
+                f"sequences, {nll.oracle} and {nll.worst}; by validation loss, "
+                f"{loss.oracle} and {loss.worst}")
     else:
-        line = (f"the oracle layer by hybrid NLL is {nll['oracle']} and the worst {nll['worst']} "
+        line = (f"the oracle layer by hybrid NLL is {nll.oracle} and the worst {nll.worst} "
                 f"(full training follows these; chosen and judged on the same held-out "
                 f"sequences: these artifacts predate the split); by validation loss, "
-                f"{loss['oracle']} and {loss['worst']}")
-    split = [w for w, k in (("oracle", "oracle_disagree"), ("worst layer", "worst_disagree"))
-             if b["oracle_by"].get(k)]
+                f"{loss.oracle} and {loss.worst}")
+    split = [w for w, disagree in (("oracle", b.oracle_by.oracle_disagree),
+                                   ("worst layer", b.oracle_by.worst_disagree)) if disagree]
     return line + (f": the measures disagree on the {' and the '.join(split)}" if split
                    else ": the measures agree")
 
@@ -63,55 +61,50 @@ def _family(rows: list[SpearmanRow]) -> int:
     return sum(1 for r in rows if not r.is_depth for s in r.targets.values() if s.p is not None)
 
 
-def picks(v: dict) -> str:
-    return ", ".join(f"{ll}: {sh:.0%}" for ll, sh in list(v["picks"].items())[:4])
+def seed_cell(r: SeedSpread) -> str:
+    sd = number(r.sd)
+    return (f"{r.mean:.4g}" + (f" +- {sd:.2g}" if sd is not None else "")
+            + f" [{r.min:.4g}, {r.max:.4g}]")
 
 
-def seed_cell(r: dict) -> str:
-    sd = number(r.get("sd"))
-    return (f"{r['mean']:.4g}" + (f" +- {sd:.2g}" if sd is not None else "")
-            + f" [{r['min']:.4g}, {r['max']:.4g}]")
-
-
-def seed_table(seeds: dict) -> list[dict]:
+def seed_table(seeds: SeedInfo | None) -> list[dict]:
     """One line per swept layer: its seeds, and each measure's mean +- sd [min, max] over
     them (dihal.uncertainty.seed_spread)."""
-    spread = seeds.get("spread", {})
+    spread = seeds.spread if seeds else {}
     if not spread:
         return []
     first = next(iter(spread.values()))
-    return [{"layer": row["layer"], "seeds": row["n_seeds"],
+    return [{"layer": row.layer, "seeds": row.n_seeds,
              **{f"{m} mean +- sd [min, max]": seed_cell(spread[m][i]) for m in spread}}
             for i, row in enumerate(first)]
 
 
-def _seed_summary(b: dict) -> str:
-    seeds = b.get("seeds") or {}
+def _seed_summary(b: BridgeabilityInfo) -> str:
+    seeds = b.seeds
     if not seeds:
         return ("Each swept layer was trained under one seed: the intervals cover the choice of "
                 "layers, not the bridge's training seed (bridge_sweep seeds and seed_layers, or "
                 "the driver's --seeds and --seed-layers).")
-    o = seeds["oracle"]
-    line = (f"Each swept layer was trained under up to {seeds['n_seeds']} seeds: every "
+    o = seeds.oracle
+    line = (f"Each swept layer was trained under up to {seeds.n_seeds} seeds: every "
             "Spearman, paired test and the oracle above use the per-layer mean over seeds, with "
             "a two-level resample (layers, then seeds within layers). Over resampled seeds the "
-            f"oracle by hybrid NLL stays layer {o['oracle']} in {o['oracle_share']:.0%} of "
+            f"oracle by hybrid NLL stays layer {o.oracle} in {o.oracle_share:.0%} of "
             "replicates")
-    if "l_star_rank" in o:
-        line += (f"; l* ranks {o['l_star_rank']} of {len(b['swept_layers'])} (95 % "
-                 f"[{o['l_star_rank_low']}, {o['l_star_rank_high']}]), {o['gap']:.3g} above the "
-                 f"best mean NLL (95 % [{o['gap_low']:.3g}, {o['gap_high']:.3g}])")
+    if o.l_star_rank is not None:
+        line += (f"; l* ranks {o.l_star_rank} of {len(b.swept_layers)} (95 % "
+                 f"[{o.l_star_rank_low}, {o.l_star_rank_high}]), {o.gap:.3g} above the "
+                 f"best mean NLL (95 % [{o.gap_low:.3g}, {o.gap_high:.3g}])")
     return line + ". The spread between seeds at each swept layer:"
 
 
-def seed_counts(seeds: dict) -> dict[int, int]:
+def seed_counts(seeds: SeedInfo | None) -> dict[int, int]:
     """layer -> its training seeds (the kept bridge and its replicates), from the spread rows;
     {} where every swept layer had one."""
-    first = next(iter((seeds.get("spread") or {}).values()), [])
-    return {int(r["layer"]): int(r["n_seeds"]) for r in first}
+    return seeds.counts() if seeds else {}
 
 
-def _seed_coverage(seeds: dict, on_cpu: bool | None) -> str:
+def _seed_coverage(seeds: SeedInfo, on_cpu: bool | None) -> str:
     """Which layers had how many seeds; where fewer than all had the most, what bringing the
     others up would cost by the replicates' own timings, and on the CPU that the subset is what
     fits the run's budget. "" where every swept layer had one seed."""
@@ -125,16 +118,16 @@ def _seed_coverage(seeds: dict, on_cpu: bool | None) -> str:
     line = "Training seeds per swept layer: " + "; ".join(
         f"{n} at {layers_text(ls)}" for n, ls in sorted(by_n.items(), reverse=True)) + "."
     top, short = max(by_n), [ll for ll, n in counts.items() if n < max(by_n)]
-    reps, rep_s = seeds.get("replicates"), seeds.get("replicate_seconds")
+    reps, rep_s = seeds.replicates, seeds.replicate_seconds
     if not short or not reps or rep_s is None:
         return line
     each = rep_s / reps
     more = sum(top - counts[ll] for ll in short) * each
     line += (f" The {reps} replicates took {rep_s:.0f} s ({each:.0f} s each; the kept bridges "
-             f"{seeds.get('bridge_seconds', 0):.0f} s in all): {top} seeds on the other "
+             f"{seeds.bridge_seconds or 0:.0f} s in all): {top} seeds on the other "
              f"{len(short)} layer{'s' if len(short) > 1 else ''} would add about {more:.0f} s")
-    if seeds.get("bridge_seconds"):
-        line += f", {more / seeds['bridge_seconds']:.0%} of the kept bridges' time"
+    if seeds.bridge_seconds:
+        line += f", {more / seeds.bridge_seconds:.0%} of the kept bridges' time"
     if on_cpu:
         n, k = SEED_SUBSET["cpu"]
         return line + (f". On the CPU the sweep trains replicates on a subset, what fits the run's "
@@ -146,12 +139,12 @@ def _seed_coverage(seeds: dict, on_cpu: bool | None) -> str:
 
 
 def _bridgeability_summary(x: ReportInputs) -> str:
-    typed = spearman_rows(x.bridgeability["spearman"])
+    b = x.bridges.info
+    typed = b.spearman
     rows = {r.predictor: r for r in typed}
     depth = rows.pop(DEPTH, None)
-    b = x.bridgeability
-    head = (f"Over {len(b['swept_layers'])} swept layers {_oracle_sentence(b)}; geometry picked "
-            f"{b['l_star']}")
+    head = (f"Over {len(b.swept_layers)} swept layers {_oracle_sentence(b)}; geometry picked "
+            f"{b.l_star}")
     rho = {k: number(r.of().rho) for k, r in rows.items() if r.of()}
     rho = {k: v for k, v in rho.items() if v is not None}
     if not rho or depth is None:
@@ -274,12 +267,12 @@ def answer_geometry_vs_depth(x: ReportInputs) -> tuple[str, str]:
     """Does the geometry score (primary normalisation) predict bridgeability better than
     depth? Answered by the pre-registered primary test (one-sided, -hybrid NLL), with the
     smallest p its design could reach; the other standings are exploratory."""
-    primary = x.configs["layer_score"]["primary_norm"]
-    typed = spearman_rows(x.bridgeability["spearman"])
+    primary = x.configs.primary_norm
+    typed = x.bridges.info.spearman
     rows = {r.predictor: r for r in typed}
     geo = rows.get(f"S_l ({primary})")
-    n = len(x.bridgeability["swept_layers"])
-    t = PrimaryTest.from_dict(x.bridgeability.get("primary"))
+    n = len(x.bridges.info.swept_layers)
+    t = x.bridges.info.primary
     explore = _exploratory(rows, geo, _family(typed))
     if t is None:
         return (f"Whether geometry beats depth is not settled: these artifacts have no "
@@ -290,7 +283,7 @@ def answer_geometry_vs_depth(x: ReportInputs) -> tuple[str, str]:
 
 def answer_bridge_vs_regression(x: ReportInputs) -> tuple[str, str]:
     """Does the diffusion bridge beat its regression control (hybrid NLL), at how many layers?"""
-    rows = regression_rows(x.bridgeability.get("regression", []))
+    rows = x.bridges.info.regression
     if not rows:
         return ("Whether the diffusion bridge beats its regression control is not settled: no "
                 "control was trained for the swept layers.", REGRESSION)
@@ -311,7 +304,7 @@ def bridgeability_section(r: Document, x: ReportInputs) -> None:
     r.h2("2. Does the score predict bridgeability?", BRIDGEABILITY)
     r.p(_bridgeability_summary(x))
     _primary_paragraph(r, x)
-    typed = spearman_rows(x.bridgeability["spearman"])
+    typed = x.bridges.info.spearman
     r.p("Exploratory: every other predictor x target pair. "
         "Spearman correlation of each predictor with -val loss, -reconstruction error and "
         "-hybrid NLL over the swept layers, with a 95 % percentile bootstrap interval over layers "
@@ -331,22 +324,22 @@ def bridgeability_section(r: Document, x: ReportInputs) -> None:
             "predictor with the target given depth (what it says beyond depth; undefined where "
             "the predictor ranks the layers as depth does):")
         r.table(paired, list(paired[0]))
-    r.p(_seed_summary(x.bridgeability))
-    seeds = seed_table(x.bridgeability.get("seeds") or {})
+    r.p(_seed_summary(x.bridges.info))
+    seeds = seed_table(x.bridges.info.seeds)
     if seeds:
         r.table(seeds, list(seeds[0]))
-        r.p(_seed_coverage(x.bridgeability["seeds"], on_cpu(x)))
-    r.image(x.plots["scatter"], "S_l vs bridge validation loss per normalisation, and the depth control")
+        r.p(_seed_coverage(x.bridges.info.seeds, on_cpu(x)))
+    r.image(x.plots.scatter, "S_l vs bridge validation loss per normalisation, and the depth control")
     r.p("Each swept layer: validation loss (the training loss averaged over t in 0.1..0.9, "
         "where x_t still carries most of the target), the same loss at t = 1 alone (t1_loss: "
         "from the condition only, what the sampler's first step faces; n/a where not "
         "measured), and what generation sees: reconstruction error and hybrid NLL.")
-    r.table(x.sweep_layers, ["layer", "init_val_loss", "val_loss", "t1_loss", "recon_error",
-                             "hybrid_nll", "backbone_nll", "top1_agreement", "steps", "seconds"],
-            ".4g")
+    r.table([s.to_dict() for s in x.bridges.layers],
+            ["layer", "init_val_loss", "val_loss", "t1_loss", "recon_error", "hybrid_nll",
+             "backbone_nll", "top1_agreement", "steps", "seconds"], ".4g")
     r.p("The protocol every swept layer was trained under:")
-    counts = seed_counts(x.bridgeability.get("seeds") or {})
-    proto = dict(x.sweep_protocol)  # the oracle's; the seeds are each layer's
+    counts = seed_counts(x.bridges.info.seeds)
+    proto = dict(x.bridges.protocol)  # the oracle's; the seeds are each layer's
     if len(set(counts.values())) > 1:
         proto["seeds"] = "per layer (the seed table above): " + ", ".join(
             f"{ll}: {n}" for ll, n in sorted(counts.items()))
@@ -355,7 +348,7 @@ def bridgeability_section(r: Document, x: ReportInputs) -> None:
 
 def _primary_paragraph(r: Document, x: ReportInputs) -> None:
     """The primary test: what was fixed before the sweep, its outcome and its design's floor."""
-    t = PrimaryTest.from_dict(x.bridgeability.get("primary"))
+    t = x.bridges.info.primary
     if t is None:
         r.p("No pre-registered primary test: this bridgeability artifact was made before it.")
         return
@@ -368,7 +361,7 @@ def _primary_paragraph(r: Document, x: ReportInputs) -> None:
         "rank the drawn layers alike their correlations with any target are equal, so those "
         "resamples bound p from below whatever the bridges measure: that floor is the smallest "
         "p the design can reach (the p a target ranked exactly as S_l would get). "
-        + primary_sentence(t, len(x.bridgeability["swept_layers"])) + ".")
+        + primary_sentence(t, len(x.bridges.info.swept_layers)) + ".")
     r.table([{"predictor": t.predictor, "target": f"-{t.target}", "Spearman": f"{t.rho:.3f}",
               "depth's": f"{t.rho_reference:.3f}", "difference": f"{t.diff:+.3f}",
               f"one-sided {1 - t.alpha:.0%} lower bound": f"{t.low:+.3f}",
@@ -382,9 +375,9 @@ def _primary_paragraph(r: Document, x: ReportInputs) -> None:
 
 
 def regression_section(r: Document, x: ReportInputs) -> None:
-    rows = regression_rows(x.bridgeability.get("regression", []))
+    rows = x.bridges.info.regression
     r.h2("2a. The bridge against a regression control", REGRESSION)
-    r.p(_regression_summary(rows, x.bridgeability["swept_layers"]))
+    r.p(_regression_summary(rows, x.bridges.info.swept_layers))
     if rows:
         r.p("The regression control of each swept layer is the closed-form ridge map hs[0] -> "
             "h_l fitted on the bridge's own training pairs and standardisation, its penalty "

@@ -41,15 +41,15 @@ def _answers_section(r: Document, x: ReportInputs) -> None:
 # ---------------------------------------------------------------------------- the sections
 def _intro(r: Document, x: ReportInputs) -> None:
     bb = x.backbone_info
-    r.p(f"Backbone {bb['hf_id']} ({bb['architecture']}, {bb['n_layers']} layers, hidden "
-        f"{bb['hidden_size']}), weights {bb['revision']}. Every number below was measured by the "
+    r.p(f"Backbone {bb.hf_id} ({bb.architecture}, {bb.n_layers} layers, hidden "
+        f"{bb.hidden_size}), weights {bb.revision}. Every number below was measured by the "
         "pipeline from the artifacts listed at the end; nothing is copied from the paper.")
 
 
 def _configuration_section(r: Document, x: ReportInputs) -> None:
     r.h2("7. Configuration and inputs", CONFIG)
     r.p(f"Artifacts under {x.artifacts}. The configuration of each stage:")
-    r.table([{"stage": stage, "setting": k, "value": v} for stage, cfg in x.configs.items()
+    r.table([{"stage": stage, "setting": k, "value": v} for stage, cfg in x.configs.stages.items()
              for k, v in sorted(cfg.items())], ["stage", "setting", "value"])
     r.p("The artifacts this report was built from, by fingerprint:")
     r.table([{"artifact": name, "fingerprint": fp[:16]} for name, fp in x.fingerprints.items()],
@@ -68,7 +68,7 @@ def build_report(x: ReportInputs, figure_name: Callable[[int], str] | None = Non
     per question, wide tables last in each. The HTML embeds its plots; the Markdown links its
     n-th plot to the file `figure_name(n)` (written beside it from `figures`), or embeds it
     where no `figure_name` is given."""
-    r = Document(f"DiHAL on {x.backbone_info['hf_id']} ({x.backbone})")
+    r = Document(f"DiHAL on {x.backbone_info.hf_id} ({x.backbone})")
     _intro(r, x)
     for section in SECTIONS:
         section(r, x)

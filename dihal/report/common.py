@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 from dihal.results import ReportInputs
-from dihal.rows import (
-    Estimate,
-    Spearman,
-)
+from dihal.rows import Spearman
 
 
 def key_value(d: dict, keys: list[str] | None = None) -> list[dict]:
@@ -20,7 +17,7 @@ def layers_text(layers: list[int]) -> str:
 def on_cpu(x: ReportInputs) -> bool | None:
     """Whether the run was on the CPU, as the eval recorded it (its sampling threads, 0 on a
     GPU); None where not recorded."""
-    threads = ((x.evaluation or {}).get("rows") or [{}])[0].get("cpu_threads")
+    threads = x.evaluate.setting.cpu_threads
     return None if threads is None else threads > 0
 
 
@@ -37,18 +34,6 @@ def triple(v: tuple[float | None, float | None, float | None], fmt: str = "+.2f"
         return "undefined"
     return f"{value:{fmt}} [{lo:{fmt}}, {hi:{fmt}}]" if lo is not None and hi is not None \
         else f"{value:{fmt}}"
-
-
-def ci(row: dict, key: str, fmt: str = ".1f") -> str:
-    """"value [low, high]" of a generation metric with its interval over samples."""
-    return Estimate.of(row, key).text(fmt)
-
-
-
-
-def separated(a: dict, b: dict, key: str) -> bool:
-    """The two rows' intervals of `key` do not overlap."""
-    return Estimate.of(a, key).separated_from(Estimate.of(b, key))
 
 
 # ----------------------------------------------------------------------------- the answers

@@ -2,55 +2,52 @@
 
 from __future__ import annotations
 
+from dihal.generation_inputs import CostRow
 from dihal.labels import DIHAL
 from dihal.plots import plot_cost_quality
 from dihal.report.common import COST, GENERATION
 from dihal.report.document import Document
 from dihal.results import ReportInputs
-from dihal.rows import (
-    generation_rows,
-)
 
 
 def timed_row(x: ReportInputs, *, steps: int | None = None, layer: int | None = None,
-              name: str | None = None) -> dict | None:
+              name: str | None = None) -> CostRow | None:
     """The cost table's row of one model: the one timing of it the report quotes (a cached
     decode of n x length tokens, the median of rounds that go round the models). `steps`:
     DiHAL at that K (at `layer`, default l*: the rule does not change the work of a step);
     `name`: the row of that model (the backbone, a control hybrid). None where not timed."""
-    rows = ((x.evaluation or {}).get("cost") or {}).get("rows") or []
+    cost = x.evaluate.cost
+    if cost is None:
+        return None
     if name is not None:
-        return next((r for r in rows if r["model"] == name), None)
-    layer = int(x.bridgeability["l_star"]) if layer is None else layer
-    return next((r for r in rows if r["model"].startswith("DiHAL") and r.get("K") == steps
-                 and r.get("layer") == layer), None)
+        return cost.row(name)
+    return cost.dihal(steps, int(x.bridges.info.l_star) if layer is None else layer)
 
 
 def timing_text(x: ReportInputs) -> str:
     """How the one timing per model was measured, from the cost table."""
-    cost = (x.evaluation or {}).get("cost") or {}
-    return (f"a cached decode of {cost['n']} x {cost['length']} tokens in one batch, the "
-            f"median of {cost['repeats']} rounds" if cost else "not timed")
+    cost = x.evaluate.cost
+    return (f"a cached decode of {cost.n} x {cost.length} tokens in one batch, the "
+            f"median of {cost.repeats} rounds" if cost else "not timed")
 
 
 def answer_cost(x: ReportInputs) -> tuple[str, str]:
     """What generating with the hybrid costs against the backbone (the cost table's one timing
     of each), and what the bridge cost."""
-    dihal = next(r for r in generation_rows(x.comparison["rows"]) if r.role == "dihal")
-    c = dihal.columns
-    k0 = int(c["sampler_steps"])
+    dihal = next(r for r in x.comparison.rows if r.role == "dihal")
+    k0 = int(dihal.sampler_steps)
     hyb, ref = timed_row(x, steps=k0), timed_row(x, name="backbone")
     if hyb is None or ref is None:
         timing = ("DiHAL's time per token is not measured (the evaluation has no cost table "
                   "with it: materialise eval again)")
     else:
-        ratio = hyb["ms_per_token"] / ref["ms_per_token"]
+        ratio = hyb.ms_per_token / ref.ms_per_token
         pace = "slower" if ratio > 1 else "faster" if ratio < 1 else "as fast"
-        timing = (f"DiHAL at K = {k0} generates at {hyb['ms_per_token']:.2f} ms per token "
-                  f"against the backbone's {ref['ms_per_token']:.2f} ({ratio:.2f}x the "
+        timing = (f"DiHAL at K = {k0} generates at {hyb.ms_per_token:.2f} ms per token "
+                  f"against the backbone's {ref.ms_per_token:.2f} ({ratio:.2f}x the "
                   f"backbone's time: {pace}; {timing_text(x)})")
-    return (f"{timing}; its bridge has {c['denoiser_parameters']:,} parameters, was trained on "
-            f"{c['train_tokens']:,} tokens and samples in {c['sampler_steps']} step(s).",
+    return (f"{timing}; its bridge has {dihal.denoiser_parameters:,} parameters, was trained on "
+            f"{dihal.train_tokens:,} tokens and samples in {dihal.sampler_steps} step(s).",
             GENERATION)
 
 
@@ -58,8 +55,8 @@ def _cost_model(x: ReportInputs):
     """The FLOP model the eval stage counted, None where the evaluation has none."""
     from dihal.evaluate.cost import flop_model_of
 
-    cost = x.evaluation.get("cost")
-    return flop_model_of(cost["flop_model"]) if cost else None
+    cost = x.evaluate.cost
+    return flop_model_of(cost.flop_model) if cost else None
 
 
 def _cheaper_layers(model, layers: list[int], steps: int) -> list[int]:
@@ -76,18 +73,16 @@ def answer_break_even(x: ReportInputs) -> tuple[str, str]:
     if model is None:
         return ("What the replacement costs per token is not settled: the evaluation has no "
                 "cost table (materialise eval again).", COST)
-    dihal = next(r for r in x.comparison["rows"] if r["role"] == DIHAL)
-    l_star, k0 = int(x.bridgeability["l_star"]), int(dihal["sampler_steps"])
+    dihal = next(r for r in x.comparison.rows if r.role == DIHAL)
+    l_star, k0 = int(x.bridges.info.l_star), int(dihal.sampler_steps)
     ratio = model.hybrid(l_star, k0) / model.backbone()
-    timed = next((r for r in x.evaluation["cost"]["rows"]
-                  if r.get("layer") == l_star and r.get("K") == k0
-                  and r["model"].startswith("DiHAL")), None)
-    k_sweep = int(x.sweep_protocol.get("steps", k0))
-    layers = sorted(x.bridgeability["swept_layers"])
+    timed = x.evaluate.cost.dihal(k0, l_star)
+    k_sweep = x.bridges.sweep_steps(k0)
+    layers = sorted(x.bridges.info.swept_layers)
     cheaper = _cheaper_layers(model, layers, k_sweep)
     line = (f"Per generated token the backbone costs {model.backbone() / 1e6:.3g} MFLOPs; DiHAL "
             f"at l* = {l_star} with K = {k0} costs {ratio:.2f}x that"
-            + (f" ({timed['ms_vs_backbone']:.2f}x in measured time)" if timed else "")
+            + (f" ({timed.ms_vs_backbone:.2f}x in measured time)" if timed else "")
             + f", and at l* it is cheaper only for K <= {model.max_cheaper_steps(l_star)}"
             + (" (never)" if model.max_cheaper_steps(l_star) == 0 else "")
             + f". At the sweep's K = {k_sweep} a hybrid is cheaper than the backbone at "
@@ -99,17 +94,17 @@ def answer_break_even(x: ReportInputs) -> tuple[str, str]:
 def _cost_points(x: ReportInputs, model) -> list[dict]:
     """Hybrid NLL against FLOPs per token of each swept layer: the bridge at the sweep's K and
     its regression control (the ridge map: one d x d matmul a token)."""
-    k_sweep = int(x.sweep_protocol.get("steps", 1))
-    pts = [{"kind": f"bridge (K = {k_sweep})", "layer": r["layer"],
-            "flops": model.hybrid(r["layer"], k_sweep), "nll": r["hybrid_nll"]}
-           for r in x.sweep_layers]
+    k_sweep = x.bridges.sweep_steps(1)
+    pts = [{"kind": f"bridge (K = {k_sweep})", "layer": r.layer,
+            "flops": model.hybrid(r.layer, k_sweep), "nll": r.hybrid_nll}
+           for r in x.bridges.layers]
     from dihal.evaluate.cost import ridge_map_flops
 
-    d = int(x.backbone_info["hidden_size"])
-    pts += [{"kind": "regression control (ridge map)", "layer": r["layer"],
-             "flops": model.hybrid(r["layer"], 0, ridge_map_flops(d, d)),
-             "nll": r["regression_hybrid_nll"]}
-            for r in x.bridgeability.get("regression", [])]
+    d = int(x.backbone_info.hidden_size)
+    pts += [{"kind": "regression control (ridge map)", "layer": r.layer,
+             "flops": model.hybrid(r.layer, 0, ridge_map_flops(d, d)),
+             "nll": r.regression_hybrid_nll}
+            for r in x.bridges.info.regression]
     return pts
 
 
@@ -123,34 +118,34 @@ def cost_section(r: Document, x: ReportInputs) -> None:
     r.p(answer_break_even(x)[0])
     if model is None:
         return
-    cost = x.evaluation["cost"]
-    r.p(f"{cost['note']} ({cost.get('flop_length', cost['length'])} tokens); ms per token "
+    cost = x.evaluate.cost
+    r.p(f"{cost.note} ({cost.flop_length} tokens); ms per token "
         f"measured over {timing_text(x)} that go round the models (a load change falls on all "
         "alike), with the fastest and slowest round: this is the one timing of each model in "
         "this report. Time over FLOPs: the measured time relative to the backbone's over what "
         "the FLOPs predict (1: as predicted).")
-    r.table([{"model": c["model"], "K": c["K"], "MFLOPs per token": c["flops_per_token"] / 1e6,
-              "ms per token": c["ms_per_token"], "fastest / slowest round": _spread(c),
-              "FLOPs x backbone": c["flops_vs_backbone"],
-              "time x backbone": c["ms_vs_backbone"], "time over FLOPs": c["time_over_flops"]}
-             for c in cost["rows"]],
+    r.table([{"model": c.model, "K": c.K, "MFLOPs per token": c.flops_per_token / 1e6,
+              "ms per token": c.ms_per_token, "fastest / slowest round": _spread(c),
+              "FLOPs x backbone": c.flops_vs_backbone,
+              "time x backbone": c.ms_vs_backbone, "time over FLOPs": c.time_over_flops}
+             for c in cost.rows],
             ["model", "K", "MFLOPs per token", "ms per token", "fastest / slowest round",
              "FLOPs x backbone", "time x backbone", "time over FLOPs"], ".4g")
-    order = cost.get("order_in_k")
-    if order and len(order["K"]) > 1:
-        r.p(f"DiHAL's time per token over K = {', '.join(map(str, order['K']))}: "
-            + ("rises with K." if order["monotone"] else
-               "falls from " + ", ".join(f"K = {a} to {b}" for a, b in order["inversions"])
-               + (", within the spread of the rounds." if order["within_noise"] else
+    order = cost.order_in_k
+    if order and len(order.K) > 1:
+        r.p(f"DiHAL's time per token over K = {', '.join(map(str, order.K))}: "
+            + ("rises with K." if order.monotone else
+               "falls from " + ", ".join(f"K = {a} to {b}" for a, b in order.inversions)
+               + (", within the spread of the rounds." if order.within_noise else
                   ", beyond the spread of the rounds: the timing is too noisy to order "
                   "these K.")))
     pts = _cost_points(x, model)
     if pts:
-        base = {"flops": model.backbone(), "nll": x.sweep_layers[0]["backbone_nll"]}
+        base = {"flops": model.backbone(), "nll": x.bridges.layers[0].backbone_nll}
         r.image(plot_cost_quality(pts, base, f"{x.backbone}: hybrid NLL vs cost per token"),
                 "Held-out hybrid NLL against FLOPs per generated token, per swept layer")
-    layers = sorted(x.bridgeability["swept_layers"])
-    steps = sorted({int(c["K"]) for c in cost["rows"] if c["model"].startswith("DiHAL")})
+    layers = sorted(x.bridges.info.swept_layers)
+    steps = sorted({int(c.K) for c in cost.rows if c.is_dihal})
     if layers and steps:
         r.p(f"Break-even (FLOPs): a denoising step costs {model.denoiser_step_flops / 1e6:.3g} "
             "MFLOPs per token; the largest K at which the hybrid at layer l costs fewer FLOPs "
@@ -164,6 +159,6 @@ def cost_section(r: Document, x: ReportInputs) -> None:
                 ".3g")
 
 
-def _spread(row: dict) -> str:
-    lo, hi = row.get("ms_per_token_low"), row.get("ms_per_token_high")
+def _spread(row: CostRow) -> str:
+    lo, hi = row.ms_per_token_low, row.ms_per_token_high
     return f"{lo:.3g} / {hi:.3g}" if lo is not None and hi is not None else "n/a"

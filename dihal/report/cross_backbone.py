@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-from dihal.report.common import BACKBONES, ci, interval
+from dihal.inputs import BackboneSummary
+from dihal.report.common import BACKBONES, interval
 from dihal.report.document import Document
 from dihal.results import ReportInputs
-from dihal.rows import (
-    ABOVE,
-    BELOW,
-    spearman_rows,
-)
+from dihal.rows import ABOVE, BELOW
 
 
-def cross_backbone_tables(summaries: list[dict]) -> tuple[list[dict], list[dict]]:
+def cross_backbone_tables(summaries: list[BackboneSummary]) -> tuple[list[dict], list[dict]]:
     """The cross-backbone tables from one summary per materialised backbone (storage's
     backbone_summary: its l* per normalisation, bridgeability info, evaluation rows or None,
     judge): (one row per backbone: l* per normalisation, oracle, worst, hybrid and backbone
@@ -21,25 +18,25 @@ def cross_backbone_tables(summaries: list[dict]) -> tuple[list[dict], list[dict]
     return _backbone_lines(summaries), _predictor_lines(summaries)
 
 
-def _backbone_lines(summaries: list[dict]) -> list[dict]:
-    norms = sorted({n for s in summaries for n in s["selected"]})
+def _backbone_lines(summaries: list[BackboneSummary]) -> list[dict]:
+    norms = sorted({n for s in summaries for n in s.selected})
     main = []
     for s in summaries:
-        b, gen = s["bridgeability"], {r["role"]: r for r in s["eval_rows"] or []}
+        gen = s.by_role()
         main.append({
-            "backbone": s["backbone"], **{f"l* ({n})": s["selected"].get(n, "") for n in norms},
-            "oracle": b["oracle"], "worst": b["worst"], "swept layers": len(b["swept_layers"]),
-            "hybrid Gen.PPL [95 %]": ci(gen["dihal"], "gen_ppl") if "dihal" in gen else "not evaluated",
-            "backbone Gen.PPL [95 %]": (ci(gen["backbone"], "gen_ppl") if "backbone" in gen
+            "backbone": s.backbone, **{f"l* ({n})": s.selected.get(n, "") for n in norms},
+            "oracle": s.oracle, "worst": s.worst, "swept layers": len(s.swept_layers),
+            "hybrid Gen.PPL [95 %]": gen["dihal"].gen_ppl.text() if "dihal" in gen
+            else "not evaluated",
+            "backbone Gen.PPL [95 %]": (gen["backbone"].gen_ppl.text() if "backbone" in gen
                                         else "not evaluated"),
-            "judge": s["judge"] or "",
+            "judge": s.judge or "",
         })
     return main
 
 
-def _predictor_lines(summaries: list[dict]) -> list[dict]:
-    typed = {s["backbone"]: {r.predictor: r for r in spearman_rows(s["bridgeability"]["spearman"])}
-             for s in summaries}
+def _predictor_lines(summaries: list[BackboneSummary]) -> list[dict]:
+    typed = {s.backbone: {r.predictor: r for r in s.spearman} for s in summaries}
     predictors = list(dict.fromkeys(p for rows in typed.values() for p in rows))
     spearman = []
     for p in predictors:
@@ -55,7 +52,7 @@ def _predictor_lines(summaries: list[dict]) -> list[dict]:
 
 def cross_backbone_section(r: Document, x: ReportInputs) -> None:
     r.h2("5. Across backbones", BACKBONES)
-    names = [s["backbone"] for s in x.backbones]
+    names = [s.backbone for s in x.backbones]
     if not names:
         r.p("No backbone summaries were given.")
         return

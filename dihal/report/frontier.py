@@ -4,38 +4,40 @@ from __future__ import annotations
 
 from dihal.evaluate.frontier import ANCHOR_ROLE, frontier_sentence, on_frontier
 from dihal.plots import plot_frontier
-from dihal.report.common import FRONTIER, ci
+from dihal.report.common import FRONTIER
 from dihal.report.document import Document
 from dihal.report.generation import temperature
 from dihal.results import ReportInputs
+from dihal.rows import GenerationRow
 
 
 def answer_frontier(x: ReportInputs) -> tuple[str, str]:
     """Who lies on the Gen.PPL/diversity frontier across the decoding temperatures measured
     (dihal.evaluate.frontier.frontier_sentence over the comparison's frontier points)."""
 
-    return frontier_sentence(x.comparison.get("frontier") or []), FRONTIER
+    return frontier_sentence(x.comparison.frontier_points()), FRONTIER
 
 
-def frontier_table(points: list[dict]) -> list[dict]:
+def frontier_table(points: list[GenerationRow]) -> list[dict]:
     """One line per frontier point: model, T, Gen.PPL with its interval, diversity (ours and
     spaCy's), mean length in judge tokens, whether it lies on the frontier, and whether another
     point dominates it beyond both intervals (dihal.evaluate.frontier.clearly_dominates)."""
 
-    return [{"model": p["model"], "T": "n/a (real text)" if p.get("role") == ANCHOR_ROLE
-             else temperature(p), "Gen.PPL [95 %]": ci(p, "gen_ppl"),
-             "diversity": p["diversity"], "diversity (spaCy)": p.get("diversity_spacy"),
-             "mean length (judge tokens)": p.get("mean_judge_length"),
+    stored = [p.to_dict() for p in points]
+    return [{"model": p.model, "T": "n/a (real text)" if p.role == ANCHOR_ROLE
+             else temperature(p), "Gen.PPL [95 %]": p.gen_ppl.text(),
+             "diversity": p.diversity.value, "diversity (spaCy)": p.diversity_spacy,
+             "mean length (judge tokens)": p.mean_judge_length,
              "on the frontier": "yes" if on else "no",
              "dominated beyond the 95 % intervals": "no" if clear else "yes"}
-            for p, on, clear in zip(points, on_frontier(points),
-                                    on_frontier(points, clearly=True), strict=True)]
+            for p, on, clear in zip(points, on_frontier(stored),
+                                    on_frontier(stored, clearly=True), strict=True)]
 
 
 def frontier_section(r: Document, x: ReportInputs) -> None:
     """Gen.PPL against diversity of every model at each decoding temperature measured."""
 
-    points = x.comparison.get("frontier") or []
+    points = x.comparison.frontier_points()
     r.h2("3c. Gen.PPL against diversity across temperatures", FRONTIER)
     r.p(frontier_sentence(points))
     if not points:
@@ -53,5 +55,5 @@ def frontier_section(r: Document, x: ReportInputs) -> None:
         "the intervals is dominated by a point that also dominates it without them.")
     r.image(plot_frontier(points, f"{x.backbone}: Gen.PPL vs diversity across temperatures"),
             "Gen.PPL against diversity across temperatures")
-    table = frontier_table(points)
+    table = frontier_table(x.comparison.frontier)
     r.table(table, list(table[0]), ".4g")

@@ -7,155 +7,150 @@ import math
 from dihal.config import DEFAULT_SAMPLER_RULE
 from dihal.evaluate.metrics import MAUVE_RESULT_SAMPLES, rate_difference, wilson
 from dihal.evaluate.ppl_difference import log_ppl_difference, samples_for_effect
+from dihal.generation_inputs import CostRow
 from dihal.labels import BACKBONE, BASELINE, DIHAL, NATIVE_ROLE
 from dihal.plots import plot_quality_diversity
-from dihal.report.common import GENERATION, SAMPLER, SAMPLES, ci, key_value, separated
+from dihal.report.common import GENERATION, SAMPLER, SAMPLES, key_value
 from dihal.report.cost import timed_row, timing_text
 from dihal.report.document import Document
 from dihal.results import ReportInputs
-from dihal.rows import (
-    ABOVE,
-    BELOW,
-    generation_rows,
-    number,
-)
+from dihal.rows import ABOVE, BELOW, GenerationRow
 from dihal.uncertainty import holm, paired_verdict
 
 
 def _sampler_summary(x: ReportInputs) -> str:
 
-    curve = x.sampler_curve
-
-    rows = sorted((r for r in curve["rows"] if r.get("rule", DEFAULT_SAMPLER_RULE)
-                   == DEFAULT_SAMPLER_RULE), key=lambda r: r["steps"]) or curve["rows"]
+    curve, layer = x.evaluate.curve, x.evaluate.curve_layer
+    rows = sorted((r for r in curve if (r.rule or DEFAULT_SAMPLER_RULE) == DEFAULT_SAMPLER_RULE),
+                  key=lambda r: r.steps) or curve
     lo, hi = rows[0], rows[-1]
-    best = min(curve["rows"], key=lambda r: (r["hybrid_nll"], r["steps"]))
-    return (f"At l* = {curve['layer']} the bridge was trained for a {lo['trained_steps']}-step "
-            f"sampler. With K = {lo['steps']} step(s) the hybrid's NLL is {lo['hybrid_nll']:.3f} "
-            f"and its reconstruction error {lo['recon_error']:.3f}; with K = {hi['steps']}, "
-            f"{hi['hybrid_nll']:.3f} and {hi['recon_error']:.3f} (the backbone: "
-            f"{lo['backbone_nll']:.3f}). The lowest NLL is at K = {best['steps']}"
-            f"{' (' + best['rule'] + ' rule)' if best.get('rule') else ''}. "
-            + _k_timing(*(timed_row(x, steps=r["steps"], layer=curve["layer"]) for r in (lo, hi)),
-                        lo["steps"], hi["steps"]))
+    best = min(curve, key=lambda r: (r.hybrid_nll, r.steps))
+    return (f"At l* = {layer} the bridge was trained for a {lo.trained_steps}-step "
+            f"sampler. With K = {lo.steps} step(s) the hybrid's NLL is {lo.hybrid_nll:.3f} "
+            f"and its reconstruction error {lo.recon_error:.3f}; with K = {hi.steps}, "
+            f"{hi.hybrid_nll:.3f} and {hi.recon_error:.3f} (the backbone: "
+            f"{lo.backbone_nll:.3f}). The lowest NLL is at K = {best.steps}"
+            f"{' (' + best.rule + ' rule)' if best.rule else ''}. "
+            + _k_timing(*(timed_row(x, steps=r.steps, layer=layer) for r in (lo, hi)),
+                        lo.steps, hi.steps))
 
 
-def _k_timing(lo: dict | None, hi: dict | None, k_lo: int, k_hi: int) -> str:
+def _k_timing(lo: CostRow | None, hi: CostRow | None, k_lo: int, k_hi: int) -> str:
     """Generation's time per token at the curve's smallest and largest K, from the cost table
     (the report's one timing per model)."""
     if lo is None or hi is None:
         return "Its time per token at these K is not in the cost table (section 3b)."
-    return (f"Generation costs {lo['ms_per_token']:.1f} ms per token at K = {k_lo} and "
-            f"{hi['ms_per_token']:.1f} at K = {k_hi} (the cost table's timing, section 3b).")
+    return (f"Generation costs {lo.ms_per_token:.1f} ms per token at K = {k_lo} and "
+            f"{hi.ms_per_token:.1f} at K = {k_hi} (the cost table's timing, section 3b).")
 
 
-def _mauve_is_diagnostic(rows: list[dict]) -> bool:
+def _mauve_is_diagnostic(rows: list[GenerationRow]) -> bool:
     """MAUVE is a diagnostic, not a result, where some row has it from fewer than 512 samples a
     side (or unequal counts), or did not record its counts."""
 
-    measured = [r for r in rows if number(r.get("mauve")) is not None]
-    return any(r.get("mauve_diagnostic", True) or min(r.get("mauve_n_p") or 0, r.get("mauve_n_q")
-                                                       or 0) < MAUVE_RESULT_SAMPLES
-               for r in measured)
+    measured = [r for r in rows if r.mauve.value is not None]
+    return any(r.mauve_diagnostic or min(r.mauve_n_p or 0, r.mauve_n_q or 0)
+               < MAUVE_RESULT_SAMPLES for r in measured)
 
 
-def _mauve_header(rows: list[dict]) -> str:
+def _mauve_header(rows: list[GenerationRow]) -> str:
     return "MAUVE [95 %] (diagnostic)" if _mauve_is_diagnostic(rows) else "MAUVE [95 %]"
 
 
-def _at_length_header(rows: list[dict]) -> str:
-    lengths = sorted({r["ppl_length"] for r in rows if r.get("ppl_length")})
+def _at_length_header(rows: list[GenerationRow]) -> str:
+    lengths = sorted({r.ppl_length for r in rows if r.ppl_length})
     return (f"Gen.PPL, first {lengths[0]} judge tokens [95 %]" if len(lengths) == 1 else
             "Gen.PPL, first L judge tokens [95 %]")
 
 
-def temperature(r: dict) -> str:
-    t = r.get("temperature", "")
-    return "none (deterministic rounding)" if t is None else "not recorded" if t == "" else f"{t:g}"
+def temperature(r: GenerationRow) -> str:
+    if not r.temperature_recorded:
+        return "not recorded"
+    t = r.temperature
+    return "none (deterministic rounding)" if t is None else f"{t:g}"
 
 
 EMPTY = "empty samples (failures) [95 %]"
 GEN_PPL = "Gen.PPL, non-empty samples [95 %]"
 
 
-def n_samples(r: dict) -> int | None:
+def n_samples(r: GenerationRow) -> int | None:
     """Every sample of a row: as recorded, else what its counts add up to (rows made before
     the empty rate was recorded); None where it cannot be told."""
-    if r.get("n_samples") is not None:
-        return int(r["n_samples"])
-    if r.get("ppl_length_scored") is not None and r.get("empty_samples") is not None:
-        return int(r["ppl_length_scored"] + (r.get("ppl_length_short") or 0)
-                   + r["empty_samples"])
+    if r.n_samples is not None:
+        return int(r.n_samples)
+    if r.ppl_length_scored is not None and r.empty_samples is not None:
+        return int(r.ppl_length_scored + (r.ppl_length_short or 0) + r.empty_samples)
     return None
 
 
-def empty_text(r: dict) -> str:
+def empty_text(r: GenerationRow) -> str:
     """"k of n (p %) [low, high]": the row's empty samples, each a failure, with the Wilson
     interval of their rate; "n/a" where not recorded."""
 
-    k, n = r.get("empty_samples"), n_samples(r)
+    k, n = r.empty_samples, n_samples(r)
     if k is None or not n:
         return "n/a"
     lo, hi = wilson(int(k), n)
     return f"{k} of {n} ({100 * k / n:.0f} %) [{100 * lo:.0f}, {100 * hi:.0f} %]"
 
 
-def fails_more(a: dict, b: dict) -> bool:
+def fails_more(a: GenerationRow, b: GenerationRow) -> bool:
     """Row `a` has more empty samples than row `b` beyond the 95 % interval of the difference
     of their rates (metrics.rate_difference); False where either did not record them."""
 
     na, nb = n_samples(a), n_samples(b)
-    if not na or not nb or a.get("empty_samples") is None or b.get("empty_samples") is None:
+    if not na or not nb or a.empty_samples is None or b.empty_samples is None:
         return False
-    return rate_difference(int(a["empty_samples"]), na, int(b["empty_samples"]), nb)[1] > 0
+    return rate_difference(int(a.empty_samples), na, int(b.empty_samples), nb)[1] > 0
 
 
-def _reaching(r: dict) -> str:
+def _reaching(r: GenerationRow) -> str:
     """How many of ALL the row's samples reach the common length L (an empty one does not)."""
-    if r.get("ppl_length_scored") is None:
+    if r.ppl_length_scored is None:
         return "n/a"
     n = n_samples(r)
     if n is None:  # rows made before the empty samples were counted: of the non-empty ones
-        return (f"{r['ppl_length_scored']} of "
-                f"{r['ppl_length_scored'] + r.get('ppl_length_short', 0)} non-empty")
-    return f"{r['ppl_length_scored']} of {n}"
+        return (f"{r.ppl_length_scored} of "
+                f"{r.ppl_length_scored + (r.ppl_length_short or 0)} non-empty")
+    return f"{r.ppl_length_scored} of {n}"
 
 
-def generation_table(rows: list[dict], extra: list[str]) -> list[dict]:
+def generation_table(rows: list[GenerationRow], extra: list[str]) -> list[dict]:
     """One line per model: every metric with its interval, and beside them what they depend on:
     the decoding temperature, the empty samples (failures: Gen.PPL is over the others), the
     samples' mean length in words and in judge tokens, and how many of all the samples reach
     the common length L."""
     mauve, at = _mauve_header(rows), _at_length_header(rows)
-    return [{**{k: r.get(k) for k in ("model", "role", "layer") if k in r},
+    return [{**{k: r.column(k) for k in ("model", "role", "layer") if k in r.columns},
              "temperature": temperature(r), EMPTY: empty_text(r),
-             GEN_PPL: ci(r, "gen_ppl"), at: ci(r, "gen_ppl_at_length"),
+             GEN_PPL: r.gen_ppl.text(), at: r.gen_ppl_at_length.text(),
              "samples reaching L": _reaching(r),
-             "Gen.PPL, mean of samples [95 %]": ci(r, "gen_ppl_mean"),
-             "diversity [95 %]": ci(r, "diversity", ".3f"),
-             "diversity (spaCy, as LD4LG)": (f"{r['diversity_spacy']:.3f}"
-                                             if number(r.get("diversity_spacy")) is not None
-                                             else "n/a"),
-             mauve: ci(r, "mauve", ".3f"),
-             "mean length (words)": r.get("mean_length"),
-             "mean length (judge tokens)": r.get("mean_judge_length"),
-             **{k: r.get(k) for k in extra}} for r in rows]
+             "Gen.PPL, mean of samples [95 %]": r.gen_ppl_mean.text(),
+             "diversity [95 %]": r.diversity.text(".3f"),
+             "diversity (spaCy, as LD4LG)": (f"{r.diversity_spacy:.3f}"
+                                             if r.diversity_spacy is not None else "n/a"),
+             mauve: r.mauve.text(".3f"),
+             "mean length (words)": r.mean_length,
+             "mean length (judge tokens)": r.mean_judge_length,
+             **{k: r.column(k) for k in extra}} for r in rows]
 
 
-def generation_columns(rows: list[dict], extra: list[str], lead: list[str]) -> list[str]:
+def generation_columns(rows: list[GenerationRow], extra: list[str], lead: list[str]) -> list[str]:
     return [*lead, "temperature", EMPTY, GEN_PPL, _at_length_header(rows), "samples reaching L",
             "Gen.PPL, mean of samples [95 %]", "diversity [95 %]", "diversity (spaCy, as LD4LG)",
             _mauve_header(rows), "mean length (words)", "mean length (judge tokens)", *extra]
 
 
-def _per_text(row: dict) -> list[tuple[float, int]] | None:
-    nll, tokens = row.get("sample_nll"), row.get("sample_tokens")
+def _per_text(row: GenerationRow) -> list[tuple[float, int]] | None:
+    nll, tokens = row.sample_nll, row.sample_tokens
     if not nll or not tokens or len(nll) < 2 or len(nll) != len(tokens):
         return None
     return [(float(a), int(b)) for a, b in zip(nll, tokens, strict=True)]
 
 
-def generation_pairs(dihal: dict, others: list[dict], level: float = 0.95) -> list[dict]:
+def generation_pairs(dihal: GenerationRow, others: list[GenerationRow], level: float = 0.95
+                     ) -> list[dict]:
     """DiHAL's Gen.PPL against each other row that kept its per-sample scores: the difference
     of log Gen.PPL (token-weighted) with a percentile interval (each side's samples resampled
     independently: different models' samples), its p-value Holm-corrected over the pairs, the
@@ -171,7 +166,7 @@ def generation_pairs(dihal: dict, others: list[dict], level: float = 0.95) -> li
         b = _per_text(o)
         if a is None or b is None:
             continue
-        out.append({"model": o["model"], "per_text": b,
+        out.append({"model": o.model, "per_text": b,
                     **log_ppl_difference(a, b, n_boot=1000, seed=0, level=level)})
     for r, adj in zip(out, holm([r["p"] for r in out]), strict=True):
         side = paired_verdict(r["diff"], adj, level)
@@ -200,15 +195,15 @@ def _pairs_table(pairs: list[dict]) -> list[dict]:
 
 
 def _generation_summary(x: ReportInputs) -> str:
-    rows = x.comparison["rows"]
-    dihal = next(r for r in rows if r["role"] == DIHAL)
-    ref = next(r for r in rows if r["role"] == BACKBONE)
-    bases = [r for r in rows if r["role"] == BASELINE]
-    line = (f"DiHAL samples with Gen.PPL {dihal['gen_ppl']:.1f} and diversity "
-            f"{dihal['diversity']:.3f}, against the backbone's {ref['gen_ppl']:.1f} and "
-            f"{ref['diversity']:.3f}")
+    rows = x.comparison.rows
+    dihal = next(r for r in rows if r.role == DIHAL)
+    ref = next(r for r in rows if r.role == BACKBONE)
+    bases = [r for r in rows if r.role == BASELINE]
+    line = (f"DiHAL samples with Gen.PPL {dihal.gen_ppl.formatted('.1f')} and diversity "
+            f"{dihal.diversity.formatted('.3f')}, against the backbone's "
+            f"{ref.gen_ppl.formatted('.1f')} and {ref.diversity.formatted('.3f')}")
     if bases:
-        beaten = [r["model"] for r in bases if dihal["gen_ppl"] < r["gen_ppl"]
+        beaten = [r.model for r in bases if dihal.gen_ppl.below(r.gen_ppl)
                   and not fails_more(dihal, r)]
         line += (f"; at the matched budget it has a lower Gen.PPL than {len(beaten)} of "
                  f"{len(bases)} baselines" + (f" ({', '.join(beaten)})" if beaten else "")
@@ -229,7 +224,7 @@ def _generation_summary(x: ReportInputs) -> str:
             f"would need for {pw['power']:.0%} power against Gen.PPL {pw['ratio']:g}x apart, "
             "the spread per sample taken from these samples, about " + ", ".join(power)
             + " samples per model." if power else "")
-    ranked = [r["model"] for r in [ref, *bases] if separated(dihal, r, "gen_ppl")]
+    ranked = [r.model for r in [ref, *bases] if dihal.gen_ppl.separated_from(r.gen_ppl)]
     return (line + f". With the 95 % intervals over samples, DiHAL's Gen.PPL is separated from "
             f"{len(ranked)} of the {others} other models" + (f" ({', '.join(ranked)})" if ranked
                                                             else "")
@@ -238,20 +233,20 @@ def _generation_summary(x: ReportInputs) -> str:
                "calculation)") + ".")
 
 
-def empty_clause(dihal: dict, others: list[dict]) -> str:
+def empty_clause(dihal: GenerationRow, others: list[GenerationRow]) -> str:
     """What the empty samples (failures) change in a comparison of DiHAL's Gen.PPL with
     `others`' (rows): every row's count where any row has one, and each model whose lower
     Gen.PPL comes with more failures beyond the 95 % interval of the difference of the empty
     rates (fails_more): its Gen.PPL is over fewer samples and does not count as better. ""
     where no row has an empty sample."""
     rows = [dihal, *others]
-    if not any(r.get("empty_samples") for r in rows):
+    if not any(r.empty_samples for r in rows):
         return ""
-    counts = ", ".join(f"{r['model']} {empty_text(r).split(' [')[0]}" for r in rows
-                       if r.get("empty_samples") is not None)
+    counts = ", ".join(f"{r.model} {empty_text(r).split(' [')[0]}" for r in rows
+                       if r.empty_samples is not None)
     line = f"; empty samples, each a failure (Gen.PPL is over the rest): {counts}"
-    unfair = [o["model"] for o in others if o["gen_ppl"] < dihal["gen_ppl"] and fails_more(o, dihal)]
-    if fails_more_than := [o["model"] for o in others if dihal["gen_ppl"] < o["gen_ppl"]
+    unfair = [o.model for o in others if o.gen_ppl.below(dihal.gen_ppl) and fails_more(o, dihal)]
+    if fails_more_than := [o.model for o in others if dihal.gen_ppl.below(o.gen_ppl)
                            and fails_more(dihal, o)]:
         line += (f"; DiHAL's lower Gen.PPL than {', '.join(fails_more_than)} comes with more "
                  "failures beyond the 95 % interval, so it is not counted as better")
@@ -263,17 +258,17 @@ def empty_clause(dihal: dict, others: list[dict]) -> str:
 
 def _generation_setting(x: ReportInputs) -> str:
     """What every generation row shares: the start token, the temperature, the common length."""
-    rows, ev = x.comparison["rows"], x.evaluation["rows"][0]
-    token = ev.get("start_token")
+    rows, ev = x.comparison.rows, x.evaluate.setting
+    token = ev.start_token
     start = (f"Every sample is drawn unconditionally from the backbone's start token "
-             f"{token!r} (id {ev.get('start_token_id')}), the BOS that opens every training "
+             f"{token!r} (id {ev.start_token_id}), the BOS that opens every training "
              "sequence; for an Instruct backbone that token may be a chat-turn opener, and the "
              "samples are compared with plain corpus text." if token is not None else
              "The unconditional start token was not recorded (evaluation made before eval 6).")
-    ranked = {temperature(r) for r in rows if r["role"] != NATIVE_ROLE}
+    ranked = {temperature(r) for r in rows if r.role != NATIVE_ROLE}
     rounding = "none (deterministic rounding)"
     temps = ranked - {rounding}
-    native = [r["model"] for r in rows if r["role"] == NATIVE_ROLE]
+    native = [r.model for r in rows if r.role == NATIVE_ROLE]
     temp = (f" Every ranked row decodes at temperature {temps.pop()}" if len(temps) == 1 else
             f" The rows decode at different temperatures ({', '.join(sorted(temps))}): their "
             "Gen.PPL and diversity are not comparable")
@@ -281,7 +276,7 @@ def _generation_setting(x: ReportInputs) -> str:
              if rounding in ranked else "")
     temp += (f"; {', '.join(native)}: the recipe's own temperature, an extra row, not ranked."
              if native else ".")
-    lengths = sorted({r["ppl_length"] for r in rows if r.get("ppl_length")})
+    lengths = sorted({r.ppl_length for r in rows if r.ppl_length})
     at = (f" Samples end at their first EOS, so their lengths differ: a second Gen.PPL scores "
           f"only each sample's first {lengths[0]} judge tokens (samples shorter than that left "
           "out and counted), and every row shows its mean length." if len(lengths) == 1 else "")
@@ -295,19 +290,18 @@ def answer_generation(x: ReportInputs) -> tuple[str, str]:
     """DiHAL's Gen.PPL against the backbone's and the baselines': by the difference of log
     Gen.PPL (Holm over the pairs) where the rows kept their per-sample scores, else by whether
     the 95 % intervals over samples are separated."""
-    rows = generation_rows(x.comparison["rows"])
+    rows = x.comparison.rows
     dihal = next(r for r in rows if r.role == "dihal")
     ref = next(r for r in rows if r.role == "backbone")
     bases = [r for r in rows if r.role == "baseline"]
-    pairs = {p["model"]: p for p in generation_pairs(dihal.columns,
-                                                     [o.columns for o in (ref, *bases)])}
+    pairs = {p["model"]: p for p in generation_pairs(dihal, [ref, *bases])}
     tested = len(pairs) == len(bases) + 1
 
     def apart(o) -> bool:
         return (pairs[o.name]["verdict"] != "not distinguishable" if tested
                 else dihal.gen_ppl.separated_from(o.gen_ppl))
 
-    side = "lower" if dihal.gen_ppl.value < ref.gen_ppl.value else "higher"
+    side = "lower" if dihal.gen_ppl.below(ref.gen_ppl) else "higher"
     how = "the difference of log Gen.PPL" if tested else "the intervals"
     sep = (f"told apart by {how}" if tested and apart(ref) else
            f"not told apart by {how}" if tested else
@@ -316,8 +310,8 @@ def answer_generation(x: ReportInputs) -> tuple[str, str]:
             f"{ref.gen_ppl.text()} ({sep})")
     if bases:
         # a lower Gen.PPL with more failures (empty samples) beyond their noise is not better
-        beaten = [r.name for r in bases if dihal.gen_ppl.value < r.gen_ppl.value
-                  and not fails_more(dihal.columns, r.columns)]
+        beaten = [r.name for r in bases if dihal.gen_ppl.below(r.gen_ppl)
+                  and not fails_more(dihal, r)]
         clear = [r.name for r in bases if r.name in beaten and apart(r)]
         line += (f"; at the matched budget it is lower than {len(beaten)} of {len(bases)} "
                  f"baselines' ({', '.join(beaten)}), beyond {how}"
@@ -326,7 +320,7 @@ def answer_generation(x: ReportInputs) -> tuple[str, str]:
                  f"{len(bases)} baselines'")
     else:
         line += "; no baseline was compared"
-    return line + empty_clause(dihal.columns, [o.columns for o in (ref, *bases)]) + ".", \
+    return line + empty_clause(dihal, [ref, *bases]) + ".", \
         GENERATION
 
 
@@ -334,12 +328,11 @@ def sampler_section(r: Document, x: ReportInputs) -> None:
     r.h2("2b. What the sampler's steps buy at l*", SAMPLER)
 
     r.p(_sampler_summary(x))
-    layer = x.sampler_curve["layer"]
-    rows = [{**{k: c.get(k) for k in ("rule", "steps", "recon_error", "hybrid_nll",
-                                       "top1_agreement")},
-             "ms per token (cost table)": (t or {}).get("ms_per_token", "n/a")}
-            for c in x.sampler_curve["rows"]
-            for t in [timed_row(x, steps=c["steps"], layer=layer)]]
+    layer = x.evaluate.curve_layer
+    rows = [{"rule": c.rule, "steps": c.steps, "recon_error": c.recon_error,
+             "hybrid_nll": c.hybrid_nll, "top1_agreement": c.top1_agreement,
+             "ms per token (cost table)": t.ms_per_token if t else "n/a"}
+            for c in x.evaluate.curve for t in [timed_row(x, steps=c.steps, layer=layer)]]
     r.table(rows, ["rule", "steps", "recon_error", "hybrid_nll", "top1_agreement",
                    "ms per token (cost table)"], ".4g")
 
@@ -367,10 +360,10 @@ def generation_section(r: Document, x: ReportInputs) -> None:
         "resamples) for Gen.PPL, for MAUVE with the k-means fit refitted under 5 seeds inside "
         "the interval, the jackknife for diversity (duplicated samples would bias a bootstrap "
         "of pooled n-gram counts).")
-    r.table(generation_table(cmp_["rows"], extra),
-            generation_columns(cmp_["rows"], extra, ["model"]), ".4g")
-    pairs = generation_pairs(next(r for r in cmp_["rows"] if r["role"] == DIHAL),
-                             [r for r in cmp_["rows"] if r["role"] in (BACKBONE, BASELINE)])
+    r.table(generation_table(cmp_.rows, extra),
+            generation_columns(cmp_.rows, extra, ["model"]), ".4g")
+    pairs = generation_pairs(next(r for r in cmp_.rows if r.role == DIHAL),
+                             [r for r in cmp_.rows if r.role in (BACKBONE, BASELINE)])
     if pairs:
         r.p("DiHAL against each model: the ratio of Gen.PPL with its 95 % interval (each side's "
             "samples resampled), Holm-corrected over the pairs, and, planned ahead for a named "
@@ -378,22 +371,23 @@ def generation_section(r: Document, x: ReportInputs) -> None:
             "power against Gen.PPL 1.25x apart at Holm's strictest step, the spread per sample "
             "(delta method on the token-weighted log Gen.PPL) taken from these samples:")
         r.table(_pairs_table(pairs), list(_pairs_table(pairs)[0]))
-    r.image(plot_quality_diversity(cmp_["rows"], f"{x.backbone}: Gen.PPL vs diversity"),
+    r.image(plot_quality_diversity([row.to_dict() for row in cmp_.rows],
+                                   f"{x.backbone}: Gen.PPL vs diversity"),
             "Gen.PPL against diversity, every model of the comparison")
-    if cmp_.get("missing"):
-        r.p(f"Not run: {', '.join(cmp_['missing'])}.")
+    if cmp_.missing:
+        r.p(f"Not run: {', '.join(cmp_.missing)}.")
     _judge_and_latency(r, x)
 
 
 def _judge_and_latency(r: Document, x: ReportInputs) -> None:
-    ev_cfg, first = x.configs["eval"], x.evaluation["rows"][0]
+    ev_cfg, first = x.configs.eval, x.evaluate.setting
     r.p("Samples are scored by the judge below, the same for every model:")
-    r.table(key_value({**x.evaluation["judge"], "samples": ev_cfg["n_samples"],
-                        "length": ev_cfg["length"], "temperature": ev_cfg["temperature"],
-                        "seed": ev_cfg["seed"],
-                        "CPU threads while sampling (0: GPU)": first.get("cpu_threads"),
+    r.table(key_value({**x.evaluate.judge, "samples": ev_cfg.n_samples,
+                        "length": ev_cfg.length, "temperature": ev_cfg.temperature,
+                        "seed": ev_cfg.seed,
+                        "CPU threads while sampling (0: GPU)": first.cpu_threads,
                         "CPU kernels while sampling (torch's CPU capability)":
-                            first.get("cpu_kernels", "not recorded")}),
+                            first.cpu_kernels}),
             ["setting", "value"])
 
     r.p(f"Time per token: section 3b, one timing per model ({timing_text(x)}); the sampling "

@@ -265,6 +265,7 @@ def test_baselines_comparison_full_training_report(located):
 
 
 def test_cross_backbone_tables_line_up_backbones_and_predictors():
+    from dihal.inputs import BackboneSummary
     from dihal.report.cross_backbone import cross_backbone_tables
 
     def rho(p, v, lo, hi, vs=""):
@@ -279,7 +280,7 @@ def test_cross_backbone_tables_line_up_backbones_and_predictors():
     gem = {"backbone": "gemma3", "selected": {"none": 4, "robust": 9}, "judge": None, "eval_rows": None,
            "bridgeability": {"oracle": 2, "worst": 17, "swept_layers": [1, 2],
                              "spearman": [rho("depth (-l)", 0.5, 0.1, 0.9), rho("twonn_id", -0.9, -1.0, -0.8, "below")]}}
-    main, spearman = cross_backbone_tables([smol, gem])
+    main, spearman = cross_backbone_tables([BackboneSummary.from_dict(s) for s in (smol, gem)])
     assert main[0] == {"backbone": "smollm2", "l* (none)": 1, "l* (rms)": 3, "l* (robust)": "",
                        "oracle": 1, "worst": 25, "swept layers": 3,
                        "hybrid Gen.PPL [95 %]": "894.8 [700.0, 1100.0]",

@@ -3,6 +3,7 @@ way it can come out, a baseline's points (sampled once per temperature, the main
 rows reused, one point for a deterministic recipe), and its section in the report."""
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -14,6 +15,7 @@ from dihal.evaluate.frontier import (
     on_frontier,
     point,
 )
+from dihal.rows import generation_rows
 
 
 def _p(model, role, t, ppl, div, **extra):
@@ -109,7 +111,7 @@ def test_report_section_plots_and_tabulates_the_frontier():
     from tests.tiny import report_inputs
 
     x = report_inputs()
-    with_points = type(x)(**{**x.__dict__, "comparison": {**x.comparison, "frontier": DIHAL_ON}})
+    with_points = replace(x, comparison=replace(x.comparison, frontier=generation_rows(DIHAL_ON)))
     md = build_report(with_points).markdown
     section = md[md.index("3c. Gen.PPL against diversity across temperatures"):]
     assert "DiHAL lies on it at T = 1" in section and "data:image/png;base64," in section
@@ -127,7 +129,7 @@ def test_the_reports_opening_answers_read_the_frontier():
     from tests.tiny import report_inputs
 
     x = report_inputs()
-    with_points = type(x)(**{**x.__dict__, "comparison": {**x.comparison, "frontier": DIHAL_ON}})
+    with_points = replace(x, comparison=replace(x.comparison, frontier=generation_rows(DIHAL_ON)))
     for got, says in ((with_points, "DiHAL lies on it at T = 1"),
                       (x, "No temperature frontier was measured")):
         md = build_report(got).markdown
@@ -176,7 +178,7 @@ def test_a_less_diverse_point_never_clearly_dominates_and_one_dominator_serves_b
     assert not dominates(colder, backbone) and not clearly_dominates(colder, backbone)
     assert on_frontier([backbone, colder]) == [True, True]
     assert on_frontier([backbone, colder], clearly=True) == [True, True]
-    rows = frontier_table([backbone, colder])
+    rows = frontier_table(generation_rows([backbone, colder]))
     assert all(not (r["on the frontier"] == "yes" and
                     r["dominated beyond the 95 % intervals"] == "yes") for r in rows)
     # the clear test is the point test's dominator with its intervals apart
@@ -223,6 +225,6 @@ def test_held_out_text_anchors_the_frontier_and_degenerate_diversity_earns_nothi
     assert "the held-out text dominates every one" in frontier_sentence([salad, text])
     from dihal.report.frontier import frontier_table
 
-    table = frontier_table([salad, text])
+    table = frontier_table(generation_rows([salad, text]))
     assert [(r["T"], r["on the frontier"]) for r in table] == [("1", "no"), ("n/a (real text)",
                                                                            "yes")]

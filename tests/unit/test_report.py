@@ -5,6 +5,8 @@ import re
 
 import pytest
 
+from dihal.generation_inputs import FullTrainingInputs, FullTrainingRow, SamplerChoice
+from dihal.inputs import OracleBy, SeedInfo
 from dihal.report.bridgeability import answer_bridge_vs_regression, answer_geometry_vs_depth
 from dihal.report.build import ANSWERS, build_report
 from dihal.report.common import BRIDGEABILITY, CONTROLS, COST, GENERATION, LOCATE, REGRESSION
@@ -12,9 +14,17 @@ from dihal.report.controls import answer_controls
 from dihal.report.cost import answer_break_even, answer_cost
 from dihal.report.generation import answer_generation
 from dihal.report.locate import answer_l_star
-from dihal.rows import DEPTH, RegressionRow, Spearman, SpearmanRow
+from dihal.rows import (
+    DEPTH,
+    GenerationRow,
+    PrimaryTest,
+    RegressionRow,
+    Spearman,
+    SpearmanRow,
+    generation_rows,
+)
 from tests.tiny import gen_row as _gen
-from tests.tiny import png
+from tests.tiny import png, report_raw, report_raw_with_cost, with_bridgeability, with_eval_rows
 from tests.tiny import report_inputs as inputs
 from tests.tiny import report_inputs_with_cost as _with_cost
 from tests.tiny import spearman_row as _spearman
@@ -41,7 +51,6 @@ def test_l_star_with_and_without_its_stability():
     (0.5, "two disjoint halves of the sequences agree in 50% of splits"),
 ])
 def test_l_star_over_resampled_sequences_and_split_halves(agreement, says):
-    from dataclasses import replace
 
     firm = {"robust": {"l_star": 2, "same": 0.95, "replicates": 20, "low": 2, "high": 3,
                        "picks": {2: 0.95, 3: 0.05}}}
@@ -52,8 +61,7 @@ def test_l_star_over_resampled_sequences_and_split_halves(agreement, says):
            "bootstrap": {"l_star": 2, "same": 0.6, "replicates": 10, "low": 1, "high": 3,
                          "picks": {2: 0.6, 1: 0.3, 3: 0.1}},
            "split_half": {"splits": splits, "agreement": agreement}}
-    x = inputs(stability=firm)
-    x = replace(x, score={**x.score, "sequence_stability": seq})
+    x = inputs(score={**report_raw(stability=firm)["score"], "sequence_stability": seq})
     text, _ = answer_l_star(x)
     assert "; 60% of 10 resamples of whole sequences, 95 % range [1, 3]" in text and says in text
     md = build_report(x).markdown
@@ -77,9 +85,7 @@ def _primary(p, p_min, *, p_min_all=0.0006, needed=14, ties=0.43):
 
 
 def _with_primary(x, primary):
-    from dataclasses import replace
-
-    return replace(x, bridgeability={**x.bridgeability, "primary": primary})
+    return with_bridgeability(x, primary=PrimaryTest.from_dict(primary))
 
 
 @pytest.mark.parametrize(("p", "p_min", "says", "never"), [
@@ -158,20 +164,18 @@ def test_the_paired_tests_are_read_as_exploratory(standing):
 ])
 def test_bridgeability_names_the_oracle_by_both_measures(disagree, says):
     x = inputs()
-    b = {**x.bridgeability, "oracle_by": {
+    b = {"oracle_by": {
         "by": {"hybrid_nll": {"oracle": 3, "worst": 1},
                "val_loss": {"oracle": 2 if disagree[0] else 3, "worst": 2 if disagree[1] else 1}},
         "oracle_disagree": disagree[0], "worst_disagree": disagree[1]}}
-    from dataclasses import replace
-
-    md = build_report(replace(x, bridgeability=b)).markdown
+    md = build_report(with_bridgeability(x, oracle_by=OracleBy.from_dict(b["oracle_by"]))).markdown
     assert ("the oracle layer by hybrid NLL is 3 and the worst 1 (full training follows these; "
             "chosen and judged on the same held-out sequences: these artifacts predate the "
             "split); by validation loss") in md and says in md
     # chosen on the first half of the held-out sequences: the report says the second judges
     b["oracle_by"]["by"]["hybrid_nll_select"] = {"oracle": 2, "worst": 1}
     b["oracle_by"]["chosen_by"] = "hybrid_nll_select"
-    md = build_report(replace(x, bridgeability=b)).markdown
+    md = build_report(with_bridgeability(x, oracle_by=OracleBy.from_dict(b["oracle_by"]))).markdown
     assert ("the oracle layer by hybrid NLL on the first half of the held-out sequences is 2 and "
             "the worst 1 (full training follows these, and the second half, which did not "
             "choose them, judges them); on all held-out sequences, 3 and 1; by validation "
@@ -224,16 +228,18 @@ def test_generation_against_backbone_and_baselines_each_way():
 def test_cost_each_way(ratio, pace):
     from dataclasses import replace
 
-    x = _with_cost(15.0)
-    rows = x.evaluation["cost"]["rows"]
-    rows[1].update(ms_per_token=2.0 * ratio)
+    from dihal.results import ReportInputs
+
+    raw = report_raw_with_cost(15.0)
+    raw["evaluation"]["cost"]["rows"][1].update(ms_per_token=2.0 * ratio)
+    x = ReportInputs.from_dicts(**raw)
     text, anchor = answer_cost(x)
     assert f"({ratio:.2f}x the backbone's time: {pace}; a cached decode" in text
     assert anchor == GENERATION
     assert f"{2.0 * ratio:.2f} ms per token against the backbone's 2.00" in text
     assert "12,345 parameters, was trained on 65,536 tokens and samples in 4 step(s)" in text
     # no cost table: not measured, said so
-    untimed = replace(x, evaluation={**x.evaluation, "cost": None})
+    untimed = replace(x, evaluate=replace(x.evaluate, cost=None))
     assert "time per token is not measured" in answer_cost(untimed)[0]
 
 
@@ -277,7 +283,8 @@ def test_generation_pairs_decide_by_the_log_ppl_difference_and_give_a_power_coun
     comparison = [dihal, _scored("backbone", "backbone", 3.0, seed=2),
                   _scored("sed", "baseline", 5.0, seed=3), _scored("codar", "baseline", 4.0,
                                                                    seed=4)]
-    pairs = {p["model"]: p for p in generation_pairs(dihal, comparison[1:])}
+    pairs = {p["model"]: p for p in generation_pairs(GenerationRow.from_dict(dihal),
+                                                     generation_rows(comparison[1:]))}
     assert pairs["backbone"]["verdict"] == "higher" and pairs["sed"]["verdict"] == "lower"
     assert pairs["codar"]["verdict"] == "not distinguishable"
     assert all(p["p_holm"] >= p["p"] for p in pairs.values())
@@ -309,10 +316,7 @@ def test_generation_pairs_decide_by_the_log_ppl_difference_and_give_a_power_coun
 
 
 def _with_eval_rows(x, **columns):
-    from dataclasses import replace
-
-    rows = [{**r, **columns} for r in x.evaluation["rows"]]
-    return replace(x, evaluation={**x.evaluation, "rows": rows})
+    return with_eval_rows(x, [{**r.to_dict(), **columns} for r in x.evaluate.rows])
 
 
 def test_generation_section_states_start_token_temperature_length_and_mauve_status():
@@ -348,7 +352,6 @@ def test_generation_section_states_start_token_temperature_length_and_mauve_stat
 
 
 def test_bridgeability_shows_the_seed_spread_or_says_there_is_one_seed():
-    from dataclasses import replace
 
     x = inputs()
     assert "trained under one seed" in build_report(x).markdown
@@ -357,7 +360,7 @@ def test_bridgeability_shows_the_seed_spread_or_says_there_is_one_seed():
     seeds = {"n_seeds": 2, "spread": spread,
              "oracle": {"oracle": 1, "oracle_share": 0.8, "l_star_rank": 2, "l_star_rank_low": 1,
                         "l_star_rank_high": 3, "gap": 0.5, "gap_low": 0.1, "gap_high": 0.9}}
-    md = build_report(replace(x, bridgeability={**x.bridgeability, "seeds": seeds})).markdown
+    md = build_report(with_bridgeability(x, seeds=SeedInfo.from_dict(seeds))).markdown
     assert "trained under up to 2 seeds" in md and "stays layer 1 in 80% of replicates" in md
     assert "l* ranks 2 of 3 (95 % [1, 3])" in md
     assert "| 1 | 2 | 2 +- 0.1 [1.9, 2.1] | 2 +- 0.1 [1.9, 2.1] |" in md
@@ -365,18 +368,15 @@ def test_bridgeability_shows_the_seed_spread_or_says_there_is_one_seed():
 
 @pytest.mark.parametrize("disagree", [True, False])
 def test_full_training_says_what_validation_loss_would_have_chosen(disagree):
-    from dataclasses import replace
-
     from dihal.report.full_training import _full_training_summary
 
     full = [{"role": role, "layer": ll, "val_loss": 0.5, "hybrid_nll": 3.0, "gen_ppl": 40.0}
             for role, ll in (("geometry l*", 2), ("oracle", 3), ("worst", 1))]
-    x = inputs()
-    b = {**x.bridgeability, "oracle_by": {
+    b = OracleBy.from_dict({
         "by": {"hybrid_nll": {"oracle": 3, "worst": 1},
                "val_loss": {"oracle": 1 if disagree else 3, "worst": 1}},
-        "oracle_disagree": disagree, "worst_disagree": False}}
-    text = _full_training_summary(replace(x, full_training=full, bridgeability=b))
+        "oracle_disagree": disagree, "worst_disagree": False})
+    text = _full_training_summary(with_bridgeability(inputs(full_training=full), oracle_by=b))
     assert "oracle layer 3: 3.000 and 0.500" in text
     assert ("By the sweep's validation loss the oracle would be layer 1 and the worst 1" in text) \
         == disagree
@@ -454,7 +454,6 @@ def test_the_report_says_which_layers_had_how_many_seeds_and_what_more_would_cos
     """Two of three layers under 2 seeds: the table shows 1 seed for the third, the text names
     the counts and sizes the missing replicate from the replicates' own timings; on the CPU
     (the eval's threads > 0) it says the subset is what fits the budget."""
-    from dataclasses import replace
 
     x = _with_eval_rows(inputs(), cpu_threads=cpu_threads)
     spread = {m: [{"layer": ll, "n_seeds": n, "mean": 1.0 + ll,
@@ -463,8 +462,7 @@ def test_the_report_says_which_layers_had_how_many_seeds_and_what_more_would_cos
     seeds = {"n_seeds": 2, "spread": spread, "replicates": 2, "replicate_seconds": 60.0,
              "bridge_seconds": 120.0,
              "oracle": {"oracle": 1, "oracle_share": 0.8}}
-    x = replace(x, bridgeability={**x.bridgeability, "seeds": seeds},
-                sweep_protocol={"steps": 4, "seeds": 2})
+    x = with_bridgeability(x, seeds=SeedInfo.from_dict(seeds), protocol={"steps": 4, "seeds": 2})
     md = build_report(x).markdown
     assert "Training seeds per swept layer: 2 at layers 1, 3; 1 at layer 2." in md
     assert "| 2 | 1 | 3 [2.9, 3.1] | 3 [2.9, 3.1] |" in md  # one seed: no spread
@@ -478,7 +476,7 @@ def test_the_report_says_which_layers_had_how_many_seeds_and_what_more_would_cos
     # every layer under the same seeds: the counts, no cost of more
     even = {**seeds, "spread": {m: [{**r, "n_seeds": 2, "sd": 0.1} for r in rows]
                                 for m, rows in spread.items()}}
-    md = build_report(replace(x, bridgeability={**x.bridgeability, "seeds": even})).markdown
+    md = build_report(with_bridgeability(x, seeds=SeedInfo.from_dict(even))).markdown
     assert "Training seeds per swept layer: 2 at layers 1, 2, 3." in md
     assert "would add about" not in md and "| seeds | 2 |" in md
 
@@ -514,10 +512,11 @@ def test_full_training_table_seeds_samplers_and_controls_from_eval(n_seeds, chos
     sampler = {"protocol_steps": 4, "chosen_is_protocol": not chosen,
                "chosen": ({"rule": "marginal", "steps": 2, "hybrid_nll": 2.9} if chosen else
                           {"rule": "ancestral", "steps": 4, "hybrid_nll": 3.0})}
-    x = replace(x, full_training=_full_rows(n_seeds, chosen), full_training_sampler=sampler,
-                evaluation={**x.evaluation, "rows": [*x.evaluation["rows"], control]})
-    seeds = full_training_seeds(_full_rows(n_seeds, chosen)[:: 2 if chosen else 1])
-    says = full_training_sampler(sampler)
+    x = with_eval_rows(replace(x, full_training=FullTrainingInputs.from_dicts(
+        _full_rows(n_seeds, chosen), sampler)), [*(r.to_dict() for r in x.evaluate.rows), control])
+    seeds = full_training_seeds([FullTrainingRow.from_dict(r) for r in
+                                 _full_rows(n_seeds, chosen)[:: 2 if chosen else 1]])
+    says = full_training_sampler(SamplerChoice.from_dict(sampler))
     if n_seeds == 1:
         assert seeds.startswith("Each full-training bridge was trained under one seed")
         assert ("training took 60 s here (geometry l* 10 s, oracle 20 s, worst 30 s), so a "
@@ -532,8 +531,8 @@ def test_full_training_table_seeds_samplers_and_controls_from_eval(n_seeds, chos
     else:
         assert says.endswith("the protocol's own K = 4 and rule, so each bridge has one "
                              "generation row (no duplicate).")
-    assert full_training_sampler({}) == ("Each full-training bridge is sampled at the "
-                                         "protocol's K only.")
+    assert full_training_sampler(SamplerChoice.from_dict({})) == (
+        "Each full-training bridge is sampled at the protocol's K only.")
     md = build_report(x).markdown
     section = md[md.index("## 4. Full training"):md.index("## 5.")]
     assert seeds in section and says in section
@@ -577,7 +576,6 @@ def test_full_training_reports_the_judged_half_and_the_paired_test_of_the_roles(
     the oracle, and by the paired generation test of their samples (each way it comes out);
     rows made before either say so."""
     import math
-    from dataclasses import replace
 
     from dihal.report.full_training import _full_training_summary, role_pairs, role_pairs_sentence
 
@@ -588,12 +586,12 @@ def test_full_training_reports_the_judged_half_and_the_paired_test_of_the_roles(
                     math.log(1.2), "log_ppl_diff_high_vs_l_star": math.log(1.9),
                     "p_vs_l_star": 0.01, "p_holm_vs_l_star": 0.03, "verdict_vs_l_star": verdict,
                     "pairs_vs_l_star": 60})
-    x = replace(inputs(), full_training=full)
+    x = inputs(full_training=full)
     text = _full_training_summary(x)
     assert ("On the half of the held-out sequences that did not choose the oracle and the worst "
             "layer, hybrid NLL is 3.100 at l*, 2.900 at the oracle and 3.500 at the worst "
             "layer.") in text
-    pairs = role_pairs(full)
+    pairs = role_pairs(x.full_training.trained())
     assert pairs == [{"pair": "geometry l* (layer 2) / oracle (layer 3)",
                       "Gen.PPL ratio [paired 95 %]": "1.500 [1.200, 1.900]",
                       "samples paired": 60, "p (Holm)": "0.03",
@@ -606,6 +604,7 @@ def test_full_training_reports_the_judged_half_and_the_paired_test_of_the_roles(
     assert "| geometry l* (layer 2) / oracle (layer 3) | 1.500 [1.200, 1.900] | 60 | 0.03 |" in md
     old = [{k: v for k, v in r.items() if k != "hybrid_nll_judge" and "_vs_" not in k}
            for r in full]
-    assert "chosen and judged on the same held-out sequences" in _full_training_summary(
-        replace(x, full_training=old))
-    assert role_pairs_sentence(role_pairs(old)).startswith("No paired generation test")
+    old_x = inputs(full_training=old)
+    assert "chosen and judged on the same held-out sequences" in _full_training_summary(old_x)
+    assert role_pairs_sentence(role_pairs(old_x.full_training.trained())).startswith(
+        "No paired generation test")

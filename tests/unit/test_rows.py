@@ -83,3 +83,24 @@ def test_the_drivers_bridgeability_lines_read_the_typed_rows():
                         "Holm p 1)")
     assert lines[2] == "  depth (-l): Spearman vs -val loss 0.770 [0.110, 1.000]"
     assert bridgeability_lines({"spearman": [depth.to_dict()]}) == [lines[2]]
+
+
+def test_generation_row_reads_what_the_report_shows_and_older_rows():
+    d = {"model": "ridge (l=2)", "role": "control", "gen_ppl": math.nan, "temperature": None,
+         "empty_samples": 2, "n_samples": 8, "ppl_length": 12, "diversity_spacy": math.nan,
+         "dihal_log_ppl_diff": -0.2, "dihal_log_ppl_diff_low": -0.4,
+         "dihal_log_ppl_diff_high": -0.1, "dihal_verdict": "below", "sample_nll": [1.0, 2.0],
+         "sample_tokens": [3, 4], "mauve_diagnostic": False, "sampler_steps": 4}
+    row = GenerationRow.from_dict(d)
+    assert row.temperature_recorded and row.temperature is None
+    assert (row.empty_samples, row.n_samples, row.ppl_length) == (2, 8, 12)
+    assert row.diversity_spacy is None and not row.mauve_diagnostic and row.sampler_steps == 4
+    assert row.vs_dihal == Estimate(-0.2, -0.4, -0.1) and row.vs_dihal_verdict == "below"
+    assert row.sample_nll == [1.0, 2.0] and row.column("sampler_steps") == 4
+    # a NaN Gen.PPL prints and compares as the stored NaN did
+    assert row.gen_ppl.formatted(".1f") == "nan" and not row.gen_ppl.below(Estimate(5.0))
+    assert Estimate(4.0).below(Estimate(5.0)) and not Estimate(5.0).below(Estimate(None))
+    old = GenerationRow.from_dict({"model": "sed", "role": "baseline", "gen_ppl": 80.0})
+    assert not old.temperature_recorded and old.mauve_diagnostic  # not recorded: diagnostic
+    assert (old.vs_dihal_verdict, old.vs_dihal, old.n_samples) == ("", Estimate(None), None)
+    assert old.gen_ppl_at_length.text() == "n/a" and old.column("seq_len") is None

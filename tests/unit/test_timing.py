@@ -2,14 +2,14 @@
 (the eval's sampling and the sampler curve keep their own in their artifacts, unquoted), its
 rounds' spread travels with it, and DiHAL's times are checked to rise with K within it."""
 
-from dataclasses import replace
 
 import pytest
 
 from dihal.evaluate.cost import CostSubject, cost_rows
 from dihal.report.build import build_report
 from dihal.report.cost import answer_break_even, answer_cost
-from tests.tiny import report_inputs_with_cost as _with_cost
+from dihal.results import ReportInputs
+from tests.tiny import report_raw_with_cost
 
 
 class _Timed:
@@ -53,12 +53,13 @@ def test_the_report_quotes_one_time_per_model():
     """The eval's sampling (15.0 ms, 4x the backbone's) and the sampler curve (119.37 ms) timed
     the same hybrid otherwise: the report quotes only the cost table's 3.0 ms (1.5x), in the
     answers, the sampler section and the cost section alike."""
-    x = _with_cost(15.0)
-    ev = [{**x.evaluation["rows"][0], "ms_per_token": 15.0, "latency_vs_backbone": 4.0},
-          {**x.evaluation["rows"][1], "ms_per_token": 3.75}]
-    curve = {**x.sampler_curve, "rows": [{**r, "ms_per_token": 119.37, "steps": 4}
-                                         for r in x.sampler_curve["rows"]]}
-    x = replace(x, evaluation={**x.evaluation, "rows": ev}, sampler_curve=curve)
+    raw = report_raw_with_cost(15.0)
+    ev = [{**raw["evaluation"]["rows"][0], "ms_per_token": 15.0, "latency_vs_backbone": 4.0},
+          {**raw["evaluation"]["rows"][1], "ms_per_token": 3.75}]
+    curve = {**raw["sampler_curve"], "rows": [{**r, "ms_per_token": 119.37, "steps": 4}
+                                              for r in raw["sampler_curve"]["rows"]]}
+    x = ReportInputs.from_dicts(**{**raw, "evaluation": {**raw["evaluation"], "rows": ev},
+                                   "sampler_curve": curve})
     text, _ = answer_cost(x)
     assert text.startswith("DiHAL at K = 4 generates at 3.00 ms per token against the "
                            "backbone's 2.00 (1.50x the backbone's time: slower; a cached "

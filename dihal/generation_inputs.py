@@ -1,0 +1,319 @@
+"""What the report reads of the generation families (Evaluate, Compare, FullTraining), typed
+as dihal.inputs types Locate and Replace: each family's rows and summaries as frozen
+dataclasses made with `from_dict` from what storage reads back, older artifacts included (a
+column or key added later is optional). Standard library only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from dihal.inputs import SeedSpread
+from dihal.rows import (
+    PAIR_STATS,
+    ROLE_PAIRS,
+    GenerationRow,
+    generation_rows,
+    number,
+    pair_column,
+    seed_column,
+)
+
+# ------------------------------------------------------------------------------ Evaluate
+
+NOT_RECORDED = "not recorded"  # a sampling setting an older eval row did not record
+
+
+@dataclass(frozen=True)
+class ChosenSampler:
+    """The (rule, K) the sampler-steps curve chose on validation, with its held-out hybrid NLL."""
+
+    rule: str
+    steps: int
+    hybrid_nll: float
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> ChosenSampler | None:
+        return cls(d["rule"], d["steps"], d["hybrid_nll"]) if d else None
+
+
+@dataclass(frozen=True)
+class SamplerChoice:
+    """The samplers a stage generated with (the eval's controls, full training's sampler): the
+    protocol's K, the (rule, K) chosen on validation (None: not chosen) and whether they are the
+    same sampler; with the eval's note on its regression hybrid (None where it has none)."""
+
+    chosen: ChosenSampler | None = None
+    protocol_steps: int | None = None
+    chosen_is_protocol: bool = False
+    regression: str | None = None
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> SamplerChoice:
+        d = d or {}
+        return cls(ChosenSampler.from_dict(d.get("chosen")), d.get("protocol_steps"),
+                   bool(d.get("chosen_is_protocol")), d.get("regression") or None)
+
+
+@dataclass(frozen=True)
+class CostRow:
+    """One model's line of the eval's cost table (dihal.evaluate.cost.cost_rows): FLOPs and
+    the one measured time per generated token (with the fastest and slowest round where
+    recorded), each against the backbone's. `K` and `layer`: DiHAL's sampler steps and
+    layer (None for a model without them)."""
+
+    model: str
+    K: int | None
+    layer: int | None
+    flops_per_token: float
+    ms_per_token: float
+    flops_vs_backbone: float
+    ms_vs_backbone: float
+    time_over_flops: float
+    ms_per_token_low: float | None = None
+    ms_per_token_high: float | None = None
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> CostRow:
+        return cls(**{k: d.get(k) for k in cls.__dataclass_fields__})
+
+    @property
+    def is_dihal(self) -> bool:
+        return self.model.startswith("DiHAL")
+
+
+@dataclass(frozen=True)
+class OrderInK:
+    """Whether DiHAL's time per token rises with K (dihal.evaluate.cost.order_in_k): the K
+    timed, the falls (K, next K) and whether they are within the rounds' spread."""
+
+    K: list[int]
+    monotone: bool
+    inversions: list[tuple[int, int]] = field(default_factory=list)
+    within_noise: bool = False
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> OrderInK | None:
+        if not d:
+            return None
+        return cls(list(d["K"]), bool(d["monotone"]),
+                   [tuple(p) for p in d.get("inversions") or []], bool(d.get("within_noise")))
+
+
+@dataclass(frozen=True)
+class CostTable:
+    """The eval's cost table (dihal.evaluate.cost.eval_cost): the FLOP model (as stored, for
+    dihal.evaluate.cost.flop_model_of), the rows, how the times were measured (n x length
+    tokens, the median of `repeats` rounds), the FLOP count's note and length (the timed
+    length in older tables) and DiHAL's order in K (None where not recorded)."""
+
+    flop_model: dict[str, Any]
+    rows: list[CostRow]
+    n: int
+    length: int
+    repeats: int
+    note: str
+    flop_length: int
+    order_in_k: OrderInK | None = None
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> CostTable | None:
+        if not d:
+            return None
+        return cls(dict(d["flop_model"]), [CostRow.from_dict(r) for r in d["rows"]], d["n"],
+                   d["length"], d["repeats"], d["note"], d.get("flop_length", d["length"]),
+                   OrderInK.from_dict(d.get("order_in_k")))
+
+    def row(self, name: str) -> CostRow | None:
+        return next((r for r in self.rows if r.model == name), None)
+
+    def dihal(self, steps: int | None, layer: int) -> CostRow | None:
+        """DiHAL's row at K = `steps` and `layer`, None where not timed."""
+        return next((r for r in self.rows if r.is_dihal and r.K == steps and r.layer == layer),
+                    None)
+
+
+@dataclass(frozen=True)
+class SamplingSetting:
+    """How the eval sampled, as its first row recorded it: the CPU threads (0: a GPU; None:
+    not recorded), the CPU kernels (NOT_RECORDED in older rows) and the unconditional start
+    token with its id (None: not recorded)."""
+
+    cpu_threads: int | None = None
+    cpu_kernels: str | None = NOT_RECORDED
+    start_token: str | None = None
+    start_token_id: int | None = None
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SamplingSetting:
+        return cls(d.get("cpu_threads"), d.get("cpu_kernels", NOT_RECORDED),
+                   d.get("start_token"), d.get("start_token_id"))
+
+
+@dataclass(frozen=True)
+class CurvePoint:
+    """One (rule, K) of the sampler-steps curve at l* (rule None in older curves)."""
+
+    steps: int
+    trained_steps: int
+    hybrid_nll: float
+    recon_error: float
+    backbone_nll: float
+    top1_agreement: float | None = None
+    rule: str | None = None
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> CurvePoint:
+        return cls(**{k: d.get(k) for k in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True)
+class EvaluateInputs:
+    """The Evaluate family: the eval's generation rows (typed views), its judge (Judge.info(),
+    shown as it is), how it sampled, its control hybrids' sampler and note, its cost table
+    (None: not measured), and the sampler-steps curve at `curve_layer`."""
+
+    rows: list[GenerationRow]
+    judge: dict[str, Any]
+    setting: SamplingSetting
+    controls: SamplerChoice
+    cost: CostTable | None
+    curve: list[CurvePoint]
+    curve_layer: int
+
+    @classmethod
+    def from_dicts(cls, evaluation: dict[str, Any], sampler_curve: dict[str, Any]
+                   ) -> EvaluateInputs:
+        """From EvalResult.info() and SamplerCurveResult.info()."""
+        rows = evaluation.get("rows") or []
+        return cls(generation_rows(rows), dict(evaluation.get("judge") or {}),
+                   SamplingSetting.from_dict(rows[0] if rows else {}),
+                   SamplerChoice.from_dict(evaluation.get("controls")),
+                   CostTable.from_dict(evaluation.get("cost")),
+                   [CurvePoint.from_dict(p) for p in sampler_curve["rows"]],
+                   sampler_curve["layer"])
+
+
+# ------------------------------------------------------------------------------- Compare
+
+
+@dataclass(frozen=True)
+class CompareInputs:
+    """The Compare family (ComparisonResult.info()): every model's generation row, the
+    baselines not run, and the temperature frontier's points (generation rows too; empty
+    before the frontier was measured)."""
+
+    rows: list[GenerationRow]
+    missing: list[str] = field(default_factory=list)
+    frontier: list[GenerationRow] = field(default_factory=list)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> CompareInputs:
+        return cls(generation_rows(d["rows"]), list(d.get("missing") or []),
+                   generation_rows(d.get("frontier") or []))
+
+    def frontier_points(self) -> list[dict[str, Any]]:
+        """The frontier's points as stored (what dihal.evaluate.frontier and the plots read)."""
+        return [p.to_dict() for p in self.frontier]
+
+
+# ------------------------------------------------------------------------- Full training
+
+SEED_MEASURES = ("val_loss", "t1_loss", "hybrid_nll")  # spread over full training's seeds
+
+
+@dataclass(frozen=True)
+class RolePair:
+    """The paired generation test of two full-training roles (dihal.compare.stage
+    .paired_roles), as the second role's protocol row holds it: the log Gen.PPL difference
+    with its interval, the raw and Holm-corrected p, the verdict and the samples paired."""
+
+    log_ppl_diff: float
+    log_ppl_diff_low: float
+    log_ppl_diff_high: float
+    p: float | None
+    p_holm: float
+    verdict: str | None
+    pairs: int | None
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], first: str) -> RolePair | None:
+        """The test against `first` on row `d`, None where the row has none (older rows, or
+        fewer than 2 samples a pair scored)."""
+        got = {k: d.get(pair_column(k, first)) for k in PAIR_STATS}
+        if number(got["log_ppl_diff"]) is None:
+            return None
+        return cls(**got)
+
+
+@dataclass(frozen=True)
+class FullTrainingRow:
+    """One full-training bridge sampled once (FullTrainingResult.rows): its role and layer, the
+    sampler ("protocol", or the (rule, K) chosen on validation; `from_eval`: l*'s samples are
+    the eval's), its bridgeability measures (hybrid_nll_judge: on the held-out half that did
+    not choose the oracle and the worst; None before the halves), training tokens and seconds,
+    its seeds and each measure's spread over them, the paired tests of the roles before it,
+    and its generation metrics (`generation`, the row as a generation row). A column an older
+    row lacks is None."""
+
+    role: str
+    layer: int
+    generation: GenerationRow
+    sampler: str = "protocol"
+    steps: int | None = None
+    rule: str | None = None
+    from_eval: bool = False
+    val_loss: float | None = None
+    t1_loss: float | None = None
+    recon_error: float | None = None
+    hybrid_nll: float | None = None
+    hybrid_nll_judge: float | None = None
+    top1_agreement: float | None = None
+    train_tokens: int | None = None
+    train_seconds: float | None = None
+    train_seconds_all_seeds: float | None = None
+    n_seeds: int | None = None
+    # the spread of each of SEED_MEASURES over the seeds, where the row has its mean (a NaN
+    # mean included: a measure undefined over the seeds)
+    seed_spread: dict[str, SeedSpread] = field(default_factory=dict)
+    pairs: dict[str, RolePair] = field(default_factory=dict)  # first role -> its test
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> FullTrainingRow:
+        spread = {m: SeedSpread(*(d.get(seed_column(m, k)) for k in ("mean", "sd", "min", "max")))
+                  for m in SEED_MEASURES if d.get(seed_column(m, "mean")) is not None}
+        pairs = {first: t for first, second in ROLE_PAIRS if second == d.get("role")
+                 and (t := RolePair.from_dict(d, first)) is not None}
+        return cls(d["role"], d["layer"], GenerationRow.from_dict(d),
+                   d.get("sampler", "protocol"), d.get("steps"), d.get("rule"),
+                   bool(d.get("from_eval")),
+                   **{k: d.get(k) for k in _FULL_COLUMNS}, seed_spread=spread, pairs=pairs)
+
+    def measures(self) -> dict[str, Any]:
+        """The bridge's columns by name, as the full-training table shows them."""
+        return {"role": self.role, "layer": self.layer,
+                **{k: getattr(self, k) for k in _FULL_COLUMNS}}
+
+
+_FULL_COLUMNS = ("val_loss", "t1_loss", "recon_error", "hybrid_nll", "hybrid_nll_judge",
+                 "top1_agreement", "train_tokens", "train_seconds", "train_seconds_all_seeds",
+                 "n_seeds")
+
+
+@dataclass(frozen=True)
+class FullTrainingInputs:
+    """The FullTraining family: every row (each role at each sampler) and the samplers used."""
+
+    rows: list[FullTrainingRow]
+    sampler: SamplerChoice = field(default_factory=SamplerChoice)
+
+    @classmethod
+    def from_dicts(cls, full_training: list[dict], full_training_sampler: dict[str, Any] | None
+                   ) -> FullTrainingInputs:
+        return cls([FullTrainingRow.from_dict(r) for r in full_training],
+                   SamplerChoice.from_dict(full_training_sampler))
+
+    def trained(self) -> list[FullTrainingRow]:
+        """One row per role: its bridge sampled at the protocol's K."""
+        return [r for r in self.rows if r.sampler == "protocol"]

@@ -1,0 +1,418 @@
+"""What the report reads, typed family by family (Locate and Replace here, and the backbones'
+summaries; the generation families in dihal.generation_inputs): each family's rows and summaries as frozen
+dataclasses, made with `from_dict` from the tables and manifest infos that storage reads
+back, so the report reads attributes, not column names. Every `from_dict` reads
+older artifacts too: a column or key added later is optional (None, or empty). Standard
+library only (dihal.results builds ReportInputs from these).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from dihal.rows import (
+    GenerationRow,
+    PrimaryTest,
+    RegressionRow,
+    SpearmanRow,
+    generation_rows,
+    regression_rows,
+    spearman_rows,
+)
+
+# -------------------------------------------------------------------------------- Locate
+
+
+@dataclass(frozen=True)
+class GeometryRow:
+    """One layer's geometry proxies under one normalisation (the geometry table's row)."""
+
+    layer: int
+    norm: str
+    proxies: dict[str, float]  # proxy name (dihal.proxies.NAMES) -> value; the other columns
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> GeometryRow:
+        return cls(d["layer"], d["norm"],
+                   {k: v for k, v in d.items() if k not in ("layer", "norm")})
+
+
+@dataclass(frozen=True)
+class ScoreRow:
+    """One layer's score S_l under one normalisation (None: layer 0, which has no score)."""
+
+    layer: int
+    norm: str
+    S: float | None
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ScoreRow:
+        return cls(d["layer"], d["norm"], d.get("S"))
+
+
+@dataclass(frozen=True)
+class Picks:
+    """l* over bootstrap replicates (dihal.locate.stability.pick_summary, or the token
+    bootstrap's dihal.locate.stage.l_star_stability): the full sample's l*, the share of
+    replicates picking it again, the picked layer's 95 % range, and each layer's share (most
+    picked first)."""
+
+    l_star: int
+    same: float
+    low: int
+    high: int
+    replicates: int
+    picks: dict[Any, float]  # layer (a string where read back from JSON) -> share
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> Picks | None:
+        if not d:
+            return None
+        return cls(d["l_star"], d["same"], d["low"], d["high"], d["replicates"],
+                   dict(d.get("picks") or {}))
+
+    def shares(self, n: int = 4) -> str:
+        """The `n` most picked layers with their shares."""
+        return ", ".join(f"{ll}: {sh:.0%}" for ll, sh in list(self.picks.items())[:n])
+
+
+@dataclass(frozen=True)
+class SplitHalves:
+    """l* on disjoint halves of the held-out sequences: each split's pair of l*, and the share
+    of splits whose halves agree."""
+
+    splits: list[tuple[int, int]]
+    agreement: float
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> SplitHalves | None:
+        if not d:
+            return None
+        return cls([(s["l_star_a"], s["l_star_b"]) for s in d["splits"]], d["agreement"])
+
+
+@dataclass(frozen=True)
+class SequenceStability:
+    """l*'s stability under the primary normalisation over whole held-out sequences
+    (dihal.locate.stage.sequence_stability): the bootstrap and the split halves, each None
+    where not run; `seconds` None where not recorded."""
+
+    bootstrap: Picks | None = None
+    split_half: SplitHalves | None = None
+    sequences: int | None = None
+    seconds: float | None = None
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> SequenceStability:
+        d = d or {}
+        return cls(Picks.from_dict(d.get("bootstrap")), SplitHalves.from_dict(d.get("split_half")),
+                   d.get("sequences"), d.get("seconds"))
+
+
+@dataclass(frozen=True)
+class LayerScoreInfo:
+    """The layer score's summary (LayerScoreResult.info()): l* under the primary
+    normalisation, l* and the Spearman of S_l with depth per normalisation, and l*'s
+    stability (empty / not run in older artifacts)."""
+
+    l_star: int
+    selected: dict[str, int]
+    spearman_vs_depth: dict[str, float | None]
+    stability: dict[str, Picks] = field(default_factory=dict)  # normalisation -> token bootstrap
+    sequence_stability: SequenceStability = field(default_factory=SequenceStability)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> LayerScoreInfo:
+        return cls(d["l_star"], dict(d["selected"]), dict(d["spearman_vs_depth"]),
+                   {n: Picks.from_dict(v) for n, v in (d.get("stability") or {}).items() if v},
+                   SequenceStability.from_dict(d.get("sequence_stability")))
+
+
+@dataclass(frozen=True)
+class LocateInputs:
+    """The Locate family: the geometry proxies, the rival predictors (shown as they are: their
+    columns vary with the predictors run), the scores and the score's summary."""
+
+    geometry: list[GeometryRow]
+    predictors: list[dict[str, Any]]
+    scores: list[ScoreRow]
+    score: LayerScoreInfo
+
+    @classmethod
+    def from_dicts(cls, geometry_rows: list[dict], predictor_rows: list[dict],
+                   score_rows: list[dict], score: dict[str, Any]) -> LocateInputs:
+        return cls([GeometryRow.from_dict(g) for g in geometry_rows],
+                   [dict(p) for p in predictor_rows],
+                   [ScoreRow.from_dict(s) for s in score_rows], LayerScoreInfo.from_dict(score))
+
+
+# ------------------------------------------------------------------------------- Replace
+
+
+@dataclass(frozen=True)
+class OracleWorst:
+    """The oracle (best) and the worst swept layer by one measure."""
+
+    oracle: int
+    worst: int
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> OracleWorst:
+        return cls(d["oracle"], d["worst"])
+
+
+@dataclass(frozen=True)
+class OracleBy:
+    """The oracle and the worst swept layer by each measure (dihal.uncertainty
+    .oracle_by_measures), the measure full training followed (None: all held-out sequences,
+    before the halves) and whether the measures disagree; empty in older infos."""
+
+    by: dict[str, OracleWorst] = field(default_factory=dict)
+    chosen_by: str | None = None
+    oracle_disagree: bool = False
+    worst_disagree: bool = False
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> OracleBy:
+        d = d or {}
+        return cls({m: OracleWorst.from_dict(v) for m, v in (d.get("by") or {}).items() if v},
+                   d.get("chosen_by"), bool(d.get("oracle_disagree")),
+                   bool(d.get("worst_disagree")))
+
+
+@dataclass(frozen=True)
+class SeedSpread:
+    """One measure at one layer over its training seeds (dihal.uncertainty.seed_spread): mean,
+    sd (None or NaN with one seed), min and max."""
+
+    mean: float
+    sd: float | None
+    min: float
+    max: float
+    layer: int | None = None
+    n_seeds: int = 1
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SeedSpread:
+        return cls(d["mean"], d.get("sd"), d["min"], d["max"], d.get("layer"),
+                   d.get("n_seeds", 1))
+
+
+@dataclass(frozen=True)
+class SeedOracle:
+    """Where the oracle by hybrid NLL goes over resampled seeds (dihal.uncertainty.seed_oracle),
+    with l*'s rank and gap to the best mean where l* was given (None otherwise)."""
+
+    oracle: int
+    oracle_share: float
+    l_star_rank: int | None = None
+    l_star_rank_low: int | None = None
+    l_star_rank_high: int | None = None
+    gap: float | None = None
+    gap_low: float | None = None
+    gap_high: float | None = None
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SeedOracle:
+        return cls(**{k: d.get(k) for k in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True)
+class SeedInfo:
+    """The sweep's training seeds (BridgeabilityResult.seeds): the most per layer, each
+    measure's spread per layer, the oracle over seeds, and the replicates' count and time
+    (None where not recorded)."""
+
+    n_seeds: int
+    spread: dict[str, list[SeedSpread]]
+    oracle: SeedOracle
+    replicates: int | None = None
+    replicate_seconds: float | None = None
+    bridge_seconds: float | None = None
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> SeedInfo | None:
+        """The seeds, or None where every swept layer had one (an empty info)."""
+        if not d:
+            return None
+        return cls(d["n_seeds"], {m: [SeedSpread.from_dict(r) for r in rows]
+                                  for m, rows in (d.get("spread") or {}).items()},
+                   SeedOracle.from_dict(d["oracle"]), d.get("replicates"),
+                   d.get("replicate_seconds"), d.get("bridge_seconds"))
+
+    def counts(self) -> dict[int, int]:
+        """layer -> its training seeds (the kept bridge and its replicates)."""
+        first = next(iter(self.spread.values()), [])
+        return {int(r.layer): int(r.n_seeds) for r in first}
+
+
+@dataclass(frozen=True)
+class BridgeabilityInfo:
+    """Bridgeability's summary (BridgeabilityResult.info()): l*, the oracle and worst swept
+    layer, the swept layers, the Spearman and regression tables, the primary test (None before
+    it), the oracle by each measure and the training seeds (None: one seed)."""
+
+    l_star: int
+    oracle: int
+    worst: int
+    swept_layers: list[int]
+    spearman: list[SpearmanRow]
+    regression: list[RegressionRow] = field(default_factory=list)
+    primary: PrimaryTest | None = None
+    oracle_by: OracleBy = field(default_factory=OracleBy)
+    seeds: SeedInfo | None = None
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> BridgeabilityInfo:
+        return cls(d["l_star"], d["oracle"], d["worst"], list(d["swept_layers"]),
+                   spearman_rows(d["spearman"]), regression_rows(d.get("regression") or []),
+                   PrimaryTest.from_dict(d.get("primary")), OracleBy.from_dict(d.get("oracle_by")),
+                   SeedInfo.from_dict(d.get("seeds")))
+
+
+@dataclass(frozen=True)
+class SweepLayer:
+    """One swept layer's bridge (BridgeMetrics as the sweep table holds it); a measure an
+    older table lacks is None."""
+
+    layer: int
+    init_val_loss: float | None = None
+    val_loss: float | None = None
+    t1_loss: float | None = None
+    recon_error: float | None = None
+    hybrid_nll: float | None = None
+    backbone_nll: float | None = None
+    top1_agreement: float | None = None
+    steps: int | None = None
+    seconds: float | None = None
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SweepLayer:
+        return cls(**{k: d.get(k) for k in cls.__dataclass_fields__})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+@dataclass(frozen=True)
+class ReplaceInputs:
+    """The Replace family: bridgeability's summary, every swept layer's bridge, and the
+    protocol the sweep trained them under (the oracle's config, shown as it is)."""
+
+    info: BridgeabilityInfo
+    layers: list[SweepLayer]
+    protocol: dict[str, Any]
+
+    @classmethod
+    def from_dicts(cls, bridgeability: dict[str, Any], sweep_layers: list[dict],
+                   sweep_protocol: dict[str, Any]) -> ReplaceInputs:
+        return cls(BridgeabilityInfo.from_dict(bridgeability),
+                   [SweepLayer.from_dict(r) for r in sweep_layers], dict(sweep_protocol))
+
+    def sweep_steps(self, default: int) -> int:
+        """The sampler steps K the sweep's bridges were measured at (`default` where the
+        protocol does not say)."""
+        return int(self.protocol.get("steps", default))
+
+
+
+# ------------------------------------------------------------------------------ Backbones
+
+
+@dataclass(frozen=True)
+class BackboneInfo:
+    """The backbone as the hidden-state dump recorded it (Backbone.info()): what the report
+    names and sizes it by."""
+
+    hf_id: str
+    architecture: str
+    n_layers: int
+    hidden_size: int
+    revision: str
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> BackboneInfo:
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True)
+class BackboneSummary:
+    """One materialised backbone's line of the cross-backbone tables (storage's
+    backbone_summary): l* per normalisation, the oracle and worst swept layer, the swept
+    layers, the Spearman rows, and where it was evaluated its eval's rows and judge (None:
+    not evaluated)."""
+
+    backbone: str
+    selected: dict[str, int]
+    oracle: int
+    worst: int
+    swept_layers: list[int]
+    spearman: list[SpearmanRow]
+    eval_rows: list[GenerationRow] | None = None
+    judge: str | None = None
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> BackboneSummary:
+        """From {"backbone", "selected", "bridgeability" (its info), "eval_rows", "judge"}."""
+        b, rows = d["bridgeability"], d.get("eval_rows")
+        return cls(d["backbone"], dict(d["selected"]), b["oracle"], b["worst"],
+                   list(b["swept_layers"]), spearman_rows(b["spearman"]),
+                   None if rows is None else generation_rows(rows), d.get("judge"))
+
+    def by_role(self) -> dict[str, GenerationRow]:
+        """The eval's rows by role (none where not evaluated)."""
+        return {r.role: r for r in self.eval_rows or []}
+
+
+# ------------------------------------------------------------------- configs and plots
+
+
+@dataclass(frozen=True)
+class GeometrySettings:
+    """The geometry stage's settings the report quotes (n_resamples None where not set)."""
+
+    n_tokens: int
+    n_anchors: int
+    k_neighbors: int
+    n_pairs: int
+    n_resamples: int | None = None
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    """The eval stage's sampling settings the report quotes."""
+
+    n_samples: int
+    length: int
+    temperature: float
+    seed: int
+
+
+@dataclass(frozen=True)
+class StageConfigs:
+    """The config each stage ran with (`stages`, shown as it is), and the settings the report
+    quotes from them: the layer score's primary normalisation, the geometry's and the eval's."""
+
+    stages: dict[str, dict[str, Any]]
+    primary_norm: str
+    geometry: GeometrySettings
+    eval: EvalSettings
+
+    @classmethod
+    def from_dict(cls, configs: dict[str, dict[str, Any]]) -> StageConfigs:
+        geo, ev = configs["geometry"], configs["eval"]
+        return cls(dict(configs), configs["layer_score"]["primary_norm"],
+                   GeometrySettings(geo["n_tokens"], geo["n_anchors"], geo["k_neighbors"],
+                                    geo["n_pairs"], geo.get("n_resamples")),
+                   EvalSettings(ev["n_samples"], ev["length"], ev["temperature"], ev["seed"]))
+
+
+@dataclass(frozen=True)
+class Plots:
+    """The stages' plots (PNG bytes) the report shows: the proxies and the layer score per
+    layer, and the score against bridgeability."""
+
+    proxies: bytes = field(repr=False)
+    score: bytes = field(repr=False)
+    scatter: bytes = field(repr=False)

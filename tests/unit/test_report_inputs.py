@@ -1,0 +1,210 @@
+"""The report's typed inputs (dihal.inputs): each family reads what storage reads back, older
+artifacts' tables and infos included (a column or key added later is optional)."""
+
+import math
+from dataclasses import replace
+
+from dihal.generation_inputs import (
+    NOT_RECORDED,
+    ChosenSampler,
+    CompareInputs,
+    CostTable,
+    CurvePoint,
+    EvaluateInputs,
+    FullTrainingInputs,
+    FullTrainingRow,
+    OrderInK,
+    RolePair,
+    SamplerChoice,
+    SamplingSetting,
+)
+from dihal.inputs import (
+    BackboneInfo,
+    BackboneSummary,
+    BridgeabilityInfo,
+    GeometryRow,
+    GeometrySettings,
+    LayerScoreInfo,
+    LocateInputs,
+    OracleBy,
+    OracleWorst,
+    Picks,
+    ReplaceInputs,
+    ScoreRow,
+    SeedSpread,
+    StageConfigs,
+    SweepLayer,
+)
+from dihal.report.build import build_report
+from tests.tiny import report_inputs, report_raw, report_raw_with_cost
+
+
+def test_layer_score_info_of_an_artifact_before_the_stability_checks():
+    old = {"l_star": 2, "selected": {"none": 1, "robust": 2},
+           "spearman_vs_depth": {"none": 0.3, "robust": None}}
+    info = LayerScoreInfo.from_dict(old)
+    assert (info.l_star, info.selected, info.stability) == (2, {"none": 1, "robust": 2}, {})
+    seq = info.sequence_stability
+    assert (seq.bootstrap, seq.split_half, seq.seconds) == (None, None, None)
+    md = build_report(report_inputs(score=old)).markdown
+    assert "l*'s stability over resampled sequences was not computed" in md
+
+
+def test_layer_score_info_reads_the_stability_checks():
+    info = LayerScoreInfo.from_dict({
+        "l_star": 2, "selected": {"robust": 2}, "spearman_vs_depth": {"robust": 0.2},
+        "stability": {"robust": {"l_star": 2, "same": 0.9, "low": 1, "high": 3,
+                                 "replicates": 10, "dropped": 0,
+                                 "picks": {"2": 0.9, "1": 0.05, "3": 0.03, "0": 0.01,
+                                           "4": 0.01}}},
+        "sequence_stability": {"norm": "robust", "sequences": 8, "seconds": 1.5,
+                               "bootstrap": None,
+                               "split_half": {"splits": [{"l_star_a": 2, "l_star_b": 3,
+                                                          "agree": False}],
+                                              "agreement": 0.0}}})
+    robust = info.stability["robust"]
+    assert isinstance(robust, Picks) and (robust.same, robust.replicates) == (0.9, 10)
+    assert robust.shares() == "2: 90%, 1: 5%, 3: 3%, 0: 1%"  # the four most picked
+    seq = info.sequence_stability
+    assert seq.bootstrap is None and seq.split_half.splits == [(2, 3)]
+    assert (seq.sequences, seq.seconds, seq.split_half.agreement) == (8, 1.5, 0.0)
+
+
+def test_locate_inputs_from_the_tables():
+    raw = report_raw()
+    raw["score_rows"][0].pop("S")  # layer 0 of an older table: no score column
+    loc = LocateInputs.from_dicts(raw["geometry_rows"], [{"layer": 1, "cond_cka": 0.5}],
+                                  raw["score_rows"], raw["score"])
+    assert loc.geometry[1] == GeometryRow(1, "none", {"m_curv": 0.1, "m_mono": 0.2, "k_eff": 3.0})
+    assert loc.scores[0] == ScoreRow(0, "none", None) and loc.scores[2].S == 1.0
+    assert loc.predictors == [{"layer": 1, "cond_cka": 0.5}]
+    assert loc.score.selected == {"none": 1, "robust": 2}
+
+
+def test_bridgeability_info_of_an_artifact_before_the_primary_test_seeds_and_controls():
+    old = {"l_star": 2, "oracle": 3, "worst": 1, "swept_layers": [1, 2, 3],
+           "spearman": report_raw()["bridgeability"]["spearman"]}
+    info = BridgeabilityInfo.from_dict(old)
+    assert (info.primary, info.seeds, info.regression) == (None, None, [])
+    assert info.oracle_by == OracleBy() and info.spearman[0].predictor == "S_l (robust)"
+    layers = [{"layer": 1, "val_loss": 0.5, "hybrid_nll": 3.0}]  # a sweep table before t1_loss
+    x = report_inputs(bridgeability=old, sweep_layers=layers)
+    assert x.bridges.layers == [SweepLayer(1, val_loss=0.5, hybrid_nll=3.0)]
+    md = build_report(x).markdown
+    assert "No pre-registered primary test" in md and "trained under one seed" in md
+    assert "the oracle layer is 3 and the worst 1" in md
+    assert "| 1 | n/a | 0.5 | n/a | n/a | 3 |" in md  # the sweep table: what it lacks is n/a
+
+
+def test_bridgeability_info_reads_the_oracle_by_measure_and_the_seeds():
+    info = BridgeabilityInfo.from_dict({
+        **report_raw()["bridgeability"],
+        "oracle_by": {"by": {"hybrid_nll": {"oracle": 3, "worst": 1},
+                             "val_loss": {"oracle": 2, "worst": 1}},
+                      "oracle_disagree": True, "worst_disagree": False},
+        "seeds": {"n_seeds": 2, "oracle": {"oracle": 3, "oracle_share": 0.7},
+                  "spread": {"val_loss": [{"layer": 1, "n_seeds": 2, "mean": 1.0, "sd": 0.1,
+                                           "min": 0.9, "max": 1.1},
+                                          {"layer": 2, "n_seeds": 1, "mean": 2.0,
+                                           "sd": float("nan"), "min": 2.0, "max": 2.0}]}}})
+    assert info.oracle_by.by["val_loss"] == OracleWorst(2, 1)
+    assert info.oracle_by.oracle_disagree and not info.oracle_by.worst_disagree
+    seeds = info.seeds
+    assert seeds.counts() == {1: 2, 2: 1} and seeds.oracle.l_star_rank is None
+    assert seeds.replicates is None and seeds.spread["val_loss"][0].sd == 0.1
+    replace = ReplaceInputs.from_dicts(report_raw()["bridgeability"], [], {"steps": 4})
+    assert replace.sweep_steps(1) == 4 and ReplaceInputs(info, [], {}).sweep_steps(1) == 1
+
+
+def test_evaluate_inputs_of_an_eval_before_its_cost_table_controls_and_settings():
+    ev = {"rows": [{"model": "dihal", "role": "dihal", "gen_ppl": 50.0},
+                   {"model": "backbone", "role": "backbone", "gen_ppl": 30.0}],
+          "judge": {"judge": "t/tiny"}}
+    curve = {"layer": 2, "rows": [{"steps": 1, "trained_steps": 4, "hybrid_nll": 3.0,
+                                   "recon_error": 0.5, "backbone_nll": 2.5}]}
+    e = EvaluateInputs.from_dicts(ev, curve)
+    assert (e.cost, e.controls, e.curve_layer) == (None, SamplerChoice(), 2)
+    assert e.setting == SamplingSetting(None, NOT_RECORDED, None, None)
+    assert e.curve == [CurvePoint(1, 4, 3.0, 0.5, 2.5)] and e.rows[1].gen_ppl.value == 30.0
+    md = build_report(report_inputs(evaluation=ev, sampler_curve=curve)).markdown
+    assert "| CPU kernels while sampling (torch's CPU capability) | not recorded |" in md
+    assert "The unconditional start token was not recorded" in md
+
+
+def test_the_cost_table_finds_its_rows_and_reads_an_older_table():
+    cost = report_raw_with_cost(3.0)["evaluation"]["cost"]
+    table = CostTable.from_dict(cost)
+    assert table.flop_length == 16 and table.order_in_k is None  # older: the timed length
+    assert table.row("backbone").flops_per_token == 45e6 and table.row("sed") is None
+    assert table.dihal(4, 2).model == "DiHAL (l=2, K=4)" and table.dihal(4, 3) is None
+    assert table.rows[0].ms_per_token_low is None and not table.rows[0].is_dihal
+    order = {"K": [1, 2], "monotone": False, "inversions": [[1, 2]], "within_noise": True}
+    assert CostTable.from_dict({**cost, "flop_length": 64, "order_in_k": order}) == replace(
+        table, flop_length=64, order_in_k=OrderInK([1, 2], False, [(1, 2)], True))
+    choice = SamplerChoice.from_dict({"protocol_steps": 4, "chosen_is_protocol": False,
+                                      "chosen": {"rule": "marginal", "steps": 2,
+                                                 "hybrid_nll": 2.9}})
+    assert choice.chosen == ChosenSampler("marginal", 2, 2.9) and choice.regression is None
+
+
+def test_compare_inputs_of_a_comparison_before_the_frontier():
+    raw = report_raw()["comparison"]
+    c = CompareInputs.from_dict({"rows": raw["rows"]})
+    assert (c.missing, c.frontier, c.frontier_points()) == ([], [], [])
+    assert [r.model for r in c.rows] == ["dihal", "backbone", "sed", "codar"]
+    point = {"model": "dihal", "role": "dihal", "temperature": 0.7, "gen_ppl": 40.0,
+             "diversity": 0.4}
+    with_frontier = CompareInputs.from_dict({**raw, "missing": ["ld4lg"], "frontier": [point]})
+    assert with_frontier.frontier_points() == [point] and with_frontier.missing == ["ld4lg"]
+    assert with_frontier.frontier[0].temperature == 0.7
+
+
+def test_full_training_rows_of_older_artifacts_and_with_seeds_and_paired_roles():
+    old = FullTrainingRow.from_dict({"role": "oracle", "layer": 3, "val_loss": 0.5,
+                                     "hybrid_nll": 3.0, "gen_ppl": 40.0})
+    assert (old.sampler, old.steps, old.from_eval, old.n_seeds) == ("protocol", None, False, None)
+    assert (old.seed_spread, old.pairs, old.hybrid_nll_judge) == ({}, {}, None)
+    assert old.generation.gen_ppl.value == 40.0 and old.measures()["val_loss"] == 0.5
+    row = FullTrainingRow.from_dict({
+        "role": "oracle", "layer": 3, "sampler": "chosen on validation", "steps": 2,
+        "rule": "marginal", "from_eval": True, "n_seeds": 2,
+        "val_loss_seed_mean": 1.5, "val_loss_seed_sd": 0.25, "val_loss_seed_min": 1.25,
+        "val_loss_seed_max": 1.75, "t1_loss_seed_mean": math.nan,
+        "log_ppl_diff_vs_l_star": 0.4, "log_ppl_diff_low_vs_l_star": 0.1,
+        "log_ppl_diff_high_vs_l_star": 0.7, "p_vs_l_star": 0.01, "p_holm_vs_l_star": 0.02,
+        "verdict_vs_l_star": "above", "pairs_vs_l_star": 60,
+        "log_ppl_diff_vs_worst": math.nan})  # no test against the worst: not a pair
+    assert row.seed_spread["val_loss"] == SeedSpread(1.5, 0.25, 1.25, 1.75)
+    assert math.isnan(row.seed_spread["t1_loss"].mean) and "hybrid_nll" not in row.seed_spread
+    assert row.pairs == {"geometry l*": RolePair(0.4, 0.1, 0.7, 0.01, 0.02, "above", 60)}
+    assert (row.sampler, row.steps, row.rule, row.from_eval) == (
+        "chosen on validation", 2, "marginal", True)
+    full = FullTrainingInputs.from_dicts([old.generation.to_dict(), {
+        "role": "worst", "layer": 1, "sampler": "chosen on validation"}], None)
+    assert [r.role for r in full.trained()] == ["oracle"] and full.sampler == SamplerChoice()
+
+
+def test_backbone_summary_of_a_backbone_not_evaluated_and_the_backbone_info():
+    b = report_raw()["bridgeability"]
+    s = BackboneSummary.from_dict({"backbone": "qwen", "selected": {"robust": 2},
+                                   "bridgeability": b, "eval_rows": None, "judge": None})
+    assert (s.oracle, s.worst, s.swept_layers, s.eval_rows, s.by_role()) == (3, 1, [1, 2, 3],
+                                                                             None, {})
+    assert s.spearman[0].predictor == "S_l (robust)"
+    rows = report_raw()["evaluation"]["rows"]
+    evaluated = BackboneSummary.from_dict({"backbone": "llama", "selected": {"robust": 2},
+                                           "bridgeability": b, "eval_rows": rows,
+                                           "judge": "t/tiny"})
+    assert set(evaluated.by_role()) == {"dihal", "backbone"} and evaluated.judge == "t/tiny"
+    info = BackboneInfo.from_dict({**report_raw()["backbone_info"], "dtype": "float32"})
+    assert (info.hf_id, info.n_layers, info.hidden_size) == ("t/tiny", 4, 32)
+
+
+def test_stage_configs_quote_their_settings_and_keep_every_stage():
+    configs = {**report_raw()["configs"], "sequences": {"seq_len": 16}}
+    c = StageConfigs.from_dict(configs)
+    assert c.stages == configs and c.primary_norm == "robust"
+    assert c.geometry == GeometrySettings(64, 8, 4, 10, 20) and c.eval.n_samples == 4
+    no_resamples = {k: v for k, v in configs["geometry"].items() if k != "n_resamples"}
+    assert StageConfigs.from_dict({**configs, "geometry": no_resamples}).geometry.n_resamples \
+        is None

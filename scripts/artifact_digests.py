@@ -41,7 +41,7 @@ TIMING = re.compile(r"seconds|ms_per_|tokens_per_s|latency|wall_s|elapsed_s|forw
 # the report's measured times: the prose around them, and its tables' columns of times
 REPORT_TIMES = re.compile(r"\d[\d.,]*(?= m?s\b)|(?<=backbone's )\d[\d.]*|\d[\d.]*x(?= the backbone's "
                           r"time| in measured time)|(?<=and )\d[\d.]*(?= at K =)")
-REPORT_TIME_COLUMNS = re.compile(r"ms|time|seconds|latency|tokens_per_s|vs backbone")
+REPORT_TIME_COLUMNS = re.compile(r"ms|time|seconds|latency|tokens_per_s|vs backbone|round")
 SWEEP_LAYERS = ("1", "2", "3")
 BASELINES = ("diffusion-lm", "sed", "ld4lg", "codar")
 # markers and folders that hold wall-clock times or host state, not results: when the digests

@@ -244,7 +244,7 @@ def test_the_ui_makes_layer_score_and_the_driver_and_the_cli_reuse_it(beside):
     finally:
         browser.quit()
     assert run.status.value == "SUCCESS", (run.status, dev.log_tail())
-    assert run.tags.get("dagster/code_location", "dihal") == "dihal"
+    assert run.remote_job_origin.location_name == "dihal"
     manifest = tmp / "artifacts" / "tinyui" / "layer_score" / "manifest.json"
     made = json.loads(manifest.read_text())
     assert made["info"]["preset"] == "tiny.json"
@@ -320,6 +320,7 @@ def test_a_schedule_tick_runs_under_the_project_preset_and_the_cli_reuses_it(bes
     run = _finished_run(env, run_ids=[run_id])
     assert run.status.value == "SUCCESS", (run.status, dev.log_tail())
     assert run.tags["dagster/schedule_name"] == "reevaluate_tinytick_nightly"
+    assert run.remote_job_origin.location_name == "dihal"
     assert run.tags["reason"] == "stale: bridgeability_tinytick"
     manifest = tmp / "artifacts" / "tinytick" / "bridgeability" / "manifest.json"
     made = json.loads(manifest.read_text())

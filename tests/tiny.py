@@ -9,10 +9,21 @@ what two of them share lives here.
   backbone;
 - hand-made report inputs;
 - the tiny world: the tiny run configs of every stage (TINY, PROTOCOL, TINY_RUN), the tiny
-  profile, and a Dagster code location over a tiny model materialised in-process (World)."""
+  profile, and a Dagster code location over a tiny model materialised in-process (World);
+- serving: a Dagster web server (`dg dev`, `dagster dev`, the webserver, `make ui`) on a free
+  local port, up until the block ends."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -506,3 +517,113 @@ def copy_world(world: World, folder: Path, model_dir: Path) -> World:
     w = make_world(folder, model_dir, folder / "artifacts")
     w.shard = world.shard
     return w
+
+
+# -- a Dagster web server for the browser, GraphQL and door tests ---------------------------
+
+SHOTS = ROOT / ".dihal" / "test-artifacts" / "ui"  # the browser tests' screenshots
+
+
+def open_browser():
+    """Headless Chromium through selenium (Debian's chromium and chromium-driver; .ci/run
+    installs them). Where one is missing the calling test fails in CI (env CI set) and is
+    skipped elsewhere, with what to install."""
+    import pytest
+
+    chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
+    missing = [n for n, p in (("chromium", chromium), ("chromium-driver", driver)) if p is None]
+    try:
+        from selenium import webdriver
+    except ImportError:
+        missing.append("selenium (pip)")
+    if missing:
+        msg = (f"the browser test needs {', '.join(missing)}: apt-get install chromium "
+               "chromium-driver, pip install -e '.[dev]' (.ci/run does both)")
+        pytest.fail(msg) if os.environ.get("CI") else pytest.skip(msg)
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+
+    opts = Options()
+    opts.binary_location = chromium
+    for a in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
+              "--window-size=1400,1000"):
+        opts.add_argument(a)
+    return webdriver.Chrome(options=opts, service=Service(driver))
+
+
+def free_port() -> int:
+    """A local TCP port nobody listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Served:
+    """A web server started by `serving`: its process (the leader of its own process group),
+    its address and its log file."""
+
+    proc: subprocess.Popen
+    url: str
+    log: Path
+
+    def log_tail(self, n: int = 3000) -> str:
+        return self.log.read_text(errors="replace")[-n:]
+
+
+def _group_alive(proc: subprocess.Popen) -> bool:
+    """Whether any process of the group `proc` leads is left (the leader reaped first)."""
+    proc.poll()
+    try:
+        os.killpg(proc.pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _stop_group(proc: subprocess.Popen, grace_s: float) -> None:
+    """SIGTERM to the process group led by `proc`; SIGKILL to what is left of it after
+    `grace_s` (the leader may exit at once and leave its children behind: `dg dev`'s web
+    server, daemon and code servers)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while _group_alive(proc) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(10)
+
+
+@contextlib.contextmanager
+def serving(command: list[str], log: Path, *, env: dict | None = None, cwd: Path = ROOT,
+            deadline_s: float = 400, grace_s: float = 60) -> Iterator[Served]:
+    """Start `command` (`dg dev`, `dagster dev`, `python -m dagster_webserver ...`, `python -m
+    pipeline.ui`: anything taking `-h HOST -p PORT`) on a free local port in its own process
+    group, its output to `log`; wait until it answers /server_info, failing with the log's end
+    when the process exits or `deadline_s` passes first; on leaving the block, stop the whole
+    process group (SIGTERM, SIGKILL to what is left after `grace_s`)."""
+    port, name = free_port(), " ".join([Path(command[0]).name, *command[1:]])
+    url = f"http://127.0.0.1:{port}"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([*command, "-h", "127.0.0.1", "-p", str(port)], cwd=cwd,
+                                env=env, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        served = Served(proc, url, Path(log))
+        try:
+            deadline = time.monotonic() + deadline_s
+            while True:
+                try:
+                    urllib.request.urlopen(f"{url}/server_info", timeout=2)
+                    break
+                except OSError:
+                    if proc.poll() is not None:
+                        raise AssertionError(f"{name} exited ({proc.returncode}) before "
+                                             f"serving: {served.log_tail()}") from None
+                    if time.monotonic() > deadline:
+                        raise AssertionError(f"{name} did not serve in {deadline_s:.0f} "
+                                             f"s: {served.log_tail()}") from None
+                    time.sleep(1)
+            yield served
+        finally:
+            _stop_group(proc, grace_s)

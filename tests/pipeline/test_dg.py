@@ -8,12 +8,13 @@ import json
 import os
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import pytest
 
 from dihal import registry
-from tests.tiny import ROOT, make_docs, tiny_profile, write_shard
+from tests.tiny import ROOT, make_docs, serving, tiny_profile, write_shard
 
 BIN = Path(sys.executable).parent
 
@@ -89,43 +90,14 @@ def test_dg_launch_and_dagster_asset_materialize_make_the_same_artifacts(world):
 def test_dg_dev_serves_the_code_location_with_the_declared_backbone(world):
     """`dg dev` starts the web server and the daemon; the UI's GraphQL lists the declared
     backbone's assets. DAGSTER_MODULE_NAME is unset, as docs/own-model.md says."""
-    import signal
-    import socket
-    import time
-    import urllib.request
-
     tmp, env = world
     env = {k: v for k, v in env.items() if k != "DAGSTER_MODULE_NAME"}
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    log = open(tmp / "dg-dev.log", "w")  # noqa: SIM115 (closed below)
-    proc = subprocess.Popen([str(BIN / "dg"), "dev", "-h", "127.0.0.1", "-p", str(port)],
-                            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)
-    try:
-        deadline = time.monotonic() + 300
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/server_info", timeout=2)
-                break
-            except OSError:
-                assert proc.poll() is None, (tmp / "dg-dev.log").read_text()[-3000:]
-                assert time.monotonic() < deadline, "dg dev did not serve in 300 s: " + (
-                    tmp / "dg-dev.log").read_text()[-3000:]
-                time.sleep(1)
+    with serving([str(BIN / "dg"), "dev"], tmp / "dg-dev.log", env=env, deadline_s=300,
+                 grace_s=30) as dev:
         query = json.dumps({"query": "{ assetNodes { assetKey { path } } }"}).encode()
-        req = urllib.request.Request(f"http://127.0.0.1:{port}/graphql", data=query,
+        req = urllib.request.Request(f"{dev.url}/graphql", data=query,
                                      headers={"Content-Type": "application/json"})
         with urllib.request.urlopen(req, timeout=120) as answer:
             nodes = json.loads(answer.read())["data"]["assetNodes"]
         keys = {n["assetKey"]["path"][0] for n in nodes}
         assert {"layer_score_tinyfolder", "report_tinyfolder", "bridge_llama"} <= keys
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(10)
-        log.close()

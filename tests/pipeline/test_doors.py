@@ -1,20 +1,20 @@
 """Every door into the pipeline is one product: the driver beside `dg dev` (one code location
-name, one instance, one daemon), under the preset chosen once for the project."""
+name, one instance, one daemon), the web UI in a browser, `dagster asset materialize`, `dg
+launch` and a schedule's tick, under the preset chosen once for the project, give one
+fingerprint. One `dg dev` serves the module; each story has its own declared backbone (the
+same tiny model), so each test starts from nothing of its own."""
 
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 from dihal import registry
-from tests.tiny import make_docs, tiny_profile, write_shard
+from tests.tiny import SHOTS, make_docs, open_browser, serving, tiny_profile, write_shard
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -54,16 +54,20 @@ def test_a_missing_upstream_of_a_backbone_without_weights_names_the_weights_firs
     assert "Then: upstream asset layer_score_llama has not been materialised" in text
 
 
+# the declared backbones (one tiny model): the driver's story, the browser's, the schedule's
+STORIES = ("tinyfolder", "tinyui", "tinytick")
+
+
 @pytest.fixture(scope="module")
 def beside(tmp_path_factory, tiny_llama_dir):
-    """A project with a tiny declared backbone and the tiny preset, and `dg dev` serving it."""
+    """A project with tiny declared backbones and the tiny preset, and `dg dev` serving it."""
     tmp = tmp_path_factory.mktemp("doors")
     shard = write_shard(tmp / "s0.json.gz", make_docs(120))
     tiny_profile(tmp / "tiny.json", shard)
     # the preset chosen once for the project: every door reads it (no DIHAL_PROFILE)
-    (tmp / "dihal.toml").write_text(
-        'preset = "tiny.json"\n\n'
-        f'[backbones.tinyfolder]\nmodel = "{tiny_llama_dir}"\njudge = "{tiny_llama_dir}"\n')
+    (tmp / "dihal.toml").write_text('preset = "tiny.json"\n' + "".join(
+        f'\n[backbones.{b}]\nmodel = "{tiny_llama_dir}"\njudge = "{tiny_llama_dir}"\n'
+        for b in STORIES))
     home = tmp / "home"
     home.mkdir()
     (home / "dagster.yaml").write_text((ROOT / "dagster.yaml").read_text())
@@ -72,32 +76,8 @@ def beside(tmp_path_factory, tiny_llama_dir):
            "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1", "NO_COLOR": "1"}
     for k in (registry.DECLARED_ENV, "DAGSTER_MODULE_NAME", "DIHAL_PROFILE"):
         env.pop(k, None)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    log = open(tmp / "dg-dev.log", "w")  # noqa: SIM115 (closed below)
-    proc = subprocess.Popen([str(BIN / "dg"), "dev", "-h", "127.0.0.1", "-p", str(port)],
-                            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)
-    try:
-        deadline = time.monotonic() + 400
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/server_info", timeout=2)
-                break
-            except OSError:
-                assert proc.poll() is None, (tmp / "dg-dev.log").read_text()[-3000:]
-                assert time.monotonic() < deadline, (tmp / "dg-dev.log").read_text()[-3000:]
-                time.sleep(1)
-        yield tmp, env, proc
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(10)
-        log.close()
+    with serving([str(BIN / "dg"), "dev"], tmp / "dg-dev.log", env=env) as dev:
+        yield tmp, env, dev
 
 
 def _daemon_beating(env: dict, within_s: float = 70.0) -> bool:
@@ -111,6 +91,20 @@ def _daemon_beating(env: dict, within_s: float = 70.0) -> bool:
         return beat is not None and time.time() - beat.timestamp < within_s
 
 
+def _driver(env: dict, backbone: str, *args: str) -> subprocess.CompletedProcess:
+    """`python -m pipeline.main --backbone <backbone> ...` in the project, under its preset."""
+    t0 = time.monotonic()
+    out = subprocess.run([sys.executable, "-m", "pipeline.main", "--backbone", backbone, *args],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    print(out.stdout[-4000:], out.stderr[-4000:], f"driver beside dg dev: "
+          f"{time.monotonic() - t0:.0f} s", sep="\n")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    return out
+
+
+LOCATE_ONLY = ("--layers", "1", "--stop-after", "locate", "--skip-bridgeability")
+
+
 def test_the_driver_runs_beside_dg_dev_through_its_daemon(beside):
     """With `dg dev` up (its daemon serving the location it names `dihal`), the driver uses
     that daemon and its runs find their code: Locate of the declared backbone succeeds, under
@@ -118,35 +112,51 @@ def test_the_driver_runs_beside_dg_dev_through_its_daemon(beside):
     tmp, env, dev = beside
     deadline = time.monotonic() + 300
     while not _daemon_beating(env):
-        assert dev.poll() is None and time.monotonic() < deadline, (
-            (tmp / "dg-dev.log").read_text()[-3000:])
+        assert dev.proc.poll() is None and time.monotonic() < deadline, dev.log_tail()
         time.sleep(2)
-    t0 = time.monotonic()
-    out = subprocess.run(
-        [sys.executable, "-m", "pipeline.main", "--backbone", "tinyfolder", "--layers", "1",
-         "--stop-after", "locate", "--skip-bridgeability"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
-    print(out.stdout[-4000:], out.stderr[-4000:], f"driver beside dg dev: "
-          f"{time.monotonic() - t0:.0f} s", sep="\n")
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    out = _driver(env, "tinyfolder", *LOCATE_ONLY)
     assert "using the Dagster daemon that is already running" in out.stdout
     assert "started a Dagster daemon" not in out.stdout
     score = json.loads((tmp / "artifacts" / "tinyfolder" / "layer_score" / "manifest.json")
                        .read_text())
     assert score["backbone"] == "tinyfolder" and score["info"]["preset"] == "tiny.json"
     assert "profile " + str(tmp / "tiny.json") in out.stdout
-    assert dev.poll() is None  # dg dev still serves
+    assert dev.proc.poll() is None  # dg dev still serves
 
 
-def _materializations(env: dict, key: str) -> list[dict]:
+def _instance(env: dict):
+    """The Dagster instance `dg dev` and every door of the test share ($DAGSTER_HOME)."""
     import dagster as dg
     from dagster._core.instance.ref import InstanceRef
 
-    with dg.DagsterInstance.from_ref(InstanceRef.from_dir(env["DAGSTER_HOME"])) as instance:
+    return dg.DagsterInstance.from_ref(InstanceRef.from_dir(env["DAGSTER_HOME"]))
+
+
+def _materializations(env: dict, key: str) -> list[dict]:
+    """The metadata of each materialisation of `key`, oldest first, with its run's id."""
+    import dagster as dg
+
+    with _instance(env) as instance:
         records = instance.fetch_materializations(dg.AssetKey(key), limit=20,
                                                   ascending=True).records
-        return [{k: getattr(v, "value", v) for k, v in
-                 r.asset_materialization.metadata.items()} for r in records]
+        return [{"run_id": r.run_id, **{k: getattr(v, "value", v) for k, v in
+                                        r.asset_materialization.metadata.items()}}
+                for r in records]
+
+
+def _finished_run(env: dict, deadline_s: float = 400, **filters):
+    """The newest run matching `filters` (dagster.RunsFilter's) once it has finished."""
+    import dagster as dg
+
+    deadline = time.monotonic() + deadline_s
+    with _instance(env) as instance:
+        while time.monotonic() < deadline:
+            runs = instance.get_runs(dg.RunsFilter(**filters), limit=1)
+            if runs and runs[0].is_finished:
+                return runs[0]
+            time.sleep(2)
+        raise AssertionError(f"no run of {filters} finished in {deadline_s:.0f} s: "
+                             f"{[(r.job_name, r.status) for r in instance.get_runs(limit=5)]}")
 
 
 def _cli(env: dict, *args: str) -> subprocess.CompletedProcess:
@@ -190,3 +200,142 @@ def test_a_door_under_another_preset_is_refused_with_the_command(beside):
             "'tiny.json', this run's preset is 'other.json'") in text
     assert f"DIHAL_PROFILE={other} dagster asset materialize --select " \
            "'*hidden_states_tinyfolder'" in text
+
+
+def _click(browser, wait, label: str) -> None:
+    """Click the button labelled `label` once the page has stopped re-rendering it."""
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+
+    for _ in range(5):
+        try:
+            wait.until(ec.element_to_be_clickable(
+                (By.XPATH, f"//button[normalize-space()='{label}']"))).click()
+            return
+        except StaleElementReferenceException:
+            time.sleep(1)
+    raise AssertionError(f"the button {label!r} kept re-rendering")
+
+
+def test_the_ui_makes_layer_score_and_the_driver_and_the_cli_reuse_it(beside):
+    """In a real browser, the Locate job's page of the UI that `dg dev` serves (location
+    `dihal`, the project's tiny preset) materialises layer_score_tinyui with its upstream; the
+    driver under the same preset then reuses it (manifest fingerprint unchanged, cached), and
+    `dagster asset materialize` too: one fingerprint across the three doors."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    tmp, env, dev = beside
+    browser = open_browser()  # skipped (failed in CI) without chromium and its driver
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    wait = WebDriverWait(browser, 120)
+    try:
+        browser.get(f"{dev.url}/locations/dihal/jobs/locate_tinyui")
+        wait.until(ec.presence_of_element_located(
+            (By.XPATH, "//*[contains(text(), 'layer score for tinyui')]")))
+        browser.save_screenshot(SHOTS / "doors-1-locate-job.png")
+        _click(browser, wait, "Materialize all")
+        run = _finished_run(env, job_name="locate_tinyui")
+        browser.get(f"{dev.url}/runs/{run.run_id}")
+        wait.until(ec.presence_of_element_located((By.XPATH, "//*[contains(., 'Success')]")))
+        browser.save_screenshot(SHOTS / "doors-2-run.png")
+    finally:
+        browser.quit()
+    assert run.status.value == "SUCCESS", (run.status, dev.log_tail())
+    assert run.remote_job_origin.location_name == "dihal"
+    manifest = tmp / "artifacts" / "tinyui" / "layer_score" / "manifest.json"
+    made = json.loads(manifest.read_text())
+    assert made["info"]["preset"] == "tiny.json"
+    out = _driver(env, "tinyui", *LOCATE_ONLY)
+    assert "using the Dagster daemon that is already running" in out.stdout
+    cli = _cli(env, "dagster", "asset", "materialize", "-m", "pipeline.definitions",
+               "--select", "layer_score_tinyui")
+    assert cli.returncode == 0, cli.stdout[-3000:] + cli.stderr[-3000:]
+    assert json.loads(manifest.read_text())["fingerprint"] == made["fingerprint"]
+    doors = _materializations(env, "layer_score_tinyui")
+    print("layer_score_tinyui by door (UI, driver, CLI):",
+          [(m["fingerprint"], m["cached"], m["preset"]) for m in doors])
+    assert doors[0]["run_id"] == run.run_id  # the UI's run made it
+    assert [(m["cached"], m["preset"]) for m in doors] == [
+        (False, "tiny.json"), (True, "tiny.json"), (True, "tiny.json")]
+    assert {m["fingerprint"] for m in doors} == {made["fingerprint"][:16]}
+
+
+# A tick of a schedule as the daemon's scheduler makes it (dagster._scheduler): the schedule
+# started on the instance, the scheduler's loop run up to its next cron time (03:00 would be
+# a long wait), its run request submitted to the instance's run queue, which `dg dev`'s
+# daemon launches. Prints the schedule's ticks as JSON on a line of its own ("TICKS [...]").
+TICK = """
+import datetime, json, logging, sys
+import dagster as dg
+import dagster._daemon  # first: it imports the scheduler
+from dagster._core.workspace.context import WorkspaceProcessContext
+from dagster._core.workspace.load_target import PyProjectFileTarget
+from dagster._scheduler.scheduler import launch_scheduled_runs
+
+with dg.DagsterInstance.get() as instance, WorkspaceProcessContext(
+        instance, PyProjectFileTarget("pyproject.toml")) as ctx:
+    (entry,) = ctx.create_request_context().get_code_location_entries().values()
+    (repo,) = entry.code_location.get_repositories().values()
+    schedule = repo.get_schedule(sys.argv[1])
+    origin, selector = schedule.get_remote_origin_id(), schedule.selector_id
+    now = datetime.datetime.now(datetime.timezone.utc).timestamp()
+    after = max([now] + [t.timestamp for t in instance.get_ticks(origin, selector)])
+    due = next(schedule.execution_time_iterator(after + 1))
+    instance.start_schedule(schedule)
+    list(launch_scheduled_runs(ctx, logging.getLogger("tick"),
+                               due + datetime.timedelta(minutes=1), {}))
+    instance.stop_schedule(origin, selector, schedule)
+    print("TICKS", json.dumps([{"status": t.status.value, "runs": list(t.run_ids),
+                       "skip": t.skip_reason, "error": t.error and t.error.to_string(),
+                       "location": entry.origin.location_name}
+                      for t in instance.get_ticks(origin, selector)]))
+"""
+
+
+def _tick(env: dict, schedule: str) -> dict:
+    """The newest tick of `schedule` after one more tick through the daemon's scheduler."""
+    out = subprocess.run([sys.executable, "-c", TICK, schedule], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    (line,) = [ln for ln in out.stdout.splitlines() if ln.startswith("TICKS ")]
+    ticks = json.loads(line.removeprefix("TICKS "))
+    print(f"{schedule} ticks, newest first: {ticks}")
+    return ticks[0]
+
+
+def test_a_schedule_tick_runs_under_the_project_preset_and_the_cli_reuses_it(beside):
+    """The nightly re-evaluation of a backbone whose sweep the driver made: a tick (the
+    daemon's scheduler, the run launched by `dg dev`'s daemon) finds bridgeability stale and
+    makes it under the project's preset; `dagster asset materialize` then reuses it (one
+    fingerprint), and the next tick finds it up to date."""
+    tmp, env, dev = beside
+    _driver(env, "tinytick", "--layers", "1,2,3", "--stop-after", "sweep",
+            "--skip-bridgeability")
+    tick = _tick(env, "reevaluate_tinytick_nightly")
+    assert (tick["status"], tick["location"]) == ("SUCCESS", "dihal"), tick
+    (run_id,) = tick["runs"]
+    run = _finished_run(env, run_ids=[run_id])
+    assert run.status.value == "SUCCESS", (run.status, dev.log_tail())
+    assert run.tags["dagster/schedule_name"] == "reevaluate_tinytick_nightly"
+    assert run.remote_job_origin.location_name == "dihal"
+    assert run.tags["reason"] == "stale: bridgeability_tinytick"
+    manifest = tmp / "artifacts" / "tinytick" / "bridgeability" / "manifest.json"
+    made = json.loads(manifest.read_text())
+    assert made["info"]["preset"] == "tiny.json"
+    cli = _cli(env, "dagster", "asset", "materialize", "-m", "pipeline.definitions",
+               "--select", "bridgeability_tinytick")
+    assert cli.returncode == 0, cli.stdout[-3000:] + cli.stderr[-3000:]
+    assert json.loads(manifest.read_text())["fingerprint"] == made["fingerprint"]
+    doors = _materializations(env, "bridgeability_tinytick")
+    print("bridgeability_tinytick by door (schedule, CLI):",
+          [(m["fingerprint"], m["cached"], m["preset"]) for m in doors])
+    assert doors[0]["run_id"] == run_id
+    assert [(m["cached"], m["preset"]) for m in doors] == [
+        (False, "tiny.json"), (True, "tiny.json")]
+    assert {m["fingerprint"] for m in doors} == {made["fingerprint"][:16]}
+    again = _tick(env, "reevaluate_tinytick_nightly")
+    assert (again["status"], again["runs"]) == ("SKIPPED", []), again
+    assert "bridgeability_tinytick and eval_tinytick are up to date" in again["skip"]

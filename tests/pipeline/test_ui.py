@@ -5,16 +5,14 @@ allows 600 s); Ctrl-C on `python -m pipeline.ui` (what `make ui` runs) leaves no
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
-from pathlib import Path
 
+import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.tiny import ROOT, serving
 
 
 def test_env_sh_keeps_the_users_dagster_home_and_its_dagster_yaml(tmp_path):
@@ -43,24 +41,11 @@ def test_ctrl_c_on_make_ui_leaves_no_process_behind(tmp_path):
     home.mkdir()
     (home / "dagster.yaml").write_text((ROOT / "dagster.yaml").read_text())
     (tmp_path / "dihal.toml").write_text("[backbones]\n")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     env = {**os.environ, "DAGSTER_HOME": str(home), "PYTHONPATH": str(ROOT),
            "DIHAL_CONFIG": str(tmp_path / "dihal.toml"), "DIHAL_ARTIFACTS": str(tmp_path / "a")}
-    log = open(tmp_path / "ui.log", "w")  # noqa: SIM115 (closed below)
-    ui = subprocess.Popen([sys.executable, "-m", "pipeline.ui", "-h", "127.0.0.1", "-p",
-                           str(port)], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 600
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/server_info", timeout=2)
-                break
-            except OSError:
-                assert ui.poll() is None and time.monotonic() < deadline, (
-                    (tmp_path / "ui.log").read_text()[-3000:])
-                time.sleep(1)
+    with serving([sys.executable, "-m", "pipeline.ui"], tmp_path / "ui.log", env=env,
+                 deadline_s=600) as served:
+        ui = served.proc
         time.sleep(5)  # the daemon and its code server start too
         tree = descendants(ui.pid)
         assert len(tree) >= 3, tree  # dagster dev, its web server, its daemon, code servers
@@ -71,7 +56,42 @@ def test_ctrl_c_on_make_ui_leaves_no_process_behind(tmp_path):
         print(f"make ui: {len(tree)} processes, all gone {time.monotonic() - t0:.1f} s after "
               "Ctrl-C")
         assert left == [], left
-    finally:
-        if ui.poll() is None:
-            ui.kill()
-        log.close()
+
+
+# A stand-in web server taking `-h HOST -p PORT`: it answers /server_info, and first starts
+# a child that ignores SIGTERM (as `dg dev`'s children outlive its exit), printing its pid.
+STAND_IN = """
+import http.server, signal, subprocess, sys
+child = subprocess.Popen([sys.executable, "-c", "import signal, time; "
+                          "signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"])
+print("child", child.pid, flush=True)
+if "--exit" in sys.argv:
+    sys.exit("no server today")
+class Answer(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b"{}")
+port = int(sys.argv[sys.argv.index("-p") + 1])
+http.server.HTTPServer(("127.0.0.1", port), Answer).serve_forever()
+"""
+
+
+def test_serving_leaves_no_process_of_the_group_behind(tmp_path):
+    """tests.tiny.serving waits for /server_info, and on leaving stops the whole process group:
+    a child that ignores SIGTERM and outlives its parent is killed too. A server that exits
+    first fails with its log's end."""
+    from pipeline.run_launcher import process_alive
+
+    log = tmp_path / "stand-in.log"
+    with serving([sys.executable, "-c", STAND_IN], log, cwd=tmp_path, grace_s=2) as served:
+        child = int(log.read_text().split()[1])
+        assert served.proc.poll() is None and process_alive(child)
+    for _ in range(20):  # the killed child is reaped by init
+        if not process_alive(child):
+            break
+        time.sleep(0.25)
+    assert not process_alive(child)
+    with pytest.raises(AssertionError, match=r"(?s)exited \(1\) before serving: .*no server today"):
+        with serving([sys.executable, "-c", STAND_IN, "--exit"], log, cwd=tmp_path, grace_s=2):
+            pass

@@ -5,53 +5,19 @@ shows l* and the plot image (loaded: natural width > 0). Screenshots are kept un
 in CI a missing browser fails the test, elsewhere it is skipped with the reason."""
 
 import os
-import shutil
-import signal
-import socket
-import subprocess
 import sys
 import time
-import urllib.request
 
 import dagster as dg
 import pytest
 
-from tests.tiny import LOCATE, ROOT, SWEEP_RUN, make_world
-
-SHOTS = ROOT / ".dihal" / "test-artifacts" / "ui"
-CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
-
-
-def _browser():
-    missing = [n for n, p in (("chromium", CHROMIUM), ("chromium-driver", DRIVER)) if p is None]
-    try:
-        from selenium import webdriver
-    except ImportError:
-        missing.append("selenium (pip)")
-    if missing:
-        msg = (f"the browser test needs {', '.join(missing)}: apt-get install chromium "
-               "chromium-driver, pip install -e '.[dev]' (.ci/run does both)")
-        pytest.fail(msg) if os.environ.get("CI") else pytest.skip(msg)
-    from selenium.webdriver.chrome.options import Options
-    from selenium.webdriver.chrome.service import Service
-
-    opts = Options()
-    opts.binary_location = CHROMIUM
-    for a in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,1000"):
-        opts.add_argument(a)
-    return webdriver.Chrome(options=opts, service=Service(DRIVER))
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.tiny import LOCATE, SHOTS, SWEEP_RUN, make_world, open_browser, serving
 
 
 @pytest.fixture()
 def served(tmp_path, tiny_llama_dir, monkeypatch):
     """A DAGSTER_HOME whose instance has the Locate chain materialised, and the Dagster webserver
-    on a free local port serving tests.tiny_location over it; stopped (process group) afterwards."""
+    on a free local port serving tests.tiny_location over it (tests.tiny.serving)."""
     home = tmp_path / "dagster_home"
     home.mkdir()
     # runs launched from the UI start at once (no daemon needed to dequeue them)
@@ -66,31 +32,10 @@ def served(tmp_path, tiny_llama_dir, monkeypatch):
                          instance=dg.DagsterInstance.get(), resources=world.defs.resources,
                          run_config={"ops": {k: v for k, v in run.items() if k in LOCATE}})
     assert res.success
-    port = _free_port()
     env = {**os.environ, "DIHAL_TINY_MODEL": str(tiny_llama_dir), "DIHAL_ARTIFACTS": str(world.root)}
-    log = open(tmp_path / "webserver.log", "w")  # noqa: SIM115 (closed below)
-    proc = subprocess.Popen([sys.executable, "-m", "dagster_webserver", "-m", "tests.tiny_location",
-                             "-h", "127.0.0.1", "-p", str(port)], cwd=ROOT, env=env, stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 300
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/server_info", timeout=2)
-                break
-            except OSError:
-                assert proc.poll() is None, (tmp_path / "webserver.log").read_text()[-3000:]
-                assert time.monotonic() < deadline, "the webserver did not come up in 300 s: " + (
-                    tmp_path / "webserver.log").read_text()[-3000:]
-                time.sleep(1)
-        yield f"http://127.0.0.1:{port}", res.run_id
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-        log.close()
+    with serving([sys.executable, "-m", "dagster_webserver", "-m", "tests.tiny_location"],
+                 tmp_path / "webserver.log", env=env, deadline_s=300, grace_s=30) as web:
+        yield web.url, res.run_id
 
 
 def test_materialize_from_the_ui_and_read_the_result(served):
@@ -101,7 +46,7 @@ def test_materialize_from_the_ui_and_read_the_result(served):
 
     url, first_run = served
     SHOTS.mkdir(parents=True, exist_ok=True)
-    browser = _browser()
+    browser = open_browser()
     wait = WebDriverWait(browser, 60)
     try:
         browser.get(f"{url}/asset-groups")  # the global asset lineage graph: corpus -> llama

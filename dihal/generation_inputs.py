@@ -13,6 +13,7 @@ from dihal.inputs import SeedSpread
 from dihal.rows import (
     PAIR_STATS,
     ROLE_PAIRS,
+    ByColumns,
     GenerationRow,
     generation_rows,
     number,
@@ -57,7 +58,7 @@ class SamplerChoice:
 
 
 @dataclass(frozen=True)
-class CostRow:
+class CostRow(ByColumns):
     """One model's line of the eval's cost table (dihal.evaluate.cost.cost_rows): FLOPs and
     the one measured time per generated token (with the fastest and slowest round where
     recorded), each against the backbone's. `K` and `layer`: DiHAL's sampler steps and
@@ -73,10 +74,6 @@ class CostRow:
     time_over_flops: float
     ms_per_token_low: float | None = None
     ms_per_token_high: float | None = None
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> CostRow:
-        return cls(**{k: d.get(k) for k in cls.__dataclass_fields__})
 
     @property
     def is_dihal(self) -> bool:
@@ -152,7 +149,7 @@ class SamplingSetting:
 
 
 @dataclass(frozen=True)
-class CurvePoint:
+class CurvePoint(ByColumns):
     """One (rule, K) of the sampler-steps curve at l* (rule None in older curves)."""
 
     steps: int
@@ -162,10 +159,6 @@ class CurvePoint:
     backbone_nll: float
     top1_agreement: float | None = None
     rule: str | None = None
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> CurvePoint:
-        return cls(**{k: d.get(k) for k in cls.__dataclass_fields__})
 
 
 @dataclass(frozen=True)

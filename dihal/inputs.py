@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dihal.rows import (
+    ByColumns,
     GenerationRow,
     PrimaryTest,
     RegressionRow,
@@ -200,7 +201,7 @@ class SeedSpread:
 
 
 @dataclass(frozen=True)
-class SeedOracle:
+class SeedOracle(ByColumns):
     """Where the oracle by hybrid NLL goes over resampled seeds (dihal.uncertainty.seed_oracle),
     with l*'s rank and gap to the best mean where l* was given (None otherwise)."""
 
@@ -212,10 +213,6 @@ class SeedOracle:
     gap: float | None = None
     gap_low: float | None = None
     gap_high: float | None = None
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> SeedOracle:
-        return cls(**{k: d.get(k) for k in cls.__dataclass_fields__})
 
 
 @dataclass(frozen=True)
@@ -272,7 +269,7 @@ class BridgeabilityInfo:
 
 
 @dataclass(frozen=True)
-class SweepLayer:
+class SweepLayer(ByColumns):
     """One swept layer's bridge (BridgeMetrics as the sweep table holds it); a measure an
     older table lacks is None."""
 
@@ -286,10 +283,6 @@ class SweepLayer:
     top1_agreement: float | None = None
     steps: int | None = None
     seconds: float | None = None
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> SweepLayer:
-        return cls(**{k: d.get(k) for k in cls.__dataclass_fields__})
 
     def to_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}

@@ -23,6 +23,15 @@ def number(v: Any) -> float | None:
     return None if v is None or v != v else float(v)
 
 
+class ByColumns:
+    """from_dict for a row whose fields are its stored columns, by name; a column missing from
+    an older row reads as None."""
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]):
+        return cls(**{k: d.get(k) for k in cls.__dataclass_fields__})
+
+
 @dataclass(frozen=True)
 class Spearman:
     """A predictor's Spearman correlation with one target over the swept layers, its 95 %

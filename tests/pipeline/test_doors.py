@@ -218,6 +218,16 @@ def _click(browser, wait, label: str) -> None:
     raise AssertionError(f"the button {label!r} kept re-rendering")
 
 
+def _cli_reuses(env: dict, key: str, manifest: Path, made: dict) -> list[dict]:
+    """`dagster asset materialize --select key` succeeds and leaves the manifest's fingerprint
+    as `made` had it; the materializations of `key` so far, oldest first."""
+    cli = _cli(env, "dagster", "asset", "materialize", "-m", "pipeline.definitions",
+               "--select", key)
+    assert cli.returncode == 0, cli.stdout[-3000:] + cli.stderr[-3000:]
+    assert json.loads(manifest.read_text())["fingerprint"] == made["fingerprint"]
+    return _materializations(env, key)
+
+
 def test_the_ui_makes_layer_score_and_the_driver_and_the_cli_reuse_it(beside):
     """In a real browser, the Locate job's page of the UI that `dg dev` serves (location
     `dihal`, the project's tiny preset) materialises layer_score_tinyui with its upstream; the
@@ -250,11 +260,7 @@ def test_the_ui_makes_layer_score_and_the_driver_and_the_cli_reuse_it(beside):
     assert made["info"]["preset"] == "tiny.json"
     out = _driver(env, "tinyui", *LOCATE_ONLY)
     assert "using the Dagster daemon that is already running" in out.stdout
-    cli = _cli(env, "dagster", "asset", "materialize", "-m", "pipeline.definitions",
-               "--select", "layer_score_tinyui")
-    assert cli.returncode == 0, cli.stdout[-3000:] + cli.stderr[-3000:]
-    assert json.loads(manifest.read_text())["fingerprint"] == made["fingerprint"]
-    doors = _materializations(env, "layer_score_tinyui")
+    doors = _cli_reuses(env, "layer_score_tinyui", manifest, made)
     print("layer_score_tinyui by door (UI, driver, CLI):",
           [(m["fingerprint"], m["cached"], m["preset"]) for m in doors])
     assert doors[0]["run_id"] == run.run_id  # the UI's run made it
@@ -325,11 +331,7 @@ def test_a_schedule_tick_runs_under_the_project_preset_and_the_cli_reuses_it(bes
     manifest = tmp / "artifacts" / "tinytick" / "bridgeability" / "manifest.json"
     made = json.loads(manifest.read_text())
     assert made["info"]["preset"] == "tiny.json"
-    cli = _cli(env, "dagster", "asset", "materialize", "-m", "pipeline.definitions",
-               "--select", "bridgeability_tinytick")
-    assert cli.returncode == 0, cli.stdout[-3000:] + cli.stderr[-3000:]
-    assert json.loads(manifest.read_text())["fingerprint"] == made["fingerprint"]
-    doors = _materializations(env, "bridgeability_tinytick")
+    doors = _cli_reuses(env, "bridgeability_tinytick", manifest, made)
     print("bridgeability_tinytick by door (schedule, CLI):",
           [(m["fingerprint"], m["cached"], m["preset"]) for m in doors])
     assert doors[0]["run_id"] == run_id

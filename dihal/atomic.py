@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import hashlib
 import json
 import os
@@ -131,6 +132,21 @@ def write_record(fd: int, path: Path, record: bytes, *, what: str) -> None:
     os.ftruncate(fd, 0)
     os.pwrite(fd, record, 0)
     os.fsync(fd)
+
+
+@contextlib.contextmanager
+def one_at_a_time(path: Path, *, what: str) -> Iterator[None]:
+    """Hold an exclusive flock on the file `path` (opened as open_lock_file does) for the
+    block, waiting for another process that holds it: for work that every process would
+    otherwise do at once on first use and then trip over each other's files (e.g. dequantising
+    a model into a shared cache). The kernel drops the lock when its holder dies."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = open_lock_file(path, what=what)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def link_message(path: Path, what: str) -> str:

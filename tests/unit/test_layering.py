@@ -470,8 +470,9 @@ def test_every_test_module_is_in_a_tier():
 def test_each_tier_has_its_make_target_and_make_test_runs_them_all():
     recipes = dict(re.findall(r"^([\w-]+):.*\n\t(.*)$", (ROOT / "Makefile").read_text(), re.M))
     for tier in TIERS:
-        assert recipes[f"test-{tier}"].endswith(f"python -m pytest tests/{tier}"), tier
-    assert recipes["test"].endswith("python -m pytest")  # the README's and CI's command
+        assert recipes[f"test-{tier}"].endswith(f"python -m pytest $(XDIST) tests/{tier}"), tier
+    # the README's and CI's command: the whole suite, no path or marker narrowing it
+    assert recipes["test"].endswith("python -m pytest $(XDIST)")
     # and pytest's own testpaths reach every tier
     import tomllib
 

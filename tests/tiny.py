@@ -597,7 +597,7 @@ def _stop_group(proc: subprocess.Popen, grace_s: float) -> None:
 
 @contextlib.contextmanager
 def serving(command: list[str], log: Path, *, env: dict | None = None, cwd: Path = ROOT,
-            deadline_s: float = 400, grace_s: float = 60) -> Iterator[Served]:
+            deadline_s: float = 400, grace_s: float = 15) -> Iterator[Served]:
     """Start `command` (`dg dev`, `dagster dev`, `python -m dagster_webserver ...`, `python -m
     pipeline.ui`: anything taking `-h HOST -p PORT`) on a free local port in its own process
     group, its output to `log`; wait until it answers /server_info, failing with the log's end

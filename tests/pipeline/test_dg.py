@@ -92,8 +92,8 @@ def test_dg_dev_serves_the_code_location_with_the_declared_backbone(world):
     backbone's assets. DAGSTER_MODULE_NAME is unset, as docs/own-model.md says."""
     tmp, env = world
     env = {k: v for k, v in env.items() if k != "DAGSTER_MODULE_NAME"}
-    with serving([str(BIN / "dg"), "dev"], tmp / "dg-dev.log", env=env, deadline_s=300,
-                 grace_s=30) as dev:
+    with serving([str(BIN / "dg"), "dev"], tmp / "dg-dev.log", env=env,
+                 deadline_s=300) as dev:
         query = json.dumps({"query": "{ assetNodes { assetKey { path } } }"}).encode()
         req = urllib.request.Request(f"{dev.url}/graphql", data=query,
                                      headers={"Content-Type": "application/json"})

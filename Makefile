@@ -28,7 +28,7 @@ run: setup
 # whole in one of them (its module fixtures built once), the longest files first (in the order
 # tests/conftest.py collects them). TEST_WORKERS=0 runs them one by one.
 TEST_WORKERS ?= 3
-XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
+XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile --no-loadscopereorder)
 
 test: setup
 	. ./env.sh && python -m pytest $(XDIST)

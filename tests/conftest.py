@@ -17,7 +17,7 @@ from tests.tiny import LOCATE, SWEPT, build_model, copy_world, make_world  # noq
 
 # The files that take minutes (real daemons, drivers, servers, the embedded weights), longest
 # first, as measured by `make test`'s durations. Collected first, so that with the test files
-# shared among pytest-xdist processes (`make test`: --dist loadfile --no-loadscope-reorder) they
+# shared among pytest-xdist processes (`make test`: --dist loadfile --no-loadscopereorder) they
 # start first and the last file to start is a short one.
 LONGEST_FIRST = (
     "tests/pipeline/test_doors.py",

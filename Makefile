@@ -25,10 +25,9 @@ run: setup
 
 # The suite's tests wait on daemons, drivers and servers most of their time (one core busy on
 # average): TEST_WORKERS pytest processes (pytest-xdist) run test files side by side, each file
-# whole in one of them (its module fixtures built once), the longest files first (in the order
-# tests/conftest.py collects them). TEST_WORKERS=0 runs them one by one.
+# whole in one of them (its module fixtures built once). TEST_WORKERS=0 runs them one by one.
 TEST_WORKERS ?= 3
-XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile --no-loadscopereorder)
+XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
 test: setup
 	. ./env.sh && python -m pytest $(XDIST)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -14,37 +13,6 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from tests.tiny import LOCATE, SWEPT, build_model, copy_world, make_world  # noqa: E402
-
-# The files that take minutes (real daemons, drivers, servers, the embedded weights), longest
-# first, as measured by `make test`'s durations. Collected first, so that with the test files
-# shared among pytest-xdist processes (`make test`: --dist loadfile --no-loadscopereorder) they
-# start first and the last file to start is a short one.
-LONGEST_FIRST = (
-    "tests/pipeline/test_doors.py",
-    "tests/faults/test_run_faults.py",
-    "tests/pipeline/test_scale_out.py",
-    "tests/pipeline/test_gpu_rehearsal.py",
-    "tests/unit/test_backbones.py",
-    "tests/unit/test_judge.py",
-    "tests/faults/test_interrupt.py",
-    "tests/unit/test_sampling_reproducible.py",
-    "tests/pipeline/test_compare_pipeline.py",
-    "tests/pipeline/test_replace_pipeline.py",
-    "tests/faults/test_daemon_lifetime.py",
-    "tests/pipeline/test_dg.py",
-    "tests/pipeline/test_ui.py",
-)
-
-
-def pytest_collection_modifyitems(config, items):
-    """The LONGEST_FIRST files first, in that order; every other test after them, in the order
-    collected. A file named there that no longer exists is an error, not a silent no-op."""
-    root = Path(__file__).resolve().parent.parent
-    missing = [f for f in LONGEST_FIRST if not (root / f).is_file()]
-    if missing:
-        raise pytest.UsageError(f"tests/conftest.py LONGEST_FIRST names missing files: {missing}")
-    rank = {f: i for i, f in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
 
 
 @pytest.fixture(autouse=True)

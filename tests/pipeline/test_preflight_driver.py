@@ -67,6 +67,69 @@ def test_with_a_gpu_the_facts_are_gathered_in_a_child_process(tmp_path, tiny_lla
         preflight(args, [1, 2, 3], print)
 
 
+CHILD_WHERE_SIGTERM_IS_IGNORED = """
+import signal, sys
+from argparse import Namespace
+
+import torch
+from dagster._utils.interrupts import setup_interrupt_handlers
+
+from dihal.preflight import PreflightError
+from pipeline.preflight import preflight
+
+# a background job of a non-interactive shell starts with SIGINT ignored; Dagster maps SIGTERM
+# to SIGINT's handler, so the process, and every child it spawns, ignores SIGTERM as well
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+setup_interrupt_handlers()
+assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+import multiprocessing.process
+
+terminate = multiprocessing.process.BaseProcess.terminate
+
+
+def told_by_signal(self):  # what a Pool's exit does to a child still running: SIGTERM
+    print("SIGTERM SENT TO THE CHILD", flush=True)
+    terminate(self)
+
+
+multiprocessing.process.BaseProcess.terminate = told_by_signal
+torch.cuda.is_available = lambda: True
+args = Namespace(profile=sys.argv[1], backbone="llama", workers=1, module="tests.tiny_location")
+try:
+    preflight(args, [1, 2, 3], print)
+except PreflightError as exc:
+    print("REFUSED", exc)
+"""
+
+
+def test_the_pre_flights_child_process_ends_where_sigterm_is_ignored(tmp_path, tiny_llama_dir):
+    """The pre-flight's child (with a GPU) ends when its work is done even where the driver's
+    process ignores SIGTERM (started with SIGINT ignored, once Dagster mapped SIGTERM to it):
+    a child that is only sent SIGTERM would never end, and the pre-flight with it."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    shard = write_shard(tmp_path / "s.json.gz", make_docs(30))
+    big = {"seq_len": 16, "n_train": 500, "n_val": 6, "val_fraction": 0.3, "max_tokens_per_doc": 40}
+    profile = tiny_profile(tmp_path / "p.json", shard, sequences=big)
+    env = {**os.environ, "DIHAL_TINY_MODEL": str(tiny_llama_dir),
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen([sys.executable, "-c", CHILD_WHERE_SIGTERM_IS_IGNORED, str(profile)],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=240)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # the process and its child, which ignores SIGTERM
+        out, _ = proc.communicate()
+        pytest.fail("the pre-flight still waited on its child after 240 s:\n" + out[-3000:])
+    assert proc.returncode == 0, out[-3000:]
+    assert "REFUSED" in out and "corpus: the corpus yields too few sequences" in out, out[-3000:]
+    assert "SIGTERM SENT TO THE CHILD" not in out, out[-3000:]  # it would ignore it
+
+
 @pytest.mark.slow
 def test_the_default_run_passes_the_pre_flight(tmp_path, monkeypatch, capsys):
     """`make run`'s command (the embedded SmolLM2, the cpu profile, its default layers) passes

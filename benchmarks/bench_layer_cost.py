@@ -83,19 +83,11 @@ def main() -> None:
     args = p.parse_args()
     torch.set_num_threads(args.threads)
 
-    from dihal.backbones import load_backbone
-    from dihal.config import BridgeProtocol, ExtractConfig
-    from storage import HiddenStates, Sequences
-    from storage.layout import ArtifactLayout
+    from located import located
 
-    layout = ArtifactLayout(Path(os.environ.get("DIHAL_ARTIFACTS", ".dihal/artifacts")))
-    states = HiddenStates(layout, args.backbone, None)
-    dump = states.require()
-    reader = states.reader()
-    train_ids = Sequences(layout, args.backbone, None).token_ids()["train"]
-    extract = ExtractConfig(**dump.config)
-    bb = load_backbone(args.backbone, cache_dir=layout.model_cache())
-    protocol = BridgeProtocol()
+    run = located(args.backbone)
+    reader, train_ids, extract, bb, protocol = (run.reader, run.train_ids, run.extract,
+                                                run.backbone, run.protocol)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} CPUs, "
           f"load average at start {os.getloadavg()[0]:.1f}; {args.backbone}, the sweep's "
           f"default protocol (K = {protocol.steps}, {protocol.eval_sequences} held-out sequences)")

@@ -38,21 +38,14 @@ def main() -> None:
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     args = p.parse_args()
 
-    from dihal.backbones import load_backbone
-    from dihal.config import BridgeProtocol, ExtractConfig
+    from located import located
+
     from dihal.replace.control_hybrids import ridge_control
     from dihal.replace.stage import train_layer
-    from storage import HiddenStates, Sequences
-    from storage.layout import ArtifactLayout
 
-    layout = ArtifactLayout(Path(os.environ.get("DIHAL_ARTIFACTS", ".dihal/artifacts")))
-    states = HiddenStates(layout, args.backbone, None)
-    dump = states.require()
-    reader = states.reader()
-    train_ids = Sequences(layout, args.backbone, None).token_ids()["train"]
-    extract = ExtractConfig(**dump.config)
-    bb = load_backbone(args.backbone, cache_dir=layout.model_cache())
-    protocol = BridgeProtocol()
+    run = located(args.backbone)
+    reader, train_ids, extract, bb, protocol = (run.reader, run.train_ids, run.extract,
+                                                run.backbone, run.protocol)
     print(f"torch {torch.__version__}, {os.cpu_count()} CPUs, load average at start "
           f"{os.getloadavg()[0]:.1f}; {args.backbone} layer {args.layer}, the sweep's protocol")
     print("| threads | bridge (s) | ridge control (s) | bridge tensors | val loss | loss at t = 1 "

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -12,7 +14,27 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
+from dihal.atomic import one_at_a_time  # noqa: E402
 from tests.tiny import LOCATE, SWEPT, build_model, copy_world, make_world  # noqa: E402
+
+
+def shared(tmp_path_factory, name: str, build) -> Path:
+    """The folder `name`, made by `build(folder)` once per test session: under `make test` the
+    test files run in several pytest-xdist processes, and the first of them to ask builds it
+    (the others wait on a lock, then read it) instead of each building its own. A folder whose
+    build did not finish (no .built mark) is built again. Read-only for the tests that use it.
+    """
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # the session's folder, above each worker's own
+    folder = base / f"shared-{name}"
+    with one_at_a_time(base / f"shared-{name}.lock", what=f"the shared test world {name}"):
+        if not (folder / ".built").exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            build(folder)
+            (folder / ".built").write_text("")
+    return folder
 
 
 @pytest.fixture(autouse=True)
@@ -39,7 +61,8 @@ def _one_thread():
 
 @pytest.fixture(scope="session")
 def tiny_llama_dir(tmp_path_factory):
-    return build_model(tmp_path_factory.mktemp("tiny-llama"), "llama")
+    """The tiny llama's folder, one for the whole session (the worlds below name its path)."""
+    return shared(tmp_path_factory, "tiny-llama", lambda f: build_model(f, "llama"))
 
 
 @pytest.fixture(scope="session")
@@ -73,19 +96,27 @@ def calls(monkeypatch):
 @pytest.fixture(scope="session")
 def located_world(tmp_path_factory, tiny_llama_dir):
     """The tiny world (tests.tiny.make_world) with its Locate graph materialised, once per
-    session. Tests take a private copy (tests.tiny.copy_world), never this one."""
-    w = make_world(tmp_path_factory.mktemp("located"), tiny_llama_dir)
-    res, err = w.materialize(LOCATE)
-    assert res.success, err
-    return w
+    session (shared). Tests take a private copy (tests.tiny.copy_world), never this one."""
+
+    def build(folder):
+        res, err = make_world(folder, tiny_llama_dir).materialize(LOCATE)
+        assert res.success, err
+
+    return make_world(shared(tmp_path_factory, "located", build), tiny_llama_dir)
 
 
 @pytest.fixture(scope="session")
 def swept_world(tmp_path_factory, located_world, tiny_llama_dir):
     """The located world plus its three candidate layers swept (tests.tiny.PROTOCOL), once per
-    session. Tests take a private copy (tests.tiny.copy_world), never this one."""
-    w = copy_world(located_world, tmp_path_factory.mktemp("swept"), tiny_llama_dir)
-    for layer in SWEPT:
-        res, err = w.materialize(["bridge_sweep_llama"], partition=layer)
-        assert res.success, err
+    session (shared). Tests take a private copy (tests.tiny.copy_world), never this one."""
+
+    def build(folder):
+        w = copy_world(located_world, folder, tiny_llama_dir)
+        for layer in SWEPT:
+            res, err = w.materialize(["bridge_sweep_llama"], partition=layer)
+            assert res.success, err
+
+    folder = shared(tmp_path_factory, "swept", build)
+    w = make_world(folder, tiny_llama_dir, folder / "artifacts")
+    w.shard = located_world.shard  # copy_world's: the located world's corpus
     return w

@@ -27,39 +27,24 @@ LAYER = 2
 CONFIGS = [dict(n_samples=6, length=10, batch_size=4, eta=eta) for eta in (0.0, 0.5)]
 
 
-def _start(model_dir: Path, cache_dir: Path, *, hash_seed: int, disturb: int,
-           threads: int, kernels: str | None = None) -> subprocess.Popen:
-    """A fresh interpreter running this file as a script under the given conditions."""
+def _run(model_dir: Path, cache_dir: Path, *, hash_seed: int, disturb: int,
+         threads: int, kernels: str | None = None) -> dict:
     env = {**os.environ, "PYTHONHASHSEED": str(hash_seed), "HF_HUB_OFFLINE": "1",
            "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     env.pop("ATEN_CPU_CAPABILITY", None)
     if kernels:  # torch's CPU kernels capped at this instruction set
         env["ATEN_CPU_CAPABILITY"] = kernels
-    return subprocess.Popen(
+    out = subprocess.run(
         [sys.executable, __file__, str(model_dir), str(cache_dir), str(disturb), str(threads)],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def _result(proc: subprocess.Popen) -> dict:
-    """What the fresh process printed: evaluate_generation's results, by seed."""
-    out, err = proc.communicate(timeout=300)
-    assert proc.returncode == 0, err[-3000:]
-    return json.loads(out.strip().splitlines()[-1])
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def test_same_config_same_samples_in_fresh_processes(tiny_llama_dir, tmp_path):
-    # the three interpreters are independent: they run at once
-    runs = [_start(tiny_llama_dir, tmp_path / "a", hash_seed=0, disturb=0, threads=1),
-            _start(tiny_llama_dir, tmp_path / "b", hash_seed=12345, disturb=7, threads=1),
-            _start(tiny_llama_dir, tmp_path / "c", hash_seed=0, disturb=0, threads=2,
-                   kernels="default")]
-    try:
-        a, b, c = (_result(p) for p in runs)
-    finally:  # none left running after a failure
-        for p in runs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+    a = _run(tiny_llama_dir, tmp_path / "a", hash_seed=0, disturb=0, threads=1)
+    b = _run(tiny_llama_dir, tmp_path / "b", hash_seed=12345, disturb=7, threads=1)
     assert sorted(a) == ["0", "1"] and all(len(a[s]) == len(CONFIGS) for s in a)
     assert a == b  # texts token for token, and every metric to the last bit
     # another thread count: float sums in another order round the last bits differently (CPU
@@ -70,6 +55,7 @@ def test_same_config_same_samples_in_fresh_processes(tiny_llama_dir, tmp_path):
     # torch's kernels (AVX-512 against AVX2 moved 2 of 64 SmolLM2 backbone samples, and DiHAL's
     # Gen.PPL from 779.8 to 894.8, between two machines): each row records them too. Run c
     # also caps the kernels at the baseline ("default") instruction set.
+    c = _run(tiny_llama_dir, tmp_path / "c", hash_seed=0, disturb=0, threads=2, kernels="default")
     import torch
 
     here = torch.backends.cpu.get_cpu_capability()

@@ -16,9 +16,8 @@ import pytest
 
 from tests.tiny import PROTOCOL, ROOT, TINY, tiny_profile
 
-# about 2.5 s of training a step on one thread (240 steps), on top of each run's start: the
-# three partitions' runs overlap when they run at once (200 epochs, 8 s, bought nothing more)
-LONG_SWEEP = {**PROTOCOL, "epochs": 60.0, "checkpoint_every": 1000}
+# the driver's sweep protocol: not the daemon's (the tiny profile trains one epoch)
+DRIVER_SWEEP = {**PROTOCOL, "epochs": 2.0}
 
 
 def _env(tmp_path: Path, model: Path, artifacts: Path) -> dict:
@@ -73,15 +72,17 @@ def test_the_drivers_profile_and_workers_win_over_a_running_daemons(
 
     for layer in (1, 2, 3):  # the sweep runs again, under the driver's protocol
         shutil.rmtree(SweepBridge(world.root, "llama", layer).directory)
-    env = _env(tmp_path, tiny_llama_dir, world.root)
+    # each sweep step keeps its device 5 s (tests.tiny_location): the three partitions' runs
+    # overlap when they run at once
+    env = {**_env(tmp_path, tiny_llama_dir, world.root), "DIHAL_TINY_HOLD_S": "5"}
     # the daemon: the tiny profile as the fault world made it, one run at a time
     daemon_profile = tiny_profile(tmp_path / "daemon.json", world.shard)
     foreign_daemon({**env, "DIHAL_PROFILE": str(daemon_profile), "DIHAL_WORKERS": "1"},
                    monkeypatch)
-    # the driver: another geometry sample, the rms normalisation for l*, a longer sweep, 3 workers
+    # the driver: another geometry sample, the rms normalisation for l*, two epochs, 3 workers
     driver_profile = tiny_profile(
         tmp_path / "driver.json", world.shard, geometry={**TINY["geometry"], "n_tokens": 60},
-        layer_score={"primary_norm": "rms"}, bridge_sweep=LONG_SWEEP)
+        layer_score={"primary_norm": "rms"}, bridge_sweep=DRIVER_SWEEP)
     out = subprocess.run(
         [sys.executable, "-m", "pipeline.main", "--backbone", "llama", "--module",
          "tests.tiny_location", "--layers", "1,2,3", "--stop-after", "sweep", "--workers", "3",
@@ -95,7 +96,7 @@ def test_the_drivers_profile_and_workers_win_over_a_running_daemons(
     assert LayerScore(world.root, "llama").manifest().config["primary_norm"] == "rms"
     for layer in (1, 2, 3):
         assert (SweepBridge(world.root, "llama", layer).manifest().config["epochs"]
-                == LONG_SWEEP["epochs"])
+                == DRIVER_SWEEP["epochs"])
     # every run carries the whole config, and the sweep ran 3 at a time, each of its steps
     # with a third of the cores (the daemon's DIHAL_WORKERS=1 decides nothing); locate, the
     # lone run, had every core

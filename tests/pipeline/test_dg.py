@@ -2,19 +2,18 @@
 --assets` work beside `dagster asset list` / `dagster asset materialize --select`, on the real
 code location (pipeline.definitions) with a backbone declared from a tiny model's folder
 ($DIHAL_CONFIG) and the tiny profile ($DIHAL_PROFILE): the corpus and the declared backbone's
-sequences are cheap."""
+sequences are cheap. `dg dev` serving the same location: tests/pipeline/test_doors.py."""
 
 import json
 import os
 import subprocess
 import sys
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 from dihal import registry
-from tests.tiny import ROOT, make_docs, serving, tiny_profile, write_shard
+from tests.tiny import ROOT, make_docs, tiny_profile, write_shard
 
 BIN = Path(sys.executable).parent
 
@@ -85,19 +84,3 @@ def test_dg_launch_and_dagster_asset_materialize_make_the_same_artifacts(world):
     assert json.loads(manifest.read_text())["fingerprint"] == made["fingerprint"]
     assert _cached(tmp / "home", "sequences_tinyfolder") == [False, True]
     assert _cached(tmp / "home", "corpus") == [False, True]
-
-
-def test_dg_dev_serves_the_code_location_with_the_declared_backbone(world):
-    """`dg dev` starts the web server and the daemon; the UI's GraphQL lists the declared
-    backbone's assets. DAGSTER_MODULE_NAME is unset, as docs/own-model.md says."""
-    tmp, env = world
-    env = {k: v for k, v in env.items() if k != "DAGSTER_MODULE_NAME"}
-    with serving([str(BIN / "dg"), "dev"], tmp / "dg-dev.log", env=env,
-                 deadline_s=300) as dev:
-        query = json.dumps({"query": "{ assetNodes { assetKey { path } } }"}).encode()
-        req = urllib.request.Request(f"{dev.url}/graphql", data=query,
-                                     headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=120) as answer:
-            nodes = json.loads(answer.read())["data"]["assetNodes"]
-        keys = {n["assetKey"]["path"][0] for n in nodes}
-        assert {"layer_score_tinyfolder", "report_tinyfolder", "bridge_llama"} <= keys

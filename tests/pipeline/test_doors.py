@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -124,6 +125,21 @@ def test_the_driver_runs_beside_dg_dev_through_its_daemon(beside):
     assert dev.proc.poll() is None  # dg dev still serves
 
 
+def test_dg_dev_serves_the_code_location_with_the_declared_backbones(beside):
+    """`dg dev` (DAGSTER_MODULE_NAME unset, as docs/own-model.md says) serves the project's
+    code location: the UI's GraphQL lists the declared backbones' assets beside the built-in
+    ones."""
+    _, _, dev = beside
+    query = json.dumps({"query": "{ assetNodes { assetKey { path } } }"}).encode()
+    req = urllib.request.Request(f"{dev.url}/graphql", data=query,
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=120) as answer:
+        nodes = json.loads(answer.read())["data"]["assetNodes"]
+    keys = {n["assetKey"]["path"][0] for n in nodes}
+    assert {"layer_score_tinyfolder", "report_tinyui", "bridge_tinytick", "corpus",
+            "bridge_llama"} <= keys
+
+
 def _instance(env: dict):
     """The Dagster instance `dg dev` and every door of the test share ($DAGSTER_HOME)."""
     import dagster as dg
@@ -218,6 +234,28 @@ def _click(browser, wait, label: str) -> None:
     raise AssertionError(f"the button {label!r} kept re-rendering")
 
 
+def _asset_page(browser, wait, url: str) -> tuple[str, int]:
+    """The l* an asset page of layer_score shows in its metadata, and the natural width of its
+    plot once "Show Markdown" has loaded it (0: it did not load)."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+
+    browser.get(url)
+    row = wait.until(ec.presence_of_element_located(
+        (By.XPATH, "//tr[td[normalize-space()='l_star']]")))
+    l_star = row.find_elements(By.XPATH, "./td")[-1].text.strip()
+    browser.save_screenshot(SHOTS / "doors-4-asset-metadata.png")
+    show = browser.find_element(
+        By.XPATH, "//tr[td[normalize-space()='plot']]//*[contains(text(), 'Show Markdown')]")
+    browser.execute_script("arguments[0].scrollIntoView({block: 'center'});", show)
+    show.click()
+    img = wait.until(ec.presence_of_element_located((By.XPATH, "//img[@alt='S_l']")))
+    wait.until(lambda b: b.execute_script("return arguments[0].complete", img))
+    width = browser.execute_script("return arguments[0].naturalWidth", img)
+    browser.save_screenshot(SHOTS / "doors-5-plot.png")
+    return l_star, width
+
+
 def _cli_reuses(env: dict, key: str, manifest: Path, made: dict) -> list[dict]:
     """`dagster asset materialize --select key` succeeds and leaves the manifest's fingerprint
     as `made` had it; the materializations of `key` so far, oldest first."""
@@ -231,8 +269,10 @@ def _cli_reuses(env: dict, key: str, manifest: Path, made: dict) -> list[dict]:
 def test_the_ui_makes_layer_score_and_the_driver_and_the_cli_reuse_it(beside):
     """In a real browser, the Locate job's page of the UI that `dg dev` serves (location
     `dihal`, the project's tiny preset) materialises layer_score_tinyui with its upstream; the
+    lineage graph shows the backbone's group, and the asset page its l* and the plot. The
     driver under the same preset then reuses it (manifest fingerprint unchanged, cached), and
-    `dagster asset materialize` too: one fingerprint across the three doors."""
+    `dagster asset materialize` too: one fingerprint across the three doors. Screenshots land
+    in .dihal/test-artifacts/ui/."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import WebDriverWait
@@ -251,6 +291,12 @@ def test_the_ui_makes_layer_score_and_the_driver_and_the_cli_reuse_it(beside):
         browser.get(f"{dev.url}/runs/{run.run_id}")
         wait.until(ec.presence_of_element_located((By.XPATH, "//*[contains(., 'Success')]")))
         browser.save_screenshot(SHOTS / "doors-2-run.png")
+        browser.get(f"{dev.url}/asset-groups")  # the lineage graph: corpus -> the backbone's
+        for group in ("corpus", "tinyui"):
+            wait.until(ec.presence_of_element_located(
+                (By.XPATH, f"//*[normalize-space(text())='{group}']")))
+        browser.save_screenshot(SHOTS / "doors-3-asset-graph.png")
+        shown_l_star, plot_width = _asset_page(browser, wait, f"{dev.url}/assets/layer_score_tinyui")
     finally:
         browser.quit()
     assert run.status.value == "SUCCESS", (run.status, dev.log_tail())
@@ -258,6 +304,9 @@ def test_the_ui_makes_layer_score_and_the_driver_and_the_cli_reuse_it(beside):
     manifest = tmp / "artifacts" / "tinyui" / "layer_score" / "manifest.json"
     made = json.loads(manifest.read_text())
     assert made["info"]["preset"] == "tiny.json"
+    # the asset page shows the l* the run recorded, and its plot loads
+    assert shown_l_star == str(_materializations(env, "layer_score_tinyui")[0]["l_star"])
+    assert plot_width > 0, "the plot image on the asset page did not load"
     out = _driver(env, "tinyui", *LOCATE_ONLY)
     assert "using the Dagster daemon that is already running" in out.stdout
     doors = _cli_reuses(env, "layer_score_tinyui", manifest, made)
@@ -319,7 +368,7 @@ def test_a_schedule_tick_runs_under_the_project_preset_and_the_cli_reuses_it(bes
     fingerprint), and the next tick finds it up to date."""
     tmp, env, dev = beside
     _driver(env, "tinytick", "--layers", "1,2,3", "--stop-after", "sweep",
-            "--skip-bridgeability")
+            "--skip-bridgeability", "--workers", "3")
     tick = _tick(env, "reevaluate_tinytick_nightly")
     assert (tick["status"], tick["location"]) == ("SUCCESS", "dihal"), tick
     (run_id,) = tick["runs"]

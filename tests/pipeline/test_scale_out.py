@@ -17,12 +17,13 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from tests.tiny import LOCATE, PROTOCOL, ROOT, copy_world, tiny_profile
+from tests.tiny import ROOT, tiny_profile
 
 LAYERS = ["1", "2", "3"]
-# Long enough (about 8 s a step on one thread; a partition's run trains the bridge and its
-# regression control) that runs launched a few seconds apart overlap
-SWEEP = {**PROTOCOL, "epochs": 200.0, "checkpoint_every": 1000}
+# Each step of a partition's run (the bridge, then its regression control) keeps its device this
+# long after computing (tests.tiny_location): runs launched a few seconds apart overlap, and on
+# the Dask cluster every worker takes one step, without training for longer
+HOLD_S = "8"
 
 
 def _digest(path: Path) -> str:
@@ -30,18 +31,11 @@ def _digest(path: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory, located_world, tiny_llama_dir):
-    """The in-process sweep (dg.materialize, one partition after another) on a copy of the
-    session's located world: weight digests."""
-    world = copy_world(located_world, tmp_path_factory.mktemp("in-process"), tiny_llama_dir)
-    res, err = world.materialize(LOCATE)  # found cached
-    assert res.success, err
-    for layer in LAYERS:
-        res, err = world.materialize(["bridge_sweep_llama"], partition=layer,
-                                     bridge_sweep_llama={"config": SWEEP})
-        assert res.success, err
-    return world, {ll: _digest(world.path("bridge_sweep", f"layer_{int(ll):03d}",
-                                          "bridge.safetensors")) for ll in LAYERS}
+def reference(swept_world):
+    """The session's in-process sweep (dg.materialize, one partition after another, the tiny
+    protocol): its world and weight digests."""
+    return swept_world, {ll: _digest(swept_world.path("bridge_sweep", f"layer_{int(ll):03d}",
+                                                      "bridge.safetensors")) for ll in LAYERS}
 
 
 def _setup(tmp_path: Path, model: Path, shard: Path) -> dict:
@@ -50,8 +44,8 @@ def _setup(tmp_path: Path, model: Path, shard: Path) -> dict:
     shutil.copy(ROOT / "dagster.yaml", home / "dagster.yaml")  # the project's instance config
     return {**os.environ, "DAGSTER_HOME": str(home), "DIHAL_TINY_MODEL": str(model),
             "DIHAL_ARTIFACTS": str(tmp_path / "artifacts"), "PYTHONUNBUFFERED": "1",
-            "DIHAL_PROFILE": str(tiny_profile(tmp_path / "tiny.json", shard, bridge_sweep=SWEEP)),
-            "PYTHONPATH": str(ROOT)}
+            "DIHAL_PROFILE": str(tiny_profile(tmp_path / "tiny.json", shard)),
+            "DIHAL_TINY_HOLD_S": HOLD_S, "PYTHONPATH": str(ROOT)}
 
 
 def _driver(env: dict, workers: int) -> subprocess.CompletedProcess:

@@ -1,24 +1,26 @@
 """Every door into the pipeline is one product: the driver beside `dg dev` (one code location
-name, one instance, one daemon), the web UI in a browser, `dagster asset materialize`, `dg
-launch` and a schedule's tick, under the preset chosen once for the project, give one
-fingerprint. One `dg dev` serves the module; each story has its own declared backbone (the
-same tiny model), so each test starts from nothing of its own."""
+name, one instance, one daemon), the web UI in a browser, `dagster asset materialize` and `dg
+launch` (a schedule's tick: test_doors_schedule.py), under the preset chosen once for the
+project, give one fingerprint. One `dg dev` serves the module (tests/pipeline/doors.py); each
+story has its own declared backbone (the same tiny model), so each test starts from nothing of
+its own."""
 
 import json
-import os
-import subprocess
-import sys
 import time
 import urllib.request
-from pathlib import Path
 
 import pytest
 
-from dihal import registry
-from tests.tiny import SHOTS, make_docs, open_browser, serving, tiny_profile, write_shard
-
-ROOT = Path(__file__).resolve().parents[2]
-BIN = Path(sys.executable).parent
+from tests.pipeline.doors import (
+    ROOT,
+    beside_dg_dev,
+    cli,
+    cli_reuses,
+    driver,
+    finished_run,
+    materializations,
+)
+from tests.tiny import SHOTS, open_browser, tiny_profile
 
 
 def test_the_driver_names_the_code_location_as_dg_dev_does():
@@ -55,52 +57,12 @@ def test_a_missing_upstream_of_a_backbone_without_weights_names_the_weights_firs
     assert "Then: upstream asset layer_score_llama has not been materialised" in text
 
 
-# the declared backbones (one tiny model): the driver's story, the browser's, the schedule's
-STORIES = ("tinyfolder", "tinyui", "tinytick")
-
-
 @pytest.fixture(scope="module")
 def beside(tmp_path_factory, tiny_llama_dir):
-    """A project with tiny declared backbones and the tiny preset, and `dg dev` serving it."""
-    tmp = tmp_path_factory.mktemp("doors")
-    shard = write_shard(tmp / "s0.json.gz", make_docs(120))
-    tiny_profile(tmp / "tiny.json", shard)
-    # the preset chosen once for the project: every door reads it (no DIHAL_PROFILE)
-    (tmp / "dihal.toml").write_text('preset = "tiny.json"\n' + "".join(
-        f'\n[backbones.{b}]\nmodel = "{tiny_llama_dir}"\njudge = "{tiny_llama_dir}"\n'
-        for b in STORIES))
-    home = tmp / "home"
-    home.mkdir()
-    (home / "dagster.yaml").write_text((ROOT / "dagster.yaml").read_text())
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "DAGSTER_HOME": str(home),
-           "DIHAL_ARTIFACTS": str(tmp / "artifacts"), "DIHAL_CONFIG": str(tmp / "dihal.toml"),
-           "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1", "NO_COLOR": "1"}
-    for k in (registry.DECLARED_ENV, "DAGSTER_MODULE_NAME", "DIHAL_PROFILE"):
-        env.pop(k, None)
-    with serving([str(BIN / "dg"), "dev"], tmp / "dg-dev.log", env=env) as dev:
-        yield tmp, env, dev
-
-
-def _daemon_beating(env: dict, within_s: float = 70.0) -> bool:
-    import dagster as dg
-    from dagster._core.instance.ref import InstanceRef
-
-    from pipeline.launch import QUEUE_DAEMON
-
-    with dg.DagsterInstance.from_ref(InstanceRef.from_dir(env["DAGSTER_HOME"])) as instance:
-        beat = instance.get_daemon_heartbeats().get(QUEUE_DAEMON)
-        return beat is not None and time.time() - beat.timestamp < within_s
-
-
-def _driver(env: dict, backbone: str, *args: str) -> subprocess.CompletedProcess:
-    """`python -m pipeline.main --backbone <backbone> ...` in the project, under its preset."""
-    t0 = time.monotonic()
-    out = subprocess.run([sys.executable, "-m", "pipeline.main", "--backbone", backbone, *args],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
-    print(out.stdout[-4000:], out.stderr[-4000:], f"driver beside dg dev: "
-          f"{time.monotonic() - t0:.0f} s", sep="\n")
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    return out
+    """The project with the driver's and the browser's declared backbones, `dg dev` serving it."""
+    with beside_dg_dev(tmp_path_factory.mktemp("doors"), tiny_llama_dir,
+                       ("tinyfolder", "tinyui")) as served:
+        yield served
 
 
 LOCATE_ONLY = ("--layers", "1", "--stop-after", "locate", "--skip-bridgeability")
@@ -110,12 +72,8 @@ def test_the_driver_runs_beside_dg_dev_through_its_daemon(beside):
     """With `dg dev` up (its daemon serving the location it names `dihal`), the driver uses
     that daemon and its runs find their code: Locate of the declared backbone succeeds, under
     the project's preset."""
-    tmp, env, dev = beside
-    deadline = time.monotonic() + 300
-    while not _daemon_beating(env):
-        assert dev.proc.poll() is None and time.monotonic() < deadline, dev.log_tail()
-        time.sleep(2)
-    out = _driver(env, "tinyfolder", *LOCATE_ONLY)
+    tmp, env, dev = beside  # its daemon beats
+    out = driver(env, "tinyfolder", *LOCATE_ONLY)
     assert "using the Dagster daemon that is already running" in out.stdout
     assert "started a Dagster daemon" not in out.stdout
     score = json.loads((tmp / "artifacts" / "tinyfolder" / "layer_score" / "manifest.json")
@@ -136,48 +94,8 @@ def test_dg_dev_serves_the_code_location_with_the_declared_backbones(beside):
     with urllib.request.urlopen(req, timeout=120) as answer:
         nodes = json.loads(answer.read())["data"]["assetNodes"]
     keys = {n["assetKey"]["path"][0] for n in nodes}
-    assert {"layer_score_tinyfolder", "report_tinyui", "bridge_tinytick", "corpus",
+    assert {"layer_score_tinyfolder", "report_tinyui", "corpus",
             "bridge_llama"} <= keys
-
-
-def _instance(env: dict):
-    """The Dagster instance `dg dev` and every door of the test share ($DAGSTER_HOME)."""
-    import dagster as dg
-    from dagster._core.instance.ref import InstanceRef
-
-    return dg.DagsterInstance.from_ref(InstanceRef.from_dir(env["DAGSTER_HOME"]))
-
-
-def _materializations(env: dict, key: str) -> list[dict]:
-    """The metadata of each materialisation of `key`, oldest first, with its run's id."""
-    import dagster as dg
-
-    with _instance(env) as instance:
-        records = instance.fetch_materializations(dg.AssetKey(key), limit=20,
-                                                  ascending=True).records
-        return [{"run_id": r.run_id, **{k: getattr(v, "value", v) for k, v in
-                                        r.asset_materialization.metadata.items()}}
-                for r in records]
-
-
-def _finished_run(env: dict, deadline_s: float = 400, **filters):
-    """The newest run matching `filters` (dagster.RunsFilter's) once it has finished."""
-    import dagster as dg
-
-    deadline = time.monotonic() + deadline_s
-    with _instance(env) as instance:
-        while time.monotonic() < deadline:
-            runs = instance.get_runs(dg.RunsFilter(**filters), limit=1)
-            if runs and runs[0].is_finished:
-                return runs[0]
-            time.sleep(2)
-        raise AssertionError(f"no run of {filters} finished in {deadline_s:.0f} s: "
-                             f"{[(r.job_name, r.status) for r in instance.get_runs(limit=5)]}")
-
-
-def _cli(env: dict, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([str(BIN / args[0]), *args[1:]], cwd=ROOT, env=env, text=True,
-                          capture_output=True, timeout=900)
 
 
 def test_the_cli_and_dg_reuse_the_drivers_artifact_with_one_fingerprint(beside):
@@ -189,10 +107,10 @@ def test_the_cli_and_dg_reuse_the_drivers_artifact_with_one_fingerprint(beside):
     for command in (["dagster", "asset", "materialize", "-m", "pipeline.definitions",
                      "--select", "layer_score_tinyfolder"],
                     ["dg", "launch", "--assets", "layer_score_tinyfolder"]):
-        out = _cli(env, *command)
+        out = cli(env, *command)
         assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert json.loads(manifest.read_text())["fingerprint"] == made
-    doors = _materializations(env, "layer_score_tinyfolder")
+    doors = materializations(env, "layer_score_tinyfolder")
     print("layer_score_tinyfolder by door (driver, CLI, dg):",
           [(m["fingerprint"], m["cached"], m["preset"]) for m in doors])
     assert [(m["cached"], m["preset"]) for m in doors] == [
@@ -207,7 +125,7 @@ def test_a_door_under_another_preset_is_refused_with_the_command(beside):
     other = tiny_profile(tmp / "other.json", tmp / "s0.json.gz",
                          geometry={"n_tokens": 60, "n_anchors": 24, "k_neighbors": 6,
                                    "n_pairs": 100})
-    out = _cli({**env, "DIHAL_PROFILE": str(other)}, "dagster", "asset", "materialize", "-m",
+    out = cli({**env, "DIHAL_PROFILE": str(other)}, "dagster", "asset", "materialize", "-m",
                "pipeline.definitions", "--select", "geometry_tinyfolder")
     assert out.returncode != 0
     text = out.stdout + out.stderr
@@ -256,16 +174,6 @@ def _asset_page(browser, wait, url: str) -> tuple[str, int]:
     return l_star, width
 
 
-def _cli_reuses(env: dict, key: str, manifest: Path, made: dict) -> list[dict]:
-    """`dagster asset materialize --select key` succeeds and leaves the manifest's fingerprint
-    as `made` had it; the materializations of `key` so far, oldest first."""
-    cli = _cli(env, "dagster", "asset", "materialize", "-m", "pipeline.definitions",
-               "--select", key)
-    assert cli.returncode == 0, cli.stdout[-3000:] + cli.stderr[-3000:]
-    assert json.loads(manifest.read_text())["fingerprint"] == made["fingerprint"]
-    return _materializations(env, key)
-
-
 def test_the_ui_makes_layer_score_and_the_driver_and_the_cli_reuse_it(beside):
     """In a real browser, the Locate job's page of the UI that `dg dev` serves (location
     `dihal`, the project's tiny preset) materialises layer_score_tinyui with its upstream; the
@@ -287,7 +195,7 @@ def test_the_ui_makes_layer_score_and_the_driver_and_the_cli_reuse_it(beside):
             (By.XPATH, "//*[contains(text(), 'layer score for tinyui')]")))
         browser.save_screenshot(SHOTS / "doors-1-locate-job.png")
         _click(browser, wait, "Materialize all")
-        run = _finished_run(env, job_name="locate_tinyui")
+        run = finished_run(env, job_name="locate_tinyui")
         browser.get(f"{dev.url}/runs/{run.run_id}")
         wait.until(ec.presence_of_element_located((By.XPATH, "//*[contains(., 'Success')]")))
         browser.save_screenshot(SHOTS / "doors-2-run.png")
@@ -305,88 +213,14 @@ def test_the_ui_makes_layer_score_and_the_driver_and_the_cli_reuse_it(beside):
     made = json.loads(manifest.read_text())
     assert made["info"]["preset"] == "tiny.json"
     # the asset page shows the l* the run recorded, and its plot loads
-    assert shown_l_star == str(_materializations(env, "layer_score_tinyui")[0]["l_star"])
+    assert shown_l_star == str(materializations(env, "layer_score_tinyui")[0]["l_star"])
     assert plot_width > 0, "the plot image on the asset page did not load"
-    out = _driver(env, "tinyui", *LOCATE_ONLY)
+    out = driver(env, "tinyui", *LOCATE_ONLY)
     assert "using the Dagster daemon that is already running" in out.stdout
-    doors = _cli_reuses(env, "layer_score_tinyui", manifest, made)
+    doors = cli_reuses(env, "layer_score_tinyui", manifest, made)
     print("layer_score_tinyui by door (UI, driver, CLI):",
           [(m["fingerprint"], m["cached"], m["preset"]) for m in doors])
     assert doors[0]["run_id"] == run.run_id  # the UI's run made it
     assert [(m["cached"], m["preset"]) for m in doors] == [
         (False, "tiny.json"), (True, "tiny.json"), (True, "tiny.json")]
     assert {m["fingerprint"] for m in doors} == {made["fingerprint"][:16]}
-
-
-# A tick of a schedule as the daemon's scheduler makes it (dagster._scheduler): the schedule
-# started on the instance, the scheduler's loop run up to its next cron time (03:00 would be
-# a long wait), its run request submitted to the instance's run queue, which `dg dev`'s
-# daemon launches. Prints the schedule's ticks as JSON on a line of its own ("TICKS [...]").
-TICK = """
-import datetime, json, logging, sys
-import dagster as dg
-import dagster._daemon  # first: it imports the scheduler
-from dagster._core.workspace.context import WorkspaceProcessContext
-from dagster._core.workspace.load_target import PyProjectFileTarget
-from dagster._scheduler.scheduler import launch_scheduled_runs
-
-with dg.DagsterInstance.get() as instance, WorkspaceProcessContext(
-        instance, PyProjectFileTarget("pyproject.toml")) as ctx:
-    (entry,) = ctx.create_request_context().get_code_location_entries().values()
-    (repo,) = entry.code_location.get_repositories().values()
-    schedule = repo.get_schedule(sys.argv[1])
-    origin, selector = schedule.get_remote_origin_id(), schedule.selector_id
-    now = datetime.datetime.now(datetime.timezone.utc).timestamp()
-    after = max([now] + [t.timestamp for t in instance.get_ticks(origin, selector)])
-    due = next(schedule.execution_time_iterator(after + 1))
-    instance.start_schedule(schedule)
-    list(launch_scheduled_runs(ctx, logging.getLogger("tick"),
-                               due + datetime.timedelta(minutes=1), {}))
-    instance.stop_schedule(origin, selector, schedule)
-    print("TICKS", json.dumps([{"status": t.status.value, "runs": list(t.run_ids),
-                       "skip": t.skip_reason, "error": t.error and t.error.to_string(),
-                       "location": entry.origin.location_name}
-                      for t in instance.get_ticks(origin, selector)]))
-"""
-
-
-def _tick(env: dict, schedule: str) -> dict:
-    """The newest tick of `schedule` after one more tick through the daemon's scheduler."""
-    out = subprocess.run([sys.executable, "-c", TICK, schedule], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    (line,) = [ln for ln in out.stdout.splitlines() if ln.startswith("TICKS ")]
-    ticks = json.loads(line.removeprefix("TICKS "))
-    print(f"{schedule} ticks, newest first: {ticks}")
-    return ticks[0]
-
-
-def test_a_schedule_tick_runs_under_the_project_preset_and_the_cli_reuses_it(beside):
-    """The nightly re-evaluation of a backbone whose sweep the driver made: a tick (the
-    daemon's scheduler, the run launched by `dg dev`'s daemon) finds bridgeability stale and
-    makes it under the project's preset; `dagster asset materialize` then reuses it (one
-    fingerprint), and the next tick finds it up to date."""
-    tmp, env, dev = beside
-    _driver(env, "tinytick", "--layers", "1,2,3", "--stop-after", "sweep",
-            "--skip-bridgeability", "--workers", "3")
-    tick = _tick(env, "reevaluate_tinytick_nightly")
-    assert (tick["status"], tick["location"]) == ("SUCCESS", "dihal"), tick
-    (run_id,) = tick["runs"]
-    run = _finished_run(env, run_ids=[run_id])
-    assert run.status.value == "SUCCESS", (run.status, dev.log_tail())
-    assert run.tags["dagster/schedule_name"] == "reevaluate_tinytick_nightly"
-    assert run.remote_job_origin.location_name == "dihal"
-    assert run.tags["reason"] == "stale: bridgeability_tinytick"
-    manifest = tmp / "artifacts" / "tinytick" / "bridgeability" / "manifest.json"
-    made = json.loads(manifest.read_text())
-    assert made["info"]["preset"] == "tiny.json"
-    doors = _cli_reuses(env, "bridgeability_tinytick", manifest, made)
-    print("bridgeability_tinytick by door (schedule, CLI):",
-          [(m["fingerprint"], m["cached"], m["preset"]) for m in doors])
-    assert doors[0]["run_id"] == run_id
-    assert [(m["cached"], m["preset"]) for m in doors] == [
-        (False, "tiny.json"), (True, "tiny.json")]
-    assert {m["fingerprint"] for m in doors} == {made["fingerprint"][:16]}
-    again = _tick(env, "reevaluate_tinytick_nightly")
-    assert (again["status"], again["runs"]) == ("SKIPPED", []), again
-    assert "bridgeability_tinytick and eval_tinytick are up to date" in again["skip"]

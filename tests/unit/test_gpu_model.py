@@ -135,14 +135,18 @@ def test_the_model_predicts_a_tiny_runs_real_step_times(tmp_path, tiny_backbone)
 
     # layer_score's sequence resamples and split halves, every candidate layer
     geo = GeometryConfig(n_tokens=256, n_anchors=128, k_neighbors=32, n_pairs=4096)  # the check's
-    cfg = LayerScoreConfig(sequence_resamples=3, split_halves=1)
+    # 10 samples (about half a second on a CPU): a burst of the machine's other work moves a
+    # longer measurement less
+    cfg = LayerScoreConfig(sequence_resamples=8, split_halves=1)
     prof = {"sequences": {"n_val": 24, "seq_len": 16}, "geometry": {"n_tokens": 256},
-            "layer_score": {"sequence_resamples": 3, "split_halves": 1}}
+            "layer_score": {"sequence_resamples": 8, "split_halves": 1}}
     row = [r for r in locate_rows(units, prof, bb.n_layers) if r["step"].startswith("layer_s")]
     t = gpu_check.time.perf_counter()
     sequence_stability(reader, geo, list(range(1, bb.n_layers)), 1, cfg, backbone="t")
     real = gpu_check.time.perf_counter() - t
-    assert row[0]["count"] == 5 * (bb.n_layers - 1)
+    assert row[0]["count"] == 10 * (bb.n_layers - 1)
+    print(f"layer_score's sequence samples: real {real:.3f} s, predicted "
+          f"{row[0]['seconds']:.3f} s")
     assert FACTOR > real / row[0]["seconds"] > 1 / FACTOR, (real, row[0])
 
 

@@ -21,9 +21,10 @@ from tests.tiny import ROOT, tiny_profile
 
 LAYERS = ["1", "2", "3"]
 # Each step of a partition's run (the bridge, then its regression control) keeps its device this
-# long after computing (tests.tiny_location): runs launched a few seconds apart overlap, and on
-# the Dask cluster every worker takes one step, without training for longer
-HOLD_S = "8"
+# long after computing (tests.tiny_location), without training for longer: runs launched a few
+# seconds apart overlap (3 s), and on the Dask cluster every worker takes one step (8 s: with
+# shorter steps one worker took two)
+HOLD_S = {"backfill": "3", "dask": "8"}
 
 
 def _digest(path: Path) -> str:
@@ -38,14 +39,14 @@ def reference(swept_world):
                                                       "bridge.safetensors")) for ll in LAYERS}
 
 
-def _setup(tmp_path: Path, model: Path, shard: Path) -> dict:
+def _setup(tmp_path: Path, model: Path, shard: Path, hold_s: str) -> dict:
     home = tmp_path / "dagster_home"
     home.mkdir()
     shutil.copy(ROOT / "dagster.yaml", home / "dagster.yaml")  # the project's instance config
     return {**os.environ, "DAGSTER_HOME": str(home), "DIHAL_TINY_MODEL": str(model),
             "DIHAL_ARTIFACTS": str(tmp_path / "artifacts"), "PYTHONUNBUFFERED": "1",
             "DIHAL_PROFILE": str(tiny_profile(tmp_path / "tiny.json", shard)),
-            "DIHAL_TINY_HOLD_S": HOLD_S, "PYTHONPATH": str(ROOT)}
+            "DIHAL_TINY_HOLD_S": hold_s, "PYTHONPATH": str(ROOT)}
 
 
 def _driver(env: dict, workers: int) -> subprocess.CompletedProcess:
@@ -97,7 +98,7 @@ def _step_pids(instance: dg.DagsterInstance, records) -> set[int]:
 def test_the_driver_runs_named_jobs_and_the_sweep_as_one_concurrent_backfill(
         tmp_path, tiny_llama_dir, reference, monkeypatch):
     world, want = reference
-    env = _setup(tmp_path, tiny_llama_dir, world.shard)
+    env = _setup(tmp_path, tiny_llama_dir, world.shard, HOLD_S["backfill"])
     out = _driver(env, workers=3)
     assert "started a Dagster daemon" in out.stdout
     assert re.search(r"backfill \S+ of sweep_llama: 3 partitions \(1, 2, 3\), at most 3 at a time",
@@ -164,7 +165,7 @@ def dask_cluster(tmp_path):
 def test_the_sweep_runs_on_a_dask_cluster_concurrently_with_the_same_weights(
         tmp_path, tiny_llama_dir, reference, dask_cluster, monkeypatch):
     world, want = reference
-    env = _setup(tmp_path, tiny_llama_dir, world.shard)
+    env = _setup(tmp_path, tiny_llama_dir, world.shard, HOLD_S["dask"])
     address, worker_pids = dask_cluster(env)  # the workers load the same code location
     env["DIHAL_DASK_SCHEDULER"] = address
     _driver(env, workers=3)

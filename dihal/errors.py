@@ -47,6 +47,11 @@ class DiskFullError(DihalError):
     """A write failed for want of space; the message names the disk, the space and the fix."""
 
 
+class StaleArtifactError(DihalError):
+    """An artifact made from an upstream that has been made again since, from other inputs:
+    never read as if it belonged to the chain; the message names it and the command."""
+
+
 class MissingArtifactError(DihalError):
     """An upstream artifact has not been made yet; the message names the command that makes it."""
 
@@ -60,6 +65,11 @@ class TrainingError(DihalError):
 
     def __reduce__(self):  # pickles with its step (default pickling would drop it)
         return type(self), (self.args[0], self.step)
+
+
+class TrainingBudgetError(DihalError, ValueError):
+    """A training whose optimiser steps exceed dihal.config.MAX_TRAIN_STEPS, refused before
+    it starts; the message names the steps, how they were counted, the limit and the fix."""
 
 
 class CheckpointMismatchError(DihalError, ValueError):
@@ -83,3 +93,8 @@ class UnsupportedArchitectureError(DihalError, ValueError):
 class BackboneDeclarationError(DihalError, ValueError):
     """A declared backbone (dihal.toml's [backbones] table, or the driver's --backbone) that
     is malformed; the message names the file, the entry and the fix."""
+
+
+class SettingError(DihalError, ValueError):
+    """A setting read from the process environment that is not of its type or out of its
+    range; the message names the variable, its value, what is allowed and the fix."""

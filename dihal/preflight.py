@@ -3,7 +3,8 @@
 Pure checks over facts gathered by the driver (pipeline/preflight.py, the whole run before any
 run is launched) and by each heavy stage itself (stage_refusals, for every door: the web UI,
 `dagster asset materialize`, `dg launch`, the schedules): the chosen preset's stage configs,
-the backbone's shape, the workers, the corpus's document lengths, the host's memory and disk,
+the backbone's shape and positions (max_position_embeddings against the sequences' length,
+also checked by the sequences stage before it tokenises), the workers, the corpus's document lengths, the host's memory and disk,
 the GPUs' memory, and the largest hidden state of a first batch. Each check that fails gives a
 Refusal naming what does not fit, the numbers, and the setting to change.
 """
@@ -16,7 +17,14 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dihal.config import DTYPE_MAX, BridgeProtocol, ExtractConfig, SequenceConfig
+from dihal.config import (
+    DTYPE_MAX,
+    MAX_TRAIN_STEPS,
+    TRAIN_STEPS_WHY,
+    BridgeProtocol,
+    ExtractConfig,
+    SequenceConfig,
+)
 from dihal.errors import DihalError
 from dihal.locate.corpus import shortfall_message
 
@@ -34,7 +42,7 @@ class PreflightError(DihalError):
 
 @dataclass(frozen=True)
 class Refusal:
-    check: str  # "corpus", "host memory", "disk", "GPU memory", "float16 headroom"
+    check: str  # "positions", "corpus", "host memory", "disk", "GPU memory", "float16 headroom"
     message: str  # the numbers and the setting to change
 
     def __str__(self) -> str:
@@ -60,6 +68,7 @@ class Facts:
     gpu_total: list[int] = field(default_factory=list)  # bytes per visible GPU
     first_batch_max_abs: float | None = None  # largest |h| over every layer of a first batch
     vocab: int = 0  # the LM head's width (the dump's reference logits)
+    max_positions: int | None = None  # its config's max_position_embeddings; None: no limit
 
 
 def _gib(n: float) -> str:
@@ -77,6 +86,60 @@ def store_bytes(seq: SequenceConfig, extract: ExtractConfig, n_layers: int, hidd
     per = 2 if extract.dtype == "float16" else 4
     seqs = seq.n_val + (seq.n_train if extract.store_train else 0)
     return n_layers * seqs * seq.seq_len * hidden * per + seqs * seq.seq_len * 4
+
+
+def max_positions(config: dict) -> int | None:
+    """max_position_embeddings of a model's config (config.json as a dict, or a transformers
+    config's to_dict(); a multimodal one's text_config), None where it names none."""
+    for cfg in (config, config.get("text_config") or {}):
+        value = cfg.get("max_position_embeddings")
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def read_max_positions(folder: Path) -> int | None:
+    """max_positions of the config.json in a model folder (the resolved weights' folder: read
+    without loading the model or its tokenizer); None where there is none."""
+    import json
+
+    path = Path(folder) / "config.json"
+    return max_positions(json.loads(path.read_text())) if path.is_file() else None
+
+
+def check_positions(backbone: str, limit: int | None, seq: SequenceConfig) -> list[Refusal]:
+    """A sequence is [BOS] + (seq_len - 1) corpus tokens, at positions 0..seq_len - 1: the
+    backbone must have position embeddings for each (rotary or learned: positions past its
+    max_position_embeddings were never trained). A model whose config names no limit: none."""
+    if limit is None or seq.seq_len <= limit:
+        return []
+    return [Refusal("positions", (
+        f"sequences.seq_len {seq.seq_len} (the BOS included) is longer than {backbone}'s "
+        f"max_position_embeddings {limit} (its config.json): its positions past {limit} were "
+        f"never trained. Set sequences.seq_len to at most {limit}."))]
+
+
+def require_positions(backbone: str, limit: int | None, seq: SequenceConfig) -> None:
+    """Raise PreflightError where check_positions refuses (the sequences stage, before it
+    tokenises a document)."""
+    if found := check_positions(backbone, limit, seq):
+        raise PreflightError(f"pre-flight refused the sequences of {backbone} (1 problem(s)):\n"
+                             f"  - {found[0]}")
+
+
+def check_training_budget(seq: SequenceConfig, protocol: BridgeProtocol) -> list[Refusal]:
+    """A bridge's optimiser steps (each seed's, as the training loop counts them) against
+    dihal.config.MAX_TRAIN_STEPS."""
+    from dihal.bridge.train import loop_config
+    from dihal.training import total_steps
+
+    steps = total_steps(seq.n_train, loop_config(protocol, "cpu"))
+    if steps <= MAX_TRAIN_STEPS:
+        return []
+    return [Refusal("training budget", (
+        f"a bridge trains {steps:,} optimiser steps (epochs {protocol.epochs:g} x "
+        f"sequences.n_train {seq.n_train:,} / batch_size {protocol.batch_size}), over the "
+        f"limit of {MAX_TRAIN_STEPS:,} ({TRAIN_STEPS_WHY}). Lower epochs."))]
 
 
 def check_corpus(facts: Facts, seq: SequenceConfig) -> list[Refusal]:
@@ -201,7 +264,9 @@ def check_headroom(facts: Facts, extract: ExtractConfig) -> list[Refusal]:
 def refusals(facts: Facts, seq: SequenceConfig, extract: ExtractConfig,
              protocol: BridgeProtocol) -> list[Refusal]:
     """Every check's refusals, in the order the run would meet them."""
-    return (check_corpus(facts, seq) + check_headroom(facts, extract)
+    return (check_positions(facts.backbone, facts.max_positions, seq)
+            + check_training_budget(seq, protocol)
+            + check_corpus(facts, seq) + check_headroom(facts, extract)
             + check_host_memory(facts, seq) + check_disk(facts, seq, extract, protocol)
             + check_gpu_memory(facts, seq, extract, protocol))
 
@@ -254,7 +319,8 @@ def model_facts(bb, device: str, *, workers: int, swept_layers: int, root: Path,
         weight_bytes=next(bb.model.parameters()).element_size(),
         device="cuda" if on_gpu else "cpu", workers=workers, swept_layers=swept_layers,
         doc_lengths=doc_lengths, host_available=available_memory(), disk_free=disk_free(root),
-        gpu_total=gpus, first_batch_max_abs=first_batch_max_abs, vocab=int(cfg.vocab_size))
+        gpu_total=gpus, first_batch_max_abs=first_batch_max_abs, vocab=int(cfg.vocab_size),
+        max_positions=max_positions(cfg.to_dict()))
 
 
 # ---------------------------------------------------------------- the checks of one stage
@@ -264,15 +330,19 @@ def stage_refusals(kind: str, facts: Facts, seq: SequenceConfig, extract: Extrac
     """The pre-flight's checks that a stage of `kind` meets before its heavy work, whichever
     door launched it: "dump" (the hidden-state store on disk, the dump on one GPU), "training"
     (a bridge's pairs in host memory for each concurrent step, its training on one GPU, its
-    weights and a checkpoint on disk)."""
+    weights and a checkpoint on disk); both, the sequences' length against the backbone's
+    positions (sequences made for another model folder, or before the sequences stage
+    checked it)."""
     from dataclasses import replace
 
+    positions = check_positions(facts.backbone, facts.max_positions, seq)
     if kind == "dump":  # the store only: no bridge, no checkpoint yet
-        return (check_disk(replace(facts, swept_layers=0, workers=0), seq, extract, protocol)
+        return (positions
+                + check_disk(replace(facts, swept_layers=0, workers=0), seq, extract, protocol)
                 + check_gpu_memory(facts, seq, extract, protocol))
     if kind == "training":  # one bridge: the store is there already
         one = replace(facts, swept_layers=1, workers=1)
-        return (check_host_memory(facts, seq)
+        return (positions + check_training_budget(seq, protocol) + check_host_memory(facts, seq)
                 + check_disk(one, seq, replace(extract, store_train=False), protocol,
                              with_store=False)
                 + check_gpu_memory(facts, seq, extract, protocol))
@@ -287,3 +357,69 @@ def require_stage(kind: str, facts: Facts, seq: SequenceConfig, extract: Extract
         raise PreflightError(
             f"pre-flight refused this {kind} step of {facts.backbone} ({len(found)} "
             "problem(s)):\n" + "\n".join(f"  - {r}" for r in found))
+
+
+# ---------------------------------------------------------------- the folders a run writes to
+
+# The least free space a run needs where Dagster and dihal write before any stage sizes its own
+# need (check_disk): the instance's SQLite storage, event and compute logs, locks, manifests
+MIN_FREE_BYTES = 100 * 2**20
+
+
+@dataclass(frozen=True)
+class Folder:
+    """A folder a run writes to, as this host has it (folder_facts)."""
+
+    path: Path
+    variable: str  # the environment variable that places it: DAGSTER_HOME, DIHAL_ARTIFACTS
+    what: str  # what is kept there, for the message
+    read_only: bool  # on a file system mounted read-only
+    writable: bool  # this user may make files in it (or, not made yet, in its nearest parent)
+    free: int  # bytes free to this user on its file system
+
+
+def folder_facts(path: Path | str, variable: str, what: str) -> Folder:
+    """The Folder at `path` (made later where it does not exist yet: its nearest existing
+    parent's file system and permissions count). Reads only: nothing is written."""
+    p = Path(path).absolute()
+    probe = p
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    st = os.statvfs(probe)
+    return Folder(path=p, variable=variable, what=what,
+                  read_only=bool(st.f_flag & os.ST_RDONLY),
+                  writable=os.access(probe, os.W_OK | os.X_OK),
+                  free=st.f_bavail * st.f_frsize)
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB"
+
+
+def check_folder(folder: Folder, min_free: int = MIN_FREE_BYTES) -> list[Refusal]:
+    """A folder a run writes to must be writable and have `min_free` bytes free."""
+    f = folder
+    elsewhere = (f"point {f.variable} at a folder on another disk (the files already there are "
+                 "kept; copy them along to reuse them), then run again. Nothing was run or "
+                 "changed.")
+    if f.read_only:
+        why = f"{f.path} is on a read-only file system"
+    elif not f.writable:
+        why = f"{f.path} is not writable by this user (uid {os.getuid()})"
+    elif f.free < min_free:
+        return [Refusal(f.variable, (
+            f"the disk holding {f.path} is full: {_mib(f.free)} free, a run needs at least "
+            f"{_mib(min_free)} there for {f.what}. Free space on it, or {elsewhere}"))]
+    else:
+        return []
+    return [Refusal(f.variable, (
+        f"{why}: a run writes {f.what} there. Make it writable (remount it read-write, fix its "
+        f"permissions), or {elsewhere}"))]
+
+
+def require_folders(folders: list[Folder], min_free: int = MIN_FREE_BYTES) -> None:
+    """Raise PreflightError listing the refusals of check_folder for each of `folders`."""
+    found = [r for f in folders for r in check_folder(f, min_free)]
+    if found:
+        raise PreflightError(f"pre-flight refused this run ({len(found)} problem(s)):\n"
+                             + "\n".join(f"  - {r}" for r in found))

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dihal import config as dc
+from dihal.environment import env_text
 from dihal.registry import config_file
 from dihal.stages import STAGES
 
@@ -163,8 +164,8 @@ def _project_choice() -> tuple[str, str] | None:
 def chosen_preset() -> tuple[str, str]:
     """(name, source) of the preset no door named: $DIHAL_PROFILE, the instance's file, the
     project's dihal.toml, else cpu."""
-    if os.environ.get(PRESET_ENV):
-        return os.environ[PRESET_ENV], f"${PRESET_ENV}"
+    if (name := env_text(PRESET_ENV)) is not None:  # resolve_preset names it where unknown
+        return name, f"${PRESET_ENV}"
     if (f := instance_file()) is not None and f.is_file():
         lines = [ln.strip() for ln in f.read_text().splitlines()
                  if ln.strip() and not ln.startswith("#")]

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from dihal.environment import env_json_list, env_text, hub_offline
 from dihal.errors import (
     BackboneDeclarationError,
     BackboneNotFoundError,
@@ -141,11 +142,13 @@ _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
 def config_file() -> Path:
     """The configuration file declaring backbones: $DIHAL_CONFIG, else dihal.toml."""
-    return Path(os.environ.get(CONFIG_ENV) or PROJECT_CONFIG).expanduser()
+    return Path(env_text(CONFIG_ENV) or PROJECT_CONFIG).expanduser()
 
 
-def _offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "1") not in ("0", "false", "False")
+def declared_by_flag() -> list[dict]:
+    """The entries the driver's --backbone declared ($DIHAL_BACKBONE_MODELS, a JSON list of
+    objects; malformed: a SettingError naming it)."""
+    return env_json_list(DECLARED_ENV)
 
 
 def read_model_config(model: str, revision: str | None = None, *, what: str,
@@ -155,7 +158,7 @@ def read_model_config(model: str, revision: str | None = None, *, what: str,
     supported."""
     from transformers import AutoConfig
 
-    offline = _offline() if offline is None else offline
+    offline = hub_offline() if offline is None else offline
     folder = Path(model).expanduser()
     if folder.is_dir():
         _check_config_json(folder, what)
@@ -286,8 +289,7 @@ def declare_model(model: str) -> str:
     if not (Path(model).expanduser().is_dir() or "/" in model):
         return model  # neither: get_spec's UnknownBackboneError names the known backbones
     name = name_for(model)
-    entries = json.loads(os.environ.get(DECLARED_ENV) or "[]")
-    entries = [e for e in entries if e.get("name") != name]
+    entries = [e for e in declared_by_flag() if e.get("name") != name]
     path = Path(model).expanduser()
     entries.append({"name": name, "model": str(path.resolve()) if path.is_dir() else model})
     os.environ[DECLARED_ENV] = json.dumps(entries)
@@ -308,14 +310,10 @@ def _config_entries() -> list[tuple[str, dict, str]]:
             raise BackboneDeclarationError(
                 f"{path}: `backbones` must be a table of [backbones.<name>] entries")
         out += [(name, entry, str(path)) for name, entry in table.items()]
-    elif os.environ.get(CONFIG_ENV):
+    elif env_text(CONFIG_ENV):
         raise BackboneDeclarationError(
             f"${CONFIG_ENV} names {path}, which is not a file: fix the path or unset it")
-    try:
-        extra = json.loads(os.environ.get(DECLARED_ENV) or "[]")
-    except json.JSONDecodeError as exc:
-        raise BackboneDeclarationError(f"${DECLARED_ENV} is not a JSON list ({exc})") from exc
-    for e in extra:
+    for e in declared_by_flag():  # a malformed list: a SettingError, kept as the file's problem
         e = dict(e)
         out.append((e.pop("name", None), e, "--backbone"))
     return out
@@ -351,7 +349,7 @@ def _declared(key: tuple) -> tuple[dict[str, BackboneSpec], dict[str, DihalError
 def _declaration_state() -> tuple[dict[str, BackboneSpec], dict[str, DihalError]]:
     path = config_file()
     stamp = path.stat().st_mtime_ns if path.is_file() else None
-    return _declared((str(path), stamp, os.environ.get(DECLARED_ENV), _offline()))
+    return _declared((str(path), stamp, env_text(DECLARED_ENV), hub_offline()))
 
 
 def declared_backbones() -> dict[str, BackboneSpec]:

@@ -40,8 +40,9 @@ import torch
 from torch import Tensor, nn
 
 from dihal.checkpoint import latest_checkpoint, load_latest_good, runtime_warning, save_checkpoint
+from dihal.config import EPOCHS_WHY, MAX_TRAIN_STEPS, TRAIN_STEPS_WHY
 from dihal.devices import same_device
-from dihal.errors import CheckpointMismatchError, TrainingError
+from dihal.errors import CheckpointMismatchError, TrainingBudgetError, TrainingError
 from dihal.seeds import derive_seed
 
 if TYPE_CHECKING:
@@ -113,6 +114,9 @@ class TrainConfig:
             raise ValueError(
                 f"invalid TrainConfig fields: {', '.join(f'{b}={getattr(self, b)!r}' for b in bad)}"
             )
+        if self.epochs > MAX_TRAIN_STEPS:
+            raise ValueError(f"TrainConfig.epochs must be at most {MAX_TRAIN_STEPS:,} "
+                             f"({EPOCHS_WHY}), got {self.epochs!r}")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -143,6 +147,18 @@ def sample_budget(n_seq: int, cfg: TrainConfig) -> int:
 
 def total_steps(n_seq: int, cfg: TrainConfig) -> int:
     return math.ceil(sample_budget(n_seq, cfg) / cfg.batch_size)
+
+
+def check_budget(n_seq: int, cfg: TrainConfig) -> int:
+    """total_steps, or TrainingBudgetError where it exceeds MAX_TRAIN_STEPS (before the
+    sample order of the whole budget is built)."""
+    steps = total_steps(n_seq, cfg)
+    if steps > MAX_TRAIN_STEPS:
+        raise TrainingBudgetError(
+            f"a training of {steps:,} optimiser steps (epochs {cfg.epochs:g} x {n_seq:,} "
+            f"sequences / batch_size {cfg.batch_size}) is over the limit of "
+            f"{MAX_TRAIN_STEPS:,} ({TRAIN_STEPS_WHY}): lower epochs.")
+    return steps
 
 
 def sample_order(n_seq: int, cfg: TrainConfig) -> Tensor:
@@ -252,7 +268,7 @@ class Trainer:
         self.device = self.acc.device
         self.autocast = torch.autocast(device_type=self.device.type, dtype=torch.bfloat16,
                                        enabled=cfg.mixed_precision == "bf16")
-        self.n_steps = total_steps(n_train, cfg)
+        self.n_steps = check_budget(n_train, cfg)
         self.order = sample_order(n_train, cfg)
         if self.device.type == "cuda":  # a batch's indices reach the device without a wait
             self.order = self.order.pin_memory()

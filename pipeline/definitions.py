@@ -11,7 +11,6 @@ scheduler (README: "Scaling out").
 
 from __future__ import annotations
 
-import os
 import warnings
 
 import dagster as dg
@@ -22,8 +21,10 @@ from assets.evaluate import evaluate_assets
 from assets.locate import corpus, locate_assets
 from assets.replace import replace_assets
 from assets.report import report_assets
+from dihal.environment import dask_scheduler
 from dihal.registry import all_backbones, declaration_problems, get_spec
 from dihal.stages import JOBS, job_keys, job_name
+from dihal.versions import check_dependencies
 from resources import (
     BackboneResource,
     ComputeResource,
@@ -40,7 +41,11 @@ def build_definitions(
     """All asset families: of ``backbones``, by default every built-in and declared one
     (dihal.registry.all_backbones: dihal.toml's [backbones], the driver's --backbone).
     ``n_layers`` overrides the layer count per backbone (tests use tiny models); by default it
-    comes from the registry (a declared backbone's from its config.json)."""
+    comes from the registry (a declared backbone's from its config.json). A pinned package
+    installed outside its supported releases is refused, or warned about, first
+    (dihal.versions.check_dependencies: every door loads the code location through here)."""
+    for msg in check_dependencies():
+        warnings.warn(msg, stacklevel=2)
     if backbones is None:
         backbones = tuple(all_backbones())
         for exc in declaration_problems().values():  # the others stay in the location
@@ -94,7 +99,7 @@ def stage_jobs(b: str) -> list:
 
 def executor():
     """In the run's process; on the Dask scheduler DIHAL_DASK_SCHEDULER when it is set."""
-    address = os.environ.get("DIHAL_DASK_SCHEDULER")
+    address = dask_scheduler()
     if not address:
         return dg.in_process_executor
     from pipeline.dask_engine import dask_executor

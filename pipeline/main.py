@@ -18,7 +18,6 @@ report. Every step reuses what is up to date.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shlex
 import signal
@@ -28,6 +27,8 @@ from typing import NoReturn
 
 import dagster as dg
 
+from dihal import environment
+from dihal.errors import SettingError
 from dihal.stages import DRIVER_STAGES, asset_key, job_name
 from pipeline.launch import failure_causes  # noqa: F401 (the driver's failure lines; tests)
 
@@ -157,10 +158,11 @@ def seed_plan(args: argparse.Namespace, layers: list[int]) -> dict:
 def _preflight(args: argparse.Namespace, layers: list[int]) -> None:
     """Refuse, before any run, a run that would not fit (pipeline/preflight.py): the lines of
     dihal.preflight's refusals on stderr, exit status 2."""
-    from dihal.preflight import PreflightError
-    from pipeline.preflight import preflight
+    from dihal.preflight import PreflightError, require_folders
+    from pipeline.preflight import folders, preflight
 
     try:
+        require_folders(folders(args.module))  # a read-only or full DAGSTER_HOME or root
         preflight(args, layers, lambda msg: print(f"[dihal] {msg}", flush=True))
     except PreflightError as exc:
         print(f"REFUSED: {exc}", file=sys.stderr, flush=True)
@@ -202,8 +204,8 @@ class Chain:
               + (f" (reused: {', '.join(cached)})" if cached else ""), flush=True)
 
 
-# dihal.backbones.DEVICE_MAPS, spelled here so that --help needs no torch (a test keeps them equal)
-DEVICE_MAP_CHOICES = ("auto", "balanced", "balanced_low_0", "sequential")
+# dihal.backbones.DEVICE_MAPS, from the torch-free module that owns them (--help needs no torch)
+DEVICE_MAP_CHOICES = environment.DEVICE_MAPS
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -231,7 +233,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "MIN_BRIDGEABILITY_LAYERS) and stop after the sweep")
     ap.add_argument("--baselines", default=",".join(BASELINES),
                     help="comma-separated baselines for the comparison")
-    ap.add_argument("--workers", type=int, default=int(os.environ.get("DIHAL_WORKERS", "1")),
+    ap.add_argument("--workers", type=int,
                     help="runs at once (sweep partitions, baselines); each step holds its own "
                          "GPU, or a share of the CPU cores (default: $DIHAL_WORKERS or 1)")
     ap.add_argument("--profile", default=None,
@@ -241,7 +243,6 @@ def build_parser() -> argparse.ArgumentParser:
                          "dihal.toml's preset), else cpu; gpu sweeps every layer unless --layers "
                          "is given")
     ap.add_argument("--device-map", choices=DEVICE_MAP_CHOICES,
-                    default=os.environ.get("DIHAL_DEVICE_MAP") or None,
                     help="spread the backbone over this host's GPUs (accelerate's device_map; "
                          "default: one device). Recorded in the dump's backbone info and "
                          "carried in every run's config")
@@ -250,14 +251,19 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--module", default=project_location()[0],
                     help="the Dagster code location (a Python module defining `defs`; default: "
                          "pyproject's [tool.dagster], which `dagster dev` and `dg dev` serve)")
+    try:  # the defaults taken from the environment, refused like a wrong argument (--help too)
+        ap.set_defaults(workers=environment.workers(), device_map=environment.device_map())
+    except SettingError as exc:
+        ap.error(str(exc))
     return ap
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = build_parser()
-    from pipeline.launch import open_instance
+    from pipeline.launch import open_instance, private_tmpdir
 
     args, layers, baselines, seeds = _checked(ap, argv)
+    private_tmpdir()  # the code servers' Unix sockets where no other user can reach them
     instance = open_instance()  # safe beside another driver starting on a fresh DAGSTER_HOME
     _refuse_run_only_declaration(ap, args, instance)
     signal.signal(signal.SIGTERM, _interrupted)
@@ -298,10 +304,10 @@ def _checked(ap: argparse.ArgumentParser, argv: list[str] | None):
 def _refuse_run_only_declaration(ap: argparse.ArgumentParser, args, instance) -> None:
     """A backbone declared by --backbone for this run only is unknown to a daemon already
     running (dagster dev): refuse, saying how to declare it for both."""
-    from dihal.registry import DECLARED_ENV
+    from dihal.registry import declared_by_flag
     from pipeline.launch import daemon_alive
 
-    by_flag = {e["name"] for e in json.loads(os.environ.get(DECLARED_ENV) or "[]")}
+    by_flag = {e.get("name") for e in declared_by_flag()}
     if args.backbone in by_flag and daemon_alive(instance):
         ap.error(f"--backbone declared {args.backbone!r} for this run only, but a Dagster "
                  "daemon is already running (dagster dev) and its code location does not know "

@@ -42,13 +42,17 @@ def gather(args, layers: list[int], resources: dict | None = None):
     from dihal.backbones import bos_id_of
     from dihal.errors import CorpusError
     from dihal.locate.corpus import corpus_documents, document_lengths, pack_sequences
-    from dihal.preflight import PreflightError, model_facts
+    from dihal.preflight import PreflightError, model_facts, read_max_positions, require_positions
     from dihal.profiles import resolve_preset
 
     profile = resolve_preset(args.profile).stages
     corpus, seq, extract, protocol = stage_configs(profile, args.backbone)
     res = resources or _resources(args.module)
     layout = res["storage"].layout()
+    # the sequences' length against the backbone's positions, from its config.json: before the
+    # corpus is tokenised or the model loaded
+    weights = res["backbones"].resolve(args.backbone, layout)
+    require_positions(args.backbone, read_max_positions(weights.path), seq)
     tok = res["backbones"].load_tokenizer(args.backbone, layout)
     try:  # the corpus the corpus stage reads: a Hub dataset's rows where hf_dataset is set
         lengths = document_lengths(corpus_documents(corpus), tok, seq)
@@ -77,7 +81,18 @@ def gather(args, layers: list[int], resources: dict | None = None):
 
 
 def preflight(args, layers: list[int], say) -> None:
-    """Raise dihal.preflight.PreflightError where the run would not fit; else say so."""
+    """Raise dihal.preflight.PreflightError where the run would not fit (a pinned package
+    outside its supported releases first, before torch is imported); else say so."""
+    from dihal.preflight import PreflightError
+    from dihal.versions import UnsupportedVersionError, check_dependencies
+
+    try:
+        for msg in check_dependencies():
+            say(f"warning: {msg}")
+    except UnsupportedVersionError as exc:
+        raise PreflightError(f"pre-flight refused {args.backbone} (1 problem(s)):\n"
+                             f"  - versions: {exc}") from None
+
     import torch
 
     from dihal.preflight import require
@@ -100,3 +115,18 @@ def preflight(args, layers: list[int], say) -> None:
         f"fits (corpus, host memory, disk" + (", GPU memory" if facts.gpu_total else "")
         + (f", {extract.dtype} headroom {65504.0 / facts.first_batch_max_abs:.1f}x"
            if facts.first_batch_max_abs and extract.dtype == "float16" else "") + ")")
+
+
+def folders(module: str) -> list:
+    """The folders a run writes to (dihal.preflight.Folder), checked before anything is loaded
+    or written: DAGSTER_HOME (where set) and the artifact root of the code location `module`."""
+    import os
+
+    from dihal.preflight import folder_facts
+
+    home = os.environ.get("DAGSTER_HOME")
+    root = _resources(module)["storage"].root
+    return ([folder_facts(home, "DAGSTER_HOME", "Dagster's record of every run (its SQLite "
+                          "storage, event and compute logs)")] if home else []) + [
+        folder_facts(root, "DIHAL_ARTIFACTS", "the artifacts (hidden states, tables, bridges, "
+                     "checkpoints) and their locks")]

@@ -4,7 +4,7 @@ died (SIGKILL, the OOM killer, a crash) failed within a minute and frees its que
 instead of leaving it STARTED for good; and a launch deadline that fits a loaded host (the
 code server's answer to "start this run" may take minutes on a busy 2-core machine), with a
 message that says so when it is exceeded. Imported by every process that opens the instance:
-it imports nothing but Dagster."""
+it imports nothing but Dagster (and the standard-library reader of the environment)."""
 
 from __future__ import annotations
 
@@ -16,17 +16,18 @@ from dagster._core.events import DagsterEventType
 from dagster._core.launcher import CheckRunHealthResult, WorkerStatus
 from dagster._core.launcher.default_run_launcher import DefaultRunLauncher
 
+from dihal.environment import env_int
+
 STARTED = "Started process for run (pid: "  # the run worker's first engine event (Dagster's)
 LAUNCH_TIMEOUT_ENV = "DIHAL_LAUNCH_TIMEOUT_S"
 LAUNCH_TIMEOUT_S = 300  # Dagster's own deadline is 60 s: 2 of 2 runs failed on a loaded host
+LAUNCH_TIMEOUT_MAX_S = 86400  # a day
 
 
 def launch_timeout_s() -> int:
-    """How long the code server may take to start a run: $DIHAL_LAUNCH_TIMEOUT_S, else 300 s."""
-    try:
-        return max(1, int(os.environ.get(LAUNCH_TIMEOUT_ENV) or LAUNCH_TIMEOUT_S))
-    except ValueError:
-        return LAUNCH_TIMEOUT_S
+    """How long the code server may take to start a run: $DIHAL_LAUNCH_TIMEOUT_S (whole seconds,
+    1 to a day), else 300 s; any other value is refused by name (dihal.environment)."""
+    return env_int(LAUNCH_TIMEOUT_ENV, LAUNCH_TIMEOUT_S, lo=1, hi=LAUNCH_TIMEOUT_MAX_S)
 
 
 def launch_timeout_message(timeout_s: int) -> str:

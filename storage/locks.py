@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dihal.atomic import link_message, open_lock_file, write_record
+from dihal.environment import dask_scheduler
 from dihal.errors import ArtifactLockedError, DihalError, UnsafePathError
 
 # errno of flock on a file system that cannot lock (not: another holder, EWOULDBLOCK)
@@ -88,7 +89,7 @@ def mount_of(path: Path, mounts: Path = Path("/proc/self/mounts")) -> Mount | No
 def distributed_engine() -> bool:
     """Whether steps run on several hosts: a Dask scheduler is named, or this process is a
     Dask worker."""
-    if os.environ.get("DIHAL_DASK_SCHEDULER"):
+    if dask_scheduler():
         return True
     if "distributed" not in sys.modules:
         return False

@@ -11,11 +11,11 @@ in a fraction of a second, and the same training made long enough by more epochs
 those tests' CPU."""
 
 import contextlib
-import os
 import time
 
 from pydantic import PrivateAttr
 
+from dihal.environment import env_float, env_text
 from pipeline.definitions import build_definitions
 from resources import BackboneResource, ComputeResource, JudgeResource, StorageResource
 
@@ -24,7 +24,7 @@ class HeldCompute(ComputeResource):
     """The compute resource, with a partitioned run's steps holding their device `hold_s`
     seconds longer (after computing: the artifacts are the same as without)."""
 
-    hold_s: float = float(os.environ.get("DIHAL_TINY_HOLD_S", "0"))
+    hold_s: float = env_float("DIHAL_TINY_HOLD_S", 0.0, lo=0, hi=3600)
     _partitioned: bool = PrivateAttr(default=False)
 
     def setup_for_execution(self, context) -> None:
@@ -42,8 +42,7 @@ def _held(lease, hold_s: float):
         time.sleep(hold_s)
 
 
-if "DIHAL_TINY_MODEL" in os.environ:
-    _model = os.environ["DIHAL_TINY_MODEL"]
+if (_model := env_text("DIHAL_TINY_MODEL")) is not None:
     defs = build_definitions(("llama",), n_layers={"llama": 4}, resources={
         "storage": StorageResource(),  # DIHAL_ARTIFACTS
         "backbones": BackboneResource(paths={"llama": _model}),

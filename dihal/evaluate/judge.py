@@ -30,6 +30,7 @@ from dihal.gguf import (  # noqa: F401 (re-exported)
     dequantise_gguf_to_cache,
     gemma_weights,
 )
+from dihal.identity import folder_revision
 from dihal.registry import all_backbones
 
 
@@ -214,7 +215,7 @@ def resolve_judge(name_or_path: str, *, cache_dir: Path, offline: bool = True) -
                 f"judge folder {p} has no config.json: point the judge at a folder made by "
                 f"save_pretrained or `hf download <id> --local-dir DIR`."
             )
-        return JudgeWeights(p.resolve(), name_or_path, f"local:{p.resolve()}", "local")
+        return JudgeWeights(p.resolve(), name_or_path, folder_revision(p, cache_dir), "local")
     from huggingface_hub import snapshot_download
 
     try:

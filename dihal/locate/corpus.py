@@ -26,7 +26,7 @@ from typing import Any
 from dihal.atomic import file_sha256
 from dihal.config import CorpusConfig, SequenceConfig  # noqa: F401 (re-exported)
 from dihal.errors import CorpusError, MalformedLineError
-from dihal.locate.documents import CorpusStats, Document
+from dihal.locate.documents import CorpusStats, Document, is_empty
 from dihal.locate.hub import HUB_FIELDS, HubSource
 from dihal.results import CorpusResult, SequencesResult
 
@@ -191,7 +191,7 @@ def iter_documents(
                 stats.malformed += 1
                 stats.malformed_examples.append(f"{where}: {type(exc).__name__}: {exc}")
                 continue
-            if len(text.strip()) < cfg.min_chars:
+            if is_empty(text, cfg.min_chars):
                 stats.skipped_empty += 1
                 continue
             source = str(obj.get("source") or "unknown")
@@ -406,7 +406,8 @@ def scan_corpus(cfg: CorpusConfig, shards: list[dict[str, Any]]) -> CorpusResult
         pass
     if stats.documents == 0:
         raise CorpusError(f"the corpus ({len(shards)} shards) holds no usable document: "
-                          f"{stats.to_dict()}. Check corpus paths, min_chars and on_malformed.")
+                          f"{stats.to_dict()} (skipped_empty: shorter than min_chars, or without a "
+                          "printable character). Check corpus paths, min_chars and on_malformed.")
     return CorpusResult(shards, stats.to_dict())
 
 

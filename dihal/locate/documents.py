@@ -4,6 +4,7 @@ source), shared by the Dolma shard reader (dihal.locate.corpus) and the Hub data
 
 from __future__ import annotations
 
+import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -13,6 +14,17 @@ class Document:
     id: str
     text: str
     source: str
+
+
+def is_empty(text: str, min_chars: int) -> bool:
+    """A document to skip and count as empty: shorter than min_chars once stripped of
+    whitespace, or without a single printable character (only control, format, surrogate,
+    private-use or unassigned characters, Unicode category C*, and whitespace: 100 NULs
+    tokenise to junk, not to text)."""
+    if len(text.strip()) < min_chars:
+        return True
+    return not any(not c.isspace() and not unicodedata.category(c).startswith("C")
+                   for c in text)
 
 
 @dataclass

@@ -12,7 +12,7 @@ from typing import Any
 
 from dihal.config import CorpusConfig
 from dihal.errors import CorpusError, MalformedLineError
-from dihal.locate.documents import CorpusStats, Document
+from dihal.locate.documents import CorpusStats, Document, is_empty
 
 HUB_FIELDS = ("hf_dataset", "hf_config", "hf_split", "hf_text_field", "hf_id_field",
               "hf_revision")
@@ -115,7 +115,7 @@ class HubSource:
                 stats.malformed += 1
                 stats.malformed_examples.append(f"{where}: {problem}")
                 continue
-            if len(text.strip()) < c.min_chars:
+            if is_empty(text, c.min_chars):
                 stats.skipped_empty += 1
                 continue
             source = str(row.get("source") or c.hf_config or Path(c.hf_dataset).name)

@@ -14,6 +14,7 @@ wrappers below, so that this package needs no Dagster.
 
 from __future__ import annotations
 
+import glob
 import json
 import shutil
 import socket
@@ -29,7 +30,12 @@ from dihal.atomic import (
     atomic_write_text,
     replace_dir,
 )
-from dihal.errors import CorruptArtifactError, MissingArtifactError, UnsafePathError
+from dihal.errors import (
+    CorruptArtifactError,
+    MissingArtifactError,
+    StaleArtifactError,
+    UnsafePathError,
+)
 from dihal.stages import STAGES, asset_key, stage_of_kind
 from storage.layout import ArtifactLayout
 from storage.manifest import Manifest, check_files, digest_files, read_manifest, write_manifest
@@ -43,6 +49,26 @@ CLOCK_SLACK_S = 60.0
 
 def _runtime_warning(message: str) -> None:
     warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
+KINDS: list[type[Artifact]] = []  # every artifact kind with a stage, as the classes are made
+
+
+def artifact_named(layout: ArtifactLayout, name: str, backbone: str | None) -> Artifact | None:
+    """The artifact a manifest names among its upstream (`Artifact.name`: `<asset>` or
+    `<asset>[<key>]`), in `layout`: first of `backbone` or shared (the corpus), then of another
+    backbone (the report reads the others' results). None where no kind makes that asset."""
+    asset, _, key = name.partition("[")
+    key = key[:-1] if key else None
+    kinds = [k for k in KINDS if k.keyed == (key is not None)]
+    for kind in kinds:
+        for b in dict.fromkeys((backbone, None)):
+            if asset_key(kind.asset_stage(), b) == asset:
+                return kind(layout, b, key)
+    for kind in sorted(kinds, key=lambda k: -len(k.asset_stage())):  # bridge_sweep before bridge
+        if asset.startswith(kind.asset_stage() + "_"):
+            return kind(layout, asset[len(kind.asset_stage()) + 1:], key)
+    return None
 
 
 @dataclass(frozen=True)
@@ -75,6 +101,7 @@ class Artifact:
 
     stage: ClassVar[str]
     files: ClassVar[tuple[str, ...]] = ()
+    keyed: ClassVar[bool] = False  # a partition of its asset: its name carries `[key]`
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -84,6 +111,13 @@ class Artifact:
         elif cls.stage not in STAGES:
             raise TypeError(f"{cls.__name__}.stage = {cls.stage!r} is not a stage of "
                             f"dihal.stages.STAGES ({sorted(STAGES)}): add it there")
+        if "stage" in cls.__dict__ or "under" in cls.__dict__:
+            KINDS.append(cls)
+
+    @classmethod
+    def asset_stage(cls) -> str:
+        """The stage whose asset makes this kind (`under`, for a kind made under another's)."""
+        return getattr(cls, "under", None) or cls.stage
 
     def __init__(self, layout: ArtifactLayout | Path | str, backbone: str | None = None,
                  key: str | int | None = None):
@@ -189,7 +223,31 @@ class Artifact:
                 f"upstream asset {self.name} at {self.directory} is damaged: "
                 f"{'; '.join(problems[:5])}. Materialise it again ({self.command()}): "
                 "a damaged artifact is re-made, never reused.")
+        self.check_lineage(m)
         return m
+
+    def check_lineage(self, manifest: Manifest, checked: set | None = None) -> None:
+        """Refuse (StaleArtifactError, naming it and the command) where an upstream this
+        artifact was made from, anywhere up its chain, has been made again since from other
+        inputs (another config, another model): what was made from the old one is not read as
+        if it belonged to the new chain. An upstream removed since (and not made again) leaves
+        nothing to tell apart and is passed over."""
+        checked = set() if checked is None else checked
+        for name, fp in sorted(manifest.upstream.items()):
+            up = artifact_named(self.layout, name, self.backbone)
+            if up is None or up.directory in checked:
+                continue
+            current = up.manifest()
+            if current is None:
+                continue
+            if current.fingerprint != fp:
+                raise StaleArtifactError(
+                    f"{self.name} at {self.directory} was made from {name} as it was then "
+                    f"(fingerprint {fp[:12]}), and {name} has been made again since from other "
+                    f"inputs (now {current.fingerprint[:12]}): {self.name} is stale and is not "
+                    f"read. Materialise it again: {self.command()}")
+            checked.add(up.directory)
+            up.check_lineage(current, checked)
 
     _digests_on_require: ClassVar[bool] = True
 
@@ -244,12 +302,26 @@ class Artifact:
     def write(self, manifest: Manifest, result: Any) -> Manifest:
         """Write the result's files and the manifest (with every file's size and digest),
         swapped into place in one step."""
+        self.clear_leftovers()
         with atomic_dir(self.directory) as tmp:
             self._write_files(tmp, result)
             manifest = replace(manifest, files=digest_files(tmp))
             write_manifest(tmp, manifest)
             atomic_write_text(tmp / VERIFIED, f"{time.time():.0f}\n")
         return manifest
+
+    def clear_leftovers(self) -> None:
+        """Remove what a writer of this artifact killed mid-write (SIGKILL, the OOM killer, a
+        power cut) left beside its folder: the temporary folder it was filling
+        (`.<name>.*.tmp`) and the old folder set aside by a swap cut between its two renames
+        (`.<name>.old`). Called by `write`, under the artifact's one-writer lock: no live
+        writer owns them. A link there is removed, never followed."""
+        d = self.directory
+        for p in [*d.parent.glob(f".{glob.escape(d.name)}.*.tmp"), d.with_name(f".{d.name}.old")]:
+            if p.is_symlink() or p.is_file():
+                p.unlink()
+            elif p.is_dir():
+                shutil.rmtree(p)
 
     def _write_files(self, directory: Path, result: Any) -> None:
         pass
@@ -287,6 +359,7 @@ class WorkArtifact(Artifact):
         """Write the result into the (claimed) work directory, then swap it into place; the
         training checkpoints it was resumed from are dropped (the result supersedes them)."""
         work = self.workdir
+        self.clear_leftovers()
         if not (work / self.STAMP).exists():
             self.claim(manifest.fingerprint)
         self._write_files(work, result)

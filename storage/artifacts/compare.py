@@ -33,6 +33,8 @@ from storage.tables import write_table
 class BaselineRun(WorkArtifact):
     """baseline_<b>, partition `key` = the baseline's name."""
 
+    keyed = True
+
     files = ("model.safetensors", "hparams.json", "samples.jsonl")
 
     @property
@@ -42,6 +44,12 @@ class BaselineRun(WorkArtifact):
     @property
     def checkpoints(self) -> Path:
         return self.workdir / "checkpoints"
+
+    def always_digested(self, rel: str) -> bool:
+        """Every file, on every reuse however recent the last check, as a bridge's: a trained
+        baseline is a few MB, and a same-size change to its weights is found by its digest
+        only."""
+        return True
 
     def _write_files(self, directory: Path, result: BaselineResult) -> None:
         from safetensors.torch import save

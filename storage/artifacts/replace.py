@@ -46,6 +46,12 @@ class BridgeRun(WorkArtifact):
         atomic_write_json(directory / "hparams.json", result.hparams)
         write_table(directory / "curve.parquet", result.curve or [{"step": 0, "loss": float("nan")}])
 
+    def always_digested(self, rel: str) -> bool:
+        """Every file, on every reuse however recent the last check: a bridge is a few MB read
+        whole by each reader, and a same-size change to its weights is found by its digest
+        only."""
+        return True
+
     def read(self) -> TrainedBridge:
         """The saved bridge (tensors on the CPU), with its metrics from the manifest."""
         from safetensors.torch import load_file
@@ -71,6 +77,8 @@ class BridgeRun(WorkArtifact):
 class SweepBridge(BridgeRun):
     """bridge_sweep_<b>, partition `key` = the candidate layer."""
 
+    keyed = True
+
     @property
     def directory(self) -> Path:
         return self.layout.stage(self.stage, self.backbone) / f"layer_{int(self.key):03d}"
@@ -91,6 +99,7 @@ class LayerMadeUnder(BridgeRun):
 
     folder: str
     under: str
+    keyed = True
 
     @property
     def directory(self) -> Path:

@@ -51,6 +51,25 @@ def test_empty_documents_are_skipped_and_an_all_empty_corpus_refused(tmp_path):
         scan_corpus(cfg, shard_records(cfg))
 
 
+@pytest.mark.parametrize("text", ["\x00" * 100, " \x00\x01\x07\n\t\x1b ", "\u200b\ufeff\u200e"],
+                         ids=["NULs", "C0 controls and whitespace", "format characters"])
+def test_a_document_of_control_characters_counts_as_empty(tmp_path, text):
+    """No printable character (only control or format characters, Unicode category C*, and
+    whitespace): skipped and counted as empty; a corpus of nothing else is refused."""
+    shard = _shard_with(tmp_path / "c.json.gz", [
+        json.dumps({"id": "a", "text": "some words here"}), json.dumps({"id": "b", "text": text}),
+        json.dumps({"id": "c", "text": "\x00 more words"})])  # printable beside a NUL: kept
+    cfg = CorpusConfig(paths=(str(shard),))
+    stats = CorpusStats()
+    assert [d.id for d in iter_documents([str(shard)], cfg, stats)] == ["a", "c"]
+    assert (stats.documents, stats.skipped_empty) == (2, 1)
+    only = _shard_with(tmp_path / "only.json.gz", [json.dumps({"id": str(i), "text": text})
+                                                   for i in range(3)])
+    cfg = CorpusConfig(paths=(str(only),))
+    with pytest.raises(CorpusError, match="holds no usable document.*'skipped_empty': 3"):
+        scan_corpus(cfg, shard_records(cfg))
+
+
 @pytest.mark.parametrize("case", ["missing", "directory", "url_list"])
 def test_missing_or_wrong_paths_name_the_path(tmp_path, case):
     cfg = {"missing": CorpusConfig(paths=(str(tmp_path / "nope" / "*.json.gz"),)),

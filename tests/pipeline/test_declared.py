@@ -261,7 +261,9 @@ def test_a_folder_given_to_the_driver_is_refused_where_a_daemon_already_runs(
 
 def test_a_declared_backbone_can_judge_another(config, mistral_dir, tmp_path):
     from dihal.evaluate.judge import resolve_judge
+    from dihal.identity import folder_digest
 
     config(f'[backbones.mine]\nmodel = "{mistral_dir}"\n')
     w = resolve_judge("mine", cache_dir=tmp_path)
-    assert w.path == mistral_dir.resolve() and w.revision == f"local:{mistral_dir.resolve()}"
+    assert w.path == mistral_dir.resolve()
+    assert w.revision == f"local:{mistral_dir.resolve()}@sha256={folder_digest(mistral_dir)[:16]}"

@@ -45,6 +45,36 @@ def test_the_driver_refuses_before_any_run(tmp_path, tiny_llama_dir, monkeypatch
     assert "pre-flight: llama at profile" in capsys.readouterr().out
 
 
+def test_the_driver_refuses_sequences_longer_than_the_positions_before_tokenising(
+        tmp_path, tiny_llama_dir, monkeypatch, capsys):
+    """The tiny llama's config.json says max_position_embeddings 256: a profile of 300-token
+    sequences is refused, naming the model, its limit and the setting, before the corpus is
+    tokenised or the model loaded."""
+    import sys
+
+    import pipeline.main as driver
+    from resources import BackboneResource
+
+    monkeypatch.setattr(driver.dg.DagsterInstance, "get",
+                        staticmethod(lambda: pytest.fail("past the pre-flight")))
+    monkeypatch.setattr(BackboneResource, "load_tokenizer",
+                        lambda *a: pytest.fail("the tokenizer was loaded"))
+    monkeypatch.setenv("DIHAL_TINY_MODEL", str(tiny_llama_dir))
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
+    monkeypatch.delitem(sys.modules, "tests.tiny_location", raising=False)
+    shard = write_shard(tmp_path / "s.json.gz", make_docs(30))
+    seqs = {"seq_len": 300, "n_train": 8, "n_val": 6, "val_fraction": 0.3}
+    profile = tiny_profile(tmp_path / "long.json", shard, sequences=seqs)
+    with pytest.raises(SystemExit) as exit_:
+        driver.main(["--backbone", "llama", "--module", "tests.tiny_location", "--layers",
+                     "1,2,3", "--skip-bridgeability", "--profile", str(profile)])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2
+    assert "REFUSED: pre-flight refused the sequences of llama (1 problem(s))" in err
+    assert ("positions: sequences.seq_len 300 (the BOS included) is longer than llama's "
+            "max_position_embeddings 256") in err
+
+
 def test_with_a_gpu_the_facts_are_gathered_in_a_child_process(tmp_path, tiny_llama_dir, monkeypatch):
     """Where CUDA is available the pre-flight's model load runs in a spawned process (its CUDA
     context must not stay in the driver); the child here has no GPU and computes on the CPU."""

@@ -135,3 +135,29 @@ def test_fingerprint_is_stable_over_dataclasses_dicts_and_tuples():
                                       "normalizations": list(GeometryConfig().normalizations)},
                     {"up": "x"}, {})
     assert a == b and a != fingerprint("geometry", "2", GeometryConfig(), {"up": "x"}, {})
+
+
+@pytest.mark.parametrize("kind", ["sweep bridge", "baseline"])
+def test_a_same_size_change_to_trained_weights_is_never_reused_however_recent_the_check(tmp_path,
+                                                                                        kind):
+    """A trained model's files are checked against their digests on every reuse, not only
+    when the last full check is older than verify_every_hours."""
+    from dihal.results import BaselineResult
+    from storage import BaselineRun
+
+    if kind == "sweep bridge":
+        art, res, weights = SweepBridge(tmp_path, "llama", 3), _trained(), "bridge.safetensors"
+    else:
+        row = {"gen_ppl": 9.0, "diversity": 0.5, "repetition": 0.1, "train_steps": 4}
+        art = BaselineRun(tmp_path, "llama", "sed")
+        res = BaselineResult("sed", row, ["a text"], {"w": torch.arange(6.0)}, {"d": 1})
+        weights = "model.safetensors"
+    art.write(_manifest(art, res, "c" * 64), res)
+    assert art.verified_within(3600) and art.reuse("c" * 64, digests=False) is not None
+    path = art.path(weights)
+    data = bytearray(path.read_bytes())
+    data[-3] ^= 0x01  # one bit of the last tensor's data: same size
+    path.write_bytes(bytes(data))
+    assert art.verified_within(3600)  # the stamp says "checked a moment ago"
+    assert art.reuse("c" * 64, digests=False) is None
+    assert any(f"{weights}: content changed" in p for p in art.damage)

@@ -122,3 +122,33 @@ def test_frontier_temperatures_default_list_and_empty(cls):
     assert cls(frontier_temperatures=[1, 0.5]).frontier_temperatures == (1.0, 0.5)
     assert all(isinstance(t, float) for t in cls(frontier_temperatures=[1]).frontier_temperatures)
     assert cls(frontier_temperatures=()).frontier_temperatures == ()
+
+
+@pytest.mark.parametrize(("cls", "name", "value", "limit", "why"), [
+    (dc.BridgeProtocol, "epochs", 1e12, "10,000,000", "at least one optimiser step"),
+    (dc.BridgeProtocol, "epochs", 10_000_001, "10,000,000", "about 18 days"),
+    (dc.BridgeProtocol, "steps", 10**12, "1,000", "a denoiser pass per generated token"),
+    (dc.SamplerCurveConfig, "steps", (1, 2, 1001), "1,000", "a denoiser pass per generated token"),
+])
+def test_a_training_or_sampling_budget_over_its_cap_is_refused_naming_the_limit(
+        cls, name, value, limit, why):
+    with pytest.raises(ValueError) as err:
+        cls(**{name: value})
+    msg = str(err.value)
+    assert msg.startswith(f"{cls.__name__}.{name} must be ") and f"got {value!r}" in msg
+    assert limit in msg and why in msg
+    cls(**{name: (1, 1000) if cls is dc.SamplerCurveConfig else dc.MAX_TRAIN_STEPS
+           if name == "epochs" else dc.MAX_SAMPLER_STEPS})  # the caps themselves pass
+
+
+def test_a_preset_with_an_absurd_training_budget_is_refused_by_name(tmp_path):
+    import json
+
+    from dihal.profiles import resolve_preset
+
+    path = tmp_path / "huge.json"
+    for stage in ("bridge_sweep", "bridge"):  # the sweep's budget, full training's
+        path.write_text(json.dumps({stage: {"epochs": 10**12}}))
+        with pytest.raises(ValueError, match=rf"preset {path}: {stage}: BridgeProtocol.epochs "
+                           r"must be at most 10,000,000 \(.*\), got 1000000000000"):
+            resolve_preset(str(path))

@@ -60,6 +60,15 @@ def test_ids_default_to_the_row_index_and_json_lines_work(tmp_path):
     assert docs[2].text == "row number 2 here" and docs[0].source == "js"
 
 
+def test_a_row_of_control_characters_counts_as_empty(tmp_path):
+    rows = [{"text": t} for t in ("a row of words", "\x00" * 100, "\x01\x07 \t\u200b",
+                                  "\x00 words")]
+    folder = hub_folder(tmp_path / "cc", {"train": rows}, fmt="json")
+    cfg = CorpusConfig(hf_dataset=str(folder), max_docs=10)
+    s = scan_corpus(cfg, shard_records(cfg)).stats
+    assert (s["documents"], s["skipped_empty"]) == (2, 2)
+
+
 def test_malformed_rows_are_an_error_when_asked_and_a_wrong_field_names_the_fields(tmp_path):
     data = hub_rows(4)
     data[1]["body"] = None

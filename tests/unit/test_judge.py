@@ -11,6 +11,7 @@ import torch.nn.functional as F
 
 from dihal.evaluate.judge import Judge, JudgeNotFoundError, load_judge
 from dihal.evaluate.metrics import gen_ppl
+from dihal.identity import folder_revision
 
 TEXTS = [
     "the man said that he was in the state",
@@ -135,7 +136,7 @@ def test_gen_ppl_skips_and_counts_empty_texts(tiny_judge):
 
 def test_judge_records_what_was_loaded(tiny_judge, tiny_llama_dir):
     info = tiny_judge.info()
-    assert info["revision"] == f"local:{Path(tiny_llama_dir).resolve()}"
+    assert info["revision"] == folder_revision(tiny_llama_dir)  # the folder by its content
     assert info["architecture"] == "LlamaForCausalLM"
 
 

@@ -13,10 +13,15 @@ from dihal.preflight import (
     check_gpu_memory,
     check_headroom,
     check_host_memory,
+    check_positions,
     gpu_step_bytes,
+    max_positions,
     pair_bytes,
+    read_max_positions,
     refusals,
     require,
+    require_positions,
+    stage_refusals,
 )
 
 SEQ = SequenceConfig(seq_len=128, n_train=8192, n_val=144, max_tokens_per_doc=768)
@@ -102,3 +107,29 @@ def test_every_refusal_is_listed_at_once():
         require(bad, SEQ, EXTRACT, PROTOCOL)
     assert "2 problem(s)" in str(err.value)
     assert "float16 headroom:" in str(err.value) and "disk:" in str(err.value)
+
+
+def test_sequences_longer_than_the_positions_are_refused_by_the_driver_and_the_stages():
+    short = facts(max_positions=100)  # SEQ: 128 tokens, the BOS included
+    with pytest.raises(PreflightError) as err:
+        require(short, SEQ, EXTRACT, PROTOCOL)
+    msg = str(err.value)
+    assert ("positions: sequences.seq_len 128 (the BOS included) is longer than smollm2's "
+            "max_position_embeddings 100 (its config.json)") in msg
+    assert "Set sequences.seq_len to at most 100" in msg
+    for kind in ("dump", "training"):
+        assert [r.check for r in stage_refusals(kind, short, SEQ, EXTRACT, PROTOCOL)] == [
+            "positions"]
+    assert check_positions("smollm2", 128, SEQ) == []  # exactly the limit fits
+    assert check_positions("smollm2", None, SEQ) == []  # a config without a limit: no check
+    with pytest.raises(PreflightError, match=r"(?s)refused the sequences of m .*at most 100"):
+        require_positions("m", 100, SEQ)
+
+
+def test_the_positions_are_read_from_the_config_or_its_text_config(tmp_path):
+    assert max_positions({"max_position_embeddings": 8192}) == 8192
+    assert max_positions({"text_config": {"max_position_embeddings": 32768}}) == 32768
+    assert max_positions({"n_positions": 1024}) is None  # not named: no check
+    assert read_max_positions(tmp_path) is None  # no config.json
+    (tmp_path / "config.json").write_text('{"max_position_embeddings": 256}')
+    assert read_max_positions(tmp_path) == 256

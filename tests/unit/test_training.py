@@ -160,3 +160,26 @@ def test_the_loop_trains_on_cuda_0_when_accelerate_says_cuda(monkeypatch):
         _accelerator(None, "cuda:1")
     with pytest.raises(ValueError, match="not both"):
         _accelerator(OneGpuAccelerator("no"), "cuda:0")
+
+
+def test_a_training_budget_over_the_cap_is_refused_before_its_sample_order(tmp_path, monkeypatch):
+    """One loop for the bridge and the baselines: epochs over the cap are refused when the
+    config is built, and a budget whose steps (epochs x sequences / batch) pass the cap is
+    refused by the loop before it builds the order of every sequence it would consume."""
+    import dihal.training as training
+    from dihal.config import MAX_TRAIN_STEPS, SequenceConfig
+    from dihal.errors import TrainingBudgetError
+    from dihal.preflight import check_training_budget
+
+    with pytest.raises(ValueError, match=r"TrainConfig.epochs must be at most 10,000,000 .*"
+                       r"got 1000000000000.0"):
+        TrainConfig(epochs=1e12)
+    monkeypatch.setattr(training, "sample_order", lambda *a: pytest.fail("order built"))
+    cfg = TrainConfig(epochs=float(MAX_TRAIN_STEPS), batch_size=2)
+    with pytest.raises(TrainingBudgetError, match=r"a training of 40,000,000 optimiser steps \(epochs "
+                       r"1e\+07 x 8 sequences / batch_size 2\) is over the limit of 10,000,000"):
+        train_model(torch.nn.Linear(2, 2), lambda *a: None, 8, cfg, tmp_path)
+    # the pre-flight (the driver's, and a bridge step's own) counts the same steps first
+    (r,) = check_training_budget(SequenceConfig(n_train=8192), BridgeProtocol(epochs=1e5))
+    assert r.check == "training budget" and "204,800,000 optimiser steps" in r.message
+    assert check_training_budget(SequenceConfig(), BridgeProtocol(epochs=2.0)) == []

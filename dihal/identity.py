@@ -1,0 +1,89 @@
+"""A local model folder known by its content, not by its path.
+
+A folder's identity is the sha256 over the name and sha256 of every file `from_pretrained` reads
+from it for the model and its tokenizer (weights, config.json, the tokenizer's files): fine-tune
+again and save into the same folder, edit config.json, or swap the tokenizer, and the identity
+changes, so every fingerprint that holds it changes and nothing made from the old content is
+reused. Each file's digest is cached by its size, mtime, ctime and inode in one small JSON file,
+so a folder whose files are untouched is not read again (an 8B model's 16 GB are hashed once).
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from dihal.atomic import atomic_write_json, file_sha256
+
+# the files from_pretrained reads for a causal LM and its tokenizer (what a Hub snapshot keeps)
+IDENTITY_SUFFIXES = (".json", ".safetensors", ".bin", ".model", ".txt", ".jinja", ".tiktoken")
+DIGEST_CHARS = 16  # of the folder's sha256 in a revision string: 64 bits name the content
+CACHE_FILE = "folder-digests.json"  # under the model cache: path -> stat key -> sha256
+CACHE_VERSION = 1
+
+
+def identity_files(folder: Path) -> list[Path]:
+    """The files of `folder` that make its identity, sorted by name (top level: a
+    save_pretrained folder is flat). Hidden files and dihal's own markers are not part of it."""
+    return sorted(p for p in Path(folder).iterdir()
+                  if p.suffix in IDENTITY_SUFFIXES and not p.name.startswith(".")
+                  and p.is_file())
+
+
+def _stat_key(st: os.stat_result) -> str:
+    # ctime cannot be set back by a user (touch -r, cp -p set mtime only): any rewrite shows
+    return f"{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}:{st.st_ino}"
+
+
+def _read_cache(path: Path) -> dict[str, dict[str, str]]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}  # missing or damaged: every file is hashed again (a cache, never data)
+    if not isinstance(data, dict) or data.get("version") != CACHE_VERSION:
+        return {}
+    files = data.get("files")
+    return files if isinstance(files, dict) else {}
+
+
+def folder_digest(folder: Path | str, cache_dir: Path | str | None = None,
+                  progress: Callable[[str], None] | None = None) -> str:
+    """The sha256 of `folder`'s content (identity_files: each file's name and sha256). With
+    `cache_dir`, each file's sha256 is kept there by its stat key and reused while the file is
+    untouched; a changed file (size, mtime, ctime or inode) is hashed again."""
+    folder = Path(folder).resolve()
+    files = identity_files(folder)
+    cache_path = Path(cache_dir) / CACHE_FILE if cache_dir is not None else None
+    cache = _read_cache(cache_path) if cache_path is not None else {}
+    changed = False
+    outer = hashlib.sha256()
+    for f in files:
+        st = f.stat()
+        key, name = _stat_key(st), str(f)
+        sha = cache.get(name, {}).get(key) if isinstance(cache.get(name), dict) else None
+        if sha is None:
+            if progress is not None and st.st_size > (256 << 20):
+                progress(f"hashing {f} ({st.st_size / 2**30:.1f} GiB) once, to know the model "
+                         "by its content")
+            sha = file_sha256(f)
+            cache[name] = {key: sha}
+            changed = True
+        outer.update(f"{f.name}\0{sha}\n".encode())
+    if changed and cache_path is not None:
+        try:
+            atomic_write_json(cache_path, {"version": CACHE_VERSION, "files": cache})
+        except OSError:
+            pass  # a cache that cannot be written costs a rehash next time, nothing else
+    return outer.hexdigest()
+
+
+def folder_revision(folder: Path | str, cache_dir: Path | str | None = None,
+                    progress: Callable[[str], None] | None = None) -> str:
+    """`local:<folder>@sha256=<digest>`: where the model lies and what it holds. Two folders
+    with other content never share it, nor one folder before and after its files change."""
+    folder = Path(folder).resolve()
+    return f"local:{folder}@sha256={folder_digest(folder, cache_dir, progress)[:DIGEST_CHARS]}"

@@ -60,14 +60,17 @@ def artifact_named(layout: ArtifactLayout, name: str, backbone: str | None) -> A
     backbone (the report reads the others' results). None where no kind makes that asset."""
     asset, _, key = name.partition("[")
     key = key[:-1] if key else None
-    kinds = [k for k in KINDS if k.keyed == (key is not None)]
-    for kind in kinds:
+    for kind in KINDS:
         for b in dict.fromkeys((backbone, None)):
-            if asset_key(kind.asset_stage(), b) == asset:
+            if asset_key(kind.asset_stage(), b) == asset and kind.keyed == (key is not None):
                 return kind(layout, b, key)
-    for kind in sorted(kinds, key=lambda k: -len(k.asset_stage())):  # bridge_sweep before bridge
+    # another backbone's: the longest stage that prefixes the name (bridge_sweep_x is never the
+    # bridge of a backbone "sweep_x"), and only with the partitioning that stage has
+    for kind in sorted(KINDS, key=lambda k: -len(k.asset_stage())):
         if asset.startswith(kind.asset_stage() + "_"):
-            return kind(layout, asset[len(kind.asset_stage()) + 1:], key)
+            same = [k for k in KINDS if k.asset_stage() == kind.asset_stage()
+                    and k.keyed == (key is not None)]
+            return same[0](layout, asset[len(kind.asset_stage()) + 1:], key) if same else None
     return None
 
 

@@ -97,3 +97,25 @@ def test_every_upstream_a_manifest_names_resolves_to_the_artifact_that_holds_it(
             found = artifact_named(layout, made.name, reader)
             assert type(found) is kind and found.directory == made.directory, made.name
     assert artifact_named(layout, "no_such_asset_llama", "llama") is None
+    assert artifact_named(layout, "bridge_sweep_llama", "llama") is None  # it is partitioned
+    assert artifact_named(layout, "bridge_sweep_llama", "gemma3") is None
+
+
+def test_each_stage_records_every_asset_it_depends_on_as_its_upstream(swept_world):
+    """What the generated table test (tests/unit/test_lineage_table.py) assumes of the real
+    stages: the manifest of each artifact in the swept world names an artifact of each asset
+    its Dagster asset depends on, so the lineage check sees the whole graph."""
+    graph = swept_world.defs.resolve_asset_graph()
+    layout = ArtifactLayout(swept_world.root)
+    checked = 0
+    for key in graph.get_all_asset_keys():
+        asset = key.to_user_string()
+        art = artifact_named(layout, asset, "llama") or artifact_named(layout, f"{asset}[1]",
+                                                                        "llama")
+        m = art.manifest() if art is not None else None
+        if m is None:
+            continue  # not made in the swept world
+        recorded = {name.partition("[")[0] for name in m.upstream}
+        assert {p.to_user_string() for p in graph.get(key).parent_keys} <= recorded, asset
+        checked += 1
+    assert checked >= 6  # corpus .. layer score, the sweep

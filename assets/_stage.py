@@ -6,6 +6,7 @@ only; the method is in `dihal`, the files in `storage`.
 from __future__ import annotations
 
 import base64
+import functools
 import math
 import os
 import socket
@@ -41,10 +42,26 @@ DEVICE_STEP_TAGS = {"dagster-dask/resource_requirements": '{"device": 1}'}
 def stage_asset(backbone: str | None, stage: str, deps: Iterable = (), *, name: str | None = None,
                 partitions: dg.PartitionsDefinition | None = None, kinds: Iterable[str] = ()):
     """dg.asset for one stage of one backbone's family, with the shared settings."""
-    return dg.asset(name=name or asset_key(stage, backbone), deps=list(deps),
+    make = dg.asset(name=name or asset_key(stage, backbone), deps=list(deps),
                     group_name=backbone or stage, partitions_def=partitions, kinds=set(kinds),
                     code_version=CODE_VERSIONS[stage], required_resource_keys=RESOURCES,
                     op_tags=DEVICE_STEP_TAGS)
+
+    def decorate(body: Callable) -> dg.AssetsDefinition:
+        @functools.wraps(body)
+        def clean(context: dg.AssetExecutionContext, *args: Any, **kwargs: Any) -> Any:
+            """A DihalError raised outside `obtain` (a corpus refused while its shards are
+            listed, weights refused while they are resolved) ends the step as a Failure
+            with its message, as one inside does: no traceback."""
+            try:
+                return body(context, *args, **kwargs)
+            except DihalError as exc:
+                raise dg.Failure(description=f"{context.asset_key.to_user_string()}: {exc}"
+                                 ) from exc
+
+        return make(clean)
+
+    return decorate
 
 
 class StageRun:
@@ -179,6 +196,7 @@ class StageRun:
                 if isinstance(artifact, WorkArtifact):
                     artifact.claim(fp, self.log)
                 result = self.computing(lambda: self.checked(artifact, config, compute))
+                refuse_invalid(result, config)  # nothing invalid is recorded as done
                 m = Manifest(stage=artifact.stage, backbone=self.backbone, fingerprint=fp,
                              config=canonical(config), upstream=ups,
                              info={**result.info(), "metadata": result.metadata(),
@@ -260,8 +278,9 @@ class StageRun:
                 continue
             raise dg.Failure(description=(
                 f"{artifact.name}: its upstream {a.name} was made under preset {made!r}, this "
-                f"run's preset is {preset!r}; presets are never mixed silently. Remake it under "
-                f"{preset!r}: {self.remake_command(a)}; then this asset. Or read it knowingly: "
+                f"run's preset is {preset!r}{_same_file(made, preset)}; presets are never mixed "
+                f"silently. Remake it under {preset!r}: {self.remake_command(a)}; then this "
+                "asset. Or read it knowingly: "
                 f"give the preset resource reuse_from [\"{made}\"] (run config: resources: "
                 "preset: config: reuse_from), and the materialization names it."))
         return mixed
@@ -304,6 +323,26 @@ class StageRun:
         """`obtain`, reported to Dagster with the artifact's metadata."""
         m, cached = self.obtain(artifact, config, list(upstream), compute, **extra)
         return materialize_result(artifact, m, cached)
+
+
+def refuse_invalid(result: Any, config: Any) -> None:
+    """An InvalidOutputError where a stage's result breaks what its config promises (a result
+    kind with a `problems(config)` method lists what): checked before its manifest is
+    written, so that nothing invalid is ever recorded as done."""
+    from dihal.errors import InvalidOutputError
+
+    check = getattr(result, "problems", None)
+    if check is not None and (found := check(config)):
+        raise InvalidOutputError(f"not recorded: {'; '.join(found[:5])}")
+
+
+def _same_file(made: str, preset: str) -> str:
+    """Why two preset labels of one JSON file name differ, in words ("" where the names do)."""
+    if made.split("@")[0] != preset.split("@")[0]:
+        return ""
+    if "@" in made:
+        return " (a preset file of this name with other content: another file, or this one edited)"
+    return " (the label of a JSON preset carries its content's digest since this was made)"
 
 
 def _pass_on_warnings(caught: list, log) -> None:

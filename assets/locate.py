@@ -41,9 +41,8 @@ def locate_assets(backbone: str) -> list:
     def sequences(context: dg.AssetExecutionContext, config: SequencesRunConfig) -> dg.MaterializeResult:
         """Fixed-length train/val token sequences, document-level split, packed with EOS, from
         the corpus's shards (refused where one changed since the corpus asset ran)."""
-        from dihal.backbones import bos_id_of
         from dihal.config import CorpusConfig
-        from dihal.locate.corpus import make_sequences
+        from dihal.locate.corpus import make_sequences, separator_ids
 
         run, cfg = StageRun(context, backbone), config.to_dihal()
         src = run.art(Corpus)
@@ -52,9 +51,9 @@ def locate_assets(backbone: str) -> list:
 
         def compute():
             tok = run.resources.backbones.load_tokenizer(backbone, run.layout)
+            bos_id, eos_id = separator_ids(tok, weights.path)  # before a document is read
             return make_sequences(up.info["shards"], CorpusConfig(**up.config), tok, cfg,
-                                  bos_id=bos_id_of(tok), eos_id=tok.eos_token_id,
-                                  revision=weights.revision)
+                                  bos_id=bos_id, eos_id=eos_id, revision=weights.revision)
 
         return run.produce(run.art(Sequences), cfg, [src], compute, revision=weights.revision)
 

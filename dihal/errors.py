@@ -14,6 +14,12 @@ class BackboneNotFoundError(DihalError):
     pass
 
 
+class ModelLoadError(DihalError):
+    """A model that loads but is not the model: weights missing from its folder (transformers
+    would draw them at random at each load), or upper layers that, replayed from its own hidden
+    states, do not give its own logits. The message names the folder, what differs and the fix."""
+
+
 class LayerIndexError(DihalError, IndexError):
     pass
 
@@ -24,6 +30,21 @@ class CorpusError(DihalError):
 
 class MalformedLineError(CorpusError):
     pass
+
+
+class TokenizerError(DihalError, ValueError):
+    """A tokenizer that cannot make the sequences (no EOS to end a document); the message names
+    its model folder and the fix."""
+
+
+class InvalidOutputError(DihalError):
+    """A stage's result that breaks what its config and its inputs promise (token ids outside
+    the vocabulary, fewer sequences than asked): refused before its manifest is written."""
+
+
+class TooFewError(DihalError, ValueError):
+    """An upstream artifact holds fewer items than a stage's config asks for (held-out
+    sequences for eval_sequences): refused before any work, never measured on fewer."""
 
 
 class StateValueError(DihalError):

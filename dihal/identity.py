@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from dihal.atomic import atomic_write_json, file_sha256
+from dihal.errors import BackboneNotFoundError
 
 # the files from_pretrained reads for a causal LM and its tokenizer (what a Hub snapshot keeps)
 IDENTITY_SUFFIXES = (".json", ".safetensors", ".bin", ".model", ".txt", ".jinja", ".tiktoken")
@@ -87,3 +88,36 @@ def folder_revision(folder: Path | str, cache_dir: Path | str | None = None,
     with other content never share it, nor one folder before and after its files change."""
     folder = Path(folder).resolve()
     return f"local:{folder}@sha256={folder_digest(folder, cache_dir, progress)[:DIGEST_CHARS]}"
+
+
+
+def check_weight_files(folder: Path | str, what: str) -> None:
+    """Refuse a model folder from_pretrained cannot load its weights from, naming the folder:
+    one that holds no weight file (*.safetensors, *.bin), or whose index (a sharded model's
+    <weights>.index.json, e.g. for model-00001-of-00002.safetensors) names a shard that is
+    missing. Read before any model is loaded; a BackboneNotFoundError with the fix."""
+    folder = Path(folder)
+    fix = (f"download the weights into {folder} again (`hf download <id> --local-dir "
+           f"{folder}`) or save the model there again with save_pretrained")
+    for path in sorted(folder.glob("*.index.json")):
+        index = path.name
+        if Path(index.removesuffix(".index.json")).suffix not in (".safetensors", ".bin"):
+            continue
+        try:
+            shards = sorted(set(json.loads(path.read_text())["weight_map"].values()))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise BackboneNotFoundError(
+                f"{what}: {path} cannot be read as a weight index ({type(exc).__name__}: "
+                f"{exc}): {fix}") from None
+        missing = [s for s in shards if not (folder / s).is_file()]
+        if missing:
+            raise BackboneNotFoundError(
+                f"{what}: {folder}: {index} names the weight shard {missing[0]}, which is "
+                f"missing ({len(missing)} of its {len(shards)} shards missing: "
+                f"{', '.join(missing[:5])}): {fix}")
+        return
+    if not any(p.suffix in (".safetensors", ".bin") and p.is_file() for p in folder.iterdir()):
+        held = ", ".join(sorted(p.name for p in folder.iterdir())[:8]) or "nothing"
+        raise BackboneNotFoundError(
+            f"{what}: {folder} holds no weight files (no *.safetensors or *.bin; it holds "
+            f"{held}): {fix}, or point the backbone at a complete folder")

@@ -14,15 +14,15 @@ recorded in every artifact's manifest, fingerprint and materialization metadata.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 from dihal import config as dc
 from dihal.environment import env_text
-from dihal.registry import config_file
+from dihal.registry import config_file, project_config
 from dihal.stages import STAGES
 
 # stage -> the config dataclass its run config mirrors (dihal.stages)
@@ -130,8 +130,23 @@ class Preset:
     @property
     def label(self) -> str:
         """What manifests, fingerprints and metadata record: the built-in name, or the file's
-        name (moving the file changes nothing; its content is in every config it sets)."""
-        return self.name if self.name in PROFILES else Path(self.name).name
+        name and the digest of its content (`p.json@<sha256 prefix>`, content_digest): two
+        files of one name with other content are two presets, never one; the same content in
+        another folder (a copy, the file moved) is the same preset, so the same artifacts."""
+        if self.name in PROFILES:
+            return self.name
+        return f"{Path(self.name).name}@{content_digest(self.stages)}"
+
+
+LABEL_DIGEST_CHARS = 12  # of a JSON preset's sha256 in its label: 48 bits
+
+
+def content_digest(stages: dict) -> str:
+    """The first characters of the sha256 of a preset's content in canonical JSON (keys
+    sorted, no spaces): reformatting the file or reordering its keys keeps it, any change of a
+    value changes it."""
+    text = json.dumps(stages, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:LABEL_DIGEST_CHARS]
 
 
 def instance_file() -> Path | None:
@@ -145,12 +160,9 @@ def _project_choice() -> tuple[str, str] | None:
     file path read from that file's folder; None where it has none."""
 
     path = config_file()
-    if not path.is_file():
-        return None
-    try:
-        value = tomllib.loads(path.read_text()).get("preset")
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{path} is not valid TOML ({exc}): fix the file") from None
+    # a file that is not TOML reads as {}: the code location loads with the default preset and
+    # a warning naming the file (dihal.registry.project_config), and the driver refuses it
+    value = project_config()[0].get("preset")
     if value is None:
         return None
     if not isinstance(value, str) or not value.strip():

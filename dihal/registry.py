@@ -9,10 +9,13 @@ comes from its config.json (transformers' AutoConfig; no weights are read).
 
 from __future__ import annotations
 
+import difflib
+import hashlib
 import json
 import os
 import re
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -277,49 +280,152 @@ def name_for(model: str) -> str:
     return name if name[:1].isalpha() else f"m_{name}"
 
 
-def declare_model(model: str) -> str:
-    """The driver's --backbone: a known name as it is; a Hugging Face id or folder declared
-    for this process and the Dagster processes it starts ($DIHAL_BACKBONE_MODELS); its name."""
+NAME_HASH_CHARS = 8  # of the sha256 of a folder's path or an id: the suffix of a taken name
+
+
+def suffixed_name(name: str, model: str) -> str:
+    """`name` made unique to `model` (a resolved folder or a Hugging Face id): suffixed with
+    the first characters of the sha256 of that path or id, so one model always gets the same
+    name and two models never share one (smollm2 -> smollm2_1f0e9c2a)."""
+    return f"{name}_{hashlib.sha256(model.encode()).hexdigest()[:NAME_HASH_CHARS]}"
+
+
+def _holder(name: str, model: str, recorded: Callable[[str], str | None]) -> str | None:
+    """Who else holds backbone `name`, in words, where another model than `model` (a resolved
+    folder or an id) does: a built-in backbone, a dihal.toml entry (sound or refused), an
+    earlier --backbone of this process, or the artifacts the driver made for another model
+    under that name (`recorded`); None where the name is free or is this model's."""
+    if name in BACKBONES:
+        spec = BACKBONES[name]
+        return f"{name} is the built-in {spec.hf_id} ({spec.n_layers} layers)"
+    declared = declared_backbones().get(name)
+    if declared is not None:
+        if (declared.hf_id, declared.revision) == (model, None):
+            return None
+        return f"{name} is declared for {declared.hf_id}" + (
+            f" (revision {declared.revision})" if declared.revision else "")
+    if (refused := declaration_problems().get(name)) is not None:
+        return f"{name} is declared, in an entry refused ({refused})"
+    other = recorded(name)
+    if other is not None and other != model:
+        return f"the artifacts of backbone {name} were made from {other}"
+    return None
+
+
+def declare_model(model: str, recorded: Callable[[str], str | None] = lambda name: None
+                  ) -> tuple[str, str | None]:
+    """The driver's --backbone: (the backbone name, what the driver says of it). A known name
+    as it is (a built-in name that dihal.toml also declares is refused: the entry would be
+    silently ignored); a Hugging Face id or folder is declared for this process and the Dagster
+    processes it starts ($DIHAL_BACKBONE_MODELS) under the name derived from its last part
+    (name_for), or, where another model holds that name (a built-in, a declaration, or the
+    artifacts `recorded` gives for it: the model they were made from), under that name
+    suffixed with a hash of the folder's path or the id (suffixed_name)."""
     if model in all_backbones():
-        return model
+        refused = declaration_problems().get(model)
+        if model in BACKBONES and refused is not None:
+            spec = BACKBONES[model]
+            raise BackboneDeclarationError(
+                f"--backbone {model}: {refused}. Nothing is run: {model} would be the built-in "
+                f"{spec.hf_id} ({spec.n_layers} layers), not that entry's model. Rename the "
+                f"entry ([backbones.my_{model}]) and give --backbone my_{model} (or give "
+                f"--backbone the model's folder or id), or remove the entry to run the built-in")
+        return model, None
     if looks_like_path(model) and not Path(model).expanduser().is_dir():
         raise BackboneNotFoundError(
             f"--backbone {model}: no such folder (a local model is a folder made by "
             "save_pretrained; a Hugging Face id looks like org/name)")
-    if not (Path(model).expanduser().is_dir() or "/" in model):
-        return model  # neither: get_spec's UnknownBackboneError names the known backbones
-    name = name_for(model)
-    entries = [e for e in declared_by_flag() if e.get("name") != name]
     path = Path(model).expanduser()
-    entries.append({"name": name, "model": str(path.resolve()) if path.is_dir() else model})
+    if not (path.is_dir() or "/" in model):
+        return model, None  # neither: get_spec's UnknownBackboneError names the known backbones
+    source = str(path.resolve()) if path.is_dir() else model
+    kind = "folder" if path.is_dir() else "id"
+    name = name_for(model)
+    holder = _holder(name, source, recorded)
+    if holder is None:
+        why = f" (the {kind}'s name)"
+        declared = declared_backbones().get(name)
+        if declared is not None and not any(e.get("name") == name for e in declared_by_flag()):
+            return name, (f"--backbone {model} runs as backbone {name}, declared for it in "
+                          f"{config_file()}")
+    else:
+        name, taken = suffixed_name(name, source), name
+        why = (f", not {taken}: {holder}. The suffix is a hash of the {kind}'s "
+               f"{'path' if kind == 'folder' else 'id'}: this {kind} keeps this name. To choose "
+               f"the name, declare the {kind} in {config_file()} ([backbones.<name>])")
+        if (again := _holder(name, source, recorded)) is not None:
+            raise BackboneDeclarationError(
+                f"--backbone {model}: neither {taken} nor {name} is free ({again}): declare "
+                f"the model under a name of your own in {config_file()} ([backbones.<name>])")
+    entries = [e for e in declared_by_flag() if e.get("name") != name]
+    entries.append({"name": name, "model": source})
     os.environ[DECLARED_ENV] = json.dumps(entries)
     get_spec(name)  # read its config now: a refusal before anything runs
-    return name
+    return name, f"--backbone {model} runs as backbone {name}{why}"
+
+
+PROJECT_KEYS = ("backbones", "preset")  # the top-level keys of dihal.toml
+
+
+@lru_cache(maxsize=4)
+def _read_project(path_text: str, stamp: int | None) -> tuple[dict, DihalError | None]:
+    """(table, problem) of the configuration file as it is at `stamp` (see project_config)."""
+    path = Path(path_text)
+    if stamp is None:
+        if env_text(CONFIG_ENV):
+            return {}, BackboneDeclarationError(
+                f"${CONFIG_ENV} names {path}, which is not a file: fix the path or unset it")
+        return {}, None
+    try:
+        data = tomllib.loads(path.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError, OSError) as exc:
+        return {}, BackboneDeclarationError(
+            f"{path} is not valid TOML ({exc}): fix the file (until then none of its backbones "
+            "and not its preset are read; the built-in backbones stay)")
+    unknown = sorted(set(data) - set(PROJECT_KEYS))
+    if not unknown:
+        return data, None
+    named = ", ".join(f"{k!r}" + (f" (did you mean {close[0]!r}?)" if (
+        close := difflib.get_close_matches(k, PROJECT_KEYS, n=1)) else "") for k in unknown)
+    return {k: v for k, v in data.items() if k in PROJECT_KEYS}, BackboneDeclarationError(
+        f"{path}: unknown key{'s' if len(unknown) > 1 else ''} {named}; the keys are "
+        f"{', '.join(PROJECT_KEYS)} (`preset = \"<name>\"` and [backbones.<name>] tables): "
+        "rename or remove it (it is not read)")
+
+
+def project_config() -> tuple[dict, DihalError | None]:
+    """(the top-level table of the configuration file, its problem or None): {} where there is
+    no file or it is not TOML; an unknown top-level key is its problem and is left out. Read
+    once per state of the file. Never raises: a bad file leaves the built-in backbones in the
+    code location (its problem is declaration_problems()[FILE_PROBLEM], warned of there), and
+    the driver refuses it (config_file_problem)."""
+    path = config_file()
+    stamp = path.stat().st_mtime_ns if path.is_file() else None
+    return _read_project(str(path), stamp)
+
+
+def config_file_problem() -> DihalError | None:
+    """What is wrong with the configuration file as a whole (not TOML, an unknown top-level
+    key, a `backbones` that is not a table, a $DIHAL_CONFIG naming no file), or None."""
+    return declaration_problems().get(FILE_PROBLEM)
 
 
 def _config_entries() -> list[tuple[str, dict, str]]:
+    data, _ = project_config()
     path = config_file()
     out: list[tuple[str, dict, str]] = []
-    if path.is_file():
-        try:
-            data = tomllib.loads(path.read_text())
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-            raise BackboneDeclarationError(f"{path} is not valid TOML ({exc}): fix the file") from exc
-        table = data.get("backbones", {})
-        if not isinstance(table, dict):
-            raise BackboneDeclarationError(
-                f"{path}: `backbones` must be a table of [backbones.<name>] entries")
-        out += [(name, entry, str(path)) for name, entry in table.items()]
-    elif env_text(CONFIG_ENV):
+    table = data.get("backbones", {})
+    if not isinstance(table, dict):
         raise BackboneDeclarationError(
-            f"${CONFIG_ENV} names {path}, which is not a file: fix the path or unset it")
+            f"{path}: `backbones` must be a table of [backbones.<name>] entries")
+    out += [(name, entry, str(path)) for name, entry in table.items()]
     for e in declared_by_flag():  # a malformed list: a SettingError, kept as the file's problem
         e = dict(e)
         out.append((e.pop("name", None), e, "--backbone"))
     return out
 
 
-FILE_PROBLEM = "*"  # declaration_problems' key for a file that cannot be read at all
+FILE_PROBLEM = "*"  # declaration_problems' key for a problem of the file as a whole
 
 
 @lru_cache(maxsize=4)
@@ -332,6 +438,8 @@ def _declared(key: tuple) -> tuple[dict[str, BackboneSpec], dict[str, DihalError
         entries = _config_entries()
     except DihalError as exc:
         return specs, {FILE_PROBLEM: exc}
+    if (file_problem := project_config()[1]) is not None:  # the readable part is still read
+        problems[FILE_PROBLEM] = file_problem
     for name, entry, where in entries:
         key_ = name if isinstance(name, str) else repr(name)
         if key_ in specs or key_ in problems:

@@ -54,9 +54,34 @@ class SequencesResult:
     bos_id: int
     eos_id: int
     revision: str
+    vocab_size: int | None = None  # the tokenizer's, for problems(); not recorded
 
     def n(self, split: str) -> int:
         return len(self.input_ids[split])
+
+    def problems(self, cfg) -> list[str]:
+        """What breaks the promise of `cfg` (a SequenceConfig): a split with another count than
+        n_train / n_val, a sequence of another length than seq_len, a token id that is not an
+        integer of the vocabulary (0..vocab_size-1). Empty: sound."""
+        out = []
+        for split, want in (("train", cfg.n_train), ("val", cfg.n_val)):
+            seqs = self.input_ids.get(split, [])
+            if len(seqs) != want:
+                out.append(f"{split}: {len(seqs)} sequences where {want} are asked for")
+            for i, seq in enumerate(seqs):
+                if len(seq) != cfg.seq_len:
+                    out.append(f"{split} sequence {i}: {len(seq)} tokens, not seq_len "
+                               f"{cfg.seq_len}")
+                for pos, t in enumerate(seq):
+                    if (not isinstance(t, int) or isinstance(t, bool) or t < 0
+                            or self.vocab_size is not None and t >= self.vocab_size):
+                        vocab = f"0..{self.vocab_size - 1}" if self.vocab_size else "integers"
+                        out.append(f"{split} sequence {i} position {pos}: token id {t!r} is "
+                                   f"outside the tokenizer's vocabulary ({vocab})")
+                        break
+                if len(out) >= 5:
+                    return out
+        return out
 
     @property
     def seq_len(self) -> int:

@@ -61,8 +61,10 @@ def plan(args: argparse.Namespace) -> tuple[list[int], list[str]]:
     --skip-bridgeability is given.)"""
     from dihal.config import MIN_BRIDGEABILITY_LAYERS
     from dihal.profiles import ALL_LAYERS, resolve_preset
-    from dihal.registry import BASELINES, get_spec
+    from dihal.registry import BASELINES, config_file_problem, get_spec
 
+    if (problem := config_file_problem()) is not None:  # dihal.toml not TOML, a misspelt key
+        raise problem
     n_layers = get_spec(args.backbone).n_layers  # UnknownBackboneError lists the known ones
     # the one resolution every door uses; a ValueError names the presets, or the field
     args.profile = resolve_preset(args.profile).name
@@ -158,13 +160,14 @@ def seed_plan(args: argparse.Namespace, layers: list[int]) -> dict:
 def _preflight(args: argparse.Namespace, layers: list[int]) -> None:
     """Refuse, before any run, a run that would not fit (pipeline/preflight.py): the lines of
     dihal.preflight's refusals on stderr, exit status 2."""
+    from dihal.errors import DihalError
     from dihal.preflight import PreflightError, require_folders
     from pipeline.preflight import folders, preflight
 
     try:
         require_folders(folders(args.module))  # a read-only or full DAGSTER_HOME or root
         preflight(args, layers, lambda msg: print(f"[dihal] {msg}", flush=True))
-    except PreflightError as exc:
+    except (PreflightError, DihalError) as exc:  # DihalError: a model folder without weights
         print(f"REFUSED: {exc}", file=sys.stderr, flush=True)
         raise SystemExit(2) from None
 
@@ -216,7 +219,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--backbone", default="smollm2",
                     help="a backbone name (built-in or declared in dihal.toml), or a Hugging "
                          "Face id / local folder of a supported decoder LM (declared for this "
-                         "run, named after its last part)")
+                         "run, named after its last part, with a hash of its path or id "
+                         "where another model holds that name)")
     ap.add_argument("--layers", help="comma-separated candidate layers to sweep (1..N-1)")
     ap.add_argument("--sweep-count", type=int, default=None,
                     help="layers in the default sweep (1, 2, 3, then evenly spaced; 10)")
@@ -266,6 +270,9 @@ def main(argv: list[str] | None = None) -> None:
     private_tmpdir()  # the code servers' Unix sockets where no other user can reach them
     instance = open_instance()  # safe beside another driver starting on a fresh DAGSTER_HOME
     _refuse_run_only_declaration(ap, args, instance)
+    _record_model(ap, args.backbone)
+    if args.backbone_note:  # which name a folder or id runs under, and why
+        print(f"[dihal] {args.backbone_note}", flush=True)
     signal.signal(signal.SIGTERM, _interrupted)
     # Ctrl-C cancels the runs in flight, even where the driver was started with SIGINT ignored
     # (a background job of a non-interactive shell inherits that, and Python then never raises
@@ -283,7 +290,9 @@ def _checked(ap: argparse.ArgumentParser, argv: list[str] | None):
 
     args = ap.parse_args(argv)
     try:
-        args.backbone = declare_model(args.backbone)  # $DIHAL_BACKBONE_MODELS for the daemon
+        # $DIHAL_BACKBONE_MODELS for the daemon; a name another model holds is made unique
+        recorded = artifact_layout().recorded_model
+        args.backbone, args.backbone_note = declare_model(args.backbone, recorded)
         layers, baselines = plan(args)
         seeds = seed_plan(args, layers)
     except (DihalError, ValueError) as exc:
@@ -299,6 +308,36 @@ def _checked(ap: argparse.ArgumentParser, argv: list[str] | None):
                  "`make run`, or `. ./env.sh` first.")
     _preflight(args, layers)  # the preset, backbone and workers must fit this host
     return args, layers, baselines, seeds
+
+
+def preset_label(profile: str) -> str:
+    """The label `profile` is recorded under (dihal.profiles.Preset.label)."""
+    from dihal.profiles import resolve_preset
+
+    return resolve_preset(profile).label
+
+
+def artifact_layout():
+    """The artifact root's layout (the storage resource's)."""
+    from resources import StorageResource
+
+    return StorageResource().layout()
+
+
+def _record_model(ap: argparse.ArgumentParser, backbone: str) -> None:
+    """Record which model a declared backbone's artifacts are made from, so that another
+    folder or id whose derived name is the same gets another name (registry.declare_model)."""
+    from dihal.errors import DihalError
+    from dihal.registry import BACKBONES, get_spec
+
+    if backbone in BACKBONES:
+        return
+    layout = artifact_layout()
+    try:
+        layout.record_model(backbone, get_spec(backbone).hf_id)
+    except (DihalError, OSError) as exc:
+        ap.error(f"--backbone {backbone}: the artifact root {layout.root} cannot record its "
+                 f"model ({exc})")
 
 
 def _refuse_run_only_declaration(ap: argparse.ArgumentParser, args, instance) -> None:
@@ -402,12 +441,13 @@ def seed_line(seeds: dict, layers: list[int]) -> str:
 
 def _chain(chain: Chain, args, layers: list[int], baselines: list[str], say,
            seeds: dict) -> None:
-    from resources import StorageResource
     from storage import Bridgeability, Comparison, Evaluation, LayerScore, Report, SamplerCurve
 
-    b, layout = args.backbone, StorageResource().layout()
+    b, layout = args.backbone, artifact_layout()
     last = STAGES.index(args.stop_after)
-    say(f"backbone {b}, profile {args.profile}, {args.workers} worker(s): Locate")
+    label = preset_label(args.profile)  # a JSON file's: its name and content digest
+    profile = args.profile if label == args.profile else f"{args.profile} (label {label})"
+    say(f"backbone {b}, profile {profile}, {args.workers} worker(s): Locate")
     if args.skip_bridgeability:
         say("--skip-bridgeability: the chain stops after the sweep")
     chain.job(job_name("locate", b))

@@ -39,9 +39,13 @@ def gather(args, layers: list[int], resources: dict | None = None):
     those of the code location args.module unless given."""
     import torch
 
-    from dihal.backbones import bos_id_of
     from dihal.errors import CorpusError
-    from dihal.locate.corpus import corpus_documents, document_lengths, pack_sequences
+    from dihal.locate.corpus import (
+        corpus_documents,
+        document_lengths,
+        pack_sequences,
+        separator_ids,
+    )
     from dihal.preflight import PreflightError, model_facts, read_max_positions, require_positions
     from dihal.profiles import resolve_preset
 
@@ -54,6 +58,7 @@ def gather(args, layers: list[int], resources: dict | None = None):
     weights = res["backbones"].resolve(args.backbone, layout)
     require_positions(args.backbone, read_max_positions(weights.path), seq)
     tok = res["backbones"].load_tokenizer(args.backbone, layout)
+    bos_id, eos_id = separator_ids(tok, weights.path)  # a tokenizer without EOS: refused
     try:  # the corpus the corpus stage reads: a Hub dataset's rows where hf_dataset is set
         lengths = document_lengths(corpus_documents(corpus), tok, seq)
     except CorpusError as exc:
@@ -66,7 +71,7 @@ def gather(args, layers: list[int], resources: dict | None = None):
     max_abs = None
     try:
         packed = pack_sequences(corpus_documents(corpus), tok, first,
-                                bos_id=bos_id_of(tok), eos_id=tok.eos_token_id)
+                                bos_id=bos_id, eos_id=eos_id)
     except Exception:  # too small a corpus: the corpus check says so with its numbers
         packed = None
     if packed is not None:

@@ -39,15 +39,22 @@ def shared(tmp_path_factory, name: str, build) -> Path:
 
 @pytest.fixture(autouse=True)
 def _restore_the_environment():
-    """The DIHAL_* and DAGSTER_* variables as they were before each test: the driver, run in
-    process by some tests, sets DIHAL_PROFILE and DIHAL_WORKERS for the processes it starts,
-    which would otherwise choose the preset of every later test."""
+    """The DIHAL_* and DAGSTER_* variables and the temporary folder as they were before each
+    test: the driver, run in process by some tests, sets DIHAL_PROFILE and DIHAL_WORKERS for
+    the processes it starts, which would otherwise choose the preset of every later test, and
+    points TMPDIR at its private folder (pipeline.launch.private_tmpdir), which a later test's
+    server run as another user (PostgreSQL's initdb) cannot enter."""
+    import tempfile
+
     prefixes = ("DIHAL_", "DAGSTER_")
-    before = {k: v for k, v in os.environ.items() if k.startswith(prefixes)}
+    kept = (*prefixes, "TMPDIR")
+    before = {k: v for k, v in os.environ.items() if k.startswith(kept)}
+    tempdir = tempfile.tempdir
     yield
-    for k in [k for k in os.environ if k.startswith(prefixes) and k not in before]:
+    for k in [k for k in os.environ if k.startswith(kept) and k not in before]:
         del os.environ[k]
     os.environ.update(before)
+    tempfile.tempdir = tempdir
 
 
 @pytest.fixture(autouse=True)

@@ -20,8 +20,15 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from dihal.backbones import resolve_weights
-from dihal.errors import DihalError
+from dihal.backbones import (
+    PROBE_TOKENS,
+    REPLAY_TOLERANCE_NATS,
+    bos_id_of,
+    check_complete,
+    final_logit_cap,
+    resolve_weights,
+)
+from dihal.errors import DihalError, ModelLoadError
 from dihal.gguf import (  # noqa: F401 (re-exported)
     DEFAULT_JUDGE,
     GEMMA_HF_ID,
@@ -92,7 +99,7 @@ class Judge:
     def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """LM head (and Gemma's soft-capping, where configured) on hidden states (n, d)."""
         logits = self.model.get_output_embeddings()(hidden).float()
-        cap = getattr(self.model.config, "final_logit_softcapping", None)
+        cap = final_logit_cap(self.model.config)  # only where the model's forward caps
         if cap is not None:
             logits = torch.tanh(logits / cap) * cap
         return logits
@@ -247,9 +254,37 @@ def load_judge(
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     weights = resolve_judge(name_or_path, cache_dir=cache_dir, offline=offline)
-    model = AutoModelForCausalLM.from_pretrained(str(weights.path), dtype=dtype).to(device)
+    model, loading_info = AutoModelForCausalLM.from_pretrained(
+        str(weights.path), dtype=dtype, output_loading_info=True)
+    check_complete(model, loading_info, weights.path, f"judge {name_or_path!r}")
     tokenizer = AutoTokenizer.from_pretrained(str(weights.path))
-    return Judge(
-        model, tokenizer, name=weights.name, revision=weights.revision,
+    judge = Judge(
+        model.to(device), tokenizer, name=weights.name, revision=weights.revision,
         chunk_size=chunk_size, batch_size=batch_size,
     )
+    check_scores(judge, weights.path)
+    return judge
+
+
+@torch.no_grad()
+def check_scores(judge: Judge, folder: Path) -> float:
+    """Refuse a judge whose token losses (its chunked LM head on its decoder's states) are not
+    its model's own forward's: a probe of PROBE_TOKENS tokens (its BOS, or EOS, then ids from a
+    fixed seed) within REPLAY_TOLERANCE_NATS. The mean |difference| in nats/token where it passes."""
+    vocab = min(len(judge.tokenizer), judge.model.config.vocab_size)
+    ids = torch.randint(0, vocab, (PROBE_TOKENS,), generator=torch.Generator().manual_seed(0))
+    ids[0] = bos_id_of(judge.tokenizer)
+    logits = judge.model(input_ids=ids[None].to(judge.device), use_cache=False).logits[0, :-1]
+    own = F.cross_entropy(logits.float(), ids[1:].to(logits.device), reduction="none")
+    nats = (judge.token_nll_each([ids.tolist()])[0] - own.double().cpu()).abs().mean().item()
+    dtype = next(judge.model.parameters()).dtype
+    tolerance = REPLAY_TOLERANCE_NATS.get(dtype, max(REPLAY_TOLERANCE_NATS.values()))
+    if not nats <= tolerance:  # NaN too
+        raise ModelLoadError(
+            f"judge {judge.name!r} ({folder}): its token losses are not its model's own: "
+            f"{nats:.3g} nats/token apart (at most {tolerance:g} in {dtype}) on a probe of "
+            f"{PROBE_TOKENS} tokens, so its Gen.PPL would be another model's. Its config.json "
+            f"({judge.model.config.model_type}) may set an option its forward applies to the "
+            f"logits that the judge does not (or the reverse): use a judge of a supported family."
+        )
+    return nats

@@ -25,7 +25,7 @@ from typing import Any
 
 from dihal.atomic import file_sha256
 from dihal.config import CorpusConfig, SequenceConfig  # noqa: F401 (re-exported)
-from dihal.errors import CorpusError, MalformedLineError
+from dihal.errors import CorpusError, MalformedLineError, TokenizerError
 from dihal.locate.documents import CorpusStats, Document, is_empty
 from dihal.locate.hub import HUB_FIELDS, HubSource
 from dihal.results import CorpusResult, SequencesResult
@@ -411,6 +411,22 @@ def scan_corpus(cfg: CorpusConfig, shards: list[dict[str, Any]]) -> CorpusResult
     return CorpusResult(shards, stats.to_dict())
 
 
+def separator_ids(tokenizer, folder) -> tuple[int, int]:
+    """(bos_id, eos_id) the sequences are packed with: BOS (EOS where there is none) starts
+    each sequence, EOS ends each document. A tokenizer without an EOS is refused, naming the
+    model folder it came from and the fix, before a document is tokenised."""
+    eos = tokenizer.eos_token_id
+    if not isinstance(eos, int):
+        pad = "" if tokenizer.pad_token_id is not None else " and no pad token"
+        raise TokenizerError(
+            f"the tokenizer of {folder} has no EOS token{pad}: no id can end a document where "
+            "documents are packed into sequences. Give it one: set eos_token in its "
+            "tokenizer_config.json to a token of its vocabulary (or tokenizer.eos_token = "
+            "'...'; tokenizer.save_pretrained(folder)), then make the sequences again.")
+    bos = tokenizer.bos_token_id
+    return (int(bos) if isinstance(bos, int) else int(eos)), int(eos)
+
+
 def make_sequences(recorded: list[dict[str, Any]], corpus_cfg: CorpusConfig, tokenizer,
                    cfg: SequenceConfig, *, bos_id: int, eos_id: int,
                    revision: str) -> SequencesResult:
@@ -424,4 +440,4 @@ def make_sequences(recorded: list[dict[str, Any]], corpus_cfg: CorpusConfig, tok
         input_ids={s: p.input_ids for s, p in packed.items()},
         doc_ids={s: p.doc_ids for s, p in packed.items()},
         sources={s: p.sources for s, p in packed.items()},
-        bos_id=bos_id, eos_id=eos_id, revision=revision)
+        bos_id=bos_id, eos_id=eos_id, revision=revision, vocab_size=len(tokenizer))

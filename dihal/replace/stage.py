@@ -34,7 +34,7 @@ from dihal.bridge.denoiser import denoiser_config_of
 from dihal.bridge.sampler import DEFAULT_RULE
 from dihal.bridge.train import loop_config, sample_budget
 from dihal.config import MIN_SWEPT_LAYERS, BridgeProtocol, ExtractConfig  # noqa: F401
-from dihal.errors import LayerIndexError
+from dihal.errors import LayerIndexError, TooFewError
 from dihal.locate.extract import layer_pairs
 from dihal.replace.hybrid import Hybrid, next_token_nll, top1_agreement
 from dihal.results import BridgeMetrics, TrainedBridge
@@ -134,10 +134,22 @@ def standardise_pairs(c, h, cond_std: Standardizer, target_std: Standardizer,
     return zc, zh
 
 
+def require_held_out(reader, protocol: BridgeProtocol) -> None:
+    """A TooFewError where the dump holds fewer held-out sequences than eval_sequences asks
+    for: a bridge is measured on what its protocol says, never on fewer."""
+    have = reader.shape("val")[1]
+    if have < protocol.eval_sequences:
+        raise TooFewError(
+            f"eval_sequences {protocol.eval_sequences}: the dump holds {have} held-out (val) "
+            f"sequences. Lower eval_sequences to at most {have}, or raise sequences.n_val to "
+            f"at least {protocol.eval_sequences} (then make the sequences and the dump again)")
+
+
 def held_out(reader, layer: int, protocol: BridgeProtocol, cond_std: Standardizer,
              target_std: Standardizer) -> tuple[BridgeData, torch.Tensor]:
     """The first `protocol.eval_sequences` held-out sequences as standardised (c, h_l) pairs,
-    and their tokens."""
+    and their tokens (require_held_out: all of them there)."""
+    require_held_out(reader, protocol)
     c_va, h_va = stored_pairs(reader, "val", layer, protocol.eval_sequences)
     zc, zh = standardise_pairs(c_va, h_va, cond_std, target_std, protocol)
     ids = np.asarray(reader.input_ids("val")[: protocol.eval_sequences], dtype=np.int64)
@@ -290,6 +302,7 @@ def layer_data_for(backbone, reader, layer: int, protocol: BridgeProtocol, *,
     released): a sweep partition builds its 1M-token pairs once for the bridge and its
     regression control."""
 
+    require_held_out(reader, protocol)  # before the pairs are computed
     key = _pairs_key(backbone, reader, layer, protocol, train_ids, extract)
     kept = _KEPT.pop(key, None) if reuse else None
     if kept is not None:

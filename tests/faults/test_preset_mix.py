@@ -71,3 +71,27 @@ def test_a_fix_command_after_a_plain_run_names_the_upstream_and_the_preset(world
     assert "This run's preset is 'tiny': run that command as `DIHAL_PROFILE=tiny dagster " \
            "asset materialize ...`" in err[0]
     assert "n_tokens" not in err[0] and "--config-json" not in err[0]
+
+
+def test_two_preset_files_of_one_name_never_share_an_upstream(world, tmp_path):
+    """`a/p.json` and `b/p.json` with other seeds: the dump made under one is another preset's
+    upstream for the other (refused, naming both labels), never read as its own; the same
+    content copied to a third folder is the same preset, whose upstream is read."""
+    for folder, seed in (("a", 1), ("b", 2), ("c", 1)):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "p.json").write_text(json.dumps({"sequences": {"seed": seed}}))
+    a, b, c = (PresetResource(name=str(tmp_path / f / "p.json")) for f in "abc")
+    la, lb = a.preset().label, b.preset().label
+    assert la != lb and c.preset().label == la
+    chain = ["corpus", "sequences_llama", "hidden_states_llama"]
+    res, err = world.materialize(chain, resources={"preset": a})
+    assert res.success, err
+    assert _meta(world, res, "hidden_states_llama")["preset"] == la
+    res, err = world.materialize(["geometry_llama"], resources={"preset": b})
+    assert not res.success
+    assert (f"geometry_llama: its upstream hidden_states_llama was made under preset {la!r}, "
+            f"this run's preset is {lb!r} (a preset file of this name with other content: "
+            "another file, or this one edited); presets are never mixed silently.") in err[0], err[0]
+    res, err = world.materialize(["geometry_llama"], resources={"preset": c})
+    assert res.success, err
+    assert _meta(world, res, "geometry_llama")["preset"] == la

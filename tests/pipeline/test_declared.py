@@ -187,12 +187,13 @@ def test_a_hub_id_missing_offline_says_how_to_get_its_config(config, monkeypatch
 
 def test_the_driver_declares_a_folder_given_as_backbone(config, mistral_dir, monkeypatch):
     config("[backbones]\n")
-    name = registry.declare_model(str(mistral_dir))
+    name, why = registry.declare_model(str(mistral_dir))
     assert name == registry.name_for(str(mistral_dir)) == mistral_dir.name.lower().replace("-", "_")
+    assert why == f"--backbone {mistral_dir} runs as backbone {name} (the folder's name)"
     assert json.loads(registry.os.environ[registry.DECLARED_ENV]) == [
         {"name": name, "model": str(mistral_dir.resolve())}]
     assert registry.get_spec(name).n_layers == 6
-    assert registry.declare_model("smollm2") == "smollm2"
+    assert registry.declare_model("smollm2") == ("smollm2", None)
     assert registry.name_for("HuggingFaceTB/SmolLM2-360M") == "smollm2_360m"
 
 
@@ -267,3 +268,112 @@ def test_a_declared_backbone_can_judge_another(config, mistral_dir, tmp_path):
     w = resolve_judge("mine", cache_dir=tmp_path)
     assert w.path == mistral_dir.resolve()
     assert w.revision == f"local:{mistral_dir.resolve()}@sha256={folder_digest(mistral_dir)[:16]}"
+
+
+@pytest.fixture()
+def drive(config, monkeypatch, tmp_path, capsys):
+    """The driver up to its chain, nothing launched: every check, the name it runs under and
+    what it prints. run(*argv) -> (exit status or None, the args it would drive, stdout,
+    stderr). The artifact root is the test's own."""
+    import pipeline.launch
+    from storage import ArtifactLayout
+
+    config("[backbones]\n")
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(pipeline.launch, "open_instance", lambda: "instance")
+    monkeypatch.setattr(pipeline.launch, "daemon_alive", lambda instance: False)
+    monkeypatch.setattr(driver, "_preflight", lambda args, layers: None)  # not its subject
+    monkeypatch.setattr(driver, "artifact_layout", lambda: ArtifactLayout(tmp_path / "root"),
+                        raising=False)
+    driven = []
+    monkeypatch.setattr(driver, "_drive", lambda instance, args, *rest: driven.append(args))
+
+    def run(*argv):
+        driven.clear()
+        try:
+            driver.main([*argv, "--layers", "1,2", "--skip-bridgeability"])
+            code = None
+        except SystemExit as exc:
+            code = exc.code
+        out = capsys.readouterr()
+        return code, (driven[0] if driven else None), out.out, out.err
+
+    return run
+
+
+@pytest.mark.parametrize("folder", ["SmolLM2", "gemma3", "llama"])
+def test_a_folder_named_like_a_built_in_backbone_runs_itself_under_its_own_name(
+        drive, tmp_path, folder):
+    """Before: `--backbone /models/SmolLM2` (a 3-layer model) ran the embedded 30-layer
+    SmolLM2-135M, a folder named gemma3 the built-in Gemma 3 270M, one named llama failed on
+    Llama-3.1-8B's weights. Now the name is made unique (a hash of the folder's path) and the
+    driver says which name it runs under and why."""
+    model = build_model(tmp_path / folder, "llama", n_layers=3)
+    taken = folder.lower()
+    code, args, out, _ = drive("--backbone", str(model))
+    assert code is None and args.backbone != taken
+    assert args.backbone == registry.suffixed_name(taken, str(model.resolve()))
+    spec = registry.get_spec(args.backbone)
+    assert (spec.hf_id, spec.n_layers, spec.source) == (str(model.resolve()), 3, "folder")
+    built_in = registry.BACKBONES[taken]
+    assert (f"[dihal] --backbone {model} runs as backbone {args.backbone}, not {taken}: {taken} "
+            f"is the built-in {built_in.hf_id} ({built_in.n_layers} layers). The suffix is a "
+            "hash of the folder's path: this folder keeps this name.") in out
+    again = drive("--backbone", str(model))[1]  # the same folder: the same name, every time
+    assert again.backbone == args.backbone
+
+
+def test_two_folders_of_one_name_never_share_a_name_or_an_artifact_folder(drive, tmp_path,
+                                                                          monkeypatch):
+    """/a/mine then /b/mine: in one process (the second declared while the first is), and in
+    two driver runs one after another (the artifact root records which model made `mine`),
+    the second runs under mine_<hash>; the first keeps `mine`. A folder that dihal.toml
+    declares runs under the name declared for it."""
+    a = build_model(tmp_path / "a" / "mine", "llama", n_layers=3)
+    b = build_model(tmp_path / "b" / "mine", "llama", n_layers=4)
+    # two driver runs, each a new process: $DIHAL_BACKBONE_MODELS starts empty
+    code, args, said, _ = drive("--backbone", str(a))
+    assert (code, args.backbone) == (None, "mine")
+    monkeypatch.setenv(registry.DECLARED_ENV, "[]")
+    code, args, out, _ = drive("--backbone", str(b))
+    assert code is None and args.backbone != "mine"
+    assert f"[dihal] --backbone {a} runs as backbone mine (the folder's name)" in said
+    second = registry.suffixed_name("mine", str(b.resolve()))
+    assert args.backbone == second and registry.get_spec(second).n_layers == 4
+    assert (f"runs as backbone {second}, not mine: the artifacts of backbone mine were made "
+            f"from {a.resolve()}") in out
+    monkeypatch.setenv(registry.DECLARED_ENV, "[]")
+    assert drive("--backbone", str(a))[1].backbone == "mine"
+    from storage import ArtifactLayout
+
+    root = ArtifactLayout(tmp_path / "root")  # each artifact folder records its own model
+    assert (root.recorded_model("mine"), root.recorded_model(second)) == (
+        str(a.resolve()), str(b.resolve()))
+    # one process: the second declared while the first is
+    monkeypatch.setenv(registry.DECLARED_ENV, "[]")
+    assert registry.declare_model(str(a))[0] == "mine"
+    name, why = registry.declare_model(str(b))
+    assert name == second and f"not mine: mine is declared for {a.resolve()}" in why
+    assert (registry.get_spec("mine").n_layers, registry.get_spec(second).n_layers) == (3, 4)
+    (tmp_path / "dihal.toml").write_text(f'[backbones.mine]\nmodel = "{b}"\n')
+    monkeypatch.setenv(registry.DECLARED_ENV, "[]")
+    name, why = registry.declare_model(str(b))  # not declared twice: dihal.toml's entry is it
+    assert name == "mine" and "declared for it in" in why
+    assert registry.declaration_problems() == {} and registry.get_spec("mine").n_layers == 4
+
+
+def test_a_dihal_toml_entry_shadowing_the_built_in_asked_for_is_refused_by_the_driver(
+        drive, mistral_dir, tmp_path):
+    """`[backbones.smollm2]` in dihal.toml and `--backbone smollm2`: before, the code location
+    warned of the entry and the driver ran the built-in SmolLM2 without a word. Now the
+    driver refuses before any work, naming the entry and the fix."""
+    (tmp_path / "dihal.toml").write_text(f'[backbones.smollm2]\nmodel = "{mistral_dir}"\n')
+    code, args, _, err = drive("--backbone", "smollm2")
+    assert (code, args) == (2, None)
+    last = err.strip().splitlines()[-1]
+    assert (f"--backbone smollm2: backbone 'smollm2' declared in {tmp_path / 'dihal.toml'}: "
+            "'smollm2' is a built-in backbone") in last
+    assert ("Nothing is run: smollm2 would be the built-in HuggingFaceTB/SmolLM2-135M-Instruct "
+            "(30 layers), not that entry's model. Rename the entry ([backbones.my_smollm2]) and "
+            "give --backbone my_smollm2") in last
+    assert drive("--backbone", "llama")[0] is None  # another built-in name: no entry, it runs

@@ -3,10 +3,14 @@ class (tests/tiny.py build_model) and loaded as a declared backbone from its fol
 hidden states, the upper layers replayed from stored states, the cached upper layers, the
 backbone's own cached decoding, and the hybrid's. GPT-2 and GPT-NeoX are refused by name."""
 
+import json
+import shutil
+
 import pytest
 import torch
 
-from dihal.backbones import load_backbone
+from dihal.backbones import REPLAY_TOLERANCE_NATS, load_backbone
+from dihal.backbones import check_replay as check_replay_at_load
 from dihal.bridge.data import Standardizer
 from dihal.bridge.denoiser import DenoiserConfig, build_denoiser
 from dihal.bridge.process import BrownianBridge
@@ -43,6 +47,34 @@ def test_replayed_upper_layers_equal_the_full_models_logits(family):
     full, hs = check_replay(bb)
     # the layers differ: a replay from the wrong layer is not the model
     assert not torch.allclose(bb.run_upper(hs[1], 2), full, atol=1e-3)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_load_probe_finds_the_replay_exact(family, dtype, tmp_path):
+    """load_backbone's probe (check_replay: 16 tokens, cut at the middle layer)
+    measures the replay as the model's own forward, in float32 and bfloat16, far inside the
+    tolerance it refuses beyond."""
+    arch, bb = family
+    if dtype != torch.float32:
+        bb = load_backbone(bb.spec, cache_dir=tmp_path, dtype=dtype)
+    probe = check_replay_at_load(bb)
+    assert set(probe) == {2}
+    assert all(nats <= REPLAY_TOLERANCE_NATS[dtype] / 10 for _, nats in probe.values()), probe
+
+
+def test_options_the_family_ignores_are_not_read(family, tmp_path):
+    """The family's config.json given a `sliding_window` (4, shorter than the sequence) and a
+    `final_logit_softcapping` where it has none (Gemma 2/3 have both): its forward reads them
+    only where the family uses them (Mistral and Phi-3 slide every layer, Qwen2/3 only with
+    `use_sliding_window`, Gemma 2/3 slide by `layer_types` and cap), and so does the replay."""
+    arch, bb = family
+    cfg = json.loads((bb.weights.path / "config.json").read_text())
+    options = {k: v for k, v in {"sliding_window": 4, "final_logit_softcapping": 1.0}.items()
+               if cfg.get(k) is None}
+    folder = shutil.copytree(bb.weights.path, tmp_path / arch)
+    (folder / "config.json").write_text(json.dumps({**cfg, **options}))
+    check_replay(load_backbone(declare(f"odd_{arch}", {"model": str(folder)}, "test"),
+                               cache_dir=tmp_path))
 
 
 def test_cached_upper_layers_equal_uncached(family):

@@ -26,7 +26,8 @@ def test_the_preset_is_chosen_once_for_the_project_or_the_instance(place, monkey
     (place / "my.json").write_text('{"geometry": {"n_tokens": 4096}}')
     (place / "dihal.toml").write_text('preset = "my.json"\n\n[backbones]\n')
     project = resolve_preset()
-    assert project.name == str(place / "my.json") and project.label == "my.json"
+    assert project.name == str(place / "my.json")
+    assert project.label == f"my.json@{profiles.content_digest(project.stages)}"
     assert project.stages == {"geometry": {"n_tokens": 4096}}
     (place / "my.json").write_text('{"geometry": {"n_tokens": 99}}')
     with pytest.raises(ValueError, match=r"preset .*my.json: geometry: GeometryConfig.n_anchors "
@@ -81,3 +82,20 @@ def test_the_code_locations_defaults_and_preset_resource_follow_the_choice(place
                          env={**os.environ, "PYTHONPATH": str(root)}, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert json.loads(out.stdout.splitlines()[-1]) == ["tiny", 64, "tiny"]
+
+
+def test_two_json_presets_of_one_file_name_are_labelled_by_their_content(tmp_path):
+    """The label enters every fingerprint and manifest: `a/p.json` and `b/p.json` with other
+    seeds are two presets (before, both were `p.json`, and one driver's sweep trained on the
+    other's dump); the same content in another folder, reformatted or with its keys in another
+    order, is the same preset, so its artifacts are reused."""
+    for folder, text in (("a", '{"sequences": {"seed": 1}}'), ("b", '{"sequences": {"seed": 2}}'),
+                         ("c", '{ "sequences" : {\n  "seed": 1 } }\n')):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "p.json").write_text(text)
+    a, b, c = (resolve_preset(str(tmp_path / f / "p.json")) for f in "abc")
+    assert a.label != b.label
+    assert a.label.startswith("p.json@") and b.label.startswith("p.json@")
+    assert a.label == c.label and a.name != c.name
+    assert len(a.label) == len("p.json@") + profiles.LABEL_DIGEST_CHARS
+    assert resolve_preset("tiny").label == "tiny"  # a built-in preset keeps its name

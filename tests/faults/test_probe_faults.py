@@ -21,7 +21,7 @@ from dihal.errors import CorruptArtifactError, UnsafePathError
 from storage import Geometry, Report, SweepBridge
 from storage.artifacts import VERIFIED
 from storage.locks import artifact_lock
-from tests.tiny import ROOT, make_world, png, tiny_definitions
+from tests.tiny import PROTOCOL, ROOT, make_world, png, tiny_definitions
 
 
 def _digest(path) -> str:
@@ -172,9 +172,10 @@ def test_an_artifact_root_that_is_a_symlink_makes_and_reuses_the_chain(
     world.shard = swept_world.shard
     chain = ["corpus", "sequences_llama", "hidden_states_llama", "geometry_llama",
              "layer_score_llama", "bridgeability_llama", "bridge_llama"]
+    full = {"bridge_llama": {"config": {**PROTOCOL, "epochs": 2.0}}}  # the tiny held-out split
     made = {}
     for keys, partition in ((["bridge_sweep_llama"], "1"), (chain, None)):
-        res, err = world.materialize(keys, partition=partition)
+        res, err = world.materialize(keys, partition=partition, **full)
         assert res.success, err
         made.update(world.cached(res))
     assert not any(made[k] for k in ("geometry_llama", "layer_score_llama",
@@ -182,7 +183,7 @@ def test_an_artifact_root_that_is_a_symlink_makes_and_reuses_the_chain(
     assert (real / "llama" / "bridge" / "bridge.safetensors").is_file()  # written where it points
     assert link.is_symlink()
     for keys, partition in ((["bridge_sweep_llama"], "1"), (chain, None)):
-        res, err = world.materialize(keys, partition=partition)
+        res, err = world.materialize(keys, partition=partition, **full)
         assert res.success, err
         assert all(world.cached(res).values()), world.cached(res)
     # a stage folder that is a link below the linked root is still refused

@@ -17,6 +17,14 @@ ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 
 
+def preset_label(path: Path) -> str:
+    """The label the artifacts made under the JSON preset at `path` record: its file name and
+    the digest of its content (dihal.profiles.Preset.label)."""
+    from dihal.profiles import resolve_preset
+
+    return resolve_preset(str(path)).label
+
+
 @contextlib.contextmanager
 def beside_dg_dev(tmp: Path, tiny_llama_dir: Path, stories: tuple[str, ...]):
     """A project in `tmp` declaring each of `stories` as a backbone (the same tiny model: each

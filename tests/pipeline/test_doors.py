@@ -19,6 +19,7 @@ from tests.pipeline.doors import (
     driver,
     finished_run,
     materializations,
+    preset_label,
 )
 from tests.tiny import SHOTS, open_browser, tiny_profile
 
@@ -78,7 +79,8 @@ def test_the_driver_runs_beside_dg_dev_through_its_daemon(beside):
     assert "started a Dagster daemon" not in out.stdout
     score = json.loads((tmp / "artifacts" / "tinyfolder" / "layer_score" / "manifest.json")
                        .read_text())
-    assert score["backbone"] == "tinyfolder" and score["info"]["preset"] == "tiny.json"
+    assert score["backbone"] == "tinyfolder"
+    assert score["info"]["preset"] == preset_label(tmp / "tiny.json")
     assert "profile " + str(tmp / "tiny.json") in out.stdout
     assert dev.proc.poll() is None  # dg dev still serves
 
@@ -113,8 +115,9 @@ def test_the_cli_and_dg_reuse_the_drivers_artifact_with_one_fingerprint(beside):
     doors = materializations(env, "layer_score_tinyfolder")
     print("layer_score_tinyfolder by door (driver, CLI, dg):",
           [(m["fingerprint"], m["cached"], m["preset"]) for m in doors])
+    label = preset_label(tmp / "tiny.json")
     assert [(m["cached"], m["preset"]) for m in doors] == [
-        (False, "tiny.json"), (True, "tiny.json"), (True, "tiny.json")]
+        (False, label), (True, label), (True, label)]
     assert {m["fingerprint"] for m in doors} == {made[:16]}
 
 
@@ -131,7 +134,8 @@ def test_a_door_under_another_preset_is_refused_with_the_command(beside):
     text = out.stdout + out.stderr
     print(text[text.find("geometry_tinyfolder: its upstream"):][:700])
     assert ("geometry_tinyfolder: its upstream hidden_states_tinyfolder was made under preset "
-            "'tiny.json', this run's preset is 'other.json'") in text
+            f"'{preset_label(tmp / 'tiny.json')}', this run's preset is "
+            f"'{preset_label(other)}'") in text
     assert f"DIHAL_PROFILE={other} dagster asset materialize --select " \
            "'*hidden_states_tinyfolder'" in text
 
@@ -211,7 +215,7 @@ def test_the_ui_makes_layer_score_and_the_driver_and_the_cli_reuse_it(beside):
     assert run.remote_job_origin.location_name == "dihal"
     manifest = tmp / "artifacts" / "tinyui" / "layer_score" / "manifest.json"
     made = json.loads(manifest.read_text())
-    assert made["info"]["preset"] == "tiny.json"
+    assert made["info"]["preset"] == preset_label(tmp / "tiny.json")
     # the asset page shows the l* the run recorded, and its plot loads
     assert shown_l_star == str(materializations(env, "layer_score_tinyui")[0]["l_star"])
     assert plot_width > 0, "the plot image on the asset page did not load"
@@ -221,6 +225,7 @@ def test_the_ui_makes_layer_score_and_the_driver_and_the_cli_reuse_it(beside):
     print("layer_score_tinyui by door (UI, driver, CLI):",
           [(m["fingerprint"], m["cached"], m["preset"]) for m in doors])
     assert doors[0]["run_id"] == run.run_id  # the UI's run made it
+    label = preset_label(tmp / "tiny.json")
     assert [(m["cached"], m["preset"]) for m in doors] == [
-        (False, "tiny.json"), (True, "tiny.json"), (True, "tiny.json")]
+        (False, label), (True, label), (True, label)]
     assert {m["fingerprint"] for m in doors} == {made["fingerprint"][:16]}

@@ -9,7 +9,14 @@ import sys
 
 import pytest
 
-from tests.pipeline.doors import ROOT, beside_dg_dev, cli_reuses, driver, finished_run
+from tests.pipeline.doors import (
+    ROOT,
+    beside_dg_dev,
+    cli_reuses,
+    driver,
+    finished_run,
+    preset_label,
+)
 
 
 @pytest.fixture(scope="module")
@@ -94,11 +101,11 @@ def test_a_schedule_tick_runs_under_the_project_preset_and_the_cli_reuses_it(bes
     assert "bridgeability_tinytick and eval_tinytick are up to date" in again["skip"]
     manifest = tmp / "artifacts" / "tinytick" / "bridgeability" / "manifest.json"
     made = json.loads(manifest.read_text())
-    assert made["info"]["preset"] == "tiny.json"
+    assert made["info"]["preset"] == preset_label(tmp / "tiny.json")
     doors = cli_reuses(env, "bridgeability_tinytick", manifest, made)
     print("bridgeability_tinytick by door (schedule, CLI):",
           [(m["fingerprint"], m["cached"], m["preset"]) for m in doors])
     assert doors[0]["run_id"] == run_id
-    assert [(m["cached"], m["preset"]) for m in doors] == [
-        (False, "tiny.json"), (True, "tiny.json")]
+    label = preset_label(tmp / "tiny.json")
+    assert [(m["cached"], m["preset"]) for m in doors] == [(False, label), (True, label)]
     assert {m["fingerprint"] for m in doors} == {made["fingerprint"][:16]}

@@ -264,7 +264,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> None:
     ap = build_parser()
-    from pipeline.launch import open_instance, private_tmpdir
+    from pipeline.launch import open_instance
+    from pipeline.private_tmp import private_tmpdir
 
     args, layers, baselines, seeds = _checked(ap, argv)
     private_tmpdir()  # the code servers' Unix sockets where no other user can reach them

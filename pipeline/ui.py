@@ -10,7 +10,7 @@ Before anything starts it refuses (exit status 2) a port that something already 
 (naming the process where /proc shows it; `dagster dev` itself would log the bind error and
 then hang with its daemon and code servers running), and a read-only or full DAGSTER_HOME or
 artifact root. The code servers' Unix sockets lie in a folder only this user can enter
-(pipeline.launch.private_tmpdir).
+(pipeline.private_tmp.private_tmpdir).
 """
 
 from __future__ import annotations
@@ -168,7 +168,8 @@ def refusal(argv: list[str]) -> str | None:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     exe = shutil.which("dagster", path=str(Path(sys.executable).parent)) or "dagster"
-    from pipeline.launch import cli_env, private_tmpdir
+    from pipeline.launch import cli_env
+    from pipeline.private_tmp import private_tmpdir
 
     if why := refusal(argv):
         print(f"REFUSED: {why}", file=sys.stderr, flush=True)

@@ -42,7 +42,7 @@ def _restore_the_environment():
     """The DIHAL_* and DAGSTER_* variables and the temporary folder as they were before each
     test: the driver, run in process by some tests, sets DIHAL_PROFILE and DIHAL_WORKERS for
     the processes it starts, which would otherwise choose the preset of every later test, and
-    points TMPDIR at its private folder (pipeline.launch.private_tmpdir), which a later test's
+    points TMPDIR at its private folder (pipeline.private_tmp.private_tmpdir), which a later test's
     server run as another user (PostgreSQL's initdb) cannot enter."""
     import tempfile
 

@@ -2,7 +2,7 @@
 default, with the mode the umask leaves (under umask 000, srwxrwxrwx in a world-writable folder:
 any local user could connect and have the code server launch runs). The driver and
 `python -m pipeline.ui` point TMPDIR at `dihal-<uid>`, a folder only this user can enter
-(pipeline.launch.private_tmpdir), so the sockets of every code server they start (the driver's
+(pipeline.private_tmp.private_tmpdir), so the sockets of every code server they start (the driver's
 own, its daemon's, dagster dev's) lie where no other user reaches them, whatever their mode."""
 
 import os
@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.launch import cli_env, private_tmpdir
+from pipeline.launch import cli_env
+from pipeline.private_tmp import private_tmpdir
 from tests.tiny import ROOT
 
 

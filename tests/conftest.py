@@ -66,6 +66,23 @@ def _one_thread():
     torch.set_num_threads(n)
 
 
+@pytest.fixture()
+def config(tmp_path, monkeypatch):
+    """Write a configuration file (dihal.toml) and point $DIHAL_CONFIG at it."""
+    from dihal import registry
+
+    # set (not deleted) so that teardown restores it: declare_model writes os.environ itself
+    monkeypatch.setenv(registry.DECLARED_ENV, "[]")
+
+    def write(text: str):
+        path = tmp_path / "dihal.toml"
+        path.write_text(text)
+        monkeypatch.setenv(registry.CONFIG_ENV, str(path))
+        return path
+
+    return write
+
+
 @pytest.fixture(scope="session")
 def tiny_llama_dir(tmp_path_factory):
     """The tiny llama's folder, one for the whole session (the worlds below name its path)."""

@@ -117,19 +117,6 @@ def test_fewer_held_out_sequences_than_the_protocol_asks_are_refused_before_trai
 
 # -- 2. errors that arrived as tracebacks or named the wrong thing ------------------------------
 
-@pytest.fixture()
-def config(tmp_path, monkeypatch):
-    monkeypatch.setenv(registry.DECLARED_ENV, "[]")
-
-    def write(text: str):
-        path = tmp_path / "dihal.toml"
-        path.write_text(text)
-        monkeypatch.setenv(registry.CONFIG_ENV, str(path))
-        return path
-
-    return write
-
-
 def test_a_dihal_toml_that_is_not_toml_leaves_the_built_ins_and_is_named(config):
     """Like a bad entry: the built-in backbones stay, the code location loads (a warning names
     the file and the parse error), the preset falls back with that warning."""

@@ -23,21 +23,6 @@ def mistral_dir(tmp_path_factory):
     return build_model(tmp_path_factory.mktemp("tiny-mistral"), "mistral", n_layers=6)
 
 
-@pytest.fixture()
-def config(tmp_path, monkeypatch):
-    """Write a configuration file and point $DIHAL_CONFIG at it."""
-    # set (not deleted) so that teardown restores it: declare_model writes os.environ itself
-    monkeypatch.setenv(registry.DECLARED_ENV, "[]")
-
-    def write(text: str):
-        path = tmp_path / "dihal.toml"
-        path.write_text(text)
-        monkeypatch.setenv(registry.CONFIG_ENV, str(path))
-        return path
-
-    return write
-
-
 def test_the_projects_file_declares_nothing_and_parses():
     import tomllib
 

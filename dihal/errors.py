@@ -119,3 +119,16 @@ class BackboneDeclarationError(DihalError, ValueError):
 class SettingError(DihalError, ValueError):
     """A setting read from the process environment that is not of its type or out of its
     range; the message names the variable, its value, what is allowed and the fix."""
+
+
+class BackboneMismatchError(DihalError, ValueError):
+    """A bridge given a backbone other than the one it was made on; the message names both."""
+
+
+class ContextLengthError(DihalError, ValueError):
+    """A prompt or text longer than a model takes; the message names the lengths and the fix."""
+
+
+class SavedHybridError(DihalError):
+    """A folder that is not a saved hybrid, or one whose files changed since it was saved; the
+    message names the folder and the fix."""

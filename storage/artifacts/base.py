@@ -390,6 +390,28 @@ def preview(by_model: dict[str, list[str]], n: int = 5) -> str:
         for model, texts in by_model.items())
 
 
+def samples_table(samples: list[dict], n: int = 4, chars: int = 160) -> str:
+    """Markdown: a table with one column per model and a row per sample index (the first `n`),
+    so that the models' samples drawn with the same seed and uniforms sit side by side; each
+    cell cut to `chars` characters, its newlines shown as " / " and its pipes escaped."""
+    models = list(dict.fromkeys(s["model"] for s in samples))
+    texts = {(s["model"], s["index"]): s["text"] for s in samples}
+    indices = sorted({s["index"] for s in samples})[:n]
+
+    def cell(text: str | None) -> str:
+        if text is None:
+            return ""
+        text = " / ".join(line.strip() for line in text.splitlines() if line.strip())
+        text = text if len(text) <= chars else text[: chars - 1] + "\u2026"
+        return (text or "(empty)").replace("|", "\\|")
+
+    head = "| sample | " + " | ".join(m.replace("|", "\\|") for m in models) + " |"
+    rule = "|---|" + "---|" * len(models)
+    rows = [f"| {i + 1} | " + " | ".join(cell(texts.get((m, i))) for m in models) + " |"
+            for i in indices]
+    return "\n".join([head, rule, *rows])
+
+
 class RowsArtifact(Artifact):
     """An artifact that is one table of rows (`result.rows`), shown in the UI with `columns`."""
 

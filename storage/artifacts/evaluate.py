@@ -9,7 +9,15 @@ from typing import Any
 
 from dihal.atomic import atomic_write_text
 from dihal.results import EvalResult
-from storage.artifacts.base import Artifact, Markdown, RowsArtifact, Table, by_model, preview
+from storage.artifacts.base import (
+    Artifact,
+    Markdown,
+    RowsArtifact,
+    Table,
+    by_model,
+    preview,
+    samples_table,
+)
 from storage.artifacts.replace import LayerMadeUnder
 from storage.manifest import Manifest
 from storage.tables import write_table
@@ -48,12 +56,16 @@ class Evaluation(Artifact):
         return [json.loads(x) for x in self.sample_lines()]
 
     def metadata(self, manifest: Manifest) -> dict[str, Any]:
+        samples = self.samples()
         return {**super().metadata(manifest),
                 "table": Table(manifest.info["rows"], ["model", "gen_ppl", "diversity",
                                                        "repetition", "mean_length", "ms_per_token"]),
                 **({"frontier": Table(manifest.info["frontier"], FRONTIER_COLUMNS)}
                    if manifest.info.get("frontier") else {}),
-                "samples": Markdown(preview(by_model(self.samples())))}
+                "samples": Markdown(preview(by_model(samples))),
+                # the first samples of every model side by side (sample i: the same seed and
+                # uniforms)
+                "samples_side_by_side": Markdown(samples_table(samples))}
 
 
 # the temperature frontier's points as the UI shows them (eval's and comparison's)

@@ -127,3 +127,32 @@ def test_a_process_needing_weights_being_cached_waits_and_reads_them(tmp_path, m
         write_marker(target, "made by the other process", "x.gguf")
     waiter.join(30)
     assert found["w"].revision == "made by the other process" and not made
+
+
+def test_a_gguf_is_parsed_once_while_it_is_dequantised(tmp_path):
+    """transformers reads a GGUF's metadata for the config, the tokenizer and the weights, each
+    time through `from gguf import GGUFReader`: within one_parse_per_file the later reads get
+    the first reader, and a read outside it gets a fresh one."""
+    import gguf
+    import numpy as np
+
+    from dihal.gguf import one_parse_per_file
+
+    path = tmp_path / "small.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_uint32("test.value", 7)
+    writer.add_tensor("w", np.arange(8, dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    original = gguf.GGUFReader
+    with one_parse_per_file():
+        from gguf import GGUFReader  # as transformers imports it, inside its loader
+
+        first, again = GGUFReader(path), GGUFReader(str(path))
+        assert first is again
+        assert int(first.fields["test.value"].parts[-1][0]) == 7
+        assert first.tensors[0].data.tolist() == list(range(8))
+    assert gguf.GGUFReader is original
+    assert gguf.GGUFReader(path) is not first

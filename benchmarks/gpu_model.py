@@ -151,12 +151,12 @@ def eval_rows(units: dict, prof: dict) -> list[dict]:
     """The eval's sampling at the profile's count and length: DiHAL, the backbone, the
     regression, layer-drop and ridge hybrids, and the frontier's other temperatures (DiHAL
     and the backbone sampled again)."""
-    from dihal.config import FRONTIER_TEMPERATURES
+    from dihal.config import EvalConfig
 
     ev = prof.get("eval", {})
     n, length, batch = ev.get("n_samples", 64), ev.get("length", 64), ev.get("batch_size", 32)
     batches = math.ceil(n / batch)
-    temps = ev.get("frontier_temperatures", FRONTIER_TEMPERATURES)
+    temps = ev.get("frontier_temperatures", EvalConfig().frontier_temperatures)
     others = len(set(temps) - {ev.get("temperature", 1.0)})
     rows = []
     systems = {"dihal": 1 + others, "backbone": 1 + others, "regression": 1, "layer_drop": 2}

@@ -53,8 +53,12 @@ PROFILES: dict[str, dict[str, dict]] = {
         # 544 samples: MAUVE compares equal counts of non-empty samples and held-out texts, and
         # is a result (not a diagnostic) only at 512 or more a side; a few samples of a hybrid
         # may be empty (EOS first)
-        "eval": {"n_samples": 544, "length": 128, "batch_size": 128},
-        "baseline": {"n_samples": 544, "length": 128},
+        # and the whole temperature frontier (dihal.config.FRONTIER_TEMPERATURES; the cpu
+        # default draws the main temperature alone)
+        "eval": {"n_samples": 544, "length": 128, "batch_size": 128,
+                 "frontier_temperatures": list(dc.FRONTIER_TEMPERATURES)},
+        "baseline": {"n_samples": 544, "length": 128,
+                     "frontier_temperatures": list(dc.FRONTIER_TEMPERATURES)},
     },
 }
 # SmolLM2's whole chain in one 10-minute command on one H200: half the training tokens
@@ -72,17 +76,23 @@ PROFILES["gpu-smollm2"] = {
 }
 # What the default (cpu) run cannot decide, on the CPU at a few times its cost: replicate
 # training seeds on every swept layer (where the seed spread is larger than the gaps between
-# layers, the per-layer means need more than one seed; 3 as the gpu profile), and twice the
+# layers, the per-layer means need more than one seed; 3 as the gpu profile), twice the
 # held-out sequences (128: the sweep measures each bridge on 64 of them, the eval and the
-# baselines sample 128 each), with every candidate layer swept. The protocol (network, budget,
-# K) is the default's, so its layer ranking is comparable with the default run's. Cost,
-# extrapolated from the default run's per-step seconds (docs/configuration.md, "Presets").
+# baselines sample 128 each), with every candidate layer swept, and the whole temperature
+# frontier (the default draws the main temperature alone: what a lower temperature buys in
+# Gen.PPL for diversity, and each model's Gen.PPL at the held-out text's diversity, need two
+# or more). The protocol (network, budget, K) is the default's, so its layer ranking is
+# comparable with the default run's. Cost, extrapolated from the default run's per-step
+# seconds (docs/configuration.md, "Presets").
 PROFILES["study"] = {
     "sequences": {"n_val": 128},
     "bridge_sweep": {"seeds": 3, "eval_sequences": 64},
-    "eval": {"n_samples": 128},
-    "baseline": {"n_samples": 128},
+    "eval": {"n_samples": 128, "frontier_temperatures": list(dc.FRONTIER_TEMPERATURES)},
+    "baseline": {"n_samples": 128, "frontier_temperatures": list(dc.FRONTIER_TEMPERATURES)},
 }
+# The preset whose run draws the whole temperature frontier for a CPU run: the report's
+# frontier section names it where the frontier it reads has one temperature
+WHOLE_FRONTIER_PRESET = "study"
 # Every stage in seconds on one CPU thread (a bridge of 27k parameters, 8 training sequences of
 # 16 tokens, 4 samples of 6 tokens): a check that the whole chain runs, on a tiny model (the
 # worked example of docs/own-model.md) or on a real one; its numbers mean nothing. The corpus

@@ -1,7 +1,8 @@
 """The temperature frontier: Gen.PPL against diversity of each model at several
-decoding temperatures, so that a lower Gen.PPL can be read against a lower diversity. Lean
-points (no per-sample lists), the points on the frontier, and the sentence that reads them.
-Standard library only."""
+decoding temperatures, so that a lower Gen.PPL can be read against a lower diversity (at one,
+the default's, the models and the held-out text at that temperature only). Lean points (no
+per-sample lists), the points on the frontier, and the sentence that reads them. Standard
+library only."""
 
 from __future__ import annotations
 
@@ -135,6 +136,13 @@ def _t(t: float | None) -> str:
     return "none" if t is None else f"{t:g}"
 
 
+def measured_temperatures(points: Iterable[dict]) -> list[float]:
+    """The decoding temperatures the points were sampled at, sorted (the held-out text's and a
+    deterministic recipe's None left out). One temperature (the default's, the main rows'):
+    the frontier compares the models at that temperature only."""
+    return sorted({p["temperature"] for p in points if p.get("temperature") is not None})
+
+
 def frontier_sentence(points: list[dict], first: str = "dihal") -> str:
     """Which models lie on the frontier at the temperatures measured (a point no other point
     dominates, diversity counted up to the held-out text's where its anchor was measured),
@@ -145,7 +153,8 @@ def frontier_sentence(points: list[dict], first: str = "dihal") -> str:
                 "artifacts were made before it existed).")
     flags = on_frontier(points)
     models = list(dict.fromkeys(p["model"] for p in points if p.get("role") != ANCHOR_ROLE))
-    temps = sorted({p["temperature"] for p in points if p["temperature"] is not None})
+    temps = measured_temperatures(points)
+    one = len(temps) == 1
     at = {m: [_t(p["temperature"]) for p, f in zip(points, flags, strict=True)
               if f and p["model"] == m] for m in models}
     on = [m for m in models if at[m]]
@@ -156,7 +165,8 @@ def frontier_sentence(points: list[dict], first: str = "dihal") -> str:
                        "every one." if ref is not None else
                        "No frontier point has a finite Gen.PPL and diversity (every sample "
                        "empty, or too short for an n-gram).")
-    line += (f"At the temperatures measured ({', '.join(map(_t, temps))}), "
+    line += ((f"At the one temperature measured (T = {_t(temps[0])}), " if one else
+              f"At the temperatures measured ({', '.join(map(_t, temps))}), ")
              + ("every one of the " + str(len(models)) + " models has a point"
                 if len(on) == len(models) else
                 f"{len(on)} of the {len(models)} models have a point")
@@ -168,10 +178,35 @@ def frontier_sentence(points: list[dict], first: str = "dihal") -> str:
         line += f"; every point of {', '.join(off)} is dominated"
     mine = next((p["model"] for p in points if p["role"] == first), None)
     if mine is not None:
+        where = "at the one temperature measured" if one else "at each temperature measured"
         line += (f". {mine} lies on it at T = {', '.join(at[mine])}" if at[mine] else
-                 f". {mine} does not: at each temperature measured another point has a lower "
-                 "Gen.PPL at equal or higher diversity")
-    return line + ". " + _matched_reading(points, ref) + _clear_reading(points, flags, mine)
+                 f". {mine} does not: {where} another point has a lower Gen.PPL at equal or "
+                 "higher diversity")
+    read = _one_temperature_reading(points, ref) if one else _matched_reading(points, ref)
+    return line + ". " + read + _clear_reading(points, flags, mine, one)
+
+
+def _one_temperature_reading(points: list[dict], ref: dict | None) -> str:
+    """What a frontier at one temperature cannot show (what a lower temperature buys, each
+    model's Gen.PPL at the held-out text's diversity: at_matched_diversity needs two points of
+    a model around it), and what it does: each model's diversity against the held-out
+    text's."""
+    line = ("Measured at one temperature, each point is a main-table row, so the frontier "
+            "compares the models at that temperature only: what a lower temperature buys in "
+            "Gen.PPL for diversity, and each model's Gen.PPL at the held-out text's diversity, "
+            "need two or more temperatures. ")
+    if ref is None:
+        return line
+    pts = [p for p in points if p is not ref and _finite(p)]
+    less = [f"{p['model']} ({p['diversity']:.3f})" for p in pts
+            if p["diversity"] < ref["diversity"]]
+    more = [f"{p['model']} ({p['diversity']:.3f})" for p in pts
+            if p["diversity"] >= ref["diversity"]]
+    parts = ([f"less diverse than the held-out text ({ref['diversity']:.3f}): "
+              + ", ".join(less)] if less else []) + (
+        [f"as diverse or more: {', '.join(more)}"] if more else [])
+    text = "; ".join(parts)
+    return line + (text[0].upper() + text[1:] + ". " if text else "")
 
 
 def _anchor_reading(points: list[dict], ref: dict | None) -> str:
@@ -207,10 +242,11 @@ def _matched_reading(points: list[dict], ref: dict | None) -> str:
     return line + ". "
 
 
-def _clear_reading(points: list[dict], flags: list[bool], mine: str | None) -> str:
+def _clear_reading(points: list[dict], flags: list[bool], mine: str | None,
+                   one: bool = False) -> str:
     """The same frontier read with the intervals: which of the points off it are dominated
     beyond both 95 % intervals (clearly_dominates), and so whether the first model's being
-    off it (or another's) is more than sampling noise."""
+    off it (or another's) is more than sampling noise (`one`: at one temperature)."""
     clear = on_frontier(points, clearly=True)
     off = [p for p, f in zip(points, flags, strict=True) if not f and _finite(p)]
     if not off:
@@ -226,7 +262,8 @@ def _clear_reading(points: list[dict], flags: list[bool], mine: str | None) -> s
     if mine is not None and not any(f for p, f in zip(points, flags, strict=True)
                                     if p["model"] == mine):
         kept = [p for p, c in zip(points, clear, strict=True) if p["model"] == mine and c]
-        line += (f"; {mine} is off the frontier beyond the intervals at every temperature"
+        where = "at the one temperature measured" if one else "at every temperature"
+        line += (f"; {mine} is off the frontier beyond the intervals {where}"
                  if not kept else
                  f"; within the intervals {mine} may lie on it (T = "
                  f"{', '.join(_t(p['temperature']) for p in kept)})")

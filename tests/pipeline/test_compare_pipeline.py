@@ -7,12 +7,17 @@ import re
 import dagster as dg
 import pytest
 
+from dihal.config import FRONTIER_TEMPERATURES
 from dihal.report.cross_backbone import another_backbone
 from storage import read_manifest
 from tests.tiny import LOCATE, MATCHED_PROTOCOL, TINY, TINY_RUN, materialize
 
 PROTOCOL = MATCHED_PROTOCOL  # a denoiser the baselines can match
-EVAL = TINY["eval"]
+# the whole temperature frontier (the study preset's; the default draws the main temperature
+# alone, whose points are the main rows: tests/unit/test_frontier.py), so that every
+# temperature other than the main one is sampled again here
+WHOLE_FRONTIER = {"frontier_temperatures": list(FRONTIER_TEMPERATURES)}
+EVAL = {**TINY["eval"], **WHOLE_FRONTIER}
 
 
 def test_baselines_comparison_full_training_report(located):
@@ -24,7 +29,7 @@ def test_baselines_comparison_full_training_report(located):
            "bridge_llama": {"config": {**PROTOCOL, "epochs": 2.0, "seeds": 2}},
            "eval_llama": {"config": EVAL}, "full_training_llama": {"config": EVAL},
            "sampler_steps_llama": {"config": {"steps": [1, 2, 4], "n_samples": 2, "length": 4}},
-           "baseline_llama": {"config": {"n_samples": 4, "length": 8}}}
+           "baseline_llama": {"config": {"n_samples": 4, "length": 8, **WHOLE_FRONTIER}}}
     res, err = materialize(defs, inst, LOCATE, ops)
     assert res.success, err
     for layer in ("1", "2", "3"):
@@ -62,7 +67,7 @@ def test_baselines_comparison_full_training_report(located):
         if row["mauve"] == row["mauve"]:  # 4 samples a side: a diagnostic
             assert row["mauve_diagnostic"] is True and row["mauve_n_p"] == row["mauve_n_q"]
 
-    # the temperature frontier (default 0.7, 0.85, 1): DiHAL and the backbone at each, kept
+    # the temperature frontier (0.7, 0.85, 1): DiHAL and the backbone at each, kept
     # out of the rows (all at 1); the points at 1 are the main rows', the others sampled
     # and the held-out text, cut and scored like the samples, as the frontier's anchor
     front = read_manifest(root / "llama" / "eval").info["frontier"]

@@ -116,9 +116,17 @@ def test_seed_layers_resolve_per_layer_and_leave_the_stored_protocol_as_before()
 
 @pytest.mark.parametrize("cls", [dc.EvalConfig, dc.BaselineRunConfig], ids=lambda c: c.__name__)
 def test_frontier_temperatures_default_list_and_empty(cls):
-    """The same default in both configs; a run config's list of numbers becomes a tuple of
-    floats; empty means no frontier."""
-    assert cls().frontier_temperatures == dc.FRONTIER_TEMPERATURES == (0.7, 0.85, 1.0)
+    """The same default in both configs: the main rows' temperature alone (its points are the
+    main rows, nothing is sampled again), the whole frontier being the study and gpu presets';
+    a run config's list of numbers becomes a tuple of floats; empty means no frontier. The
+    default is part of the fingerprint: artifacts made under the old default are made again."""
+    from storage.manifest import fingerprint
+
+    assert cls().frontier_temperatures == dc.DEFAULT_FRONTIER_TEMPERATURES == (cls().temperature,)
+    assert dc.FRONTIER_TEMPERATURES == (0.7, 0.85, 1.0)
+    assert cls().temperature in dc.FRONTIER_TEMPERATURES  # the whole frontier holds the main row
+    whole = cls(frontier_temperatures=dc.FRONTIER_TEMPERATURES)
+    assert fingerprint(cls()) != fingerprint(whole)
     assert cls(frontier_temperatures=[1, 0.5]).frontier_temperatures == (1.0, 0.5)
     assert all(isinstance(t, float) for t in cls(frontier_temperatures=[1]).frontier_temperatures)
     assert cls(frontier_temperatures=()).frontier_temperatures == ()

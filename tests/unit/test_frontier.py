@@ -142,7 +142,9 @@ def test_the_reports_opening_answers_read_the_frontier():
     # DiHAL off the frontier beyond the intervals at every temperature
     ([_p("DiHAL", "dihal", 1.0, 60.0, 0.5), _p("backbone", "backbone", 1.0, 20.0, 0.6)],
      ["1 of the 1 dominated points stay dominated: DiHAL (T = 1)",
-      "DiHAL is off the frontier beyond the intervals at every temperature."]),
+      "DiHAL is off the frontier beyond the intervals at the one temperature measured."]),
+    ([_p("DiHAL", "dihal", 0.7, 30.0, 0.3), *DIHAL_OFF[1:]],
+     ["DiHAL is off the frontier beyond the intervals at every temperature."]),
     # DiHAL off the frontier, but only within sampling noise
     ([_p("DiHAL", "dihal", 1.0, 22.0, 0.6), _p("backbone", "backbone", 1.0, 20.0, 0.6)],
      ["0 of the 1 dominated points stay dominated: every domination above is within sampling "
@@ -228,3 +230,104 @@ def test_held_out_text_anchors_the_frontier_and_degenerate_diversity_earns_nothi
     table = frontier_table(generation_rows([salad, text]))
     assert [(r["T"], r["on the frontier"]) for r in table] == [("1", "no"), ("n/a (real text)",
                                                                            "yes")]
+
+
+# the default's frontier: one temperature, the main rows', and the held-out text
+ONE_T = [_p("DiHAL", "dihal", 1.0, 60.0, 0.8), _p("backbone", "backbone", 1.0, 20.0, 0.9),
+         _p("sed", "baseline", None, 500.0, 0.5)]
+
+
+def _text(diversity=0.85):
+    from dihal.evaluate.frontier import anchor_point
+
+    return anchor_point({"gen_ppl": 30.0, "gen_ppl_low": 27.0, "gen_ppl_high": 33.0,
+                         "diversity": diversity, "diversity_low": diversity - 0.02,
+                         "diversity_high": diversity + 0.02}, 64)
+
+
+def test_the_frontier_at_one_temperature_says_what_it_shows_and_what_it_cannot():
+    """At one temperature no model's Gen.PPL can be read at the held-out text's diversity (a
+    model needs two points around it): the sentence says so, and reads each model's diversity
+    against the held-out text's instead; the other readings stay."""
+    from dihal.evaluate.frontier import at_matched_diversity, measured_temperatures
+
+    points = [*ONE_T, _text()]
+    assert measured_temperatures(points) == [1.0]
+    assert all(g["gen_ppl"] is None for g in at_matched_diversity(points, 0.85))
+    text = frontier_sentence(points)
+    for says in ("At the one temperature measured (T = 1), 1 of the 3 models have a point on "
+                 "the frontier", "Measured at one temperature, each point is a main-table row",
+                 "need two or more temperatures. Less diverse than the held-out text (0.850): "
+                 "DiHAL (0.800), sed (0.500); as diverse or more: backbone (0.900). ",
+                 "Read with the 95 % intervals"):
+        assert says in text, (says, text)
+    assert "interpolated" not in text and "At the temperatures measured" not in text
+    everyone_above = frontier_sentence([*ONE_T, _text(0.4)])
+    assert "need two or more temperatures. As diverse or more: DiHAL (0.800)" in everyone_above
+    assert "Less diverse" not in everyone_above
+    bare = frontier_sentence(ONE_T)  # no anchor: no diversity to read against
+    assert "need two or more temperatures. " in bare and "held-out text (" not in bare
+    off = frontier_sentence([_p("DiHAL", "dihal", 1.0, 60.0, 0.5),
+                             _p("backbone", "backbone", 1.0, 20.0, 0.6)])
+    assert "DiHAL does not: at the one temperature measured another point has" in off
+    # two temperatures: the interpolation, not the one-temperature reading
+    assert "Measured at one temperature" not in frontier_sentence(DIHAL_ON + [_text()])
+
+
+def test_the_default_frontier_samples_nothing_again():
+    """The default's frontier is the main temperature alone: DiHAL's, the backbone's and each
+    baseline's point is its main row (CoDAR's native row is not a frontier point there), so
+    no model is sampled again; the study preset's whole frontier samples the others."""
+    from dihal.config import BaselineRunConfig, EvalConfig
+    from dihal.evaluate.frontier import points_at
+    from dihal.profiles import PROFILES
+
+    cfg, base = EvalConfig(), BaselineRunConfig()
+    row = {"gen_ppl": 40.0, "diversity": 0.6, "sample_seconds": 3.0}
+    asked = []
+
+    def measure(t):
+        asked.append(t)
+        return {"gen_ppl": 35.0, "diversity": 0.55, "sample_seconds": 2.0}
+
+    pts = points_at(cfg.frontier_temperatures, {cfg.temperature: row}, measure,
+                    lambda t, m, sampled: (t, m["gen_ppl"], sampled))
+    assert pts == [(1.0, 40.0, False)] and asked == []
+    codar = baseline_frontier("codar", True, base.frontier_temperatures,
+                              {base.temperature: row, 0.7: {**row, "gen_ppl": 30.0}}, measure)
+    assert [(p["temperature"], p["sampled"]) for p in codar] == [(1.0, False)] and asked == []
+    whole = EvalConfig(frontier_temperatures=tuple(PROFILES["study"]["eval"]["frontier_temperatures"]))
+    points_at(whole.frontier_temperatures, {whole.temperature: row}, measure,
+              lambda t, m, sampled: t)
+    assert asked == [0.7, 0.85]
+
+
+def test_the_report_at_one_temperature_gives_the_command_for_the_whole_frontier():
+    """The default report's frontier section says what one temperature shows and names the
+    driver's command that draws the whole frontier; its answer carries the command too. With
+    several temperatures neither does."""
+    from dihal.report.build import build_report
+    from tests.tiny import report_inputs
+
+    x = report_inputs()
+    command = f"`python -m pipeline.main --backbone {x.backbone} --profile study`"
+
+    def section_and_answers(points):
+        md = build_report(replace(x, comparison=replace(
+            x.comparison, frontier=generation_rows(points)))).markdown
+        start = md.index("3c. Gen.PPL against diversity across temperatures")
+        end = md.index("\n## ", start)
+        answers = md[md.index("What this run shows"):md.index("\n## ", md.index("What this run shows"))]
+        return md[start:end], answers
+
+    section, answers = section_and_answers([*ONE_T, _text()])
+    for says in ("At the one temperature measured (T = 1)",
+                 "At one temperature (T = 1) no model is sampled again: each point is its "
+                 "main-table row", "The whole frontier (T = 0.7, 0.85, 1) is drawn by the study "
+                 "preset, with its larger samples (128 per model): " + command,
+                 "Gen.PPL against diversity at T = 1", "| on the frontier |"):
+        assert says in section, (says, section[:3000])
+    assert command in answers and "#temperature-frontier" in answers
+    section, answers = section_and_answers(DIHAL_ON)
+    assert "--profile study" not in section and "--profile study" not in answers
+    assert "A lower temperature can buy a lower Gen.PPL" in section

@@ -32,3 +32,23 @@ def test_the_study_preset_trains_three_seeds_on_every_layer_with_more_held_out_t
     args = _args()
     assert driver.seed_plan(args, driver.plan(args)[0]) == {"seeds": 2,
                                                             "seed_layers": [1, 10, 20, 29]}
+
+
+@pytest.mark.parametrize(("profile", "whole"), [("cpu", False), ("study", True), ("gpu", True),
+                                                ("gpu-smollm2", True), ("tiny", False)])
+def test_the_whole_temperature_frontier_is_the_study_and_gpu_presets(profile, whole):
+    """The default (cpu) draws the frontier at the main rows' temperature alone, the eval and
+    the baselines alike; study and the gpu presets draw the whole frontier; the report's
+    frontier section names the preset that draws it (WHOLE_FRONTIER_PRESET)."""
+    from dihal.config import FRONTIER_TEMPERATURES, BaselineRunConfig, EvalConfig
+    from dihal.profiles import WHOLE_FRONTIER_PRESET
+
+    _, stages = load_profile(profile)
+    ev = EvalConfig(**{k: tuple(v) if isinstance(v, list) else v
+                       for k, v in stages.get("eval", {}).items()})
+    base = BaselineRunConfig(**{k: tuple(v) if isinstance(v, list) else v
+                                for k, v in stages.get("baseline", {}).items()})
+    want = FRONTIER_TEMPERATURES if whole else (ev.temperature,)
+    assert ev.frontier_temperatures == base.frontier_temperatures == want
+    assert load_profile(WHOLE_FRONTIER_PRESET)[1]["eval"]["frontier_temperatures"] == list(
+        FRONTIER_TEMPERATURES)

@@ -61,16 +61,26 @@ def cosine_distance(a: torch.Tensor, b: torch.Tensor) -> float:
     return float(1.0 - cos.mean())
 
 
-def linear_cka(a: torch.Tensor, b: torch.Tensor) -> float:
+def _centred(a: torch.Tensor) -> torch.Tensor:
+    a = a.to(torch.float64)
+    return a - a.mean(0)
+
+
+def _self_norm(x: torch.Tensor) -> torch.Tensor:
+    """||X^T X||_F of a centred sample: one side of linear CKA's denominator."""
+    return torch.linalg.matrix_norm(x.T @ x)
+
+
+def linear_cka(a: torch.Tensor, b: torch.Tensor, *, a_norm: torch.Tensor | None = None) -> float:
     """Linear CKA of two samples of the same tokens (features may differ in number): in [0, 1],
-    invariant to rotations and isotropic scaling of either side."""
+    invariant to rotations and isotropic scaling of either side. `a_norm`: ||A^T A||_F of a's
+    centred sample where it is already known (the condition's, the same for every layer)."""
     if a.ndim != 2 or b.ndim != 2 or a.shape[0] != b.shape[0]:
         raise ValueError(f"need (n, d1) and (n, d2) samples, got {tuple(a.shape)}, {tuple(b.shape)}")
-    x = a.to(torch.float64) - a.to(torch.float64).mean(0)
-    y = b.to(torch.float64) - b.to(torch.float64).mean(0)
+    x, y = _centred(a), _centred(b)
     # Via the n x n Gram matrices when n < d would be cheaper; for n >> d the d x d products are.
     cross = torch.linalg.matrix_norm(y.T @ x) ** 2
-    den = torch.linalg.matrix_norm(x.T @ x) * torch.linalg.matrix_norm(y.T @ y)
+    den = (_self_norm(x) if a_norm is None else a_norm) * _self_norm(y)
     if den <= 0:
         raise ValueError("linear CKA is undefined: one sample has no variance")
     return float(cross / den)
@@ -122,7 +132,8 @@ class RidgeFolds:
     training part and alpha is chosen by GCV on that part only (ridge_fit); R^2 on the held-out
     part, averaged uniformly over the target's dimensions (constant ones excluded), then over
     folds. The folds, c's standardisation and its Gram eigendecomposition are made once here:
-    the condition is the same for every layer, only the target changes."""
+    the condition is the same for every layer, only the target changes. So is linear CKA's
+    normaliser of the condition (cka_norm), which layer_predictors takes from here."""
 
     def __init__(self, c: torch.Tensor, *, folds: int = RIDGE_FOLDS, alphas=RIDGE_ALPHAS,
                  seed: int = 0):
@@ -133,12 +144,19 @@ class RidgeFolds:
             raise ValueError(f"ridge R^2 needs >= {2 * folds} rows of an (n, d) condition, got "
                              f"{tuple(x.shape)}")
         self.n, self.alphas, self._folds = x.shape[0], alphas, []
+        self.condition, self._cka_norm = c, None
         for train, test in KFold(folds, shuffle=True, random_state=seed).split(x.numpy()):
             train, test = torch.from_numpy(train), torch.from_numpy(test)
             mu, sd = x[train].mean(0), x[train].std(0)
             sd = torch.where(sd > 0, sd, torch.ones_like(sd))
             x_train = (x[train] - mu) / sd
             self._folds.append((train, test, x_train, (x[test] - mu) / sd, *_gram_eigh(x_train)))
+
+    def cka_norm(self) -> torch.Tensor:
+        """||C^T C||_F of the condition's centred sample (linear_cka's a_norm), made once."""
+        if self._cka_norm is None:
+            self._cka_norm = _self_norm(_centred(self.condition))
+        return self._cka_norm
 
     def r2(self, h: torch.Tensor) -> float:
         y = h.to(torch.float64)
@@ -178,7 +196,10 @@ def two_nearest(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     block = max(1, _BLOCK_ELEMENTS // n)
     r = []
     for lo in range(0, n, block):
-        d2 = (sq[lo:lo + block, None] + sq[None, :] - 2.0 * x[lo:lo + block] @ x.T).clamp_min(0.0)
+        # (sq_i + sq_j) - 2 x_i.x_j, formed in place: doubling is exact, so every value rounds as
+        # in the out-of-place expression
+        d2 = sq[lo:lo + block, None] + sq[None, :]
+        d2.sub_(x[lo:lo + block] @ x.T, alpha=2.0).clamp_min_(0.0)
         rows = torch.arange(lo, min(lo + block, n))
         d2[rows - lo, rows] = math.inf
         r.append(torch.topk(d2, 2, dim=1, largest=False).values.sqrt())
@@ -223,10 +244,12 @@ def layer_predictors(x0: torch.Tensor, prev: torch.Tensor, x: torch.Tensor, *,
                      seed: int = 0, ridge: RidgeFolds | None = None) -> dict[str, float]:
     """Every rival predictor of one candidate layer, from the sampled states of the condition
     (layer 0), the layer below and the layer itself (same tokens, same order). `ridge`: the
-    condition's RidgeFolds (made with `seed`), shared by the layers."""
+    condition's RidgeFolds (made with `seed`), shared by the layers; made from `x0` itself, it
+    also gives linear CKA the condition's normaliser, so that is not recomputed every layer."""
+    shared = ridge is not None and ridge.condition is x0
     return {
         "cond_distance": cosine_distance(x0, x),
-        "cond_cka": linear_cka(x0, x),
+        "cond_cka": linear_cka(x0, x, a_norm=ridge.cka_norm() if shared else None),
         "block_influence": cosine_distance(prev, x),
         "ridge_r2": (ridge or RidgeFolds(x0, seed=seed)).r2(x),
         "twonn_id": twonn_dimension(x),

@@ -49,9 +49,10 @@ def compare(models: Sequence[TextModel], prompts: Prompt | Sequence[Prompt], *,
 
 def side_by_side(generations: Sequence[Generated], tokenizer, *, width: int = 120) -> str:
     """Plain text: for each prompt, the prompt, then one column per model headed by its name
-    and its time per token, holding its continuation wrapped to the column's width."""
+    and its time per token, holding its continuation wrapped to the column's width. A column
+    is never narrower than its model's name: a name is not cut on a narrow terminal."""
     cols = len(generations)
-    col = max(16, (width - 3 * (cols - 1)) // cols)
+    col = max(16, (width - 3 * (cols - 1)) // cols, *(len(g.model) for g in generations))
     blocks = []
     for i, prompt_ids in enumerate(generations[0].prompt_ids):
         prompt = tokenizer.decode(prompt_ids, skip_special_tokens=True)

@@ -290,3 +290,20 @@ def test_the_sampler_settings_are_checked(hybrid):
     with pytest.raises(ValueError, match="sampler rule must be one of"):
         hybrid.generate("the world", max_new_tokens=2, rule="ddim")
     assert hybrid.at(steps=hybrid.steps) is hybrid  # its own settings: itself
+
+
+def test_side_by_side_never_cuts_a_models_name_on_a_narrow_terminal():
+    from dihal.api import side_by_side
+    from dihal.api.sampling import Generated
+
+    class Words:  # a tokenizer that decodes ids as words
+        def decode(self, ids, skip_special_tokens=True):
+            return " ".join(f"w{i}" for i in ids)
+
+    names = ["backbone", "DiHAL (l=2, K=2 marginal)", "layer-drop (l=2)"]
+    gens = [Generated(name, [[1, 2]], [[3, 4, 5]], ["some words here"], 0.3, {})
+            for name in names]
+    text = side_by_side(gens, Words(), width=40)  # 3 columns of 16 at 40 characters
+    head = text.splitlines()[1]
+    assert [cell.strip() for cell in head.split(" | ")] == names
+    assert text.splitlines()[0] == "prompt 1: 'w1 w2'"

@@ -27,6 +27,10 @@ CACHE_FILE = "folder-digests.json"  # under the model cache: path -> stat key ->
 CACHE_VERSION = 1
 
 
+LOCAL = "local:"  # a local folder's revision: LOCAL + its path + DIGEST + its digest
+DIGEST = "@sha256="
+
+
 def identity_files(folder: Path) -> list[Path]:
     """The files of `folder` that make its identity, sorted by name (top level: a
     save_pretrained folder is flat). Hidden files and dihal's own markers are not part of it."""
@@ -87,7 +91,18 @@ def folder_revision(folder: Path | str, cache_dir: Path | str | None = None,
     """`local:<folder>@sha256=<digest>`: where the model lies and what it holds. Two folders
     with other content never share it, nor one folder before and after its files change."""
     folder = Path(folder).resolve()
-    return f"local:{folder}@sha256={folder_digest(folder, cache_dir, progress)[:DIGEST_CHARS]}"
+    return f"{LOCAL}{folder}{DIGEST}{folder_digest(folder, cache_dir, progress)[:DIGEST_CHARS]}"
+
+
+def revision_content(revision: str | None) -> str | None:
+    """What a model revision says of the weights themselves: a local folder's
+    `sha256=<digest>` (folder_revision's, its path dropped), else the revision as it is (the
+    embedded package's file and sha256, `<hub id>@<commit>`). None for none."""
+    if revision is None:
+        return None
+    if revision.startswith(LOCAL) and DIGEST in revision:
+        return "sha256=" + revision.rsplit(DIGEST, 1)[1]
+    return revision
 
 
 

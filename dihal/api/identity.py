@@ -15,20 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from dihal.errors import BackboneMismatchError
-
-LOCAL = "local:"
-DIGEST = "@sha256="
-
-
-def content_identity(revision: str | None) -> str | None:
-    """What a backbone revision says of the weights themselves: a local folder's
-    `sha256=<digest>` (its path dropped), else the revision as it is (the embedded package's
-    file and sha256, `<hub id>@<commit>`). None for none."""
-    if revision is None:
-        return None
-    if revision.startswith(LOCAL) and DIGEST in revision:
-        return "sha256=" + revision.rsplit(DIGEST, 1)[1]
-    return revision
+from dihal.identity import revision_content
 
 
 def backbone_identity(backbone) -> dict[str, Any]:
@@ -36,7 +23,7 @@ def backbone_identity(backbone) -> dict[str, Any]:
     cfg = backbone.model.config
     return {"name": backbone.spec.name, "hf_id": backbone.spec.hf_id,
             "revision": backbone.weights.revision,
-            "content": content_identity(backbone.weights.revision),
+            "content": revision_content(backbone.weights.revision),
             "architecture": type(backbone.model).__name__, "n_layers": backbone.n_layers,
             "hidden_size": backbone.hidden_size, "vocab_size": int(cfg.vocab_size)}
 
@@ -54,7 +41,7 @@ def check_backbone(backbone, recorded: dict[str, Any] | None, what: str) -> None
     `backbone`'s. A record without a revision (a bridge made by hand) is not checked."""
     if not recorded or recorded.get("revision") is None:
         return
-    want = recorded.get("content") or content_identity(recorded["revision"])
+    want = recorded.get("content") or revision_content(recorded["revision"])
     mine = backbone_identity(backbone)
     if want == mine["content"]:
         return

@@ -323,6 +323,7 @@ class BackboneInfo:
     n_layers: int
     hidden_size: int
     revision: str
+    n_parameters: int
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> BackboneInfo:

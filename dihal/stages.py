@@ -49,7 +49,7 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
     Stage("baseline", "6", "BaselineRun", "BaselineRunConfig", "BaselineRunConfig"),
     Stage("comparison", "7", "Comparison"),
     Stage("full_training", "7", "FullTraining"),
-    Stage("report", "15", "Report"),
+    Stage("report", "16", "Report"),
 )}
 
 CODE_VERSIONS = {name: s.code_version for name, s in STAGES.items()}

@@ -334,7 +334,8 @@ def report_raw(*, spearman=None, regression=(), comparison=None, latency=2.0,
     image = png()
     return dict(
         backbone="tiny", backbone_info={"hf_id": "t/tiny", "architecture": "llama",
-                                        "n_layers": 4, "hidden_size": 32, "revision": "abc"},
+                                        "n_layers": 4, "hidden_size": 32, "revision": "abc",
+                                        "n_parameters": 123_456},
         configs={"layer_score": {"primary_norm": "robust"},
                  "geometry": {"n_tokens": 64, "n_anchors": 8, "k_neighbors": 4, "n_pairs": 10,
                               "n_resamples": 20},

@@ -13,6 +13,7 @@ from dihal.report.bridgeability import (
     bridgeability_section,
     regression_section,
 )
+from dihal.report.claims import claims_section
 from dihal.report.common import CONFIG
 from dihal.report.controls import answer_controls, controls_section
 from dihal.report.cost import answer_break_even, answer_cost, cost_section
@@ -56,9 +57,9 @@ def _configuration_section(r: Document, x: ReportInputs) -> None:
             ["artifact", "fingerprint"])
 
 
-SECTIONS = (_answers_section, locate_section, bridgeability_section, regression_section,
-            sampler_section, generation_section, controls_section, cost_section,
-            frontier_section,
+SECTIONS = (_answers_section, claims_section, locate_section, bridgeability_section,
+            regression_section, sampler_section, generation_section, controls_section,
+            cost_section, frontier_section,
             full_training_section, cross_backbone_section, samples_section,
             _configuration_section)
 

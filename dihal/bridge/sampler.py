@@ -47,6 +47,15 @@ def check_rule(rule: str, eta: float = 0.0) -> str:
     return rule
 
 
+def draws_noise(rule: str, steps: int, eta: float = 0.0) -> bool:
+    """Whether `sample` draws any noise under (rule, steps, eta): the ancestral rule only with
+    eta > 0, the marginal rule at its first step, and either only where a step ends above
+    t = 0 (K > 1). Without noise a sample is a function of its condition alone: the same
+    whatever the generator, the seed or the batch it is drawn in."""
+    check_rule(rule, eta)
+    return steps > 1 and (rule == "marginal" or eta != 0.0)
+
+
 def position_noise(seed: int, start_pos: int, like: Tensor) -> Tensor:
     """Standard normal noise shaped like `like` (B, n, d) for positions [start_pos, start_pos + n):
     position p's (B, d) block comes from a CPU generator seeded derive_seed(seed,

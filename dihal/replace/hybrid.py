@@ -322,16 +322,22 @@ class Hybrid:
         return h
 
     @torch.no_grad()
-    def hidden(self, input_ids: Tensor, generator: torch.Generator | None = None,
-               seed: int | None = None) -> Tensor:
-        """h_l_hat (B, T, d), de-standardised, for whole sequences (`seed`: the marginal
-        rule's noise seed, default noise_seed)."""
-        z0 = sample(
+    def predict(self, input_ids: Tensor, generator: torch.Generator | None = None,
+                seed: int | None = None) -> Tensor:
+        """z0_hat (B, T, d): the bridge's sample of h_l for whole sequences, in standardised
+        units (what the reconstruction error compares with the true h_l; `seed`: the
+        marginal rule's noise seed, default noise_seed)."""
+        return sample(
             self.denoiser, self.condition(input_ids), self.process,
             steps=self.steps, eta=self.eta, generator=generator, rule=self.rule,
             seed=self.noise_seed if seed is None else seed,
         )
-        return self.restore(z0)
+
+    @torch.no_grad()
+    def hidden(self, input_ids: Tensor, generator: torch.Generator | None = None,
+               seed: int | None = None) -> Tensor:
+        """h_l_hat (B, T, d), de-standardised, for whole sequences: `predict` restored."""
+        return self.restore(self.predict(input_ids, generator, seed))
 
     @torch.no_grad()
     def logits(self, input_ids: Tensor, generator: torch.Generator | None = None,

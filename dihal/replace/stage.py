@@ -31,7 +31,8 @@ from dihal.bridge import (
     validation_loss,
 )
 from dihal.bridge.denoiser import denoiser_config_of
-from dihal.bridge.sampler import DEFAULT_RULE
+from dihal.bridge.measures import ReconstructionPool
+from dihal.bridge.sampler import DEFAULT_RULE, draws_noise
 from dihal.bridge.train import loop_config, sample_budget
 from dihal.config import MIN_SWEPT_LAYERS, BridgeProtocol, ExtractConfig  # noqa: F401
 from dihal.errors import LayerIndexError, TooFewError
@@ -208,48 +209,108 @@ def measure_bridge(backbone, denoiser, data: LayerData, protocol: BridgeProtocol
     reconstruction error, and the hybrid's next-token NLL and top-1 agreement with the
     backbone on held-out text. The backbone's side (its top-1 tokens and NLL) is
     `data.reference`, kept by the dump from its own forward pass; without one, the backbone
-    runs here. `rule`: the sampler's update rule (default: dihal.bridge.sampler.DEFAULT_RULE)."""
+    runs here. `rule`: the sampler's update rule (default: dihal.bridge.sampler.DEFAULT_RULE).
+
+    The reconstruction error and the NLL come from one sampling pass (held_out_scores): h_l of
+    each held-out sequence is sampled once, from the hybrid's own condition (the tokens'
+    embedding, standardised, which the dump stores rounded to its dtype), compared with the
+    true h_l and run through the upper layers. Where the sampler draws noise (the
+    marginal rule with K > 1), reconstruction_error keeps its own noise stream and samples
+    again, so both numbers stay those of their own definitions."""
 
     rule = rule or DEFAULT_RULE
     process = BrownianBridge(sigma=protocol.sigma)
     denoiser.eval()
     if val_loss is None:
         val_loss = validation_loss(denoiser, data.val, process, seed=protocol.seed)
-    out = {
-        "val_loss": val_loss,
-        # the error at t = 1, where x_t is the condition alone: what the sampler's first step
-        # must predict (validation loss averages t in 0.1..0.9, where x_t still carries most of
-        # the target); a regression control's validation loss is this same number
-        "t1_loss": validation_loss(denoiser, data.val, process, REGRESSION_T_GRID,
-                                   seed=protocol.seed),
-        "recon_error": reconstruction_error(denoiser, data.val, process, steps=protocol.steps,
-                                            seed=protocol.seed, rule=rule),
-    }
+    # the error at t = 1, where x_t is the condition alone: what the sampler's first step
+    # must predict (validation loss averages t in 0.1..0.9, where x_t still carries most of
+    # the target); a regression control's validation loss is this same number
+    t1_loss = validation_loss(denoiser, data.val, process, REGRESSION_T_GRID, seed=protocol.seed)
     hybrid = Hybrid(backbone, denoiser, process, data.cond_std, data.target_std, data.layer,
                     steps=protocol.steps, first_state=data.first_state, rule=rule,
                     noise_seed=protocol.seed)
+    one_pass = not draws_noise(rule, protocol.steps)
+    held = held_out_scores(hybrid, data.val_ids, data.reference, val=data.val if one_pass else None,
+                           batch_size=batch_size, per_sequence=True)
+    recon = held.recon_error if one_pass else reconstruction_error(
+        denoiser, data.val, process, steps=protocol.steps, seed=protocol.seed, rule=rule)
+    return {"val_loss": val_loss, "t1_loss": t1_loss, "recon_error": recon,
+            "hybrid_nll": held.hybrid_nll, "backbone_nll": held.backbone_nll,
+            "top1_agreement": held.top1_agreement, "hybrid_ppl": math.exp(held.hybrid_nll),
+            "backbone_ppl": math.exp(held.backbone_nll), **split_halves(list(held.per_sequence))}
+
+
+@dataclass(frozen=True)
+class HeldOutScores:
+    """A hybrid measured on held-out sequences: its next-token NLL (nats, pooled as
+    measure_bridge reports it), the backbone's, the top-1 agreement with the backbone, each
+    sequence's mean NLL in order (empty where not asked for) and the reconstruction error of
+    the same samples of h_l (None where not asked for)."""
+
+    hybrid_nll: float
+    backbone_nll: float
+    top1_agreement: float
+    per_sequence: tuple[float, ...] = ()
+    recon_error: float | None = None
+
+
+@torch.no_grad()
+def held_out_scores(model, val_ids: torch.Tensor,
+                    reference: tuple[torch.Tensor, torch.Tensor] | None = None, *,
+                    val: BridgeData | None = None, batch_size: int = 8,
+                    per_sequence: bool = False) -> HeldOutScores:
+    """One pass over the held-out sequences `val_ids` (n, T), `batch_size` at a time: the
+    hybrid's logits scored on the next tokens and against the backbone's side (`reference`:
+    its top-1 tokens and NLL as the dump keeps them; None: the backbone runs here).
+
+    Without `val`, the logits are `model.logits(ids)` (any ControlModel). With `val`, the
+    standardised (c, h_l) pairs of the same sequences, the model's prediction of h_l is
+    made once per batch (`model.predict(ids)`, standardised units, as Hybrid and the ridge
+    hybrid make it), pooled against val's h_l into the reconstruction error
+    (ReconstructionPool, summed in the blocks reconstruction_error sums) and, restored
+    (`model.restore`), run through the upper layers: the logits are `model.logits(ids)`'s.
+    Where the prediction draws no noise, the reconstruction error is reconstruction_error's
+    on pairs whose condition is the hybrid's own (hs[0] = the embedding, standardised), to
+    the bit where the denoiser's rows round alike in a batch of `batch_size` and in one of
+    32. A dump stores hs[0] in its storage dtype: on a float16 dump the stored condition is
+    the hybrid's rounded, and the two reconstruction errors differ by what that rounding
+    moves."""
+    if val is not None and (len(val), val.seq_len) != tuple(val_ids.shape):
+        raise ValueError(f"the held-out pairs ({len(val)} x {val.seq_len}) are not the "
+                         f"held-out sequences ({tuple(val_ids.shape)}): measure both from the "
+                         "same held_out() call")
+    backbone = model.backbone
+    pool = ReconstructionPool() if val is not None else None
     nll_h = nll_b = agree = 0.0
     n = 0
-    per_sequence = []  # the hybrid's mean next-token NLL of each held-out sequence
-    for lo in range(0, len(data.val_ids), batch_size):
-        ids = data.val_ids[lo : lo + batch_size].to(backbone.device)
-        lh = hybrid.logits(ids).float()
+    each: list[float] = []
+    for lo in range(0, len(val_ids), batch_size):
+        ids = val_ids[lo : lo + batch_size].to(backbone.device)
         w = ids.shape[0]
-        if data.reference is None:
+        if pool is None:
+            lh = model.logits(ids).float()
+        else:
+            z = model.predict(ids)
+            mask = None if val.mask is None else val.mask[lo : lo + w].to(z.device)
+            pool.add(z, val.target[lo : lo + w].to(z.device), mask)
+            lh = backbone.run_upper(model.restore(z), model.layer).float()
+        if reference is None:
             lb = backbone.model(ids).logits.float()
             nll_b += next_token_nll(lambda _, x=lb: x, ids) * w
             top_b = lb.argmax(-1)
         else:
-            nll_b += float(data.reference[1][lo : lo + w].mean()) * w
-            top_b = data.reference[0][lo : lo + w]
+            nll_b += float(reference[1][lo : lo + w].mean()) * w
+            top_b = reference[0][lo : lo + w]
         nll_h += next_token_nll(lambda _, x=lh: x, ids) * w
-        per_sequence += sequence_nll(lh, ids)
+        if per_sequence:
+            each += sequence_nll(lh, ids)
         agree += top1_agreement(lh, top_b) * w
         n += w
-    out.update({"hybrid_nll": nll_h / n, "backbone_nll": nll_b / n, "top1_agreement": agree / n,
-                "hybrid_ppl": math.exp(nll_h / n), "backbone_ppl": math.exp(nll_b / n),
-                **split_halves(per_sequence)})
-    return out
+    if n == 0:
+        raise ValueError("held-out scores need at least one held-out sequence")
+    return HeldOutScores(nll_h / n, nll_b / n, agree / n, tuple(each),
+                         pool.value() if pool is not None else None)
 
 
 def sequence_nll(logits: torch.Tensor, ids: torch.Tensor) -> list[float]:

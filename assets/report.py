@@ -14,6 +14,7 @@ from storage import (
     Report,
     SamplerCurve,
     cross_backbone_artifacts,
+    current_budget_studies,
     report_inputs,
 )
 
@@ -34,6 +35,7 @@ def report_assets(backbone: str) -> list:
         parts = [run.art(k) for k in (Geometry, LayerScore, Bridgeability, Comparison, FullTraining,
                                       SamplerCurve)]
         parts += cross_backbone_artifacts(run.layout, backbone)  # the other backbones' table lines
+        parts += current_budget_studies(run.layout, backbone)  # the budget study, where run
         return run.produce(run.art(Report), {}, parts,
                            lambda: build_report(report_inputs(run.layout, backbone),
                                                 figure_name=Report.figure_name))

@@ -403,6 +403,28 @@ class SamplerCurveConfig:
 
 
 @dataclass(frozen=True)
+class BudgetConfig:
+    """The training-budget study at one layer (dihal.replace.budget): the bridge, the network
+    control and (with `residual`) our ridge-started residual bridge each trained for every
+    budget in `budgets` (optimiser steps), the ridge map fitted on the same tokens, all
+    measured as the sweep measures its bridges. The default budgets are the sweep's 128 steps,
+    4x and 16x; the gpu preset adds 8,192."""
+
+    budgets: tuple[int, ...] = (128, 512, 2048)
+    residual: bool = True
+
+    def __post_init__(self) -> None:
+        budgets = tuple(self.budgets) if isinstance(self.budgets, tuple | list) else None
+        if (not budgets or len(set(budgets)) != len(budgets) or not all(
+                isinstance(b, int) and not isinstance(b, bool) and 1 <= b <= MAX_TRAIN_STEPS
+                for b in budgets)):
+            raise _invalid(self, "budgets", f"a non-empty tuple of distinct training steps, "
+                           f"each 1..{MAX_TRAIN_STEPS:,} ({TRAIN_STEPS_WHY})")
+        object.__setattr__(self, "budgets", tuple(sorted(budgets)))
+        _bools(self, "residual")
+
+
+@dataclass(frozen=True)
 class BaselineRunConfig:
     """What a baseline run may choose; everything in the Budget is taken from DiHAL's bridge."""
 

@@ -59,6 +59,9 @@ PROFILES: dict[str, dict[str, dict]] = {
                  "frontier_temperatures": list(dc.FRONTIER_TEMPERATURES)},
         "baseline": {"n_samples": 544, "length": 128,
                      "frontier_temperatures": list(dc.FRONTIER_TEMPERATURES)},
+        # the budget study's GPU variant adds 8,192 steps (where the corpus holds fewer
+        # training tokens, the study's rows say how often each repeats)
+        "budget": {"budgets": [128, 512, 2048, 8192]},
     },
 }
 # SmolLM2's whole chain in one 10-minute command on one H200: half the training tokens
@@ -109,6 +112,7 @@ PROFILES["tiny"] = {
     "eval": {"n_samples": 4, "length": 6, "batch_size": 2},
     "sampler_steps": {"steps": [1, 2, 4], "n_samples": 2, "length": 4},
     "baseline": {"n_samples": 4, "length": 8},
+    "budget": {"budgets": [2, 4]},
 }
 # Profiles whose sweep covers every candidate layer unless the driver is given --layers: every
 # profile (with fewer swept layers the paired test against depth has a floor on its p-value

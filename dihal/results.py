@@ -21,7 +21,7 @@ from dihal.inputs import (
     ReplaceInputs,
     StageConfigs,
 )
-from dihal.rows import TARGETS, PrimaryTest, RegressionRow, SpearmanRow
+from dihal.rows import TARGETS, BudgetPoint, PrimaryTest, RegressionRow, SpearmanRow
 
 
 def _round(v: Any) -> Any:
@@ -417,6 +417,9 @@ class ReportInputs:
     backbones: list[BackboneSummary] = field(default_factory=list)
     artifacts: str = ""
     fingerprints: dict[str, str] = field(default_factory=dict)  # input artifact -> fingerprint
+    # the training-budget study's points (budget_<b>, every layer made on these hidden
+    # states); empty where it has not been run
+    budget: list[BudgetPoint] = field(default_factory=list)
 
     @classmethod
     def from_dicts(cls, *, backbone_info: dict[str, Any], configs: dict[str, dict],
@@ -455,3 +458,23 @@ class ReportResult:
 
     def metadata(self) -> dict:
         return {}
+
+
+@dataclass(frozen=True)
+class BudgetResult:
+    """The training-budget study at one layer (dihal.replace.budget.study_layer): its points,
+    in (steps, model) order, and the study's estimate made before it started."""
+
+    layer: int
+    points: tuple[BudgetPoint, ...]
+    estimate: dict[str, Any] = field(default_factory=dict)
+
+    def info(self) -> dict:
+        return {"layer": self.layer, "points": [p.to_dict() for p in self.points],
+                "estimate": self.estimate}
+
+    def metadata(self) -> dict:
+        """The hybrid NLL of each model at each budget (the backbone's once)."""
+        return {(f"{p.model} hybrid_nll" if p.model == "backbone"
+                 else f"{p.model} hybrid_nll @ {p.steps}"): round(p.hybrid_nll, 4)
+                for p in self.points}

@@ -9,6 +9,7 @@ are spelt here and nowhere else. Standard library only.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -355,3 +356,47 @@ def pair_column(stat: str, first: str) -> str:
     """The column of the second role's protocol row that holds `stat` of its test against
     `first` ("geometry l*" -> "l_star")."""
     return f"{stat}_vs_{'l_star' if first == 'geometry l*' else first}"
+
+
+# ------------------------------------------------------------------ the budget study
+BUDGET_MODELS = ("bridge", "ridge", "network", "residual", "backbone")
+# bridge: the paper's diffusion bridge; ridge: the closed-form ridge map (context-free);
+# network: the regression control (the same denoiser trained as a one-step regression);
+# residual: OUR variant (not the paper's): a bridge whose denoiser starts from the ridge map and
+# learns only the residual; backbone: the unmodified model (the floor, no training)
+
+
+@dataclass(frozen=True)
+class BudgetPoint:
+    """One point of the budget study: one model at one layer after `steps` optimiser steps."""
+    layer: int
+    steps: int              # the budget: optimiser steps of bridge/network/residual; ridge: fitted in closed form on the same tokens as that budget's bridge; backbone: 0
+    tokens: int             # training tokens seen (steps * batch_size * seq_len; ridge: tokens fitted on)
+    distinct_tokens: int    # distinct training tokens behind them (tokens / distinct = how often each repeats)
+    model: str              # one of BUDGET_MODELS
+    val_loss: float | None  # bridge/residual: validation loss; others None
+    t1_loss: float | None   # bridge/residual: loss at t = 1; others None
+    recon_error: float | None
+    hybrid_nll: float       # held-out hybrid NLL (backbone: the backbone's own NLL)
+    seconds: float          # training + measuring seconds of this point
+
+    def to_dict(self) -> dict:
+        """A plain JSON-able dict of the fields."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> BudgetPoint:
+        """The point of `to_dict`'s dict; a missing or unknown field, or a model outside
+        BUDGET_MODELS, is refused by name."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        if set(d) != names:
+            raise ValueError(f"a BudgetPoint needs exactly the fields {sorted(names)}: missing "
+                             f"{sorted(names - set(d))}, unknown {sorted(set(d) - names)}")
+        if d["model"] not in BUDGET_MODELS:
+            raise ValueError(f"BudgetPoint.model must be one of {BUDGET_MODELS}, got {d['model']!r}")
+        return cls(**d)
+
+    @property
+    def key(self) -> tuple[int, str, int]:
+        """(layer, model, steps): what a resumed study recognises as done."""
+        return (self.layer, self.model, self.steps)

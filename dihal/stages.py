@@ -50,6 +50,7 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
     Stage("comparison", "7", "Comparison"),
     Stage("full_training", "8", "FullTraining"),
     Stage("report", "16", "Report"),
+    Stage("budget", "1", "BudgetStudy", "BudgetConfig", "BudgetRunConfig"),
 )}
 
 CODE_VERSIONS = {name: s.code_version for name, s in STAGES.items()}
@@ -99,15 +100,22 @@ JOBS: tuple[Job, ...] = (
         "geometry-selected, oracle and worst layer under full training; the report",
         driver=("report",)),
 )
+# Jobs outside the main job: the driver never launches them (`python -m pipeline.budget`, the
+# web UI or `dagster job backfill` do)
+STUDY_JOBS: tuple[Job, ...] = (
+    Job("budget", ("budget",), "how the answers move with the bridge's training budget, for "
+        "{backbone}: the bridge, its ridge and network controls and our ridge-started variant "
+        "at several budgets per layer; one partition per layer", partitioned=True),
+)
 # The driver's --stop-after values, in order (bridge and eval: one job, bridge_eval)
 DRIVER_STAGES: tuple[str, ...] = tuple(step for job in JOBS for step in job.driver)
 
 
 def job_name(job: str, backbone: str) -> str:
     """The Dagster job `job` of `backbone`."""
-    if job not in {j.name for j in JOBS}:
-        raise KeyError(f"unknown job {job!r}; the jobs are {[j.name for j in JOBS]} "
-                       "(dihal.stages.JOBS)")
+    if job not in {j.name for j in (*JOBS, *STUDY_JOBS)}:
+        raise KeyError(f"unknown job {job!r}; the jobs are "
+                       f"{[j.name for j in (*JOBS, *STUDY_JOBS)]} (dihal.stages.JOBS, STUDY_JOBS)")
     return f"{job}_{backbone}"
 
 

@@ -3,7 +3,8 @@
 Jobs per backbone b (the Jobs page of the web UI; `python -m pipeline.main` launches exactly
 these): locate_b; sweep_b, partitioned by candidate layer and run as one backfill;
 bridge_eval_b (bridgeability, the bridge at l*, its evaluation); baselines_b, partitioned by
-baseline; compare_b (comparison, full training, report).
+baseline; compare_b (comparison, full training, report); outside the main job,
+budget_b (the training-budget study, partitioned by layer).
 
 Steps run in the run's own process, or on a Dask cluster when DIHAL_DASK_SCHEDULER names its
 scheduler (README: "Scaling out").
@@ -15,6 +16,7 @@ import warnings
 
 import dagster as dg
 
+from assets.budget import budget_assets
 from assets.checks import science_checks
 from assets.compare import compare_assets
 from assets.evaluate import evaluate_assets
@@ -23,7 +25,7 @@ from assets.replace import replace_assets
 from assets.report import report_assets
 from dihal.environment import dask_scheduler
 from dihal.registry import all_backbones, declaration_problems, get_spec
-from dihal.stages import JOBS, job_keys, job_name
+from dihal.stages import JOBS, STUDY_JOBS, job_keys, job_name
 from dihal.versions import check_dependencies
 from resources import (
     BackboneResource,
@@ -58,7 +60,8 @@ def build_definitions(
         layers = (n_layers or {}).get(name) or get_spec(name).n_layers
         for d in (locate_assets(name) + replace_assets(name, layers)
                   + evaluate_assets(name, layers) + compare_assets(name)
-                  + report_assets(name) + science_checks(name, layers)):
+                  + report_assets(name) + budget_assets(name, layers)
+                  + science_checks(name, layers)):
             if isinstance(d, dg.AssetChecksDefinition):
                 checks.append(d)
             elif isinstance(d, dg.ScheduleDefinition):
@@ -86,9 +89,10 @@ def default_resources() -> dict:
 
 
 def stage_jobs(b: str) -> list:
-    """The named jobs of backbone b (dihal.stages.JOBS), in the order the main job runs them."""
+    """The named jobs of backbone b (dihal.stages.JOBS), in the order the main job runs them,
+    then its studies outside the main job (STUDY_JOBS)."""
     jobs = []
-    for job in JOBS:
+    for job in (*JOBS, *STUDY_JOBS):
         sel = dg.AssetSelection.assets(*job_keys(job, b))
         jobs.append(dg.define_asset_job(
             job_name(job.name, b), selection=sel.upstream() if job.upstream else sel,

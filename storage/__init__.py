@@ -13,6 +13,7 @@ from storage.artifacts import (
     Bridge,
     Bridgeability,
     BridgeRun,
+    BudgetStudy,
     Comparison,
     Corpus,
     Evaluation,
@@ -38,6 +39,7 @@ from storage.lineage import (
     bridgeability_inputs,
     cross_backbone_artifacts,
     current_baselines,
+    current_budget_studies,
     eval_inputs,
     regression_controls,
     swept_bridges,
@@ -47,11 +49,13 @@ from storage.report_inputs import backbone_summary, report_inputs
 
 __all__ = [
     "Artifact", "ArtifactLayout", "BaselineRun", "Bridge", "BridgeRun", "Bridgeability",
+    "BudgetStudy",
     "Comparison", "Corpus", "Evaluation", "FileLink", "FullRegressionControl", "FullTraining",
     "FullTrainingBridge",
     "Geometry", "HiddenStates", "LayerScore", "Manifest", "Markdown", "Plot", "RegressionControl",
     "Report", "SamplerCurve", "Sequences", "SweepBridge", "Table", "WorkArtifact",
     "backbone_summary", "bridgeability_inputs", "cross_backbone_artifacts", "current_baselines",
+    "current_budget_studies",
     "eval_inputs", "fingerprint", "read_manifest",
     "regression_controls", "report_inputs", "swept_bridges",
 ]

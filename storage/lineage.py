@@ -10,6 +10,7 @@ from storage.artifacts import (
     BaselineRun,
     Bridge,
     Bridgeability,
+    BudgetStudy,
     Evaluation,
     FullRegressionControl,
     Geometry,
@@ -69,6 +70,22 @@ def current_baselines(layout: ArtifactLayout, backbone: str, names: tuple[str, .
     found = [(a, a.manifest()) for a in (BaselineRun(layout, backbone, n) for n in names)]
     return [(a, m) for a, m in found
             if m is not None and m.upstream.get(Bridge(layout, backbone).name) == bridge.fingerprint]
+
+
+def current_budget_studies(layout: ArtifactLayout, backbone: str) -> list[BudgetStudy]:
+    """The budget study's layers (budget_<b> partitions) made on the current hidden states,
+    found on disk, by layer (a study made on other hidden states is not this run's)."""
+    states = HiddenStates(layout, backbone).manifest()
+    folder = layout.stage(BudgetStudy.stage, backbone)
+    if states is None or not folder.is_dir():
+        return []
+    found = []
+    for d in sorted(folder.glob("layer_[0-9][0-9][0-9]")):
+        art = BudgetStudy(layout, backbone, int(d.name.split("_")[1]))
+        m = art.manifest()
+        if m is not None and m.upstream.get(HiddenStates(layout, backbone).name) == states.fingerprint:
+            found.append(art)
+    return found
 
 
 def other_backbones(layout: ArtifactLayout, backbone: str) -> list[str]:

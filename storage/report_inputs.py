@@ -21,7 +21,7 @@ from storage.artifacts import (
     by_model,
 )
 from storage.layout import ArtifactLayout
-from storage.lineage import other_backbones
+from storage.lineage import current_budget_studies, other_backbones
 
 
 def backbone_summary(layout: ArtifactLayout, backbone: str) -> BackboneSummary:
@@ -45,6 +45,7 @@ def report_inputs(layout: ArtifactLayout, backbone: str) -> ReportInputs:
     m = {stage: a.require() for stage, a in arts.items()}
     bness, cmp_ = m["bridgeability"].info, m["comparison"].info
     samples = by_model(arts["eval"].samples())
+    studies = current_budget_studies(layout, backbone)
     for row in cmp_["rows"]:
         if row.get("role") == "baseline" and (b := BaselineRun(layout, backbone, row["model"])).manifest():
             samples[row["model"]] = b.manifest().info["samples"]
@@ -65,4 +66,6 @@ def report_inputs(layout: ArtifactLayout, backbone: str) -> ReportInputs:
                                 "scatter": arts["bridgeability"].plot()},
         backbones=[backbone_summary(layout, b) for b in (backbone, *other_backbones(layout, backbone))],
         artifacts=str(layout.root / backbone),
-        fingerprints={a.name: m[stage].fingerprint for stage, a in arts.items()})
+        budget=[p for a in studies for p in a.points()],
+        fingerprints={**{a.name: m[stage].fingerprint for stage, a in arts.items()},
+                      **{a.name: a.manifest().fingerprint for a in studies}})

@@ -13,6 +13,7 @@ from dihal.report.bridgeability import (
     bridgeability_section,
     regression_section,
 )
+from dihal.report.budget import study_section
 from dihal.report.claims import claims_section
 from dihal.report.common import CONFIG
 from dihal.report.controls import answer_controls, controls_section
@@ -60,7 +61,7 @@ def _configuration_section(r: Document, x: ReportInputs) -> None:
 SECTIONS = (_answers_section, claims_section, locate_section, bridgeability_section,
             regression_section, sampler_section, generation_section, controls_section,
             cost_section, frontier_section,
-            full_training_section, cross_backbone_section, samples_section,
+            full_training_section, study_section, cross_backbone_section, samples_section,
             _configuration_section)
 
 

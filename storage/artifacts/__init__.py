@@ -24,6 +24,7 @@ from storage.artifacts.replace import (
     Bridge,
     Bridgeability,
     BridgeRun,
+    BudgetStudy,
     RegressionControl,
     SweepBridge,
 )
@@ -31,6 +32,7 @@ from storage.artifacts.report import Report
 
 __all__ = [
     "DAMAGED", "VERIFIED", "Artifact", "BaselineRun", "Bridge", "BridgeRun", "Bridgeability",
+    "BudgetStudy",
     "Comparison", "Corpus", "Evaluation", "FileLink", "FullRegressionControl", "FullTraining",
     "FullTrainingBridge",
     "Geometry", "HiddenStates", "LayerScore", "Markdown", "Plot", "RegressionControl", "Report",

@@ -10,12 +10,15 @@ from typing import Any
 from dihal.atomic import (
     atomic_write_bytes,
     atomic_write_json,
+    atomic_write_text,
 )
 from dihal.errors import CorruptArtifactError, MissingArtifactError
 from dihal.results import (
     BridgeabilityResult,
+    BudgetResult,
     TrainedBridge,
 )
+from dihal.rows import BudgetPoint
 from dihal.stages import asset_key
 from storage.artifacts.base import (
     Artifact,
@@ -135,3 +138,59 @@ class Bridgeability(Artifact):
                     "regression_recon_error"]),
                 "layers": Table(self.layer_rows(), ["layer", "val_loss", "recon_error",
                                                     "hybrid_nll", "top1_agreement"])}
+
+
+class BudgetStudy(WorkArtifact):
+    """budget_<b>, partition `key` = the layer: the training-budget study's points there (one
+    row per model and budget). While it is made, each point is kept in its work directory as
+    soon as it exists (`kept_points`), so an interrupted study resumes where it stopped."""
+
+    files = ("points.parquet",)
+    keyed = True
+
+    @property
+    def directory(self) -> Path:
+        return self.layout.stage(self.stage, self.backbone) / f"layer_{int(self.key):03d}"
+
+    @property
+    def checkpoints(self) -> Path:
+        """Where the study's trainings checkpoint while it is made."""
+        return self.workdir / "checkpoints"
+
+    @property
+    def _kept(self) -> Path:
+        return self.workdir / "points.jsonl"
+
+    def keep_point(self, point: BudgetPoint) -> None:
+        """Add a finished point to the work directory (written whole, atomically)."""
+        kept = self.kept_points() + [point]
+        atomic_write_text(self._kept, "".join(json.dumps(p.to_dict()) + "\n" for p in kept))
+
+    def kept_points(self) -> list[BudgetPoint]:
+        """The points kept in the work directory of the current claim (none: a fresh start).
+        The work directory is claimed under the artifact's fingerprint, so these were made
+        under the same config and upstream."""
+        if not self._kept.exists():
+            return []
+        try:
+            return [BudgetPoint.from_dict(json.loads(x)) for x in
+                    self._kept.read_text().splitlines() if x.strip()]
+        except (ValueError, TypeError) as exc:
+            raise CorruptArtifactError(
+                f"the budget study's kept points {self._kept} cannot be read ({exc}): delete "
+                f"{self.workdir} and materialise it again: {self.command()}") from exc
+
+    def _write_files(self, directory: Path, result: BudgetResult) -> None:
+        write_table(directory / "points.parquet", [p.to_dict() for p in result.points])
+        (directory / "points.jsonl").unlink(missing_ok=True)
+
+    def points(self) -> list[BudgetPoint]:
+        """The study's points at this layer, as written."""
+        self.require()
+        return [BudgetPoint.from_dict(r) for r in read_rows(self.path("points.parquet"))]
+
+    def metadata(self, manifest: Manifest) -> dict[str, Any]:
+        return {**super().metadata(manifest),
+                "points": Table(manifest.info["points"], [
+                    "model", "steps", "tokens", "distinct_tokens", "val_loss", "t1_loss",
+                    "recon_error", "hybrid_nll", "seconds"])}

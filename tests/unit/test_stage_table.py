@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from dihal.stages import DRIVER_STAGES, JOBS, STAGES, asset_key, job_keys, job_name
+from dihal.stages import DRIVER_STAGES, JOBS, STAGES, STUDY_JOBS, asset_key, job_keys, job_name
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -16,9 +16,10 @@ def test_the_jobs_and_the_drivers_stages_come_from_the_table():
     from pipeline.definitions import stage_jobs
 
     built = stage_jobs("smollm2")
-    assert [j.name for j in built] == [job_name(j.name, "smollm2") for j in JOBS]
+    assert [j.name for j in built] == [job_name(j.name, "smollm2") for j in (*JOBS, *STUDY_JOBS)]
+    assert not {j.name for j in STUDY_JOBS} & {j.name for j in JOBS}  # the driver's are JOBS
     assert driver.STAGES == list(DRIVER_STAGES) == ["locate", "sweep", "bridge", "eval", "report"]
-    assert {s for j in JOBS for s in j.stages} <= set(STAGES)
+    assert {s for j in (*JOBS, *STUDY_JOBS) for s in j.stages} <= set(STAGES)
     assert job_keys(JOBS[1], "qwen") == ["bridge_sweep_qwen", "regression_sweep_qwen"]
     with pytest.raises(KeyError, match="unknown job 'sweeps'"):
         job_name("sweeps", "qwen")

@@ -1,0 +1,131 @@
+"""The training-budget study of one backbone (budget_<b>): is it the method or the budget?
+
+    python -m pipeline.budget --backbone smollm2                 # l*, a shallow, the middle, the last
+    python -m pipeline.budget --layers 1,15 --budgets 128,512 --no-residual
+    python -m pipeline.budget --dry-run                          # the plan and its estimate only
+
+After a run that swept the layers (`make run`, or `python -m pipeline.main --stop-after
+sweep`): it picks the study's layers from the layer score (or --layers), states the whole
+study's time and disk, then materialises budget_<b> one layer partition after another through
+`dagster asset materialize`, so each shows in the web UI with its lineage. Each layer states its
+own estimate (with its tokens counted) and is refused before any training where it does not
+fit. A layer interrupted resumes from the points it kept; a layer already made is reused. The
+report made afterwards (`dagster asset materialize --select report_<b>`) shows the section "How
+the answers move with the training budget". Refused before any work (exit status 1): a
+layer score or a sweep bridge of a study layer not made, naming the command that makes it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from dihal.errors import DihalError
+
+NOT_THERE = 1
+
+
+def int_list(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers"
+                                         ) from None
+    if not values:
+        raise argparse.ArgumentTypeError("give at least one value")
+    return values
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m pipeline.budget", description=(
+        "The training-budget study: the bridge, its ridge and network controls and our "
+        "ridge-started variant at several budgets of training steps, per layer."))
+    ap.add_argument("--backbone", default="smollm2")
+    ap.add_argument("--layers", type=int_list, help="comma-separated candidate layers "
+                    "(default: l*, one more shallow layer, the middle one and the last)")
+    ap.add_argument("--budgets", type=int_list, help="comma-separated training steps "
+                    "(default: the preset's, dihal.config.BudgetConfig)")
+    ap.add_argument("--no-residual", action="store_true",
+                    help="leave out our ridge-started residual bridge")
+    ap.add_argument("--dry-run", action="store_true", help="state the plan and its estimate only")
+    return ap
+
+
+def plan(backbone: str, layers: list[int] | None, cfg) -> tuple[list[int], object]:
+    """The study's layers (checked: each a candidate with its sweep bridge made on the current
+    hidden states) and its estimate before the tokens are counted."""
+    from dataclasses import replace
+
+    from dihal.config import BridgeProtocol
+    from dihal.replace.budget import BudgetStudyConfig, default_study_layers, estimate_study
+    from pipeline.hybrids import layout_of
+    from storage import HiddenStates, LayerScore, Sequences, SweepBridge
+
+    layout = layout_of()
+    score, states, seqs = (LayerScore(layout, backbone), HiddenStates(layout, backbone),
+                           Sequences(layout, backbone))
+    sm, _, qm = score.require(), states.require(), seqs.require()
+    attrs = states.reader().attrs
+    n_layers = int(attrs["n_layers"])
+    layers = layers or list(default_study_layers(int(sm.info["l_star"]), n_layers))
+    protocols = [BridgeProtocol(**SweepBridge(layout, backbone, ll).require().config)
+                 for ll in layers]
+    protocol = replace(protocols[0], seeds=1, seed_layers=())
+    study = BudgetStudyConfig(layers=tuple(layers), budgets=cfg.budgets, residual=cfg.residual)
+    estimate = estimate_study(study, protocol, n_layers=n_layers, hidden=int(attrs["hidden_size"]),
+                              seq_len=int(qm.config["seq_len"]), available=None,
+                              sweep_sequences=int(qm.config["n_train"]),
+                              stored="train" in states.reader().splits)
+    return layers, estimate
+
+
+def materialize(backbone: str, layer: int, cfg) -> int:
+    """`dagster asset materialize` of budget_<b>'s partition `layer` (its exit status)."""
+    from dihal.stages import asset_key
+
+    asset = asset_key("budget", backbone)
+    config = {"ops": {asset: {"config": {"budgets": list(cfg.budgets),
+                                                        "residual": cfg.residual}}}}
+    cmd = ["dagster", "asset", "materialize", "-m", os.environ.get("DAGSTER_MODULE_NAME",
+           "pipeline.definitions"), "--select", asset, "--partition", str(layer),
+           "--config-json", json.dumps(config)]
+    print(f"[budget] layer {layer}: {' '.join(cmd[:8])} ...", file=sys.stderr, flush=True)
+    return subprocess.run(cmd, cwd=Path(__file__).resolve().parents[1]).returncode
+
+
+def main(argv: list[str] | None = None) -> int:
+    from dataclasses import replace
+
+    from assets.configs import RUN_CONFIGS
+
+    args = build_parser().parse_args(argv)
+    cfg = RUN_CONFIGS["budget"]().to_dihal()  # the preset's
+    try:
+        cfg = replace(cfg, **({"budgets": tuple(args.budgets)} if args.budgets else {}),
+                      **({"residual": False} if args.no_residual else {}))
+        layers, estimate = plan(args.backbone, args.layers, cfg)
+    except (DihalError, ValueError) as exc:
+        print(f"python -m pipeline.budget: {exc}", file=sys.stderr)
+        return NOT_THERE
+    print(f"[budget] {args.backbone}: layers {layers}, budgets {list(cfg.budgets)} steps"
+          f"{'' if cfg.residual else ', without the residual variant'}; before its tokens are "
+          f"counted, {estimate.summary()}", file=sys.stderr, flush=True)
+    if args.dry_run:
+        return 0
+    for layer in layers:
+        if (rc := materialize(args.backbone, layer, cfg)) != 0:
+            print(f"python -m pipeline.budget: layer {layer} failed (exit status {rc}); the "
+                  "points it made are kept: run the same command again to resume",
+                  file=sys.stderr)
+            return rc
+    print(f"[budget] done: `dagster asset materialize --select report_{args.backbone}` shows it "
+          "in the report", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

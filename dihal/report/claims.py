@@ -97,7 +97,9 @@ def backbone_parameters(x: ReportInputs) -> int | None:
 def parameters_text(n: int | None) -> str:
     if n is None:
         return "parameters not in the report's inputs"
-    return f"{n / 1e9:.2f}B parameters" if n >= 1e9 else f"{n / 1e6:.0f}M parameters"
+    if n >= 1e9:
+        return f"{n / 1e9:.2f}B parameters"
+    return f"{n / 1e6:.0f}M parameters" if n >= 1e6 else f"{n:,} parameters"
 
 
 def _dihal_row(x: ReportInputs) -> GenerationRow | None:

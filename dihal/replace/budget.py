@@ -526,9 +526,19 @@ def study_layer(backbone, reader, layer: int, cfg: BudgetStudyConfig,
     def keep(point: BudgetPoint) -> None:
         points[point.key] = point
         say(f"layer {layer} {point.model} @ {point.steps} steps: hybrid NLL "
-            f"{point.hybrid_nll:.4f} ({point.seconds:.0f} s)")
+            f"{point.hybrid_nll:.4f} ({point.seconds:.0f} s)" + pace(point))
         if on_point is not None:
             on_point(point)
+
+    def pace(point: BudgetPoint) -> str:
+        """The layer's remaining trainings at this point's seconds a step (its measurement
+        included): the estimate made before the start, corrected by this machine's pace."""
+        if point.model not in cfg.trained or point.steps <= 0:
+            return ""
+        left = sum(b for b in cfg.budgets for m in cfg.trained if (layer, m, b) not in points)
+        return (f"; at {point.seconds / point.steps:.2f} s a step, the layer's other trainings "
+                f"({left:,} steps) take about {left * point.seconds / point.steps / 60:.0f} min"
+                if left else "")
 
     plans = [plan_budget(b, protocol.batch_size, tokens.ids.shape[1], len(tokens.ids))
              for b in cfg.budgets]

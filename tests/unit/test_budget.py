@@ -170,14 +170,20 @@ def test_points_are_the_same_for_the_same_seed_and_a_resume_skips_what_is_done(
     corpus, seqs, reader = world
     cfg = B.BudgetStudyConfig(layers=(LAYER,), budgets=(4, 16))
     tokens = _tokens(tiny_backbone, corpus, 16 * PROTOCOL.batch_size)
-    said = []
+    said, first_run = [], []
     run = [B.study_layer(tiny_backbone, reader, LAYER, cfg, PROTOCOL, tokens, EXTRACT,
-                         tmp_path / f"work{i}", finished=(), say=said.append,
+                         tmp_path / f"work{i}", finished=(),
+                         say=first_run.append if i == 0 else said.append,
                          residual_factory=_factory) for i in range(2)]
     assert [(p.model, p.steps) for p in run[0]] == [
         ("backbone", 0), ("bridge", 4), ("ridge", 4), ("network", 4), ("residual", 4),
         ("bridge", 16), ("ridge", 16), ("network", 16), ("residual", 16)]
     assert _values(run[0]) == _values(run[1])  # same seed, same numbers
+    # each training says what the layer's other trainings take at its pace; the last none
+    (first,) = [m for m in first_run if m.startswith(f"layer {LAYER} bridge @ 4 steps: hybrid")]
+    assert "the layer's other trainings (56 steps) take about" in first  # 4 + 4 + 3 x 16
+    (last,) = [m for m in first_run if m.startswith(f"layer {LAYER} residual @ 16 steps: hybrid")]
+    assert "other trainings" not in last
     by = {(p.model, p.steps): p for p in run[0]}
     assert by[("bridge", 16)].tokens == by[("bridge", 16)].distinct_tokens == 16 * 2 * 16
     assert by[("ridge", 16)].val_loss is None and by[("network", 16)].t1_loss is None

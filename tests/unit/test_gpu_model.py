@@ -155,3 +155,31 @@ def _control(proto):
     from dataclasses import replace
 
     return replace(proto, steps=1)
+
+
+def test_the_budget_step_measures_each_budget_beside_the_ridge_map_and_leaves_out_what_the_deadline_would_cut(
+        tmp_path, tiny_backbone):
+    bb = tiny_backbone
+    gen = torch.Generator().manual_seed(1)
+    train = torch.randint(5, bb.model.config.vocab_size, (32, 16), generator=gen).numpy()
+    val = torch.randint(5, bb.model.config.vocab_size, (12, 16), generator=gen).numpy()
+    train[:, 0] = val[:, 0] = bb.bos_id
+    sizes = {"extract_batch": 16, "bridge": {"d_model": 32, "n_layers": 1, "n_heads": 2,
+                                             "batch_size": 8, "eval_sequences": 8},
+             "budgets": [2, 4, 1_000_000]}
+    check = gpu_check.Check(tmp_path / "out", 10_000, "cpu")
+    check.results["weights"] = "the tests' tiny Llama (random)"
+    store: dict = {}
+    for name, fn, args in [("dump", gpu_check.dump, (check, bb, val, sizes, store)),
+                           ("pairs", gpu_check.pairs, (check, bb, train, sizes, store)),
+                           ("budget", gpu_check.budget, (check, bb, sizes, store, val, tmp_path))]:
+        got = check.run(name, fn, *args)
+        assert "error" not in got, got
+    assert [b["steps"] for b in got["budgets"]] == [2, 4]
+    assert got["not_run"] == [1_000_000]  # a million steps at the measured pace: past the deadline
+    assert got["weights_mean_anything"] is False
+    assert got["ridge"]["hybrid_nll"] > 0 and got["backbone_nll"] > 0
+    for b in got["budgets"]:
+        assert b["hybrid_nll"] > 0 and b["ms_per_step"] > 0
+        assert b["below_ridge"] == (b["hybrid_nll"] < got["ridge"]["hybrid_nll"])
+        assert b["repeats"] == b["steps"] * 8 / got["sequences"]

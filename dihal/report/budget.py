@@ -467,7 +467,7 @@ def plot_budget(index: Index, l_star: int, title: str) -> bytes:
     layers = study_layers(index)
     cols = min(4, len(layers))
     rows = -(-len(layers) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 3.2 * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(max(3.6 * cols, 5.6), 3.2 * rows), squeeze=False)
     styles = ((BRIDGE, "o-", "C0", "bridge (paper)"), (RIDGE, "s--", "C1", "ridge map"),
               (NETWORK, "^:", "C2", "network regression"),
               (RESIDUAL, "D--", "C3", f"residual ({VARIANT})"))

@@ -101,9 +101,10 @@ JOBS: tuple[Job, ...] = (
         driver=("report",)),
 )
 # Jobs outside the main job: the driver never launches them (`python -m pipeline.budget`, the
-# web UI or `dagster job backfill` do)
+# web UI or `dagster job backfill` do). A job may not share its name with an asset of the code
+# location (Dagster refuses the location): budget_study_<b> materialises the asset budget_<b>
 STUDY_JOBS: tuple[Job, ...] = (
-    Job("budget", ("budget",), "how the answers move with the bridge's training budget, for "
+    Job("budget_study", ("budget",), "how the answers move with the bridge's training budget, for "
         "{backbone}: the bridge, its ridge and network controls and our ridge-started variant "
         "at several budgets per layer; one partition per layer", partitioned=True),
 )

@@ -4,7 +4,7 @@ Jobs per backbone b (the Jobs page of the web UI; `python -m pipeline.main` laun
 these): locate_b; sweep_b, partitioned by candidate layer and run as one backfill;
 bridge_eval_b (bridgeability, the bridge at l*, its evaluation); baselines_b, partitioned by
 baseline; compare_b (comparison, full training, report); outside the main job,
-budget_b (the training-budget study, partitioned by layer).
+budget_study_b (the training-budget study of the asset budget_b, partitioned by layer).
 
 Steps run in the run's own process, or on a Dask cluster when DIHAL_DASK_SCHEDULER names its
 scheduler (README: "Scaling out").

@@ -40,3 +40,15 @@ def test_the_changelog_has_each_stage_at_its_code_version():
     for name, s in STAGES.items():  # the newest entry is the current version
         section = text.split(f"## {name} (code version {s.code_version})")[1].split("\n## ")[0]
         assert re.search(rf"^- {s.code_version}\b", section, re.M) or s.code_version == "1", name
+
+
+def test_the_code_location_resolves_every_job_with_no_name_shared_by_a_job_and_an_asset():
+    """Dagster refuses a code location where a job and an asset share a name (the implicit
+    asset job holds the asset's op): every door would fail to load it."""
+    from pipeline.definitions import build_definitions
+
+    repo = build_definitions(("smollm2", "gemma3")).get_repository_def()
+    jobs = {j.name for j in repo.get_all_jobs()}
+    assets = {k.to_user_string() for k in repo.asset_graph.get_all_asset_keys()}
+    assert {"budget_study_smollm2", "sweep_gemma3"} <= jobs
+    assert "budget_smollm2" in assets and not jobs & assets

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -90,8 +89,8 @@ def materialize(backbone: str, layer: int, cfg) -> int:
     asset = asset_key("budget", backbone)
     config = {"ops": {asset: {"config": {"budgets": list(cfg.budgets),
                                                         "residual": cfg.residual}}}}
-    cmd = ["dagster", "asset", "materialize", "-m", os.environ.get("DAGSTER_MODULE_NAME",
-           "pipeline.definitions"), "--select", asset, "--partition", str(layer),
+    cmd = ["dagster", "asset", "materialize", "-m", "pipeline.definitions", "--select", asset,
+           "--partition", str(layer),
            "--config-json", json.dumps(config)]
     print(f"[budget] layer {layer}: {' '.join(cmd[:8])} ...", file=sys.stderr, flush=True)
     return subprocess.run(cmd, cwd=Path(__file__).resolve().parents[1]).returncode

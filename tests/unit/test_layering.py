@@ -311,7 +311,7 @@ README_SECTIONS = {
     "corpus": "CorpusConfig", "sequences_<b>": "SequenceConfig", "hidden_states_<b>": "ExtractConfig",
     "geometry_<b>": "GeometryConfig", "layer_score_<b>": "LayerScoreConfig",
     "bridge_sweep_<b>": "BridgeProtocol", "eval_<b>": "EvalConfig", "baseline_<b>": "BaselineRunConfig",
-    "sampler_steps_<b>": "SamplerCurveConfig",
+    "sampler_steps_<b>": "SamplerCurveConfig", "budget_<b>": "BudgetConfig",
 }
 
 

@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from itertools import combinations
 
 from dihal.report.document import Document
-from dihal.results import ReportInputs
 from dihal.rows import BUDGET_MODELS, BudgetPoint
 from dihal.uncertainty import spearman_interval
 
@@ -588,25 +587,3 @@ def budget_section(r: Document, points: Sequence[BudgetPoint], *, l_star: int,
         r.table(rows, list(rows[0]), ".4g")
         variant = crossings(index, RESIDUAL)
         r.p(" ".join(crossing_sentence(c, l_star, "the ridge-started bridge") for c in variant))
-
-
-STUDY_COMMAND = "python -m pipeline.budget --backbone {backbone}"
-
-
-def study_section(r: Document, x: ReportInputs) -> None:
-    """The budget section of the report: the study's points where it was run on these hidden
-    states (S_l under the primary normalisation beside them), else what it would show and the
-    command that runs it."""
-    if not x.budget:
-        r.h2("How the answers move with the training budget", BUDGET)
-        r.p("The training-budget study was not run on these hidden states: every bridge here "
-            "had one budget, so nothing in this report says how its answers move with more "
-            "training. It trains the bridge, its controls and our ridge-started variant at "
-            "several budgets per layer, on fresh corpus tokens where the corpus holds them "
-            f"(`{STUDY_COMMAND.format(backbone=x.backbone)}`; it states its time and disk "
-            "before it starts); the report made after it shows this section.")
-        return
-    primary = x.configs.primary_norm
-    scores = {s.layer: s.S for s in x.locate.scores if s.norm == primary and s.S is not None}
-    budget_section(r, x.budget, l_star=x.locate.score.l_star, scores=scores,
-                   backbone=x.backbone)

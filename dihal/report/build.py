@@ -13,7 +13,7 @@ from dihal.report.bridgeability import (
     bridgeability_section,
     regression_section,
 )
-from dihal.report.budget import study_section
+from dihal.report.budget import BUDGET, budget_section
 from dihal.report.claims import claims_section
 from dihal.report.common import CONFIG
 from dihal.report.controls import answer_controls, controls_section
@@ -58,10 +58,32 @@ def _configuration_section(r: Document, x: ReportInputs) -> None:
             ["artifact", "fingerprint"])
 
 
+STUDY_COMMAND = "python -m pipeline.budget --backbone {backbone}"
+
+
+def _budget_section(r: Document, x: ReportInputs) -> None:
+    """The budget section of the report: the study's points where it was run on these hidden
+    states (S_l under the primary normalisation beside them), else what it would show and the
+    command that runs it."""
+    if not x.budget:
+        r.h2("How the answers move with the training budget", BUDGET)
+        r.p("The training-budget study was not run on these hidden states: every bridge here "
+            "had one budget, so nothing in this report says how its answers move with more "
+            "training. It trains the bridge, its controls and our ridge-started variant at "
+            "several budgets per layer, on fresh corpus tokens where the corpus holds them "
+            f"(`{STUDY_COMMAND.format(backbone=x.backbone)}`; it states its time and disk "
+            "before it starts); the report made after it shows this section.")
+        return
+    primary = x.configs.primary_norm
+    scores = {s.layer: s.S for s in x.locate.scores if s.norm == primary and s.S is not None}
+    budget_section(r, x.budget, l_star=x.locate.score.l_star, scores=scores,
+                   backbone=x.backbone)
+
+
 SECTIONS = (_answers_section, claims_section, locate_section, bridgeability_section,
             regression_section, sampler_section, generation_section, controls_section,
             cost_section, frontier_section,
-            full_training_section, study_section, cross_backbone_section, samples_section,
+            full_training_section, _budget_section, cross_backbone_section, samples_section,
             _configuration_section)
 
 

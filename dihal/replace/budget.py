@@ -1,11 +1,9 @@
 """The budget study: is it the method or the budget? (pure compute, no Dagster)
 
-The sweep trains each bridge for one pass over the dump's training sequences (the protocol's
-128 optimiser steps by default), and at that budget the closed-form ridge map beats every
-bridge. The study trains, at a few layers, the bridge, the network regression control and
-(where a factory is given) the ridge-started residual bridge at several budgets of optimiser
-steps, fits the ridge map on the same tokens, and measures each as the sweep does
-(`dihal.replace.stage.measure_bridge`, on the same held-out sequences); the backbone's own
+At the sweep's budget (one pass, 128 steps by default) the ridge map beats every bridge. The
+study trains the bridge, the network control and (given a factory) the ridge-started residual
+bridge at several budgets of optimiser steps, fits the ridge map on the same tokens, and
+measures each as the sweep does (`measure_bridge`, same held-out sequences); the backbone's
 NLL is the floor. Its rows are `BudgetPoint`s.
 
 Where the tokens come from (the pieces, in order):
@@ -21,11 +19,9 @@ Where the tokens come from (the pieces, in order):
   forward stopped after block l (`dihal.locate.extract.layer_pairs`, rounded through the
   dump's dtype as a dump would store them), chunk by chunk into one buffer, in host memory
   only for the layer being studied and only as many as its largest unfinished budget needs.
-  They are standardised with the sweep bridge's own statistics (fitted on the sweep's
-  training sequences, `load_layer_data`), so every budget's losses share one set of units, and
-  a budget of one pass over the sweep's sequences (n_train / batch_size steps: 128 by default)
-  reproduces the sweep's bridge exactly.
-- `study_layer`: each budget trains on the first sequences of that buffer (a view, no copy).
+  Standardised with the sweep bridge's own statistics (`load_layer_data`): every budget's
+  losses share one set of units, and one pass over the sweep's sequences (128 steps by
+  default) reproduces the sweep's bridge exactly. A budget trains on a view of the first.
 """
 
 from __future__ import annotations
@@ -240,9 +236,8 @@ def estimate_study(cfg: BudgetStudyConfig, protocol: BridgeProtocol, *, n_layers
       memory     = 2 * (N + protocol.eval_sequences) * T * d * 4       (float32 pairs)
       disk       = |layers| * |B| * m * (4 P + k * 4 * 3 P)   (P denoiser parameters, k
                    kept checkpoints: dihal.capacity.training_disk_bytes)
-    The defaults are CPU measurements (benchmarks/RESULTS.md: SECONDS_PER_STEP,
-    SECONDS_PER_TOKEN_BLOCK, SECONDS_PER_MEASURE); pass the device's own where it differs.
-    A layer outside 1..n_layers - 1 or a non-positive rate is refused."""
+    The defaults are CPU measurements (benchmarks/RESULTS.md); pass the device's own where it
+    differs. A layer outside 1..n_layers - 1 or a non-positive rate is refused."""
     for name, value in (("seconds_per_step", seconds_per_step),
                         ("seconds_per_token_block", seconds_per_token_block),
                         ("seconds_per_measure", seconds_per_measure)):
@@ -503,6 +498,28 @@ def train_budget_point(backbone, data: LayerData, protocol: BridgeProtocol, mode
 # ---------------------------------------------------------------- one layer, the study
 
 
+def _pace(point: BudgetPoint, cfg: BudgetStudyConfig, points: dict) -> str:
+    """The layer's remaining trainings at this point's seconds a step (its measurement
+    included): the estimate made before the start, corrected by this machine's pace."""
+    if point.model not in cfg.trained or point.steps <= 0:
+        return ""
+    left = sum(b for b in cfg.budgets for m in cfg.trained if (point.layer, m, b) not in points)
+    return (f"; at {point.seconds / point.steps:.2f} s a step, the layer's other trainings "
+            f"({left:,} steps) take about {left * point.seconds / point.steps / 60:.0f} min"
+            if left else "")
+
+
+def _ridge_point(backbone, sub: LayerData, layer: int, plan: BudgetPlan,
+                 tokens: TrainingTokens) -> tuple[RidgeMap, BudgetPoint]:
+    """The ridge map of a budget's pairs (the residual bridge starts from it) and its point:
+    fitted on every sequence of the budget once."""
+    t0 = time.monotonic()
+    ridge, recon, nll = _ridge_measures(backbone, sub)
+    fitted = distinct_rows(tokens.ids[: plan.sequences]) * tokens.ids.shape[1]
+    return ridge, BudgetPoint(layer, plan.steps, plan.distinct_tokens, fitted, "ridge", None,
+                              None, recon, nll, round(time.monotonic() - t0, 2))
+
+
 def study_layer(backbone, reader, layer: int, cfg: BudgetStudyConfig,
                 protocol: BridgeProtocol, tokens: TrainingTokens, extract: ExtractConfig,
                 work_dir, *, device: str = "cpu", finished: Iterable[BudgetPoint] = (),
@@ -526,19 +543,9 @@ def study_layer(backbone, reader, layer: int, cfg: BudgetStudyConfig,
     def keep(point: BudgetPoint) -> None:
         points[point.key] = point
         say(f"layer {layer} {point.model} @ {point.steps} steps: hybrid NLL "
-            f"{point.hybrid_nll:.4f} ({point.seconds:.0f} s)" + pace(point))
+            f"{point.hybrid_nll:.4f} ({point.seconds:.0f} s)" + _pace(point, cfg, points))
         if on_point is not None:
             on_point(point)
-
-    def pace(point: BudgetPoint) -> str:
-        """The layer's remaining trainings at this point's seconds a step (its measurement
-        included): the estimate made before the start, corrected by this machine's pace."""
-        if point.model not in cfg.trained or point.steps <= 0:
-            return ""
-        left = sum(b for b in cfg.budgets for m in cfg.trained if (layer, m, b) not in points)
-        return (f"; at {point.seconds / point.steps:.2f} s a step, the layer's other trainings "
-                f"({left:,} steps) take about {left * point.seconds / point.steps / 60:.0f} min"
-                if left else "")
 
     plans = [plan_budget(b, protocol.batch_size, tokens.ids.shape[1], len(tokens.ids))
              for b in cfg.budgets]
@@ -559,12 +566,9 @@ def study_layer(backbone, reader, layer: int, cfg: BudgetStudyConfig,
         ridge = None
         if (layer, "ridge", plan.steps) not in done or (
                 "residual" in cfg.trained and (layer, "residual", plan.steps) not in done):
-            t0 = time.monotonic()
-            ridge, recon, nll = _ridge_measures(backbone, sub)
-            if (layer, "ridge", plan.steps) not in done:  # fitted on every sequence once
-                fitted = distinct_rows(tokens.ids[: plan.sequences]) * tokens.ids.shape[1]
-                keep(BudgetPoint(layer, plan.steps, plan.distinct_tokens, fitted, "ridge", None,
-                                 None, recon, nll, round(time.monotonic() - t0, 2)))
+            ridge, point = _ridge_point(backbone, sub, layer, plan, tokens)
+            if (layer, "ridge", plan.steps) not in done:
+                keep(point)
         for model in cfg.trained:
             if (layer, model, plan.steps) in done:
                 continue

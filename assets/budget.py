@@ -1,18 +1,50 @@
 # Note: no `from __future__ import annotations`: Dagster reads the config annotations.
-"""The training-budget study, as an asset: budget_<b>, one partition per candidate layer, on
+"""The training-budget study, as assets: budget_<b>, one partition per candidate layer, on
 top of that layer's sweep bridge (its protocol). The study's layers are the partitions
 materialised (`python -m pipeline.budget` picks l*, one more shallow layer, a middle one and
 the last). Not part of the main job: it trains every model at every budget of its config
-(dihal.replace.budget)."""
+(dihal.replace.budget). And budget_generation_<b>: DiHAL at l* and CoDAR trained at the study's
+lowest and highest budget, sampled and scored (dihal.compare.budget_generation;
+`python -m pipeline.budget --generation`)."""
 
 import dagster as dg
 
 from assets._stage import StageRun, stage_asset
 from assets.configs import RUN_CONFIGS
 from dihal.stages import asset_key
-from storage import BudgetStudy, Corpus, HiddenStates, Sequences, SweepBridge
+from storage import (
+    BudgetGeneration,
+    BudgetStudy,
+    Corpus,
+    HiddenStates,
+    LayerScore,
+    Sequences,
+    SweepBridge,
+)
 
 BudgetRunConfig = RUN_CONFIGS["budget"]
+BudgetGenerationRunConfig = RUN_CONFIGS["budget_generation"]
+
+
+def study_tokens(run: StageRun, layer: int, budgets, batch_size: int):
+    """The study's training sequences up to the largest of `budgets` (the Sequences stage's,
+    extended by fresh ones packed from the same verified corpus shards: study_sequences), with
+    the reader of the dump and the Sequences stage's config."""
+    from dihal.config import CorpusConfig, SequenceConfig
+    from dihal.locate.corpus import iter_documents, separator_ids, verified_shards
+    from dihal.replace.budget import study_sequences
+
+    states, seqs, corpus = run.art(HiddenStates), run.art(Sequences), run.art(Corpus)
+    _, sm, cm = run.require(states, seqs, corpus)
+    seq_cfg, corpus_cfg = SequenceConfig(**sm.config), CorpusConfig(**cm.config)
+    weights = run.resources.backbones.resolve(run.backbone, run.layout)
+    tok = run.resources.backbones.load_tokenizer(run.backbone, run.layout)
+    bos_id, eos_id = separator_ids(tok, weights.path)
+    run.log(f"layer {layer}: packing the training sequences of budgets {list(budgets)}")
+    tokens = study_sequences(
+        lambda: iter_documents(verified_shards(corpus_cfg, cm.info["shards"]), corpus_cfg),
+        tok, seq_cfg, seqs.token_ids(), budgets, batch_size, bos_id=bos_id, eos_id=eos_id)
+    return tokens, states.reader(), seq_cfg
 
 
 def study_of(run: StageRun, out: BudgetStudy, layer: int, cfg, protocol):
@@ -22,28 +54,13 @@ def study_of(run: StageRun, out: BudgetStudy, layer: int, cfg, protocol):
     every point not kept yet, each kept as soon as it exists."""
     def compute():
         from dihal.bridge.residual import ridge_started_denoiser
-        from dihal.config import CorpusConfig, ExtractConfig, SequenceConfig
-        from dihal.locate.corpus import iter_documents, separator_ids, verified_shards
+        from dihal.config import ExtractConfig
         from dihal.preflight import available_memory, disk_free
-        from dihal.replace.budget import (
-            BudgetStudyConfig,
-            estimate_study,
-            study_layer,
-            study_sequences,
-        )
+        from dihal.replace.budget import BudgetStudyConfig, estimate_study, study_layer
         from dihal.results import BudgetResult
 
-        states, seqs, corpus = run.art(HiddenStates), run.art(Sequences), run.art(Corpus)
-        dump, sm, cm = run.require(states, seqs, corpus)
-        reader, seq_cfg, corpus_cfg = states.reader(), SequenceConfig(**sm.config), CorpusConfig(**cm.config)
-        weights = run.resources.backbones.resolve(run.backbone, run.layout)
-        tok = run.resources.backbones.load_tokenizer(run.backbone, run.layout)
-        bos_id, eos_id = separator_ids(tok, weights.path)
-        run.log(f"layer {layer}: packing the training sequences of budgets {list(cfg.budgets)}")
-        tokens = study_sequences(
-            lambda: iter_documents(verified_shards(corpus_cfg, cm.info["shards"]), corpus_cfg),
-            tok, seq_cfg, seqs.token_ids(), cfg.budgets, protocol.batch_size, bos_id=bos_id,
-            eos_id=eos_id)
+        tokens, reader, seq_cfg = study_tokens(run, layer, cfg.budgets, protocol.batch_size)
+        (dump,) = run.require(run.art(HiddenStates))
         study = BudgetStudyConfig(layers=(layer,), budgets=cfg.budgets, residual=cfg.residual)
         estimate = estimate_study(study, protocol, n_layers=int(reader.attrs["n_layers"]),
                                   hidden=int(reader.attrs["hidden_size"]), seq_len=seq_cfg.seq_len,
@@ -57,6 +74,50 @@ def study_of(run: StageRun, out: BudgetStudy, layer: int, cfg, protocol):
             on_point=out.keep_point,
             residual_factory=ridge_started_denoiser if cfg.residual else None)
         return BudgetResult(layer, tuple(points), estimate.info())
+
+    return compute
+
+
+def l_star_protocol(run: StageRun):
+    """(l*, as the layer score picks it and the budget study takes it; l*'s sweep bridge; its
+    protocol with one training seed, as the study trains its bridges)."""
+    from dataclasses import replace
+
+    from dihal.config import BridgeProtocol
+
+    (score,) = run.require(run.art(LayerScore))
+    layer = int(score.info["l_star"])
+    sweep = run.art(SweepBridge, layer)
+    (swept,) = run.require(sweep)
+    return layer, sweep, replace(BridgeProtocol(**swept.config), seeds=1, seed_layers=())
+
+
+def generation_of(run: StageRun, out: BudgetGeneration, layer: int, cfg, protocol):
+    """The compute of generation at the budget's ends at l* = `layer`: the study's training
+    sequences, its estimate (logged, and refused before any training where the disk or the host
+    memory cannot hold it), then every row not kept yet, each kept with its samples as soon as
+    it exists."""
+    def compute():
+        from dihal.compare.budget_generation import estimate_generation, generate_at_budgets
+        from dihal.config import ExtractConfig
+        from dihal.preflight import available_memory, disk_free
+        from dihal.results import BudgetGenerationResult
+
+        tokens, reader, seq_cfg = study_tokens(run, layer, cfg.budgets, protocol.batch_size)
+        (dump,) = run.require(run.art(HiddenStates))
+        model = run.model()
+        estimate = estimate_generation(
+            cfg, protocol, layer=layer, hidden=int(reader.attrs["hidden_size"]),
+            vocab=int(model.model.config.vocab_size), seq_len=seq_cfg.seq_len,
+            available=tokens.capacity, sweep_sequences=seq_cfg.n_train,
+            stored="train" in reader.splits, bos_id=int(model.bos_id))
+        run.log(f"l* = {layer}: {estimate.summary()}")
+        estimate.require(disk_free=disk_free(run.layout.root), host_available=available_memory())
+        rows, samples = generate_at_budgets(
+            model, run.judge(), reader, layer, protocol, tokens, ExtractConfig(**dump.config),
+            cfg, out.checkpoints, device=run.device(), finished=out.kept(), say=run.log,
+            progress=run.throttled(), on_row=out.keep)
+        return BudgetGenerationResult(layer, tuple(rows), samples, estimate.info())
 
     return compute
 
@@ -88,4 +149,26 @@ def budget_assets(backbone: str, n_layers: int) -> list:
                            [run.art(HiddenStates), run.art(Sequences), run.art(Corpus), sweep],
                            study_of(run, out, layer, cfg, protocol), layer=layer)
 
-    return [budget]
+    @stage_asset(backbone, "budget_generation", [asset_key("hidden_states", backbone),
+                                                 asset_key("layer_score", backbone),
+                                                 asset_key("bridge_sweep", backbone)],
+                 kinds={"pytorch", "parquet"})
+    def budget_generation(context: dg.AssetExecutionContext,
+                          config: BudgetGenerationRunConfig) -> dg.MaterializeResult:
+        """DiHAL at l* and CoDAR (the strongest baseline) trained at the budget study's lowest
+        and highest budget, on its training sequences under l*'s sweep-bridge protocol (CoDAR
+        at DiHAL's denoiser size, the same tokens and optimiser steps), each sampled and scored
+        as the eval samples: Gen.PPL and diversity with their intervals. Each row is kept as
+        soon as it exists: an interrupted run resumes."""
+        from dihal.compare.baselines import VERSIONS
+
+        run, cfg = StageRun(context, backbone), config.to_dihal()
+        layer, sweep, protocol = l_star_protocol(run)
+        out = run.art(BudgetGeneration)
+        return run.produce(out, {**cfg.__dict__, "protocol": protocol, "layer": layer},
+                           [run.art(HiddenStates), run.art(Sequences), run.art(Corpus),
+                            run.art(LayerScore), sweep],
+                           generation_of(run, out, layer, cfg, protocol), layer=layer,
+                           judge=run.judge_identity(), recipe_version=VERSIONS["codar"])
+
+    return [budget, budget_generation]

@@ -14,6 +14,7 @@ from storage import (
     Report,
     SamplerCurve,
     cross_backbone_artifacts,
+    current_budget_generation,
     current_budget_studies,
     report_inputs,
 )
@@ -36,6 +37,8 @@ def report_assets(backbone: str) -> list:
                                       SamplerCurve)]
         parts += cross_backbone_artifacts(run.layout, backbone)  # the other backbones' table lines
         parts += current_budget_studies(run.layout, backbone)  # the budget study, where run
+        generated = current_budget_generation(run.layout, backbone)  # its ends' generation
+        parts += [generated] if generated is not None else []
         return run.produce(run.art(Report), {}, parts,
                            lambda: build_report(report_inputs(run.layout, backbone),
                                                 figure_name=Report.figure_name))

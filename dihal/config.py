@@ -119,6 +119,19 @@ def _bools(obj: object, *names: str) -> None:
             raise _invalid(obj, name, "True or False")
 
 
+def _budgets(obj: object, name: str) -> None:
+    """The field is a non-empty tuple (a list from a run config) of distinct training steps,
+    each 1..MAX_TRAIN_STEPS, stored sorted."""
+    v = getattr(obj, name)
+    budgets = tuple(v) if isinstance(v, tuple | list) else None
+    if (not budgets or len(set(budgets)) != len(budgets) or not all(
+            isinstance(b, int) and not isinstance(b, bool) and 1 <= b <= MAX_TRAIN_STEPS
+            for b in budgets)):
+        raise _invalid(obj, name, f"a non-empty tuple of distinct training steps, "
+                       f"each 1..{MAX_TRAIN_STEPS:,} ({TRAIN_STEPS_WHY})")
+    object.__setattr__(obj, name, tuple(sorted(budgets)))
+
+
 def _choice(obj: object, name: str, choices: tuple[str, ...] | list[str]) -> None:
     if getattr(obj, name) not in choices:
         raise _invalid(obj, name, f"one of {tuple(choices)}")
@@ -414,14 +427,41 @@ class BudgetConfig:
     residual: bool = True
 
     def __post_init__(self) -> None:
-        budgets = tuple(self.budgets) if isinstance(self.budgets, tuple | list) else None
-        if (not budgets or len(set(budgets)) != len(budgets) or not all(
-                isinstance(b, int) and not isinstance(b, bool) and 1 <= b <= MAX_TRAIN_STEPS
-                for b in budgets)):
-            raise _invalid(self, "budgets", f"a non-empty tuple of distinct training steps, "
-                           f"each 1..{MAX_TRAIN_STEPS:,} ({TRAIN_STEPS_WHY})")
-        object.__setattr__(self, "budgets", tuple(sorted(budgets)))
+        _budgets(self, "budgets")
         _bools(self, "residual")
+
+
+@dataclass(frozen=True)
+class BudgetGenerationConfig:
+    """Generation at the training budget's ends (dihal.replace.budget_generation): DiHAL's
+    bridge at l* and CoDAR, each trained at the lowest and the highest of `budgets` (the budget
+    study's, optimiser steps) on the study's training sequences, then sampled and scored as the
+    eval samples (`n_samples`, `length`, `temperature`, `seed`, `batch_size`, `eta`: EvalConfig's
+    defaults) and CoDAR trained as the baselines stage trains it (`lr`, `restrict_vocab`:
+    BaselineRunConfig's; `seed` seeds it too)."""
+
+    budgets: tuple[int, ...] = (128, 512, 2048)
+    n_samples: int = 64
+    length: int = 64
+    temperature: float = 1.0
+    seed: int = 0
+    batch_size: int = 32
+    eta: float = 0.0
+    lr: float = 1e-3
+    restrict_vocab: bool = True
+
+    def __post_init__(self) -> None:
+        _budgets(self, "budgets")  # as the budget study's
+        _ints(self, 1, "n_samples", "length", "batch_size")
+        _ints(self, 0, "seed")
+        _reals(self, "temperature", "lr", low=0.0, low_open=True)
+        _reals(self, "eta", low=0.0)
+        _bools(self, "restrict_vocab")
+
+    @property
+    def ends(self) -> tuple[int, ...]:
+        """The budgets generated at: the lowest and the highest (one where they are equal)."""
+        return tuple(sorted({min(self.budgets), max(self.budgets)}))
 
 
 @dataclass(frozen=True)

@@ -62,6 +62,9 @@ PROFILES: dict[str, dict[str, dict]] = {
         # the budget study's GPU variant adds 8,192 steps (where the corpus holds fewer
         # training tokens, the study's rows say how often each repeats)
         "budget": {"budgets": [128, 512, 2048, 8192]},
+        # DiHAL at l* and CoDAR at that study's ends (128 and 8,192 steps), sampled as the eval
+        "budget_generation": {"budgets": [128, 512, 2048, 8192], "n_samples": 544,
+                              "length": 128, "batch_size": 128},
     },
 }
 # SmolLM2's whole chain in one 10-minute command on one H200: half the training tokens
@@ -76,6 +79,7 @@ PROFILES["gpu-smollm2"] = {
     "sequences": {**PROFILES["gpu"]["sequences"], "n_train": 4096},
     "eval": {**PROFILES["gpu"]["eval"], "n_samples": 256},
     "baseline": {**PROFILES["gpu"]["baseline"], "n_samples": 256},
+    "budget_generation": {**PROFILES["gpu"]["budget_generation"], "n_samples": 256},
 }
 # What the default (cpu) run cannot decide, on the CPU at a few times its cost: replicate
 # training seeds on every swept layer (where the seed spread is larger than the gaps between
@@ -92,6 +96,7 @@ PROFILES["study"] = {
     "bridge_sweep": {"seeds": 3, "eval_sequences": 64},
     "eval": {"n_samples": 128, "frontier_temperatures": list(dc.FRONTIER_TEMPERATURES)},
     "baseline": {"n_samples": 128, "frontier_temperatures": list(dc.FRONTIER_TEMPERATURES)},
+    "budget_generation": {"n_samples": 128},
 }
 # The preset whose run draws the whole temperature frontier for a CPU run: the report's
 # frontier section names it where the frontier it reads has one temperature
@@ -113,6 +118,7 @@ PROFILES["tiny"] = {
     "sampler_steps": {"steps": [1, 2, 4], "n_samples": 2, "length": 4},
     "baseline": {"n_samples": 4, "length": 8},
     "budget": {"budgets": [2, 4]},
+    "budget_generation": {"budgets": [2, 4], "n_samples": 4, "length": 6, "batch_size": 2},
 }
 # Profiles whose sweep covers every candidate layer unless the driver is given --layers: every
 # profile (with fewer swept layers the paired test against depth has a floor on its p-value

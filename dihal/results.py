@@ -21,7 +21,14 @@ from dihal.inputs import (
     ReplaceInputs,
     StageConfigs,
 )
-from dihal.rows import TARGETS, BudgetPoint, PrimaryTest, RegressionRow, SpearmanRow
+from dihal.rows import (
+    TARGETS,
+    BudgetGenerationRow,
+    BudgetPoint,
+    PrimaryTest,
+    RegressionRow,
+    SpearmanRow,
+)
 
 
 def _round(v: Any) -> Any:
@@ -420,6 +427,9 @@ class ReportInputs:
     # the training-budget study's points (budget_<b>, every layer made on these hidden
     # states); empty where it has not been run
     budget: list[BudgetPoint] = field(default_factory=list)
+    # DiHAL at l* and CoDAR generating at the study's lowest and highest budget
+    # (budget_generation_<b>, made on these hidden states); empty where it has not been run
+    budget_generation: list[BudgetGenerationRow] = field(default_factory=list)
 
     @classmethod
     def from_dicts(cls, *, backbone_info: dict[str, Any], configs: dict[str, dict],
@@ -478,3 +488,26 @@ class BudgetResult:
         return {(f"{p.model} hybrid_nll" if p.model == "backbone"
                  else f"{p.model} hybrid_nll @ {p.steps}"): round(p.hybrid_nll, 4)
                 for p in self.points}
+
+
+@dataclass(frozen=True)
+class BudgetGenerationResult:
+    """Generation at the training budget's ends (dihal.replace.budget_generation): one row per
+    (model, budget), DiHAL's first at each budget; every sample ({"model", "steps", "index",
+    "text"}); the estimate made before it started."""
+
+    layer: int
+    rows: tuple[BudgetGenerationRow, ...]
+    samples: list[dict] = field(default_factory=list, repr=False)
+    estimate: dict[str, Any] = field(default_factory=dict)
+
+    def info(self) -> dict:
+        """The rows without their per-sample scores (those are in the rows' table)."""
+        return {"layer": self.layer, "estimate": self.estimate,
+                "rows": [{k: v for k, v in r.to_dict().items() if not k.startswith("sample_")}
+                         for r in self.rows]}
+
+    def metadata(self) -> dict:
+        """Gen.PPL and diversity of each model at each budget."""
+        return {f"{r.model} {k} @ {r.steps}": _round(getattr(r, k))
+                for r in self.rows for k in ("gen_ppl", "diversity")}

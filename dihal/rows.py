@@ -400,3 +400,64 @@ class BudgetPoint:
     def key(self) -> tuple[int, str, int]:
         """(layer, model, steps): what a resumed study recognises as done."""
         return (self.layer, self.model, self.steps)
+
+
+# ---------------------------------------------------------------- generation at the budget's ends
+GENERATION_MODELS = ("dihal", "codar")
+# dihal: DiHAL's hybrid with the bridge at l* trained at the budget; codar: the CoDAR baseline
+# trained at the same budget (tokens, optimiser steps) at DiHAL's denoiser size
+
+
+@dataclass(frozen=True)
+class BudgetGenerationRow:
+    """One model (GENERATION_MODELS) trained at one budget, then sampled and scored as the eval
+    samples: the budget it had and the Gen.PPL and diversity of its samples, each with its 95 %
+    interval over samples, and the judge's score of each sample (what the report's tests read)."""
+
+    layer: int              # l*, where DiHAL's bridge replaces layers 1..l*
+    model: str              # one of GENERATION_MODELS
+    steps: int              # optimiser steps
+    tokens: int             # training tokens seen (steps * batch_size * seq_len)
+    distinct_tokens: int    # distinct training tokens behind them (tokens / distinct: how often each repeats)
+    denoiser_parameters: int
+    sampler_steps: int      # denoiser passes per generated token (DiHAL's K, CoDAR's sampler steps)
+    temperature: float
+    gen_ppl: float
+    gen_ppl_low: float
+    gen_ppl_high: float
+    diversity: float
+    diversity_low: float
+    diversity_high: float
+    n_samples: int
+    empty_samples: int      # samples with no text (failures; Gen.PPL is over the others)
+    sample_nll: list[float] = field(repr=False)  # the judge's NLL of each non-empty sample
+    sample_tokens: list[int] = field(repr=False)  # ... and its judge tokens
+    seconds: float          # training, sampling and scoring
+
+    @property
+    def repeats(self) -> float:
+        """How often each training token is seen (1: every token fresh)."""
+        return self.tokens / self.distinct_tokens if self.distinct_tokens else float("nan")
+
+    @property
+    def key(self) -> tuple[str, int]:
+        """(model, steps): what a resumed run recognises as done."""
+        return (self.model, self.steps)
+
+    def to_dict(self) -> dict:
+        """A plain JSON-able dict of the fields."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> BudgetGenerationRow:
+        """The row of `to_dict`'s dict; a missing or unknown field, or a model outside
+        GENERATION_MODELS, is refused by name."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        if set(d) != names:
+            raise ValueError(f"a BudgetGenerationRow needs exactly the fields {sorted(names)}: "
+                             f"missing {sorted(names - set(d))}, unknown {sorted(set(d) - names)}")
+        if d["model"] not in GENERATION_MODELS:
+            raise ValueError(f"BudgetGenerationRow.model must be one of {GENERATION_MODELS}, "
+                             f"got {d['model']!r}")
+        return cls(**{**d, "sample_nll": [float(v) for v in d["sample_nll"]],
+                      "sample_tokens": [int(v) for v in d["sample_tokens"]]})

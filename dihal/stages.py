@@ -49,8 +49,10 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
     Stage("baseline", "6", "BaselineRun", "BaselineRunConfig", "BaselineRunConfig"),
     Stage("comparison", "7", "Comparison"),
     Stage("full_training", "8", "FullTraining"),
-    Stage("report", "16", "Report"),
+    Stage("report", "17", "Report"),
     Stage("budget", "1", "BudgetStudy", "BudgetConfig", "BudgetRunConfig"),
+    Stage("budget_generation", "1", "BudgetGeneration", "BudgetGenerationConfig",
+          "BudgetGenerationRunConfig"),
 )}
 
 CODE_VERSIONS = {name: s.code_version for name, s in STAGES.items()}
@@ -102,11 +104,15 @@ JOBS: tuple[Job, ...] = (
 )
 # Jobs outside the main job: the driver never launches them (`python -m pipeline.budget`, the
 # web UI or `dagster job backfill` do). A job may not share its name with an asset of the code
-# location (Dagster refuses the location): budget_study_<b> materialises the asset budget_<b>
+# location (Dagster refuses the location): budget_study_<b> materialises the asset budget_<b>,
+# budget_generate_<b> the asset budget_generation_<b>
 STUDY_JOBS: tuple[Job, ...] = (
     Job("budget_study", ("budget",), "how the answers move with the bridge's training budget, for "
         "{backbone}: the bridge, its ridge and network controls and our ridge-started variant "
         "at several budgets per layer; one partition per layer", partitioned=True),
+    Job("budget_generate", ("budget_generation",), "DiHAL at l* and CoDAR trained at the "
+        "lowest and the highest budget of the study, for {backbone}, each sampled and scored "
+        "as the eval samples: Gen.PPL and diversity against the budget"),
 )
 # The driver's --stop-after values, in order (bridge and eval: one job, bridge_eval)
 DRIVER_STAGES: tuple[str, ...] = tuple(step for job in JOBS for step in job.driver)

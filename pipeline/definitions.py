@@ -4,7 +4,9 @@ Jobs per backbone b (the Jobs page of the web UI; `python -m pipeline.main` laun
 these): locate_b; sweep_b, partitioned by candidate layer and run as one backfill;
 bridge_eval_b (bridgeability, the bridge at l*, its evaluation); baselines_b, partitioned by
 baseline; compare_b (comparison, full training, report); outside the main job,
-budget_study_b (the training-budget study of the asset budget_b, partitioned by layer).
+budget_study_b (the training-budget study of the asset budget_b, partitioned by layer) and
+budget_generate_b (budget_generation_b: DiHAL at l* and CoDAR generating at the study's lowest
+and highest budget).
 
 Steps run in the run's own process, or on a Dask cluster when DIHAL_DASK_SCHEDULER names its
 scheduler (README: "Scaling out").

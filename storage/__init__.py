@@ -13,6 +13,7 @@ from storage.artifacts import (
     Bridge,
     Bridgeability,
     BridgeRun,
+    BudgetGeneration,
     BudgetStudy,
     Comparison,
     Corpus,
@@ -39,6 +40,7 @@ from storage.lineage import (
     bridgeability_inputs,
     cross_backbone_artifacts,
     current_baselines,
+    current_budget_generation,
     current_budget_studies,
     eval_inputs,
     regression_controls,
@@ -49,13 +51,13 @@ from storage.report_inputs import backbone_summary, report_inputs
 
 __all__ = [
     "Artifact", "ArtifactLayout", "BaselineRun", "Bridge", "BridgeRun", "Bridgeability",
-    "BudgetStudy",
+    "BudgetGeneration", "BudgetStudy",
     "Comparison", "Corpus", "Evaluation", "FileLink", "FullRegressionControl", "FullTraining",
     "FullTrainingBridge",
     "Geometry", "HiddenStates", "LayerScore", "Manifest", "Markdown", "Plot", "RegressionControl",
     "Report", "SamplerCurve", "Sequences", "SweepBridge", "Table", "WorkArtifact",
     "backbone_summary", "bridgeability_inputs", "cross_backbone_artifacts", "current_baselines",
-    "current_budget_studies",
+    "current_budget_generation", "current_budget_studies",
     "eval_inputs", "fingerprint", "read_manifest",
     "regression_controls", "report_inputs", "swept_bridges",
 ]

@@ -10,6 +10,7 @@ from storage.artifacts import (
     BaselineRun,
     Bridge,
     Bridgeability,
+    BudgetGeneration,
     BudgetStudy,
     Evaluation,
     FullRegressionControl,
@@ -86,6 +87,17 @@ def current_budget_studies(layout: ArtifactLayout, backbone: str) -> list[Budget
         if m is not None and m.upstream.get(HiddenStates(layout, backbone).name) == states.fingerprint:
             found.append(art)
     return found
+
+
+def current_budget_generation(layout: ArtifactLayout, backbone: str) -> BudgetGeneration | None:
+    """budget_generation_<b> where it was made on the current hidden states, else None (one
+    made on other hidden states is not this run's)."""
+    states = HiddenStates(layout, backbone).manifest()
+    art = BudgetGeneration(layout, backbone)
+    m = art.manifest()
+    if states is None or m is None:
+        return None
+    return art if m.upstream.get(HiddenStates(layout, backbone).name) == states.fingerprint else None
 
 
 def other_backbones(layout: ArtifactLayout, backbone: str) -> list[str]:

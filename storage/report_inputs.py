@@ -21,7 +21,7 @@ from storage.artifacts import (
     by_model,
 )
 from storage.layout import ArtifactLayout
-from storage.lineage import current_budget_studies, other_backbones
+from storage.lineage import current_budget_generation, current_budget_studies, other_backbones
 
 
 def backbone_summary(layout: ArtifactLayout, backbone: str) -> BackboneSummary:
@@ -46,6 +46,8 @@ def report_inputs(layout: ArtifactLayout, backbone: str) -> ReportInputs:
     bness, cmp_ = m["bridgeability"].info, m["comparison"].info
     samples = by_model(arts["eval"].samples())
     studies = current_budget_studies(layout, backbone)
+    generated = current_budget_generation(layout, backbone)
+    made = [*studies, *([generated] if generated is not None else [])]
     for row in cmp_["rows"]:
         if row.get("role") == "baseline" and (b := BaselineRun(layout, backbone, row["model"])).manifest():
             samples[row["model"]] = b.manifest().info["samples"]
@@ -67,5 +69,6 @@ def report_inputs(layout: ArtifactLayout, backbone: str) -> ReportInputs:
         backbones=[backbone_summary(layout, b) for b in (backbone, *other_backbones(layout, backbone))],
         artifacts=str(layout.root / backbone),
         budget=[p for a in studies for p in a.points()],
+        budget_generation=generated.rows() if generated is not None else [],
         fingerprints={**{a.name: m[stage].fingerprint for stage, a in arts.items()},
-                      **{a.name: a.manifest().fingerprint for a in studies}})
+                      **{a.name: a.manifest().fingerprint for a in made}})

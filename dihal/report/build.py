@@ -14,6 +14,7 @@ from dihal.report.bridgeability import (
     regression_section,
 )
 from dihal.report.budget import BUDGET, budget_section
+from dihal.report.budget_generation import budget_generation_section
 from dihal.report.claims import claims_section
 from dihal.report.common import CONFIG
 from dihal.report.controls import answer_controls, controls_section
@@ -64,7 +65,8 @@ STUDY_COMMAND = "python -m pipeline.budget --backbone {backbone}"
 def _budget_section(r: Document, x: ReportInputs) -> None:
     """The budget section of the report: the study's points where it was run on these hidden
     states (S_l under the primary normalisation beside them), else what it would show and the
-    command that runs it."""
+    command that runs it; then generation at the budget's ends (DiHAL at l* against CoDAR),
+    or the command that makes it."""
     if not x.budget:
         r.h2("How the answers move with the training budget", BUDGET)
         r.p("The training-budget study was not run on these hidden states: every bridge here "
@@ -73,11 +75,12 @@ def _budget_section(r: Document, x: ReportInputs) -> None:
             "several budgets per layer, on fresh corpus tokens where the corpus holds them "
             f"(`{STUDY_COMMAND.format(backbone=x.backbone)}`; it states its time and disk "
             "before it starts); the report made after it shows this section.")
-        return
-    primary = x.configs.primary_norm
-    scores = {s.layer: s.S for s in x.locate.scores if s.norm == primary and s.S is not None}
-    budget_section(r, x.budget, l_star=x.locate.score.l_star, scores=scores,
-                   backbone=x.backbone)
+    else:
+        primary = x.configs.primary_norm
+        scores = {s.layer: s.S for s in x.locate.scores if s.norm == primary and s.S is not None}
+        budget_section(r, x.budget, l_star=x.locate.score.l_star, scores=scores,
+                       backbone=x.backbone)
+    budget_generation_section(r, x.budget_generation, backbone=x.backbone)
 
 
 SECTIONS = (_answers_section, claims_section, locate_section, bridgeability_section,

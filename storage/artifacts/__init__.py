@@ -24,6 +24,7 @@ from storage.artifacts.replace import (
     Bridge,
     Bridgeability,
     BridgeRun,
+    BudgetGeneration,
     BudgetStudy,
     RegressionControl,
     SweepBridge,
@@ -32,7 +33,7 @@ from storage.artifacts.report import Report
 
 __all__ = [
     "DAMAGED", "VERIFIED", "Artifact", "BaselineRun", "Bridge", "BridgeRun", "Bridgeability",
-    "BudgetStudy",
+    "BudgetGeneration", "BudgetStudy",
     "Comparison", "Corpus", "Evaluation", "FileLink", "FullRegressionControl", "FullTraining",
     "FullTrainingBridge",
     "Geometry", "HiddenStates", "LayerScore", "Markdown", "Plot", "RegressionControl", "Report",

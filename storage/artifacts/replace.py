@@ -15,16 +15,20 @@ from dihal.atomic import (
 from dihal.errors import CorruptArtifactError, MissingArtifactError
 from dihal.results import (
     BridgeabilityResult,
+    BudgetGenerationResult,
     BudgetResult,
     TrainedBridge,
 )
-from dihal.rows import BudgetPoint
+from dihal.rows import BudgetGenerationRow, BudgetPoint
 from dihal.stages import asset_key
 from storage.artifacts.base import (
     Artifact,
+    Markdown,
     Plot,
     Table,
     WorkArtifact,
+    by_model,
+    preview,
 )
 from storage.manifest import Manifest
 from storage.tables import read_rows, write_table
@@ -194,3 +198,65 @@ class BudgetStudy(WorkArtifact):
                 "points": Table(manifest.info["points"], [
                     "model", "steps", "tokens", "distinct_tokens", "val_loss", "t1_loss",
                     "recon_error", "hybrid_nll", "seconds"])}
+
+
+class BudgetGeneration(WorkArtifact):
+    """budget_generation_<b>: DiHAL at l* and CoDAR trained at the budget study's lowest and
+    highest budget, sampled and scored (one row per model and budget), and their samples.
+    While it is made, each finished row is kept in its work directory with its samples
+    (`kept`), so an interrupted run resumes where it stopped; its trainings checkpoint there."""
+
+    files = ("generation.parquet", "samples.jsonl")
+
+    @property
+    def checkpoints(self) -> Path:
+        """Where its trainings checkpoint while it is made."""
+        return self.workdir / "checkpoints"
+
+    @property
+    def _kept(self) -> Path:
+        return self.workdir / "kept.jsonl"
+
+    def keep(self, row: BudgetGenerationRow, samples: list[dict]) -> None:
+        """Add a finished row and its samples to the work directory (written whole,
+        atomically)."""
+        kept = self.kept() + [(row, samples)]
+        atomic_write_text(self._kept, "".join(
+            json.dumps({"row": r.to_dict(), "samples": s}) + "\n" for r, s in kept))
+
+    def kept(self) -> list[tuple[BudgetGenerationRow, list[dict]]]:
+        """The rows (with their samples) kept in the work directory of the current claim (none:
+        a fresh start); the claim is under the artifact's fingerprint, so these were made
+        under the same config and upstream."""
+        if not self._kept.exists():
+            return []
+        try:
+            lines = [json.loads(x) for x in self._kept.read_text().splitlines() if x.strip()]
+            return [(BudgetGenerationRow.from_dict(x["row"]), list(x["samples"])) for x in lines]
+        except (ValueError, TypeError, KeyError) as exc:
+            raise CorruptArtifactError(
+                f"the kept rows {self._kept} cannot be read ({exc}): delete {self.workdir} and "
+                f"materialise it again: {self.command()}") from exc
+
+    def _write_files(self, directory: Path, result: BudgetGenerationResult) -> None:
+        write_table(directory / "generation.parquet", [r.to_dict() for r in result.rows])
+        atomic_write_text(directory / "samples.jsonl",
+                          "".join(json.dumps(s) + "\n" for s in result.samples))
+        (directory / "kept.jsonl").unlink(missing_ok=True)
+
+    def rows(self) -> list[BudgetGenerationRow]:
+        """Its rows, as written."""
+        self.require()
+        return [BudgetGenerationRow.from_dict(r) for r in read_rows(self.path("generation.parquet"))]
+
+    def samples(self) -> list[dict]:
+        return [json.loads(x) for x in self.path("samples.jsonl").read_text().splitlines()]
+
+    def metadata(self, manifest: Manifest) -> dict[str, Any]:
+        texts = by_model([{**s, "model": f"{s['model']} @ {s['steps']} steps"}
+                          for s in self.samples()])
+        return {**super().metadata(manifest),
+                "rows": Table(manifest.info["rows"], [
+                    "model", "steps", "tokens", "distinct_tokens", "gen_ppl", "gen_ppl_low",
+                    "gen_ppl_high", "diversity", "n_samples", "empty_samples", "seconds"]),
+                "samples": Markdown(preview(texts))}

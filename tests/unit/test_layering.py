@@ -312,6 +312,7 @@ README_SECTIONS = {
     "geometry_<b>": "GeometryConfig", "layer_score_<b>": "LayerScoreConfig",
     "bridge_sweep_<b>": "BridgeProtocol", "eval_<b>": "EvalConfig", "baseline_<b>": "BaselineRunConfig",
     "sampler_steps_<b>": "SamplerCurveConfig", "budget_<b>": "BudgetConfig",
+    "budget_generation_<b>": "BudgetGenerationConfig",
 }
 
 

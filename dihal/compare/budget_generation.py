@@ -1,0 +1,340 @@
+"""Generation at the training budget's ends: DiHAL at l* against CoDAR (pure compute, no Dagster)
+
+The budget study (dihal.replace.budget) measures bridges by held-out NLL. This piece measures
+what they generate at its two ends: DiHAL's bridge at l* and CoDAR, the strongest baseline, are
+each trained at the lowest and the highest budget of the study, then sampled and scored as the
+eval samples. One `BudgetGenerationRow` per (model, budget).
+
+- DiHAL: the budget study's bridge point at l*, made again: the same training sequences
+  (`TrainingTokens` of dihal.replace.budget.study_sequences), the same pairs
+  (layer_pairs_for_budget, budget_data), the same protocol (budget_protocol: the sweep bridge's
+  at l*, one seed, exactly that many optimiser steps) and the same training call
+  (train_layer_bridge), so its weights are the study's. Its hybrid samples as the eval's DiHAL
+  row does (the protocol's K, the default rule, `eta`, `temperature`, `seed`, cached decoding)
+  and is scored by sample_and_score.
+- CoDAR: the baselines stage's own function (dihal.compare.stage.baseline) on the same
+  sequences under the same protocol's loop, so the same optimiser steps and training tokens
+  (its budget check refuses any other), at DiHAL's denoiser size (+-10 %), its lr, vocabulary
+  and seed from the config; its samples at the same count, length and temperature, scored by
+  the same judge and metric code (no MAUVE, no frontier).
+Each row carries its budget: optimiser steps, the tokens seen and the distinct tokens behind
+them (seen_distinct_tokens: the sequences the loop's own sample order visits).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from dihal.bridge import BrownianBridge
+from dihal.bridge.train import loop_config
+from dihal.capacity import baseline_parameters, denoiser_parameters, training_disk_bytes
+from dihal.compare.baselines.base import Budget
+from dihal.compare.stage import baseline
+from dihal.config import BaselineRunConfig, BridgeProtocol, BudgetGenerationConfig, EvalConfig
+from dihal.evaluate.generation import sample_and_score
+from dihal.preflight import HEADROOM, PreflightError, Refusal
+from dihal.replace.budget import (
+    SECONDS_PER_STEP,
+    SECONDS_PER_TOKEN_BLOCK,
+    BudgetPlan,
+    TrainingTokens,
+    budget_data,
+    budget_protocol,
+    layer_pairs_for_budget,
+    plan_budget,
+    quiet,
+    seen_distinct_tokens,
+)
+from dihal.replace.hybrid import Hybrid
+from dihal.replace.stage import LayerData, train_layer_bridge
+from dihal.rows import GENERATION_MODELS, BudgetGenerationRow
+
+DIHAL, CODAR = GENERATION_MODELS
+Samples = list[dict]  # {"model", "steps", "index", "text"}
+OnRow = Callable[[BudgetGenerationRow, Samples], None]
+
+
+def eval_config(cfg: BudgetGenerationConfig) -> EvalConfig:
+    """The eval's generation settings of `cfg` (no frontier: the main temperature only)."""
+    return EvalConfig(n_samples=cfg.n_samples, length=cfg.length, temperature=cfg.temperature,
+                      seed=cfg.seed, batch_size=cfg.batch_size, eta=cfg.eta,
+                      frontier_temperatures=())
+
+
+def codar_config(cfg: BudgetGenerationConfig) -> BaselineRunConfig:
+    """The baselines stage's config of `cfg`: the eval's count, length and temperature, no
+    frontier."""
+    return BaselineRunConfig(lr=cfg.lr, seed=cfg.seed, n_samples=cfg.n_samples,
+                             length=cfg.length, temperature=cfg.temperature,
+                             restrict_vocab=cfg.restrict_vocab, frontier_temperatures=())
+
+
+def row_of(metrics: dict, *, layer: int, model: str, plan: BudgetPlan, distinct_tokens: int,
+           parameters: int, sampler_steps: int, temperature: float,
+           seconds: float) -> BudgetGenerationRow:
+    """The row of one model at one budget from its metrics (text_metrics' keys)."""
+    return BudgetGenerationRow(
+        layer=layer, model=model, steps=plan.steps, tokens=plan.tokens,
+        distinct_tokens=int(distinct_tokens), denoiser_parameters=int(parameters),
+        sampler_steps=int(sampler_steps), temperature=float(temperature),
+        **{k: float(metrics[k]) for k in ("gen_ppl", "gen_ppl_low", "gen_ppl_high", "diversity",
+                                          "diversity_low", "diversity_high")},
+        n_samples=int(metrics["n_samples"]), empty_samples=int(metrics["empty_samples"]),
+        sample_nll=[float(v) for v in metrics["sample_nll"]],
+        sample_tokens=[int(v) for v in metrics["sample_tokens"]], seconds=round(seconds, 2))
+
+
+def _stepped(say: Callable[[str], None], what: str, steps: int) -> Callable[[dict], None]:
+    """A training loop's progress callback: `say` at every eighth of the steps and at each
+    validation."""
+    every = max(1, steps // 8)
+
+    def progress(e: dict) -> None:
+        if "val_loss" in e or e["step"] % every == 0:
+            say(f"{what}: step {e['step']}/{e['total_steps']}")
+
+    return progress
+
+
+def dihal_at_budget(backbone, judge, data: LayerData, protocol: BridgeProtocol,
+                    plan: BudgetPlan, cfg: BudgetGenerationConfig, ckpt_dir, *,
+                    device: str = "cpu", distinct_tokens: int,
+                    say: Callable[[str], None] = quiet,
+                    warn: Callable[[str], None] | None = None
+                    ) -> tuple[BudgetGenerationRow, Samples]:
+    """DiHAL at one budget: the bridge trained on data.train (the budget's sequences) under
+    budget_protocol(protocol, layer, plan), resuming from ckpt_dir, as the budget study trains
+    its bridge point; its hybrid sampled and scored as the eval's DiHAL row. `say`: progress;
+    `warn` (default `say`): the reason a damaged checkpoint is passed over."""
+    t0, layer = time.monotonic(), data.layer
+    proto = budget_protocol(protocol, layer, plan)
+    denoiser, result, _ = train_layer_bridge(
+        data, proto, ckpt_dir, device=device, warn=warn or say,
+        progress=_stepped(say, f"DiHAL (l={layer}) @ {plan.steps} steps", plan.steps))
+    if result.step != plan.steps:
+        raise RuntimeError(f"DiHAL's bridge at layer {layer} stopped at step {result.step} of "
+                           f"{plan.steps}")
+    hybrid = Hybrid(backbone, denoiser.to(backbone.device), BrownianBridge(sigma=proto.sigma),
+                    data.cond_std, data.target_std, layer, steps=proto.steps, eta=cfg.eta,
+                    first_state=data.first_state)
+    ecfg = eval_config(cfg)
+    kw = dict(temperature=ecfg.temperature, seed=ecfg.seed, batch_size=ecfg.batch_size,
+              cached=True)
+    name = f"DiHAL (l={layer}, {plan.steps} steps)"
+    rows, samples = sample_and_score(
+        backbone, [(name, "dihal", lambda: hybrid.decode(ecfg.n_samples, ecfg.length, **kw))],
+        judge, ecfg, say)
+    row = row_of(rows[0], layer=layer, model=DIHAL, plan=plan, distinct_tokens=distinct_tokens,
+                 parameters=denoiser.param_count(), sampler_steps=proto.steps,
+                 temperature=ecfg.temperature, seconds=time.monotonic() - t0)
+    return row, [{"model": DIHAL, "steps": plan.steps, "index": s["index"], "text": s["text"]}
+                 for s in samples]
+
+
+def codar_at_budget(backbone, judge, ids: np.ndarray, protocol: BridgeProtocol, layer: int,
+                    plan: BudgetPlan, cfg: BudgetGenerationConfig, parameters: int, work_dir, *,
+                    device: str = "cpu", say: Callable[[str], None] = quiet,
+                    warn: Callable[[str], None] | None = None
+                    ) -> tuple[BudgetGenerationRow, Samples]:
+    """CoDAR at one budget, by the baselines stage's function: trained on `ids` (the budget's
+    sequences) under DiHAL's loop at this budget (budget_protocol: the same optimiser steps and
+    training tokens), at DiHAL's denoiser size `parameters`, resuming from work_dir; sampled and
+    scored at the eval's settings. `say` and `warn` as dihal_at_budget's."""
+    t0 = time.monotonic()
+    proto = budget_protocol(protocol, layer, plan)
+    reference = Budget(denoiser_parameters=int(parameters), train_tokens=plan.tokens,
+                       sampler_steps=proto.steps, seq_len=int(ids.shape[1]))
+    bcfg = codar_config(cfg)
+    made = baseline(CODAR, backbone, torch.as_tensor(ids), reference, proto.to_dict(), bcfg,
+                    Path(work_dir), judge, progress=say, device=device, warn=warn or say)
+    row = made.row
+    if row["train_steps"] != plan.steps:
+        raise RuntimeError(f"CoDAR stopped at step {row['train_steps']} of {plan.steps}")
+    # its own sample order (its seed), as DiHAL's distinct tokens are counted by DiHAL's
+    distinct = seen_distinct_tokens(ids, replace(proto, seed=bcfg.seed), plan)
+    out = row_of(row, layer=layer, model=CODAR, plan=plan, distinct_tokens=distinct,
+                 parameters=row["budget"]["denoiser_parameters"],
+                 sampler_steps=row["budget"]["sampler_steps"], temperature=bcfg.temperature,
+                 seconds=time.monotonic() - t0)
+    return out, [{"model": CODAR, "steps": plan.steps, "index": i, "text": t}
+                 for i, t in enumerate(made.texts)]
+
+
+def generation_plans(cfg: BudgetGenerationConfig, batch_size: int,
+                     tokens: TrainingTokens) -> list[BudgetPlan]:
+    """The plans of the lowest and the highest budget (plan_budget over `tokens`)."""
+    return [plan_budget(b, batch_size, tokens.ids.shape[1], len(tokens.ids)) for b in cfg.ends]
+
+
+def generate_at_budgets(backbone, judge, reader, layer: int, protocol: BridgeProtocol,
+                        tokens: TrainingTokens, extract, cfg: BudgetGenerationConfig, work_dir,
+                        *, device: str = "cpu",
+                        finished: Iterable[tuple[BudgetGenerationRow, Samples]] = (),
+                        say: Callable[[str], None] = quiet,
+                        progress: Callable[[str], None] | None = None,
+                        on_row: OnRow | None = None) -> tuple[list[BudgetGenerationRow], Samples]:
+    """Every row: per budget of cfg.ends (lowest first), DiHAL at `layer` (l*), then CoDAR at
+    DiHAL's size. A row in `finished` (same layer, model, steps) is not made again, and the
+    pairs are computed only as far as DiHAL's unfinished budgets need. Each new row goes to
+    `on_row` with its samples as soon as it exists (to be kept); the trainings checkpoint under
+    work_dir/<model>-<steps>/ so that one interrupted mid-way resumes. `say`: milestones and
+    warnings; `progress`: the trainings' and the sampling's steps (default `say`; it may drop
+    messages, as a throttled log does). Returns (rows in (steps, model) order, their samples)."""
+    progress = progress or say
+    out = {r.key: (r, s) for r, s in finished if r.layer == layer}
+    done = set(out)
+
+    def keep(row: BudgetGenerationRow, samples: Samples) -> None:
+        out[row.key] = (row, samples)
+        say(f"{row.model} (l={layer}) @ {row.steps} steps: Gen.PPL {row.gen_ppl:.2f} "
+            f"[{row.gen_ppl_low:.2f}, {row.gen_ppl_high:.2f}], diversity {row.diversity:.3f} "
+            f"({row.seconds:.0f} s)")
+        if on_row is not None:
+            on_row(row, samples)
+
+    plans = generation_plans(cfg, protocol.batch_size, tokens)
+    todo = [p for p in plans if (DIHAL, p.steps) not in done]
+    data = layer_pairs_for_budget(backbone, reader, layer, protocol, tokens,
+                                  max(p.sequences for p in todo), extract, say) if todo else None
+    root = Path(work_dir)
+    for plan in plans:
+        ids = tokens.ids[: plan.sequences]
+        if (DIHAL, plan.steps) not in done:
+            distinct = seen_distinct_tokens(ids, budget_protocol(protocol, layer, plan), plan)
+            keep(*dihal_at_budget(backbone, judge, budget_data(data, plan.sequences), protocol,
+                                  plan, cfg, root / f"{DIHAL}-{plan.steps}", device=device,
+                                  distinct_tokens=distinct, say=progress, warn=say))
+        if (CODAR, plan.steps) not in done:
+            size = out[(DIHAL, plan.steps)][0].denoiser_parameters
+            keep(*codar_at_budget(backbone, judge, ids, protocol, layer, plan, cfg, size,
+                                  root / f"{CODAR}-{plan.steps}", device=device, say=progress,
+                                  warn=say))
+    ordered = sorted(out.values(), key=lambda x: (x[0].steps, GENERATION_MODELS.index(x[0].model)))
+    return [r for r, _ in ordered], [s for _, samples in ordered for s in samples]
+
+
+# ---------------------------------------------------------------- the estimate
+
+# A CoDAR training step at DiHAL's default size on SmolLM2's width (d = 576, 128 tokens, batch
+# 4, 16,384 vocabulary rows) over a default bridge step, both through the one training loop on
+# the same 2 threads: 2.35 and 2.66 in two runs (benchmarks/bench_codar_step.py --steps 8, on a
+# machine shared with other work); CoDAR's training is priced at this times SECONDS_PER_STEP
+CODAR_STEP_RATIO = 2.5
+# Sampling the hybrid at l* on the CPU: the eval's DiHAL row's 5.4 ms a token (SmolLM2,
+# 64 x 64 tokens, docs/configuration.md); CoDAR's small denoiser samples in seconds
+SECONDS_PER_HYBRID_TOKEN = 5.4e-3
+# The judge's scoring: 11-22 s per 64 x 64 sampled tokens (docs/configuration.md), the upper end
+SECONDS_PER_JUDGED_TOKEN = 22 / 4096
+# CoDAR's samples are drawn and scored twice: at the common temperature and at its own 0.7
+CODAR_TEMPERATURES = 2
+
+
+@dataclass(frozen=True)
+class GenerationEstimate:
+    """The cost of generation at the budget's ends before it starts (estimate_generation)."""
+
+    seconds: float
+    disk_bytes: int
+    memory_bytes: int
+    plans: tuple[BudgetPlan, ...]
+    parts: dict[str, float]  # seconds by part: pairs, DiHAL's and CoDAR's training, sampling
+    notes: tuple[str, ...]  # the budgets that repeat tokens, how often
+
+    def refusals(self, *, max_seconds: float | None = None, disk_free: int | None = None,
+                 host_available: int | None = None) -> list[Refusal]:
+        """What does not fit the limits given (None: not checked), each with the fix."""
+        out = []
+        if max_seconds is not None and self.seconds > max_seconds:
+            out.append(Refusal("time", f"generation at the budget's ends needs about "
+                               f"{self.seconds / 3600:.1f} h (>{max_seconds / 3600:.1f} h "
+                               "allowed): lower the largest budget, or run it on a GPU"))
+        if disk_free is not None and self.disk_bytes > HEADROOM * disk_free:
+            out.append(Refusal("disk", f"its checkpoints need {self.disk_bytes / 2**30:.2f} GiB, "
+                               f"{disk_free / 2**30:.2f} GiB is free: free space"))
+        if host_available is not None and self.memory_bytes > HEADROOM * host_available:
+            out.append(Refusal("host memory", f"l*'s pairs need {self.memory_bytes / 2**30:.2f} "
+                               f"GiB, {host_available / 2**30:.2f} GiB is available: lower the "
+                               "largest budget or use a host with more memory"))
+        return out
+
+    def summary(self) -> str:
+        """The estimate in words: what the run says before it starts."""
+        parts = ", ".join(f"{k} {v / 60:.0f} min" for k, v in self.parts.items())
+        return (f"generation at {', '.join(f'{p.steps:,}' for p in self.plans)} steps needs "
+                f"about {self.seconds / 60:.0f} min ({parts}), {self.disk_bytes / 2**30:.2f} GiB "
+                f"of disk and {self.memory_bytes / 2**30:.2f} GiB of host memory"
+                + "".join(f"; {n}" for n in self.notes))
+
+    def info(self) -> dict:
+        """What the manifest records of its estimate."""
+        return {"seconds": round(self.seconds), "disk_bytes": self.disk_bytes,
+                "memory_bytes": self.memory_bytes, "notes": list(self.notes),
+                "parts": {k: round(v) for k, v in self.parts.items()}}
+
+    def require(self, **limits) -> None:
+        """PreflightError listing every refusal, if any (the limits as `refusals`)."""
+        if found := self.refusals(**limits):
+            raise PreflightError("generation at the budget's ends does not fit: "
+                                 + "; ".join(map(str, found)))
+
+
+def estimate_generation(cfg: BudgetGenerationConfig, protocol: BridgeProtocol, *, layer: int,
+                        hidden: int, vocab: int, seq_len: int, available: int | None,
+                        sweep_sequences: int, stored: bool = True, bos_id: int = 0,
+                        seconds_per_step: float = SECONDS_PER_STEP,
+                        codar_step_ratio: float = CODAR_STEP_RATIO,
+                        seconds_per_token_block: float = SECONDS_PER_TOKEN_BLOCK,
+                        seconds_per_hybrid_token: float = SECONDS_PER_HYBRID_TOKEN,
+                        seconds_per_judged_token: float = SECONDS_PER_JUDGED_TOKEN
+                        ) -> GenerationEstimate:
+    """Seconds, disk and memory of generate_at_budgets, before it starts.
+
+    With E = cfg.ends (the lowest and the highest budget), bs the protocol's batch size, T =
+    seq_len, d = hidden, A = `available` training sequences, S = `sweep_sequences`, n x L =
+    cfg.n_samples x cfg.length sampled tokens, P DiHAL's denoiser parameters:
+      N        = max(n_hi, min(S, A)), n_hi = min(max(E) * bs, A)      sequences whose pairs
+      pairs    = (N - S if `stored` else N) * T * layer * seconds_per_token_block   l*'s pairs
+      DiHAL    = sum(E) * seconds_per_step
+      CoDAR    = sum(E) * seconds_per_step * codar_step_ratio
+      sampling = |E| * n * L * (seconds_per_hybrid_token + seconds_per_judged_token)   DiHAL
+               + |E| * CODAR_TEMPERATURES * n * L * seconds_per_judged_token             CoDAR
+      memory   = 2 * (N + protocol.eval_sequences) * T * d * 4            (float32 pairs)
+      disk     = |E| * (training_disk_bytes(P, P, k) + training_disk_bytes(CoDAR's, k))
+    (k kept checkpoints; CoDAR's parameters at the backbone's whole vocabulary `vocab`, an upper
+    bound where restrict_vocab trims it). The defaults are CPU measurements."""
+    rates = {"seconds_per_step": seconds_per_step, "codar_step_ratio": codar_step_ratio,
+             "seconds_per_token_block": seconds_per_token_block,
+             "seconds_per_hybrid_token": seconds_per_hybrid_token,
+             "seconds_per_judged_token": seconds_per_judged_token}
+    for name, value in rates.items():
+        if isinstance(value, bool) or not isinstance(value, int | float) or not (
+                math.isfinite(value) and value > 0):
+            raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    if available is not None and available < sweep_sequences:
+        raise ValueError(f"the corpus holds {available} training sequences, fewer than the "
+                         f"sweep's {sweep_sequences}: it changed since the sequences were made")
+    plans = tuple(plan_budget(b, protocol.batch_size, seq_len, available) for b in cfg.ends)
+    n = max(plans[-1].sequences, min(sweep_sequences, available or sweep_sequences))
+    computed = max(0, n - sweep_sequences) if stored else n
+    steps, tokens = sum(cfg.ends), cfg.n_samples * cfg.length
+    parts = {"pairs": computed * seq_len * layer * seconds_per_token_block,
+             "DiHAL training": steps * seconds_per_step,
+             "CoDAR training": steps * seconds_per_step * codar_step_ratio,
+             "sampling and scoring": len(plans) * tokens * (
+                 seconds_per_hybrid_token + (1 + CODAR_TEMPERATURES) * seconds_per_judged_token)}
+    params = denoiser_parameters(hidden, protocol, seq_len)
+    keep = loop_config(protocol, "cpu").keep_checkpoints
+    codar = baseline_parameters(CODAR, vocab, hidden, params, seq_len, bos_id)
+    disk = len(plans) * (training_disk_bytes(params, params, keep)
+                         + training_disk_bytes(*codar, keep))
+    memory = 2 * (n + protocol.eval_sequences) * seq_len * hidden * 4
+    notes = tuple(f"{p.steps} steps: {p.sequences:,} distinct sequences, each seen "
+                  f"{p.repeats:.2f} times" for p in plans if p.repeats > 1)
+    return GenerationEstimate(sum(parts.values()), disk, memory, plans, parts, notes)

@@ -129,11 +129,12 @@ class Crossing:
 
     kind: "unmeasured" (no budget with both), "below throughout", "crosses" (above, then below
     from `at` on), "mixed" (below at some budget, above again at a later one), "not crossed".
-    For "not crossed", `outcome` says what the fit of the bridge's curve gives: "one budget"
-    (no fit), "never" (it does not fall with steps), "inside range" (it would cross inside the
-    range measured, where the points do not: the fit does not describe the curve), or
-    "extrapolated" (it reaches `target`, the ridge map's NLL at the largest shared budget, at
-    10 ** needed_log10 steps).
+    For "not crossed", `outcome` says what the line through the curve's last two shared
+    budgets gives (`fit`: the local slope where the measurement ends; a line over every budget
+    would carry the steep start of a flattening curve past its end): "one budget" (no fit),
+    "never" (it does not fall between them), or "extrapolated" (it reaches `target`, the ridge
+    map's NLL at the largest shared budget, at 10 ** needed_log10 steps). With three or more
+    budgets, `first` is the line through the first two, to say whether the curve flattens.
     """
 
     layer: int
@@ -146,6 +147,7 @@ class Crossing:
     target: float | None = None
     outcome: str | None = None
     needed_log10: float | None = None
+    first: LogFit | None = None
 
 
 def crossing(layer: int, bridge: dict[int, float], ridge: dict[int, float]) -> Crossing:
@@ -162,15 +164,30 @@ def crossing(layer: int, bridge: dict[int, float], ridge: dict[int, float]) -> C
         return Crossing(layer, "crosses", at=below[0], **common)
     if below:
         return Crossing(layer, "mixed", **common)
-    fit, target = fit_log_steps(bridge), ridge[shared[-1]]
+    fit, target = fit_log_steps({s: bridge[s] for s in shared[-2:]}), ridge[shared[-1]]
+    first = fit_log_steps({s: bridge[s] for s in shared[:2]}) if len(shared) > 2 else None
     if fit is None:
         return Crossing(layer, "not crossed", target=target, outcome="one budget", **common)
     if fit.slope >= 0:
-        return Crossing(layer, "not crossed", fit=fit, target=target, outcome="never", **common)
+        return Crossing(layer, "not crossed", fit=fit, target=target, outcome="never",
+                        first=first, **common)
+    # through the last shared point, at or above the target: it reaches it beyond the range
     needed = (target - fit.intercept) / fit.slope
-    outcome = "inside range" if needed <= math.log10(max(bridge)) else "extrapolated"
-    return Crossing(layer, "not crossed", fit=fit, target=target, outcome=outcome,
-                    needed_log10=needed, **common)
+    return Crossing(layer, "not crossed", fit=fit, target=target, outcome="extrapolated",
+                    needed_log10=needed, first=first, **common)
+
+
+def flattening_text(c: Crossing) -> str:
+    """Whether the curve flattens: its slope over the first two budgets against the last two
+    ("" with fewer than three budgets)."""
+    if c.first is None or c.fit is None:
+        return ""
+    slopes = (f"{c.first.slope:+.3f} nats per tenfold budget over the first two budgets, "
+              f"{c.fit.slope:+.3f} over the last two")
+    if c.fit.slope > c.first.slope:
+        return (f" The curve flattens ({slopes}): if it keeps flattening, it reaches the ridge "
+                "map later than that, or never.")
+    return f" The curve does not flatten ({slopes})."
 
 
 def crossings(index: Index, model: str = BRIDGE) -> list[Crossing]:
@@ -217,18 +234,14 @@ def crossing_sentence(c: Crossing, l_star: int, what: str = "the bridge") -> str
     if c.outcome == "one budget":
         return text + " One budget only: no fit to extrapolate from."
     if c.outcome == "never":
-        return (text + f" Extrapolation: the fit {c.fit.text()} does not fall with steps, so "
-                f"it never reaches the ridge map's {c.target:.3f}.")
-    if c.outcome == "inside range":
-        return (text + f" Extrapolation: the fit {c.fit.text()} would reach the ridge map's "
-                f"{c.target:.3f} at about {power_text(c.needed_log10)} steps, inside the range "
-                "measured, where the measured points stay above it: the curve flattens "
-                "faster than a line in log steps, and the fit says nothing beyond it.")
+        return (text + f" Extrapolation: the line through the last two budgets, {c.fit.text()}, "
+                f"does not fall with steps, so it never reaches the ridge map's "
+                f"{c.target:.3f}.")
     ratio = c.needed_log10 - math.log10(shared[-1])
-    return (text + f" Extrapolation, not measured: the fit {c.fit.text()} reaches the ridge "
-            f"map's {c.target:.3f} (its NLL at {shared[-1]:,} steps) at about "
-            f"{power_text(c.needed_log10)} steps, {power_text(ratio)}x the largest budget "
-            "measured.")
+    return (text + f" Extrapolation, not measured: the line through the last two budgets, "
+            f"{c.fit.text()}, reaches the ridge map's {c.target:.3f} (its NLL at "
+            f"{shared[-1]:,} steps) at about {power_text(c.needed_log10)} steps, "
+            f"{power_text(ratio)}x the largest budget measured." + flattening_text(c))
 
 
 # ---------------------------------------------------------------- the layer ranking

@@ -84,9 +84,11 @@ def test_not_crossed_extrapolated_to_cross():
     # -0.1 nats per doubling (5.0 at 2^7 steps: 5.7 - 0.1 log2): 4.2, the ridge map, at 2^15
     text = sentence(curve(5.0, 4.8, 4.6))
     assert "stays at or above the ridge map at every budget measured (128, 512, 2,048 steps" in text
-    assert "Extrapolation, not measured: the fit hybrid NLL = 5.700 - 0.332 log10(steps)" in text
-    assert "least squares over 3 budgets, R^2 1.00" in text
+    assert ("Extrapolation, not measured: the line through the last two budgets, hybrid NLL = "
+            "5.700 - 0.332 log10(steps) (through 2 budgets, exact)") in text
     assert "at about 33,000 steps, 16x the largest budget measured" in text
+    assert ("The curve does not flatten (-0.332 nats per tenfold budget over the first two "
+            "budgets, -0.332 over the last two).") in text
 
 
 def test_not_crossed_and_the_fit_never_reaches():
@@ -94,12 +96,19 @@ def test_not_crossed_and_the_fit_never_reaches():
     assert "does not fall with steps, so it never reaches the ridge map's 4.200" in text
 
 
-def test_not_crossed_and_the_fit_crosses_inside_the_range():
-    """A flattening curve: the line in log steps dips below the ridge map within the range
-    measured although no point does; the sentence says the fit does not describe it."""
+def test_a_flattening_curve_is_extrapolated_from_its_last_two_budgets():
+    """A line over all three budgets would carry the steep start past the end (it crosses the
+    ridge map inside the range, where no point does); the line through the last two is the
+    local slope where the measurement ends, and the sentence says the curve flattens."""
+    c = rb.crossing(1, curve(5.0, 4.0, 3.99), {s: 3.95 for s in (128, 512, 2048)})
+    assert (c.outcome, c.fit.n) == ("extrapolated", 2)
+    assert c.fit.at(2048) == pytest.approx(3.99) and c.fit.at(512) == pytest.approx(4.0)
+    assert 10 ** c.needed_log10 == pytest.approx(2048 * 4 ** 4)  # -0.01 nats a fourfold
     text = sentence(curve(5.0, 4.0, 3.99), ridge=3.95)
-    assert "inside the range measured, where the measured points stay above it" in text
-    assert "the fit says nothing beyond it" in text
+    assert "reaches the ridge map's 3.950 (its NLL at 2,048 steps) at about 520,000 steps, 260x" in text
+    assert ("The curve flattens (-1.661 nats per tenfold budget over the first two budgets, "
+            "-0.017 over the last two): if it keeps flattening, it reaches the ridge map later "
+            "than that, or never.") in text
 
 
 def test_not_crossed_with_two_budgets_and_with_one():

@@ -500,15 +500,39 @@ class Launcher:
                   if e.dagster_event is not None]
         return failure_causes(events)
 
-    def cancel(self, run_ids: list[str], wait_s: float = 60.0) -> None:
+    def cancel(self, run_ids: list[str], wait_s: float = 60.0, again_s: float = 5.0) -> None:
         """Cancel runs (queued: dropped; started: the step is interrupted, the run marked
-        canceled) and wait for them to stop, so that their locks are free."""
-        for rid in run_ids:
-            self.instance.run_coordinator.cancel_run(rid)
-        deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline and any(
-                not (r := self.instance.get_run_by_id(rid)) or not r.is_finished for rid in run_ids):
+        canceled) and wait for them to stop, so that their locks are free. The queued ones go
+        first: canceling a running one frees its queue slot, and the daemon would launch a
+        queued one into it before its own cancel. A run that started meanwhile (a cancel that
+        reached it while its worker was starting is lost) is canceled again every `again_s`
+        while waiting."""
+        cancel_in_order(self.instance, run_ids)
+        deadline = again = time.monotonic()
+        deadline += wait_s
+        while time.monotonic() < deadline:
+            live = [r for rid in run_ids
+                    if (r := self.instance.get_run_by_id(rid)) is not None and not r.is_finished]
+            if not live:
+                return
+            if time.monotonic() - again >= again_s:
+                for r in live:
+                    if r.status in (dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED):
+                        self.instance.run_coordinator.cancel_run(r.run_id)
+                again = time.monotonic()
             time.sleep(0.5)
+
+
+def cancel_in_order(instance: dg.DagsterInstance, run_ids: list[str]) -> list[str]:
+    """Cancel `run_ids` through the instance's run coordinator, the queued (and not yet
+    submitted) ones first; the ids in the order canceled."""
+    waiting = (dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED)
+    runs = {rid: instance.get_run_by_id(rid) for rid in run_ids}
+    order = sorted(run_ids, key=lambda rid: not (runs[rid] is not None
+                                                  and runs[rid].status in waiting))
+    for rid in order:
+        instance.run_coordinator.cancel_run(rid)
+    return order
 
 
 def queue_stuck_message(instance: dg.DagsterInstance, stuck_s: float) -> str:

@@ -269,3 +269,53 @@ def test_a_lone_run_takes_every_core_and_a_backfill_divides_them_by_the_runs_at_
     lau.workers = 1
     backfill(["1", "2"])
     assert workers() == [("1", 1), ("2", 1)]
+
+
+class _Runs:
+    """An instance of runs {id: status} whose coordinator records each cancel; a run that is
+    STARTING when canceled loses its first cancel (its worker is not up yet), as a code
+    server's does."""
+
+    def __init__(self, statuses: dict[str, str]):
+        from types import SimpleNamespace
+
+        self.status = {rid: dg.DagsterRunStatus[s] for rid, s in statuses.items()}
+        self.canceled: list[str] = []
+        self.run_coordinator = SimpleNamespace(cancel_run=self._cancel)
+
+    def _cancel(self, rid: str) -> None:
+        first = rid not in self.canceled
+        self.canceled.append(rid)
+        if self.status[rid] == dg.DagsterRunStatus.STARTING and first:
+            self.status[rid] = dg.DagsterRunStatus.STARTED  # lost: it goes on starting
+        else:
+            self.status[rid] = dg.DagsterRunStatus.CANCELED
+
+    def get_run_by_id(self, rid: str):
+        from types import SimpleNamespace
+
+        status = self.status[rid]
+        return SimpleNamespace(run_id=rid, status=status, is_finished=status in (
+            dg.DagsterRunStatus.CANCELED, dg.DagsterRunStatus.SUCCESS))
+
+
+def test_an_interrupt_cancels_the_queued_runs_before_the_running_ones():
+    """Canceling a running run frees its queue slot; were the queued runs canceled after it,
+    the daemon could launch one of them into that slot first (a sweep interrupted on a loaded
+    machine left layer 26 training, holding the device, after the driver had exited)."""
+    from pipeline.launch import cancel_in_order
+
+    runs = _Runs({"a": "STARTED", "b": "QUEUED", "c": "NOT_STARTED", "d": "QUEUED"})
+    assert cancel_in_order(runs, ["a", "b", "c", "d"]) == ["b", "c", "d", "a"]
+    assert all(runs.status[r] == dg.DagsterRunStatus.CANCELED for r in "abcd")
+
+
+def test_a_run_caught_starting_is_canceled_again_while_the_driver_waits():
+    import pipeline.launch as launch
+
+    runs = _Runs({"a": "STARTED", "b": "STARTING"})
+    lau = launch.Launcher.__new__(launch.Launcher)
+    lau.instance = runs
+    lau.cancel(["a", "b"], wait_s=5.0, again_s=0.0)
+    assert runs.canceled == ["a", "b", "b"]  # b's first cancel was lost, the second stopped it
+    assert all(runs.status[r] == dg.DagsterRunStatus.CANCELED for r in "ab")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import hashlib
 import math
 import os
 import socket
@@ -37,15 +38,38 @@ RESOURCES = {"storage", "backbones", "compute", "judge", "preset"}
 # takes one unit of the workers' "device" resource (README: start each worker with
 # --resources device=1, one worker per GPU), so two steps never share a GPU there either.
 DEVICE_STEP_TAGS = {"dagster-dask/resource_requirements": '{"device": 1}'}
+# The Dagster pool of the partitioned stages (the layer sweep, the baselines): at most its limit
+# of their runs at once, each run holding one slot (dagster.yaml: granularity run, default
+# limit 1; the driver sets the limit to its --workers before its backfill)
+POOL = "dihal_partitions"
+
+
+def partition_policy(partitions: dg.PartitionsDefinition) -> dg.BackfillPolicy:
+    """How a backfill of a partitioned stage is cut into runs: at most ceil(partitions /
+    workers) partitions a run ($DIHAL_WORKERS of this code location: the daemon's, which the
+    driver that starts it sets to its --workers), so that `workers` runs share the work and each
+    loads the backbone and the dump once for all its partitions; one run where workers is 1.
+    Dagster cuts runs from contiguous partition ranges only: a backfill of layers 1,2,3,9,15
+    makes runs of 1-3, 9 and 15 (each of 9 and 15 alone)."""
+    from dihal.environment import workers
+
+    n = len(partitions.get_partition_keys())
+    per_run = max(1, math.ceil(n / workers()))
+    return (dg.BackfillPolicy.single_run() if per_run >= n
+            else dg.BackfillPolicy.multi_run(max_partitions_per_run=per_run))
 
 
 def stage_asset(backbone: str | None, stage: str, deps: Iterable = (), *, name: str | None = None,
                 partitions: dg.PartitionsDefinition | None = None, kinds: Iterable[str] = ()):
     """dg.asset for one stage of one backbone's family, with the shared settings."""
-    make = dg.asset(name=name or asset_key(stage, backbone), deps=list(deps),
-                    group_name=backbone or stage, partitions_def=partitions, kinds=set(kinds),
-                    code_version=CODE_VERSIONS[stage], required_resource_keys=RESOURCES,
-                    op_tags=DEVICE_STEP_TAGS)
+    batched = {} if partitions is None else {"backfill_policy": partition_policy(partitions),
+                                             "pool": POOL}
+    with warnings.catch_warnings():  # backfill_policy is "beta" in Dagster 1.13: said once here
+        warnings.simplefilter("ignore", dg.BetaWarning)
+        make = dg.asset(name=name or asset_key(stage, backbone), deps=list(deps),
+                        group_name=backbone or stage, partitions_def=partitions, kinds=set(kinds),
+                        code_version=CODE_VERSIONS[stage], required_resource_keys=RESOURCES,
+                        op_tags=DEVICE_STEP_TAGS, **batched)
 
     def decorate(body: Callable) -> dg.AssetsDefinition:
         @functools.wraps(body)
@@ -95,8 +119,48 @@ class StageRun:
         return emit
 
     @property
-    def partition(self) -> str:
-        return self.context.partition_key
+    def partitions(self) -> list[str]:
+        """This step's partition keys: one, or the range of a batched backfill's run."""
+        return list(self.context.partition_keys)
+
+    def each_partition(self, one: Callable[[str], tuple[Artifact, Manifest, bool]]
+                       ) -> dg.MaterializeResult:
+        """one(key) -> (artifact, manifest, cached) for each partition key of this step, in
+        turn, reported as one materialization per partition with that partition's own
+        metadata. A single partition's errors pass through as they are. In a batched run a
+        partition that fails does not stop the others: they are made and written, recorded as
+        materialised (one event each), and the step then fails naming the failed partitions
+        and why; retrying those re-makes only them (the others are reused)."""
+        keys = self.partitions
+        if len(keys) == 1:
+            return materialize_result(*one(keys[0]))
+        done: dict[str, dg.MaterializeResult] = {}
+        failed: dict[str, str] = {}
+        for key in keys:
+            try:
+                done[key] = materialize_result(*one(key))
+            except Exception as exc:  # noqa: BLE001 (the others go on; named below)
+                failed[key] = (exc.description if isinstance(exc, dg.Failure) and exc.description
+                               else f"{type(exc).__name__}: {exc}")
+                self.context.log.error(f"partition {key} failed, the others go on: "
+                                       f"{failed[key]}")
+        name = self.context.asset_key.to_user_string()
+        if failed:
+            for key, res in done.items():
+                self.context.log_event(dg.AssetMaterialization(
+                    asset_key=self.context.asset_key, partition=key, metadata=res.metadata))
+            raise dg.Failure(description=(
+                f"{name}: partition(s) {', '.join(failed)} failed, "
+                f"{len(done)} of this run's {len(keys)} made and recorded; materialise the "
+                "failed ones again (the others are reused):\n"
+                + "\n".join(f"{k}: {why}" for k, why in failed.items())))
+        for key, res in done.items():
+            self.context.add_asset_metadata(res.metadata, partition_key=key)
+        # one data version for every partition of the run (Dagster's output carries one): the
+        # digest of each partition's fingerprint, so that it changes where any of them does
+        joined = ";".join(f"{k}={r.data_version.value}" for k, r in done.items())
+        return dg.MaterializeResult(data_version=dg.DataVersion(
+            hashlib.sha256(joined.encode()).hexdigest()))
 
     # artifacts and models -----------------------------------------------------------------
     def art(self, kind: type[Artifact], key: str | int | None = None) -> Artifact:
@@ -321,8 +385,13 @@ class StageRun:
     def produce(self, artifact: Artifact, config: Any, upstream: Iterable[Artifact],
                 compute: Callable[[], Any], **extra: Any) -> dg.MaterializeResult:
         """`obtain`, reported to Dagster with the artifact's metadata."""
+        return materialize_result(*self.made(artifact, config, upstream, compute, **extra))
+
+    def made(self, artifact: Artifact, config: Any, upstream: Iterable[Artifact],
+             compute: Callable[[], Any], **extra: Any) -> tuple[Artifact, Manifest, bool]:
+        """`obtain`, with its artifact: what each_partition reports for one partition."""
         m, cached = self.obtain(artifact, config, list(upstream), compute, **extra)
-        return materialize_result(artifact, m, cached)
+        return artifact, m, cached
 
 
 def refuse_invalid(result: Any, config: Any) -> None:

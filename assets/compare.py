@@ -74,19 +74,24 @@ def compare_assets(backbone: str) -> list:
         from dihal.compare.stage import baseline as stage
         from dihal.compare.stage import reference_budget
 
-        run, cfg, name = StageRun(context, backbone), config.to_dihal(), context.partition_key
-        seqs, br, out = run.art(Sequences), run.art(Bridge), run.art(BaselineRun, name)
+        run, cfg = StageRun(context, backbone), config.to_dihal()
+        seqs, br = run.art(Sequences), run.art(Bridge)
         sm, bm = run.require(seqs, br)
 
-        def compute():
-            ref = reference_budget(br.read().metrics, bm.config["steps"], sm.config["seq_len"])
-            return stage(name, run.model(), torch.as_tensor(seqs.token_ids()["train"]), ref,
-                         bm.config, cfg, out.workdir, run.judge(), progress=run.throttled(),
-                         device=run.device(), reference_texts=reference_texts(run, cfg.length),
-                         warn=run.warn)
+        def one(name: str):
+            out = run.art(BaselineRun, name)
 
-        return run.produce(out, {"name": name, **cfg.__dict__}, [seqs, br], compute,
-                           judge=run.judge_identity(), recipe_version=VERSIONS[name])
+            def compute():
+                ref = reference_budget(br.read().metrics, bm.config["steps"], sm.config["seq_len"])
+                return stage(name, run.model(), torch.as_tensor(seqs.token_ids()["train"]), ref,
+                             bm.config, cfg, out.workdir, run.judge(), progress=run.throttled(),
+                             device=run.device(), reference_texts=reference_texts(run, cfg.length),
+                             warn=run.warn)
+
+            return run.made(out, {"name": name, **cfg.__dict__}, [seqs, br], compute,
+                            judge=run.judge_identity(), recipe_version=VERSIONS[name])
+
+        return run.each_partition(one)
 
     @stage_asset(backbone, "comparison", [key("eval"), baseline], kinds={"parquet"})
     def comparison(context: dg.AssetExecutionContext) -> dg.MaterializeResult:

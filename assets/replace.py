@@ -85,6 +85,46 @@ def pairs_of(run: StageRun, layer: int):
     return pairs
 
 
+# (run id, fingerprint) of the regression controls bridge_sweep made (early_control):
+# regression_sweep's step of the same run reports them as made, not reused
+_MADE_BY_SWEEP: set[tuple[str, str]] = set()
+
+
+def control(run: StageRun, layer: int):
+    """(artifact, manifest, cached) of the regression control of a swept layer."""
+    from dihal.config import BridgeProtocol
+    from dihal.replace.control_hybrids import RIDGE_LAMBDAS
+
+    states, sweep = run.art(HiddenStates), run.art(SweepBridge, layer)
+    _, sm = run.require(states, sweep)
+    protocol = BridgeProtocol(**sm.config)
+    out = run.art(RegressionControl, layer)
+    config = {"objective": "ridge", "lambdas": list(RIDGE_LAMBDAS),
+              "pin_first": protocol.pin_first, "eval_sequences": protocol.eval_sequences}
+    return run.made(out, config, [states, sweep], ridge_of(run, layer, protocol), layer=layer)
+
+
+def early_control(run: StageRun, layer: int) -> None:
+    """The layer's regression control, made now on the pairs its bridge kept in memory (a
+    batched run trains every bridge before regression_sweep's step, which would otherwise
+    build them again for all but the last layer). A failure here is left to
+    regression_sweep's own step, which makes it again and reports why."""
+    try:
+        _, m, cached = control(run, layer)
+    except Exception as exc:  # noqa: BLE001 (regression_sweep's step reports it)
+        run.warn(f"layer {layer}: its regression control is left to regression_sweep's step "
+                 f"({exc})")
+        return
+    if not cached:
+        _MADE_BY_SWEEP.add((run.context.run.run_id, m.fingerprint))
+
+
+def _makes(context: dg.AssetExecutionContext, asset: str) -> bool:
+    """Whether this run makes `asset` too (a step of it is to execute)."""
+    return dg.AssetKey(asset) in context.job_def.asset_layer.executable_asset_keys and (
+        context.run.step_keys_to_execute is None or asset in context.run.step_keys_to_execute)
+
+
 def replace_assets(backbone: str, n_layers: int) -> list:
     def key(stage: str) -> str:  # the asset key of this backbone's stage
         return asset_key(stage, backbone)
@@ -96,14 +136,26 @@ def replace_assets(backbone: str, n_layers: int) -> list:
     def bridge_sweep(context: dg.AssetExecutionContext,
                      config: BridgeProtocolRunConfig) -> dg.MaterializeResult:
         """A bridge per candidate layer under one fixed protocol, with its bridgeability:
-        validation loss, reconstruction error, hybrid NLL, top-1 agreement."""
-        run, layer = StageRun(context, backbone), int(context.partition_key)
-        # this layer's seeds (seed_layers: the layers with replicates; the others 1): stored
-        # resolved, so a layer's artifact depends on its own seeds only
-        protocol = config.to_dihal().for_layer(layer)
-        out = run.art(SweepBridge, layer)
-        return run.produce(out, protocol, [run.art(HiddenStates)],
-                           trainer(run, out, layer, protocol, keep_pairs=True), layer=layer)
+        validation loss, reconstruction error, hybrid NLL, top-1 agreement. A batched run makes
+        its layers in turn, loading the backbone and the dump once; where the run makes
+        regression_sweep too, each layer's control is made right after its bridge, on the
+        training pairs still in memory (regression_sweep's step then reports it)."""
+        run = StageRun(context, backbone)
+        with_control = _makes(context, key("regression_sweep"))
+
+        def one(partition: str):
+            layer = int(partition)
+            # this layer's seeds (seed_layers: the layers with replicates; the others 1): stored
+            # resolved, so a layer's artifact depends on its own seeds only
+            protocol = config.to_dihal().for_layer(layer)
+            out = run.art(SweepBridge, layer)
+            made = run.made(out, protocol, [run.art(HiddenStates)],
+                            trainer(run, out, layer, protocol, keep_pairs=True), layer=layer)
+            if with_control:
+                early_control(run, layer)
+            return made
+
+        return run.each_partition(one)
 
     @stage_asset(backbone, "regression_sweep", [bridge_sweep], partitions=layers,
                  kinds={"pytorch", "safetensors"})
@@ -112,18 +164,13 @@ def replace_assets(backbone: str, n_layers: int) -> list:
         on the sweep bridge's training pairs and standardisation, its penalty chosen on the
         held-out pairs; measured the same way (reconstruction error, hybrid NLL, top-1
         agreement). Seconds a layer, where a regression network took a bridge's training."""
-        from dihal.config import BridgeProtocol
-        from dihal.replace.control_hybrids import RIDGE_LAMBDAS
+        run = StageRun(context, backbone)
 
-        run, layer = StageRun(context, backbone), int(context.partition_key)
-        states, sweep = run.art(HiddenStates), run.art(SweepBridge, layer)
-        _, sm = run.require(states, sweep)
-        protocol = BridgeProtocol(**sm.config)
-        out = run.art(RegressionControl, layer)
-        config = {"objective": "ridge", "lambdas": list(RIDGE_LAMBDAS),
-                  "pin_first": protocol.pin_first, "eval_sequences": protocol.eval_sequences}
-        return run.produce(out, config, [states, sweep], ridge_of(run, layer, protocol),
-                           layer=layer)
+        def one(partition: str):
+            out, m, cached = control(run, int(partition))
+            return out, m, cached and (context.run.run_id, m.fingerprint) not in _MADE_BY_SWEEP
+
+        return run.each_partition(one)
 
     @stage_asset(backbone, "bridgeability", [bridge_sweep, regression_sweep,
                                              key("layer_score"), key("geometry")],

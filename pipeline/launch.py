@@ -296,6 +296,49 @@ def check_failure(check) -> str:
 
 
 SLOT_TAG = "dihal/slot"  # dagster.yaml: at most one queued run per value is launched at a time
+BACKFILL_TAG = "dagster/backfill"  # Dagster's tag of a backfill's runs
+RANGE_TAGS = ("dagster/asset_partition_range_start", "dagster/asset_partition_range_end")
+
+LAUNCH_BACKFILL = """
+mutation($params: LaunchBackfillParams!) {
+  launchPartitionBackfill(backfillParams: $params) {
+    __typename
+    ... on LaunchBackfillSuccess { backfillId }
+    ... on PythonError { message }
+    ... on PartitionKeysNotFoundError { message }
+    ... on UnauthorizedError { message }
+    ... on InvalidSubsetError { message }
+    ... on RunConfigValidationInvalid { errors { message } }
+  }
+}
+"""
+CANCEL_BACKFILL = """
+mutation($id: String!) {
+  cancelPartitionBackfill(backfillId: $id) { __typename ... on PythonError { message } }
+}
+"""
+
+
+def graphql(process, query: str, variables: dict) -> dict:
+    """A GraphQL query of Dagster's web UI, answered in this process against the workspace
+    `process` (dagster_graphql's execute_query, what the `dagster-graphql` CLI runs): the
+    data, or a RuntimeError with its errors."""
+    from dagster_graphql.cli import execute_query
+
+    answer = execute_query(process, query, variables)
+    if answer.get("errors"):
+        raise RuntimeError("Dagster's GraphQL refused the request: "
+                           + "; ".join(e.get("message", str(e)) for e in answer["errors"]))
+    return answer["data"]
+
+
+def run_label(run) -> str:
+    """A run's partitions as the driver names it: its partition, or first-last of its range."""
+    tags = run.tags
+    if (start := tags.get(RANGE_TAGS[0])) is not None:
+        end = tags.get(RANGE_TAGS[1])
+        return start if end in (None, start) else f"{start}-{end}"
+    return tags.get("dagster/partition") or run.run_id[:8]
 
 
 def full_run_config(job) -> dict:
@@ -336,13 +379,14 @@ class Launcher:
     `workers` of this driver's runs at a time, whatever the daemon's environment."""
 
     def __init__(self, instance: dg.DagsterInstance, workspace, *, workers: int = 1,
-                 tags: dict[str, str] | None = None, ops: dict[str, dict] | None = None):
+                 tags: dict[str, str] | None = None, ops: dict[str, dict] | None = None,
+                 process=None):
         from dagster._cli.workspace.cli_target import (
             get_code_location_from_workspace,
             get_remote_repository_from_code_location,
         )
 
-        self.instance, self.workspace = instance, workspace
+        self.instance, self.workspace, self.process = instance, workspace, process
         self.location = get_code_location_from_workspace(workspace, None)
         self.repo = get_remote_repository_from_code_location(self.location, None)
         self.workers, self.tags, self._runs = workers, dict(tags or {}), 0
@@ -386,65 +430,93 @@ class Launcher:
         self.instance.submit_run(run.run_id, self.workspace)
         return run.run_id
 
-    def backfill(self, job_name: str, partitions: list[str],
-                 tags: dict[str, str] | None = None) -> tuple[str, dict[str, str]]:
-        """One backfill of a partitioned job over `partitions` (the Backfills page of the UI
-        lists it): (backfill id, {partition: run id}); the runs wait in the queue.
-
-        As `dagster job backfill` does, the runs are created first and the backfill is
-        recorded after them, already COMPLETED (or FAILED where creating a run failed): a
-        backfill recorded as REQUESTED while its runs are still being created is one the
-        daemon's BackfillDaemon picks up too, and it then creates a second run of every
-        partition not yet created (seen on a default run: 7 of 10 sweep partitions ran twice,
-        two at a time, and one failed on the other's lock)."""
-        from dagster._core.execution.backfill import BulkActionStatus, PartitionBackfill
-        from dagster._core.execution.job_backfill import create_backfill_run
-        from dagster._core.utils import make_new_backfill_id
-        from dagster._time import get_current_timestamp
+    def backfill(self, job_name: str, partitions: list[str]) -> str:
+        """Submit one asset backfill of the assets of the partitioned job `job_name` over
+        `partitions`, REQUESTED, as the web UI's "Materialize selected" over partitions does
+        (GraphQL launchPartitionBackfill, run in process against this driver's code location):
+        the daemon's BackfillDaemon cuts it into runs by the assets' backfill policy (several
+        partitions a run: assets._stage.partition_policy) and queues them; the pool
+        assets._stage.POOL lets `workers` of them run at once. Every run carries the job's full
+        run config (full_run_config) and this driver's tags, and the tag dagster/backfill=<id>
+        (backfill_runs). The backfill's id."""
+        from assets._stage import POOL
 
         job = self._job(job_name)
-        pset = next(p for p in self.repo.get_partition_sets() if p.job_name == job.name)
-        record = PartitionBackfill(
-            backfill_id=make_new_backfill_id(), partition_set_origin=pset.get_remote_origin(),
-            status=BulkActionStatus.REQUESTED, partition_names=partitions, from_failure=False,
-            reexecution_steps=None, tags={**self.tags, **(tags or {})},
-            backfill_timestamp=get_current_timestamp())
-        params = self.location.get_partition_set_execution_params(
-            repository_handle=self.repo.handle, partition_set_name=pset.name,
-            partition_names=partitions, instance=self.instance)
-        runs = {}
-        # at most `workers` partitions run at once: each step's share of the cores is that of
-        # as many steps as can run at once
-        config = self.run_config(job, workers=min(self.workers, len(partitions)))
-        try:
-            for data in params.partition_data:
-                run = create_backfill_run(self.workspace, self.instance, self.location, job,
-                                          pset, record, data.name,
-                                          {**data.tags, **self._run_tags(None)},
-                                          _merged(config, data.run_config or {}))
-                self.instance.submit_run(run.run_id, self.workspace)
-                runs[data.name] = run.run_id
-        except BaseException:
-            self.instance.add_backfill(record.with_status(BulkActionStatus.FAILED)
-                                       .with_end_timestamp(get_current_timestamp()))
-            raise
-        self.instance.add_backfill(record.with_status(BulkActionStatus.COMPLETED)
-                                   .with_end_timestamp(get_current_timestamp()))
-        return record.backfill_id, runs
+        keys = self._assets_of(job_name)
+        runs = self.planned_runs(keys[0], partitions)
+        # the cores are divided by the runs that can be at once: at most `workers`, and no more
+        # than the runs the backfill is cut into
+        config = self.run_config(job, workers=min(self.workers, runs))
+        # as `dagster instance concurrency set` does: this driver's --workers runs at once
+        self.instance.event_log_storage.set_concurrency_slots(POOL, self.workers)
+        answer = graphql(self.process, LAUNCH_BACKFILL, {"params": {
+            "assetSelection": [{"path": key.path} for key in keys],
+            "partitionNames": partitions, "runConfigData": config,
+            "tags": [{"key": k, "value": v} for k, v in self.tags.items()],
+            "title": f"{job_name} {','.join(partitions)}"}})["launchPartitionBackfill"]
+        if answer["__typename"] != "LaunchBackfillSuccess":
+            raise RuntimeError(f"the backfill of {job_name} over {', '.join(partitions)} was "
+                               f"refused: {answer.get('message') or answer}")
+        return answer["backfillId"]
+
+    def _assets_of(self, job_name: str) -> list[dg.AssetKey]:
+        """The assets the job `job_name` materialises, in topological order."""
+        graph = self.repo.asset_graph
+        return [k for k in graph.toposorted_asset_keys
+                if job_name in graph.get(k).job_names and graph.get(k).is_materializable]
+
+    def planned_runs(self, key: dg.AssetKey, partitions: list[str]) -> int:
+        """How many runs a backfill of `partitions` of asset `key` is cut into, by its backfill
+        policy in this driver's code location: each range of consecutive partitions (in the
+        partitions definition's order) cut into runs of at most max_partitions_per_run (the
+        daemon does the same, assets._stage.partition_policy)."""
+        node = self.repo.asset_graph.get(key)
+        policy, keys = node.backfill_policy, node.partitions_def.get_partition_keys()
+        per_run = (policy.max_partitions_per_run if policy is not None else 1) or len(keys)
+        wanted, runs, span = set(partitions), 0, 0
+        for k in keys + [None]:
+            if k in wanted:
+                span += 1
+            elif span:
+                runs, span = runs + -(-span // per_run), 0
+        return max(runs, 1)
+
+    def backfill_runs(self, backfill_id: str) -> dict[str, str]:
+        """{label: run id} of the runs the daemon has created for a backfill so far (the label:
+        the run's partition, or its first-last partition range)."""
+        out = {}
+        for r in self.instance.get_run_records(filters=dg.RunsFilter(
+                tags={BACKFILL_TAG: backfill_id}), ascending=True):
+            out[run_label(r.dagster_run)] = r.dagster_run.run_id
+        return out
+
+    def cancel_backfill(self, backfill_id: str) -> None:
+        """Cancel a backfill (GraphQL cancelPartitionBackfill, as the web UI does): the daemon
+        creates no more of its runs and cancels those in flight."""
+        graphql(self.process, CANCEL_BACKFILL, {"id": backfill_id})
 
     def follow(self, runs: dict[str, str], say: Callable[[str], None],
-               poll_s: float = 1.0, stuck_s: float = 180.0) -> list[Followed]:
-        """Wait for the runs {label: run id}, saying when each starts and ends and passing on
-        the steps' own log lines. Ctrl-C (KeyboardInterrupt) cancels the runs not finished,
-        waits for them to stop, and is raised again."""
+               poll_s: float = 1.0, stuck_s: float = 180.0,
+               backfill_id: str | None = None) -> list[Followed]:
+        """Wait for the runs {label: run id} (and, with `backfill_id`, for every run the daemon
+        creates for that backfill until it ends), saying when each starts and ends and passing
+        on the steps' own log lines. Ctrl-C (KeyboardInterrupt) cancels the backfill and the
+        runs not finished, waits for them to stop, and is raised again."""
         from dagster._core.events import DagsterEventType
 
         todo = {rid: Followed(rid, label) for label, rid in runs.items()}
         cursors: dict[str, str | None] = dict.fromkeys(todo)
         done: list[Followed] = []
+        seen = set(todo)
         active = time.monotonic()  # last time a run was not waiting in the queue
         try:
-            while todo:
+            while todo or (backfill_id is not None and not self._backfill_over(backfill_id)):
+                if backfill_id is not None:  # the runs the daemon created since
+                    for label, rid in self.backfill_runs(backfill_id).items():
+                        if rid not in seen:
+                            seen.add(rid)
+                            todo[rid], cursors[rid] = Followed(rid, label), None
+                            say(f"  {label}: queued (run {rid[:8]})")
                 if not self._all_queued(todo):
                     active = time.monotonic()
                 elif (time.monotonic() - active > 75 and not daemon_alive(self.instance)
@@ -480,12 +552,33 @@ class Launcher:
                         if run.status != dg.DagsterRunStatus.SUCCESS:
                             f.causes = self._causes(rid)
                         done.append(todo.pop(rid))
-                if todo:
+                if todo or backfill_id is not None:
                     time.sleep(poll_s)
         except (KeyboardInterrupt, QueueStuck):  # a stuck queue: its runs are dropped too
+            if backfill_id is not None:
+                self.cancel_backfill(backfill_id)
             self.cancel(list(todo))
             raise
+        if backfill_id is not None and (error := self._backfill_error(backfill_id)):
+            done.append(Followed("", f"backfill {backfill_id}", dg.DagsterRunStatus.FAILURE,
+                                 causes=[error]))
         return done
+
+    def _backfill_over(self, backfill_id: str) -> bool:
+        """The daemon creates no more runs for this backfill (it completed, failed or was
+        canceled)."""
+        from dagster._core.execution.backfill import BulkActionStatus
+
+        backfill = self.instance.get_backfill(backfill_id)
+        return backfill is None or backfill.status not in (
+            BulkActionStatus.REQUESTED, BulkActionStatus.CANCELING, BulkActionStatus.FAILING)
+
+    def _backfill_error(self, backfill_id: str) -> str | None:
+        """Why the daemon gave up a backfill outside its runs (a run it could not create)."""
+        backfill = self.instance.get_backfill(backfill_id)
+        if backfill is None or backfill.error is None:
+            return None
+        return f"backfill {backfill_id}: {root_cause(backfill.error)}"
 
     def _stuck_message(self, stuck_s: float) -> str:
         return queue_stuck_message(self.instance, stuck_s)
@@ -610,4 +703,4 @@ def launcher(instance: dg.DagsterInstance, module: str, *, workers: int = 1,
 
     with WorkspaceProcessContext(instance, load_target(module), version=__version__) as ctx:
         yield Launcher(instance, ctx.create_request_context(), workers=workers, tags=tags,
-                       ops=ops)
+                       ops=ops, process=ctx)

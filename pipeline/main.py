@@ -186,17 +186,20 @@ class Chain:
         self.follow(name, {name: self.launch.launch(name)})
 
     def backfill(self, name: str, partitions: list[str]) -> None:
-        backfill_id, runs = self.launch.backfill(name, partitions)
-        self.say(f"backfill {backfill_id} of {name}: {len(runs)} partitions "
-                 f"({', '.join(partitions)}), at most {self.launch.workers} at a time")
-        self.follow(f"{name} (backfill {backfill_id})", runs)
+        """One asset backfill of the job's assets over `partitions`: the daemon cuts it into
+        runs of several partitions (each loads the backbone once), this follows them."""
+        backfill_id = self.launch.backfill(name, partitions)
+        self.say(f"backfill {backfill_id} of {name}: {len(partitions)} partitions "
+                 f"({', '.join(partitions)}); the daemon cuts it into runs, at most "
+                 f"{self.launch.workers} at a time")
+        self.follow(f"{name} (backfill {backfill_id})", {}, backfill_id)
 
-    def follow(self, label: str, runs: dict[str, str]) -> None:
+    def follow(self, label: str, runs: dict[str, str], backfill_id: str | None = None) -> None:
         t0 = time.monotonic()
-        done = self.launch.follow(runs, self.say)
+        done = self.launch.follow(runs, self.say, backfill_id=backfill_id)
         failed = [f for f in done if f.status != dg.DagsterRunStatus.SUCCESS]
         for f in done:
-            if f.status == dg.DagsterRunStatus.SUCCESS and len(runs) > 1:
+            if f.status == dg.DagsterRunStatus.SUCCESS and (len(runs) > 1 or backfill_id):
                 took = f"{f.ended - f.started:.0f} s" if f.started else "?"
                 self.say(f"  {f.label}: done in {took}" + (" (reused)" if f.cached else ""))
         if failed:

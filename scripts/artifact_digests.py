@@ -3,6 +3,11 @@ tests/tiny.py that tests/pipeline/test_compare_pipeline.py runs) into a work fol
 that a refactoring leaves every artifact bit-identical:
 
     PYTHONPATH=$PWD python scripts/artifact_digests.py /tmp/digests > after.txt
+    PYTHONPATH=$PWD python scripts/artifact_digests.py --batched /tmp/digests > batched.txt
+
+--batched makes the sweep (both its assets) and the baselines each in ONE run over their
+partition range, as a batched backfill's run does (assets._stage.partition_policy), instead of
+one run per partition: the digests must be the same.
 
 The folder is cleared first. Manifests record the paths of the model and the corpus, so compare
 two runs made in the SAME folder (one after the other), e.g. with the code of the base commit
@@ -49,7 +54,7 @@ BASELINES = ("diffusion-lm", "sed", "ld4lg", "codar")
 WALL_CLOCK = {".verified", ".damaged", ".devices"}
 
 
-def materialise(work: Path) -> Path:
+def materialise(work: Path, batched: bool = False) -> Path:
     """Build the tiny model and corpus under `work` and materialise every asset of the tiny
     llama's graph; the artifact root."""
     import dagster as dg
@@ -77,9 +82,12 @@ def materialise(work: Path) -> Path:
            "baseline_llama": {"config": {"n_samples": 4, "length": 8}}}
     inst = dg.DagsterInstance.ephemeral()
 
-    def run(keys: list[str], partition: str | None = None) -> None:
+    def run(keys: list[str], partition: str | None = None, through: str | None = None) -> None:
+        span = {} if through is None else {"dagster/asset_partition_range_start": partition,
+                                           "dagster/asset_partition_range_end": through}
         res = dg.materialize(
-            list(defs.assets) + list(defs.asset_checks), selection=keys, partition_key=partition,
+            list(defs.assets) + list(defs.asset_checks), selection=keys,
+            partition_key=None if through else partition, tags=span,
             instance=inst, resources=defs.resources, raise_on_error=False,
             run_config={"ops": {k: v for k, v in ops.items() if k in keys}})
         if not res.success:
@@ -89,13 +97,19 @@ def materialise(work: Path) -> Path:
 
     run(["corpus", "sequences_llama", "hidden_states_llama", "geometry_llama",
          "layer_score_llama"])
-    for layer in SWEEP_LAYERS:
-        run(["bridge_sweep_llama"], layer)
-    for layer in SWEEP_LAYERS:
-        run(["regression_sweep_llama"], layer)
+    if batched:
+        run(["bridge_sweep_llama", "regression_sweep_llama"], SWEEP_LAYERS[0], SWEEP_LAYERS[-1])
+    else:
+        for layer in SWEEP_LAYERS:
+            run(["bridge_sweep_llama"], layer)
+        for layer in SWEEP_LAYERS:
+            run(["regression_sweep_llama"], layer)
     run(["bridgeability_llama", "bridge_llama", "eval_llama", "sampler_steps_llama"])
-    for name in BASELINES:
-        run(["baseline_llama"], name)
+    if batched:
+        run(["baseline_llama"], BASELINES[0], BASELINES[-1])
+    else:
+        for name in BASELINES:
+            run(["baseline_llama"], name)
     run(["comparison_llama", "full_training_llama", "report_llama"])
     return root
 
@@ -186,8 +200,11 @@ def digests(root: Path) -> list[tuple[str, str, str]]:
 
 
 def main(argv: list[str]) -> None:
+    batched = "--batched" in argv
+    argv = [a for a in argv if a != "--batched"]
     if len(argv) != 1:
-        raise SystemExit("usage: artifact_digests.py WORK_FOLDER (cleared, then filled)")
+        raise SystemExit("usage: artifact_digests.py [--batched] WORK_FOLDER (cleared, then "
+                         "filled)")
     work = Path(argv[0]).resolve()
     if work.exists():
         shutil.rmtree(work)
@@ -196,7 +213,7 @@ def main(argv: list[str]) -> None:
     import torch
 
     torch.set_num_threads(1)
-    root = materialise(work)
+    root = materialise(work, batched)
     for raw, stable, rel in digests(root):
         print(f"{raw}  {stable}  {rel}")
 

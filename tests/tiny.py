@@ -443,17 +443,21 @@ def tiny_definitions(root: Path, model_dir: Path, **storage):
     })
 
 
-def materialize(defs, instance, keys, run_ops, partition=None, resources: dict | None = None):
+def materialize(defs, instance, keys, run_ops, partition=None, resources: dict | None = None,
+                span: tuple[str, str] | None = None):
     """(result, [failure messages]) of materialising `keys` of `defs` in-process on
     `instance`, with the run config of `run_ops` that those keys take (and `resources`
-    replacing those of `defs`)."""
+    replacing those of `defs`); over the partition range `span` (first, last) in one run, as
+    a batched backfill's run, where it is given."""
     import dagster as dg
 
     run_ops = {k: v for k, v in run_ops.items() if k in keys}
+    tags = {} if span is None else {"dagster/asset_partition_range_start": span[0],
+                                    "dagster/asset_partition_range_end": span[1]}
     res = dg.materialize(
         list(defs.assets) + list(defs.asset_checks), selection=keys, partition_key=partition,
         instance=instance, resources={**defs.resources, **(resources or {})},
-        run_config={"ops": run_ops},
+        run_config={"ops": run_ops}, tags=tags,
         raise_on_error=False,
     )
     errors = [e.step_failure_data.error.to_string() for e in res.all_events
@@ -476,7 +480,7 @@ class World:
     defs: object  # dagster.Definitions
 
     def materialize(self, keys: list[str], partition: str | None = None, instance=None,
-                    resources: dict | None = None, **ops):
+                    resources: dict | None = None, span: tuple[str, str] | None = None, **ops):
         """(result, [failure messages]) of materialising `keys` in-process (on `instance`, or
         a new ephemeral one; with `resources` replacing the world's), with SWEEP_RUN's configs
         and `ops`."""
@@ -484,7 +488,7 @@ class World:
 
         run = {**SWEEP_RUN, "corpus": {"config": {"paths": [str(self.shard)]}}, **ops}
         return materialize(self.defs, instance or dg.DagsterInstance.ephemeral(), keys, run,
-                           partition, resources)
+                           partition, resources, span)
 
     def cached(self, res) -> dict[str, bool]:
         return {k: m["cached"].value for k, m in materialized_metadata(res).items()}

@@ -154,121 +154,130 @@ def test_the_launcher_merges_the_drivers_seeds_into_the_sweeps_run_config(monkey
     assert lau.run_config(None, workers=1)["resources"]["compute"]["config"]["workers"] == 1
 
 
-def test_a_backfill_is_recorded_only_after_its_runs_exist(monkeypatch):
-    """The daemon's BackfillDaemon creates the runs of any REQUESTED backfill whose partitions
-    have none yet: the driver, which creates its own runs, must never leave its backfill
-    REQUESTED while it does (a default run once ran 7 of 10 sweep partitions twice). Here the
-    instance records what it held after every call; a failure midway records FAILED."""
-    from types import SimpleNamespace
+class _Node:
+    """A remote asset node as the launcher reads it: its jobs, partitions and policy."""
 
-    from dagster._core.execution import job_backfill
-    from dagster._core.execution.backfill import BulkActionStatus
+    def __init__(self, jobs, keys, per_run):
+        self.job_names, self.is_materializable = jobs, True
+        self.partitions_def = dg.StaticPartitionsDefinition(keys)
+        self.backfill_policy = dg.BackfillPolicy.multi_run(per_run) if per_run else None
+
+
+def _launcher(monkeypatch, workers: int, per_run: int, sent: list):
+    """A Launcher over a fake code location: sweep's two assets over layers 1..9, cut `per_run`
+    a run; the GraphQL requests it sends are recorded in `sent`."""
+    from types import SimpleNamespace
 
     import pipeline.launch as launch
 
-    class Instance:
-        def __init__(self):
-            self.backfills, self.log = {}, []
+    monkeypatch.setattr(launch, "full_run_config", lambda job: {
+        "ops": {}, "resources": {"compute": {"config": {"workers": 1}}}})
 
-        def add_backfill(self, record):
-            self.backfills[record.backfill_id] = record
-            self.log.append(("add", record.status))
+    def graphql(process, query, variables):
+        sent.append((query, variables))
+        return {"launchPartitionBackfill": {"__typename": "LaunchBackfillSuccess",
+                                            "backfillId": "bf1"}}
 
-        def update_backfill(self, record):
-            self.backfills[record.backfill_id] = record
-            self.log.append(("update", record.status))
-
-        def submit_run(self, run_id, workspace):
-            # what a BackfillDaemon iteration would find at this moment
-            assert not [b for b in self.backfills.values()
-                        if b.status == BulkActionStatus.REQUESTED]
-            self.log.append(("submit", run_id))
-
-    made = []
-
-    def create(workspace, instance, location, job, pset, record, name, tags, config):
-        if name == "fail":
-            raise RuntimeError("the code server went away")
-        made.append((name, config))
-        return SimpleNamespace(run_id=f"run-{name}")
-
-    monkeypatch.setattr(job_backfill, "create_backfill_run", create)
-    monkeypatch.setattr(launch, "full_run_config", lambda job: {"ops": {}})
-    pset = SimpleNamespace(job_name="sweep", get_remote_origin=lambda: None, name="sweep_set")
+    monkeypatch.setattr(launch, "graphql", graphql)
+    layers = [str(i) for i in range(1, 10)]
+    nodes = {dg.AssetKey("bridge_sweep_b"): _Node(["sweep"], layers, per_run),
+             dg.AssetKey("regression_sweep_b"): _Node(["sweep"], layers, per_run),
+             dg.AssetKey("bridge_b"): _Node(["bridge_eval"], layers, None)}
     lau = launch.Launcher.__new__(launch.Launcher)
-    lau.workers, lau.ops, lau.tags, lau._runs, lau.workspace = 1, {}, {"dihal/driver": "d"}, 0, None
-    lau.instance = Instance()
+    lau.workers, lau.ops, lau.tags, lau._runs = workers, {}, {"dihal/driver": "d"}, 0
+    lau.workspace = lau.process = None
+    slots = {}
+    lau.instance = SimpleNamespace(event_log_storage=SimpleNamespace(
+        set_concurrency_slots=lambda pool, n: slots.__setitem__(pool, n)))
+    lau.slots = slots
     lau._job = lambda name: SimpleNamespace(name=name)
-    lau.repo = SimpleNamespace(get_partition_sets=lambda: [pset], handle=None)
+    lau.repo = SimpleNamespace(asset_graph=SimpleNamespace(
+        toposorted_asset_keys=list(nodes), get=nodes.__getitem__))
+    return lau
 
-    def params(partitions):
-        lau.location = SimpleNamespace(get_partition_set_execution_params=lambda **kw: SimpleNamespace(
-            partition_data=[SimpleNamespace(name=p, tags={}, run_config=None) for p in partitions]))
 
-    params(["1", "2", "3"])
-    backfill_id, runs = lau.backfill("sweep", ["1", "2", "3"])
-    assert runs == {"1": "run-1", "2": "run-2", "3": "run-3"}
-    assert lau.instance.log == [("submit", "run-1"), ("submit", "run-2"), ("submit", "run-3"),
-                                ("add", BulkActionStatus.COMPLETED)]
-    assert lau.instance.backfills[backfill_id].backfill_end_timestamp is not None
-    # creating a run fails midway: the runs made stay, the backfill is recorded FAILED
-    lau.instance = Instance()
-    params(["4", "fail"])
-    with pytest.raises(RuntimeError, match="code server"):
-        lau.backfill("sweep", ["4", "fail"])
-    assert lau.instance.log == [("submit", "run-4"), ("add", BulkActionStatus.FAILED)]
+def test_the_driver_submits_one_requested_asset_backfill_and_the_daemon_makes_the_runs(
+        monkeypatch):
+    """The driver creates no run of a partitioned job itself: it submits one asset backfill of
+    the job's assets over the partitions (as the web UI's "Materialize selected" does), with
+    the job's full run config and its tags, and sets the partitions' pool to its --workers;
+    the daemon cuts it into runs by the assets' backfill policy."""
+    from assets._stage import POOL
+
+    sent: list = []
+    lau = _launcher(monkeypatch, workers=2, per_run=5, sent=sent)
+    assert lau.backfill("sweep", ["1", "2", "3", "4", "5", "6", "7"]) == "bf1"
+    ((query, variables),) = sent
+    assert "launchPartitionBackfill" in query
+    params = variables["params"]
+    assert params["assetSelection"] == [{"path": ["bridge_sweep_b"]},
+                                        {"path": ["regression_sweep_b"]}]
+    assert params["partitionNames"] == ["1", "2", "3", "4", "5", "6", "7"]
+    assert {"key": "dihal/driver", "value": "d"} in params["tags"]
+    assert params["runConfigData"]["resources"]["compute"]["config"]["workers"] == 2
+    assert lau.slots == {POOL: 2}
+
+
+@pytest.mark.parametrize(("partitions", "per_run", "runs"), [
+    (["1", "2", "3"], 5, 1), (["1", "2", "3", "4", "5", "6", "7"], 3, 3),
+    (["1", "2", "3", "5", "9"], 5, 3), (["2", "4", "6"], 1, 3), (["1", "2", "3"], 1, 3)])
+def test_the_driver_counts_the_runs_as_dagster_cuts_them(partitions, per_run, runs):
+    """planned_runs (which sizes each run's share of the cores) agrees with Dagster's own cut
+    of a backfill by a multi-run policy: contiguous ranges, each cut into runs of at most
+    max_partitions_per_run."""
+    from types import SimpleNamespace
+
+    from dagster._core.definitions.automation_tick_evaluation_context import (
+        _build_run_requests_with_backfill_policy,
+    )
+
+    import pipeline.launch as launch
+
+    layers = [str(i) for i in range(1, 10)]
+    node = _Node(["sweep"], layers, per_run)
+    lau = launch.Launcher.__new__(launch.Launcher)
+    lau.repo = SimpleNamespace(asset_graph=SimpleNamespace(get=lambda key: node))
+    dagster_cut = _build_run_requests_with_backfill_policy(
+        [dg.AssetKey("a")], [], node.backfill_policy, frozenset(partitions),
+        node.partitions_def, {}, None)
+    assert lau.planned_runs(dg.AssetKey("a"), partitions) == len(dagster_cut) == runs
 
 
 def test_a_lone_run_takes_every_core_and_a_backfill_divides_them_by_the_runs_at_once(monkeypatch):
     """The driver's `--workers` divides the CPU cores between the runs that can be at once: a
-    backfill's partitions get min(workers, partitions) as their compute workers; a lone run
+    backfill's runs get min(workers, its runs) as their compute workers; a lone run
     (locate, the eval, the comparison: the driver submits nothing beside it) gets 1, every
     core, where it once had a 1/workers share while the other shares sat idle."""
     from types import SimpleNamespace
 
     from dagster._cli import job as cli_job
-    from dagster._core.execution import job_backfill
 
-    import pipeline.launch as launch
-
-    made = []
-    monkeypatch.setattr(launch, "full_run_config", lambda job: {
-        "ops": {}, "resources": {"compute": {"config": {"workers": 1}}}})
+    made: list = []
+    sent: list = []
+    lau = _launcher(monkeypatch, workers=2, per_run=2, sent=sent)
+    lau.location = None
+    lau.instance.submit_run = lambda *a: None
     monkeypatch.setattr(cli_job, "_create_run", lambda **kw: (
         made.append((kw["remote_job"].name, kw["run_config"])) or SimpleNamespace(run_id="r")))
 
-    def create(workspace, instance, location, job, pset, record, name, tags, config):
-        made.append((name, config))
-        return SimpleNamespace(run_id=f"run-{name}")
-
-    monkeypatch.setattr(job_backfill, "create_backfill_run", create)
-    lau = launch.Launcher.__new__(launch.Launcher)
-    lau.workers, lau.ops, lau.tags, lau._runs, lau.workspace = 2, {}, {"dihal/driver": "d"}, 0, None
-    lau.instance = SimpleNamespace(submit_run=lambda *a: None, add_backfill=lambda r: None)
-    lau._job = lambda name: SimpleNamespace(name=name)
-    pset = SimpleNamespace(job_name="sweep", get_remote_origin=lambda: None, name="sweep_set")
-    lau.repo = SimpleNamespace(get_partition_sets=lambda: [pset], handle=None)
-    lau.location = None
-
-    def backfill(partitions):
-        lau.location = SimpleNamespace(get_partition_set_execution_params=lambda **kw: SimpleNamespace(
-            partition_data=[SimpleNamespace(name=p, tags={}, run_config=None) for p in partitions]))
-        lau.backfill("sweep", partitions)
-
     def workers() -> list:
-        got = [(name, c["resources"]["compute"]["config"]["workers"]) for name, c in made]
+        got = [c["resources"]["compute"]["config"]["workers"] for c in
+               [c for _, c in made] + [v["params"]["runConfigData"] for _, v in sent]]
         made.clear()
+        sent.clear()
         return got
 
     lau.launch("locate")
-    assert workers() == [("locate", 1)]
-    backfill(["1", "2", "3"])
-    assert workers() == [("1", 2), ("2", 2), ("3", 2)]
-    backfill(["7"])  # one partition: nothing beside it either
-    assert workers() == [("7", 1)]
+    assert workers() == [1]
+    lau.backfill("sweep", ["1", "2", "3"])  # two runs: 1-2 and 3
+    assert workers() == [2]
+    lau.backfill("sweep", ["7"])  # one run: nothing beside it either
+    assert workers() == [1]
+    lau.backfill("sweep", ["1", "2"])  # one run of both
+    assert workers() == [1]
     lau.workers = 1
-    backfill(["1", "2"])
-    assert workers() == [("1", 1), ("2", 1)]
+    lau.backfill("sweep", ["1", "5", "9"])
+    assert workers() == [1]
 
 
 class _Runs:

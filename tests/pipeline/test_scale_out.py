@@ -65,13 +65,16 @@ def _instance(env: dict, monkeypatch) -> dg.DagsterInstance:
 
 
 def _sweep_runs(instance: dg.DagsterInstance):
-    """The one backfill of the sweep job and its runs' records."""
+    """The one asset backfill of the sweep's assets and its runs' records (the daemon made
+    them: 3 workers, 3 layers, one layer a run)."""
+    from pipeline.launch import run_label
+
     (backfill,) = instance.get_backfills()
-    assert backfill.partition_set_origin.partition_set_name == "sweep_llama_partition_set"
-    assert sorted(backfill.partition_names) == LAYERS
+    assert backfill.is_asset_backfill and backfill.partition_set_origin is None
+    assert sorted(k.to_user_string() for k in backfill.asset_selection) == [
+        "bridge_sweep_llama", "regression_sweep_llama"]
     records = instance.get_run_records(filters=dg.RunsFilter(tags={"dagster/backfill": backfill.backfill_id}))
-    assert sorted(r.dagster_run.tags["dagster/partition"] for r in records) == LAYERS
-    assert all(r.dagster_run.job_name == "sweep_llama" for r in records)
+    assert sorted(run_label(r.dagster_run) for r in records) == LAYERS
     assert all(r.dagster_run.status == dg.DagsterRunStatus.SUCCESS for r in records)
     return records
 
@@ -101,10 +104,11 @@ def test_the_driver_runs_named_jobs_and_the_sweep_as_one_concurrent_backfill(
     env = _setup(tmp_path, tiny_llama_dir, world.shard, HOLD_S["backfill"])
     out = _driver(env, workers=3)
     assert "started a Dagster daemon" in out.stdout
-    assert re.search(r"backfill \S+ of sweep_llama: 3 partitions \(1, 2, 3\), at most 3 at a time",
-                     out.stdout)
+    assert re.search(r"backfill \S+ of sweep_llama: 3 partitions \(1, 2, 3\); the daemon cuts "
+                     r"it into runs, at most 3 at a time", out.stdout)
     instance = _instance(env, monkeypatch)
-    assert {r.job_name for r in instance.get_runs()} == {"locate_llama", "sweep_llama"}
+    # the sweep's runs are the daemon's, of the assets (Dagster's implicit asset job)
+    assert {r.job_name for r in instance.get_runs()} == {"locate_llama", "__ASSET_JOB"}
     records = _sweep_runs(instance)
     assert _overlap(records) > 0, [(r.start_time, r.end_time) for r in records]
     assert len(_step_pids(instance, records)) == 3  # each partition's run in its own process

@@ -1,7 +1,9 @@
-"""Launching named jobs through the Dagster instance, as the web UI and `dagster job launch` /
-`dagster job backfill` do: runs are created from the code location, submitted to the instance's
-run queue, and launched by the daemon (each in its own process, at most DIHAL_WORKERS at once).
-The driver (pipeline.main) follows them from the instance's event log.
+"""Launching named jobs through the Dagster instance, as the web UI and `dagster job launch` do:
+runs are created from the code location, submitted to the instance's run queue, and launched by
+the daemon (each in its own process). A partitioned job's assets go as one asset backfill, as
+the UI's "Materialize selected" submits it: the daemon cuts it into runs of several partitions
+(their backfill policy) and queues them, at most DIHAL_WORKERS at once (their pool). The driver
+(pipeline.main) follows the runs from the instance's event log.
 """
 
 from __future__ import annotations

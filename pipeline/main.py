@@ -1,10 +1,11 @@
 """The main job on one backbone, end to end, through the Dagster instance: the named jobs of
 pipeline.definitions are submitted to the run queue, the daemon launches them (the sweep as one
-backfill over its layer partitions, at most --workers runs at once), and this command follows
+asset backfill over its layer partitions, which the daemon cuts into runs of several layers, at
+most --workers runs at once), and this command follows
 them and prints a summary. The runs, the backfill and their logs show in the web UI.
 
     python -m pipeline.main                       # smollm2, the CPU default sweep
-    python -m pipeline.main --workers 2           # two sweep partitions at a time
+    python -m pipeline.main --workers 2           # the sweep in two runs at a time
     python -m pipeline.main --profile gpu         # every layer, 1M training tokens, bf16
     python -m pipeline.main --backbone llama --all-layers
     python -m pipeline.main --backbone mistralai/Mistral-7B-v0.3   # any supported HF model

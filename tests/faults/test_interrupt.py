@@ -51,7 +51,7 @@ def test_ctrl_c_cancels_the_runs_and_frees_the_artifact(world, tmp_path, tiny_ll
         runs = dg.DagsterInstance.get().get_runs(limit=1)
     finally:
         os.environ.pop("DAGSTER_HOME") if saved is None else os.environ.update(DAGSTER_HOME=saved)
-    assert runs[0].job_name == "sweep_llama"
+    assert "dagster/backfill" in runs[0].tags  # the sweep's run, which the daemon made
     assert runs[0].status == dg.DagsterRunStatus.CANCELED, runs[0].status
     with artifact_lock(art.directory, art.name):  # the lock was released
         pass

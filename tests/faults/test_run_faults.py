@@ -138,7 +138,7 @@ def _training(instance, child, deadline_s: float = 240.0):
     deadline = time.monotonic() + deadline_s
     while True:
         assert child.poll() is None and time.monotonic() < deadline, child.communicate()
-        runs = [r for r in instance.get_runs() if r.job_name == "sweep_llama"]
+        runs = [r for r in instance.get_runs() if "dagster/backfill" in r.tags]  # the sweep's
         if runs and any("computing on cpu" in (e.user_message or "")
                         for e in instance.all_logs(runs[0].run_id)):
             return runs[0], worker_pid(instance, runs[0].run_id)

@@ -60,10 +60,15 @@ def partition_policy(partitions: dg.PartitionsDefinition) -> dg.BackfillPolicy:
 
 
 def stage_asset(backbone: str | None, stage: str, deps: Iterable = (), *, name: str | None = None,
-                partitions: dg.PartitionsDefinition | None = None, kinds: Iterable[str] = ()):
-    """dg.asset for one stage of one backbone's family, with the shared settings."""
-    batched = {} if partitions is None else {"backfill_policy": partition_policy(partitions),
-                                             "pool": POOL}
+                partitions: dg.PartitionsDefinition | None = None, kinds: Iterable[str] = (),
+                batched: bool = False):
+    """dg.asset for one stage of one backbone's family, with the shared settings. `batched`
+    (a partitioned stage whose body makes each of context.partition_keys, StageRun.
+    each_partition): its backfills are cut into runs of several partitions
+    (partition_policy), and its runs share the pool POOL."""
+    if batched and partitions is None:
+        raise ValueError(f"stage {stage}: only a partitioned stage is batched")
+    batched = {"backfill_policy": partition_policy(partitions), "pool": POOL} if batched else {}
     with warnings.catch_warnings():  # backfill_policy is "beta" in Dagster 1.13: said once here
         warnings.simplefilter("ignore", dg.BetaWarning)
         make = dg.asset(name=name or asset_key(stage, backbone), deps=list(deps),

@@ -64,7 +64,7 @@ def compare_assets(backbone: str) -> list:
     names = dg.StaticPartitionsDefinition(list(BASELINES))
 
     @stage_asset(backbone, "baseline", [key("sequences"), key("bridge")],
-                 partitions=names, kinds={"pytorch", "safetensors"})
+                 partitions=names, kinds={"pytorch", "safetensors"}, batched=True)
     def baseline(context: dg.AssetExecutionContext, config: BaselineRunConfig) -> dg.MaterializeResult:
         """A continuous-diffusion baseline at DiHAL's budget: same denoiser size (+-10%),
         training tokens, sampler steps, sequence length, judge and metric code."""

@@ -132,7 +132,7 @@ def replace_assets(backbone: str, n_layers: int) -> list:
     layers = dg.StaticPartitionsDefinition([str(ll) for ll in range(1, n_layers)])
 
     @stage_asset(backbone, "bridge_sweep", [key("hidden_states")], partitions=layers,
-                 kinds={"pytorch", "safetensors"})
+                 kinds={"pytorch", "safetensors"}, batched=True)
     def bridge_sweep(context: dg.AssetExecutionContext,
                      config: BridgeProtocolRunConfig) -> dg.MaterializeResult:
         """A bridge per candidate layer under one fixed protocol, with its bridgeability:
@@ -158,7 +158,7 @@ def replace_assets(backbone: str, n_layers: int) -> list:
         return run.each_partition(one)
 
     @stage_asset(backbone, "regression_sweep", [bridge_sweep], partitions=layers,
-                 kinds={"pytorch", "safetensors"})
+                 kinds={"pytorch", "safetensors"}, batched=True)
     def regression_sweep(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
         """The regression control of each swept layer: the closed-form ridge map hs[0] -> h_l
         on the sweep bridge's training pairs and standardisation, its penalty chosen on the

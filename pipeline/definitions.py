@@ -1,7 +1,7 @@
 """The Dagster code location: the only place that wires assets, resources, jobs together.
 
 Jobs per backbone b (the Jobs page of the web UI; `python -m pipeline.main` launches exactly
-these): locate_b; sweep_b, partitioned by candidate layer and run as one backfill;
+these): locate_b; sweep_b, partitioned by candidate layer and run as asset backfills;
 bridge_eval_b (bridgeability, the bridge at l*, its evaluation); baselines_b, partitioned by
 baseline; compare_b (comparison, full training, report); outside the main job,
 budget_study_b (the training-budget study of the asset budget_b, partitioned by layer) and

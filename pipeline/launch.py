@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 import tomllib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -334,6 +334,24 @@ def graphql(process, query: str, variables: dict) -> dict:
     return answer["data"]
 
 
+def even_chunks(keys: list[str], n: int) -> list[list[str]]:
+    """`keys` cut, in their order, into n runs of consecutive keys whose sizes differ by one at
+    most (the larger first); fewer where there are fewer keys."""
+    size, extra = divmod(len(keys), n)
+    chunks, at = [], 0
+    for i in range(n):
+        step = size + (1 if i < extra else 0)
+        if step:
+            chunks.append(keys[at:at + step])
+        at += step
+    return chunks
+
+
+def chunk_label(keys: list[str]) -> str:
+    """'3' or '1-9' (first-last) for a chunk of partition keys."""
+    return keys[0] if len(keys) == 1 else f"{keys[0]}-{keys[-1]}"
+
+
 def run_label(run) -> str:
     """A run's partitions as the driver names it: its partition, or first-last of its range."""
     tags = run.tags
@@ -432,30 +450,53 @@ class Launcher:
         self.instance.submit_run(run.run_id, self.workspace)
         return run.run_id
 
-    def backfill(self, job_name: str, partitions: list[str]) -> str:
-        """Submit one asset backfill of the assets of the partitioned job `job_name` over
-        `partitions`, REQUESTED, as the web UI's "Materialize selected" over partitions does
+    def backfill(self, job_name: str, partitions: list[str]) -> list[str]:
+        """Submit the assets of the partitioned job `job_name` over `partitions` as asset
+        backfills, REQUESTED, as the web UI's "Materialize selected" over partitions does
         (GraphQL launchPartitionBackfill, run in process against this driver's code location):
-        the daemon's BackfillDaemon cuts it into runs by the assets' backfill policy (several
-        partitions a run: assets._stage.partition_policy) and queues them; the pool
-        assets._stage.POOL lets `workers` of them run at once. Every run carries the job's full
-        run config (full_run_config) and this driver's tags, and the tag dagster/backfill=<id>
-        (backfill_runs). The backfill's id."""
+        one backfill for each of min(workers, partitions) runs of consecutive partitions
+        (even_chunks), so that `workers` runs share the work whatever the daemon's own
+        environment. The daemon's BackfillDaemon makes the runs (one for each backfill where its
+        code location's backfill policy takes the chunk whole, assets._stage.partition_policy,
+        as the location this driver starts does) and queues them; the pool assets._stage.POOL
+        lets `workers` of them run at once. Every run carries the job's full run config
+        (full_run_config), this driver's tags and the tag dagster/backfill=<id>
+        (backfill_runs). The backfills' ids; where one is refused, those already submitted are
+        canceled."""
         from assets._stage import POOL
 
         job = self._job(job_name)
         keys = self._assets_of(job_name)
-        runs = self.planned_runs(keys[0], partitions)
+        order = {k: i for i, k in enumerate(
+            self.repo.asset_graph.get(keys[0]).partitions_def.get_partition_keys())}
+        ordered = sorted(partitions, key=lambda k: order.get(k, len(order)))
+        chunks = even_chunks(ordered, min(self.workers, len(ordered)))
+        runs = sum(self.planned_runs(keys[0], chunk) for chunk in chunks)
         # the cores are divided by the runs that can be at once: at most `workers`, and no more
-        # than the runs the backfill is cut into
+        # than the runs the backfills are cut into
         config = self.run_config(job, workers=min(self.workers, runs))
         # as `dagster instance concurrency set` does: this driver's --workers runs at once
         self.instance.event_log_storage.set_concurrency_slots(POOL, self.workers)
+        ids: list[str] = []
+        try:
+            for i, chunk in enumerate(chunks, 1):
+                ids.append(self._launch_backfill(job_name, keys, chunk, config,
+                                                 f"{job_name} {chunk_label(chunk)} "
+                                                 f"({i} of {len(chunks)})"))
+        except BaseException:
+            for backfill_id in ids:
+                self.cancel_backfill(backfill_id)
+            raise
+        return ids
+
+    def _launch_backfill(self, job_name: str, keys: list[dg.AssetKey], partitions: list[str],
+                         config: dict, title: str) -> str:
+        """One REQUESTED asset backfill of `keys` over `partitions`: its id."""
         answer = graphql(self.process, LAUNCH_BACKFILL, {"params": {
             "assetSelection": [{"path": key.path} for key in keys],
             "partitionNames": partitions, "runConfigData": config,
             "tags": [{"key": k, "value": v} for k, v in self.tags.items()],
-            "title": f"{job_name} {','.join(partitions)}"}})["launchPartitionBackfill"]
+            "title": title}})["launchPartitionBackfill"]
         if answer["__typename"] != "LaunchBackfillSuccess":
             raise RuntimeError(f"the backfill of {job_name} over {', '.join(partitions)} was "
                                f"refused: {answer.get('message') or answer}")
@@ -499,11 +540,11 @@ class Launcher:
 
     def follow(self, runs: dict[str, str], say: Callable[[str], None],
                poll_s: float = 1.0, stuck_s: float = 180.0,
-               backfill_id: str | None = None) -> list[Followed]:
-        """Wait for the runs {label: run id} (and, with `backfill_id`, for every run the daemon
-        creates for that backfill until it ends), saying when each starts and ends and passing
-        on the steps' own log lines. Ctrl-C (KeyboardInterrupt) cancels the backfill and the
-        runs not finished, waits for them to stop, and is raised again."""
+               backfills: Sequence[str] = ()) -> list[Followed]:
+        """Wait for the runs {label: run id} (and for every run the daemon creates for each of
+        `backfills` until they end), saying when each starts and ends and passing on the
+        steps' own log lines. Ctrl-C (KeyboardInterrupt) cancels the backfills and the runs not
+        finished, waits for them to stop, and is raised again."""
         from dagster._core.events import DagsterEventType
 
         todo = {rid: Followed(rid, label) for label, rid in runs.items()}
@@ -512,8 +553,8 @@ class Launcher:
         seen = set(todo)
         active = time.monotonic()  # last time a run was not waiting in the queue
         try:
-            while todo or (backfill_id is not None and not self._backfill_over(backfill_id)):
-                if backfill_id is not None:  # the runs the daemon created since
+            while todo or not all(self._backfill_over(b) for b in backfills):
+                for backfill_id in backfills:  # the runs the daemon created since
                     for label, rid in self.backfill_runs(backfill_id).items():
                         if rid not in seen:
                             seen.add(rid)
@@ -554,16 +595,17 @@ class Launcher:
                         if run.status != dg.DagsterRunStatus.SUCCESS:
                             f.causes = self._causes(rid)
                         done.append(todo.pop(rid))
-                if todo or backfill_id is not None:
+                if todo or backfills:
                     time.sleep(poll_s)
         except (KeyboardInterrupt, QueueStuck):  # a stuck queue: its runs are dropped too
-            if backfill_id is not None:
+            for backfill_id in backfills:
                 self.cancel_backfill(backfill_id)
             self.cancel(list(todo))
             raise
-        if backfill_id is not None and (error := self._backfill_error(backfill_id)):
-            done.append(Followed("", f"backfill {backfill_id}", dg.DagsterRunStatus.FAILURE,
-                                 causes=[error]))
+        for backfill_id in backfills:
+            if error := self._backfill_error(backfill_id):
+                done.append(Followed("", f"backfill {backfill_id}", dg.DagsterRunStatus.FAILURE,
+                                     causes=[error]))
         return done
 
     def _backfill_over(self, backfill_id: str) -> bool:

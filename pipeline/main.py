@@ -1,8 +1,8 @@
 """The main job on one backbone, end to end, through the Dagster instance: the named jobs of
-pipeline.definitions are submitted to the run queue, the daemon launches them (the sweep as one
-asset backfill over its layer partitions, which the daemon cuts into runs of several layers, at
-most --workers runs at once), and this command follows
-them and prints a summary. The runs, the backfill and their logs show in the web UI.
+pipeline.definitions are submitted to the run queue, the daemon launches them (the sweep as
+--workers asset backfills over its layer partitions, each one run of consecutive layers, at
+most --workers runs at once), and this command follows them and prints a summary. The runs,
+the backfills and their logs show in the web UI.
 
     python -m pipeline.main                       # smollm2, the CPU default sweep
     python -m pipeline.main --workers 2           # the sweep in two runs at a time
@@ -187,20 +187,21 @@ class Chain:
         self.follow(name, {name: self.launch.launch(name)})
 
     def backfill(self, name: str, partitions: list[str]) -> None:
-        """One asset backfill of the job's assets over `partitions`: the daemon cuts it into
-        runs of several partitions (each loads the backbone once), this follows them."""
-        backfill_id = self.launch.backfill(name, partitions)
-        self.say(f"backfill {backfill_id} of {name}: {len(partitions)} partitions "
-                 f"({', '.join(partitions)}); the daemon cuts it into runs, at most "
-                 f"{self.launch.workers} at a time")
-        self.follow(f"{name} (backfill {backfill_id})", {}, backfill_id)
+        """The job's assets over `partitions`, as min(workers, partitions) asset backfills of
+        consecutive partitions (each one run: it loads the backbone once), followed to the
+        end."""
+        ids = self.launch.backfill(name, partitions)
+        self.say(f"{name}: {len(partitions)} partitions ({', '.join(partitions)}) as "
+                 f"{len(ids)} backfill(s) of consecutive partitions ({', '.join(ids)}), at "
+                 f"most {self.launch.workers} runs at a time")
+        self.follow(f"{name} (backfill {', '.join(ids)})", {}, ids)
 
-    def follow(self, label: str, runs: dict[str, str], backfill_id: str | None = None) -> None:
+    def follow(self, label: str, runs: dict[str, str], backfills: list[str] | None = None) -> None:
         t0 = time.monotonic()
-        done = self.launch.follow(runs, self.say, backfill_id=backfill_id)
+        done = self.launch.follow(runs, self.say, backfills=backfills or ())
         failed = [f for f in done if f.status != dg.DagsterRunStatus.SUCCESS]
         for f in done:
-            if f.status == dg.DagsterRunStatus.SUCCESS and (len(runs) > 1 or backfill_id):
+            if f.status == dg.DagsterRunStatus.SUCCESS and (len(runs) > 1 or backfills):
                 took = f"{f.ended - f.started:.0f} s" if f.started else "?"
                 self.say(f"  {f.label}: done in {took}" + (" (reused)" if f.cached else ""))
         if failed:

@@ -97,17 +97,18 @@ def test_the_drivers_profile_and_workers_win_over_a_running_daemons(
     for layer in (1, 2, 3):
         assert (SweepBridge(world.root, "llama", layer).manifest().config["epochs"]
                 == DRIVER_SWEEP["epochs"])
-    # every run carries the whole config, and the sweep ran 3 at a time, each of its steps
-    # with a third of the cores (the daemon's DIHAL_WORKERS=1 decides nothing); locate, the
-    # lone run, had every core
+    # every run carries the whole config, and the sweep ran 3 at a time, one backfill and run
+    # a layer, each of its steps with a third of the cores (the daemon's DIHAL_WORKERS=1, by
+    # which its code location would cut a backfill of the three layers into one run, decides
+    # nothing); locate, the lone run, had every core
     instance = _instance(env, monkeypatch)
     runs = instance.get_run_records()
     assert {r.dagster_run.tags["dihal/profile"] for r in runs} == {str(driver_profile)}
-    sweep = [r for r in runs if r.dagster_run.job_name == "sweep_llama"]
-    workers = {r.dagster_run.job_name: r.dagster_run.run_config["resources"]["compute"]["config"]
-               ["workers"] for r in runs}
-    assert workers == {"locate_llama": 1, "sweep_llama": 3}, workers
-    assert len(sweep) == 3 and len({r.dagster_run.tags["dihal/slot"] for r in sweep}) == 3
+    sweep = [r for r in runs if "dagster/backfill" in r.dagster_run.tags]
+    workers = {("sweep" if r in sweep else r.dagster_run.job_name):
+               r.dagster_run.run_config["resources"]["compute"]["config"]["workers"] for r in runs}
+    assert workers == {"locate_llama": 1, "sweep": 3}, workers
+    assert len(sweep) == 3 and len({r.dagster_run.tags["dagster/backfill"] for r in sweep}) == 3
     assert min(r.end_time for r in sweep) > max(r.start_time for r in sweep), (
         [(r.start_time, r.end_time) for r in sweep])
     print(f"geometry n_tokens {Geometry(world.root, 'llama').manifest().config['n_tokens']}, "

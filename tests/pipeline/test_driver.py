@@ -175,8 +175,13 @@ def _launcher(monkeypatch, workers: int, per_run: int, sent: list):
 
     def graphql(process, query, variables):
         sent.append((query, variables))
+        if "cancelPartitionBackfill" in query:
+            return {"cancelPartitionBackfill": {"__typename": "CancelBackfillSuccess"}}
+        if variables["params"]["partitionNames"] == ["refused"]:
+            return {"launchPartitionBackfill": {"__typename": "PythonError",
+                                                "message": "no such partition"}}
         return {"launchPartitionBackfill": {"__typename": "LaunchBackfillSuccess",
-                                            "backfillId": "bf1"}}
+                                            "backfillId": f"bf{len(sent)}"}}
 
     monkeypatch.setattr(launch, "graphql", graphql)
     layers = [str(i) for i in range(1, 10)]
@@ -196,26 +201,58 @@ def _launcher(monkeypatch, workers: int, per_run: int, sent: list):
     return lau
 
 
-def test_the_driver_submits_one_requested_asset_backfill_and_the_daemon_makes_the_runs(
+def test_the_driver_submits_requested_asset_backfills_and_the_daemon_makes_the_runs(
         monkeypatch):
-    """The driver creates no run of a partitioned job itself: it submits one asset backfill of
-    the job's assets over the partitions (as the web UI's "Materialize selected" does), with
+    """The driver creates no run of a partitioned job itself: it submits asset backfills of the
+    job's assets (as the web UI's "Materialize selected" does), one for each of --workers runs
+    of consecutive partitions in the partitions' order, whose sizes differ by one at most, with
     the job's full run config and its tags, and sets the partitions' pool to its --workers;
-    the daemon cuts it into runs by the assets' backfill policy."""
+    the daemon makes each backfill's run."""
     from assets._stage import POOL
 
     sent: list = []
     lau = _launcher(monkeypatch, workers=2, per_run=5, sent=sent)
-    assert lau.backfill("sweep", ["1", "2", "3", "4", "5", "6", "7"]) == "bf1"
-    ((query, variables),) = sent
-    assert "launchPartitionBackfill" in query
-    params = variables["params"]
-    assert params["assetSelection"] == [{"path": ["bridge_sweep_b"]},
-                                        {"path": ["regression_sweep_b"]}]
-    assert params["partitionNames"] == ["1", "2", "3", "4", "5", "6", "7"]
-    assert {"key": "dihal/driver", "value": "d"} in params["tags"]
-    assert params["runConfigData"]["resources"]["compute"]["config"]["workers"] == 2
+    assert lau.backfill("sweep", ["7", "1", "2", "3", "4", "5", "6"]) == ["bf1", "bf2"]
+    assert all("launchPartitionBackfill" in query for query, _ in sent)
+    params = [variables["params"] for _, variables in sent]
+    assert [p["partitionNames"] for p in params] == [["1", "2", "3", "4"], ["5", "6", "7"]]
+    assert [p["title"] for p in params] == ["sweep 1-4 (1 of 2)", "sweep 5-7 (2 of 2)"]
+    for p in params:
+        assert p["assetSelection"] == [{"path": ["bridge_sweep_b"]},
+                                       {"path": ["regression_sweep_b"]}]
+        assert {"key": "dihal/driver", "value": "d"} in p["tags"]
+        assert p["runConfigData"]["resources"]["compute"]["config"]["workers"] == 2
     assert lau.slots == {POOL: 2}
+    # more workers than partitions: one backfill a partition
+    sent.clear()
+    lau.workers = 3
+    assert lau.backfill("sweep", ["2", "9"]) == ["bf1", "bf2"]
+    assert [v["params"]["partitionNames"] for _, v in sent] == [["2"], ["9"]]
+
+
+def test_a_refused_backfill_cancels_those_submitted_before_it(monkeypatch):
+    """Where Dagster refuses one of the driver's backfills, the ones already submitted are
+    canceled (no half sweep runs behind the error), and the error names the partitions."""
+    sent: list = []
+    lau = _launcher(monkeypatch, workers=2, per_run=5, sent=sent)
+    with pytest.raises(RuntimeError, match="over refused was refused: no such partition"):
+        lau.backfill("sweep", ["1", "refused"])
+    assert [("cancelPartitionBackfill" in q, v) for q, v in sent] == [
+        (False, sent[0][1]), (False, sent[1][1]), (True, {"id": "bf1"})]
+
+
+@pytest.mark.parametrize(("keys", "n", "chunks"), [
+    (["1", "2", "3"], 3, [["1"], ["2"], ["3"]]), (["1", "2", "3"], 1, [["1", "2", "3"]]),
+    ([str(i) for i in range(1, 30)], 2, [[str(i) for i in range(1, 16)],
+                                         [str(i) for i in range(16, 30)]]),
+    (["1", "2", "3", "4", "5"], 3, [["1", "2"], ["3", "4"], ["5"]]),
+    (["1"], 1, [["1"]])])
+def test_even_chunks_are_consecutive_and_differ_by_one_at_most(keys, n, chunks):
+    from pipeline.launch import chunk_label, even_chunks
+
+    assert even_chunks(keys, n) == chunks
+    assert [k for c in chunks for k in c] == keys
+    assert chunk_label(["4"]) == "4" and chunk_label(["1", "2", "3"]) == "1-3"
 
 
 @pytest.mark.parametrize(("partitions", "per_run", "runs"), [
@@ -269,14 +306,14 @@ def test_a_lone_run_takes_every_core_and_a_backfill_divides_them_by_the_runs_at_
 
     lau.launch("locate")
     assert workers() == [1]
-    lau.backfill("sweep", ["1", "2", "3"])  # two runs: 1-2 and 3
-    assert workers() == [2]
+    lau.backfill("sweep", ["1", "2", "3"])  # two backfills, two runs: 1-2 and 3
+    assert workers() == [2, 2]
     lau.backfill("sweep", ["7"])  # one run: nothing beside it either
     assert workers() == [1]
+    lau.workers = 1
     lau.backfill("sweep", ["1", "2"])  # one run of both
     assert workers() == [1]
-    lau.workers = 1
-    lau.backfill("sweep", ["1", "5", "9"])
+    lau.backfill("sweep", ["1", "5", "9"])  # one backfill; three runs, one at a time
     assert workers() == [1]
 
 

@@ -65,15 +65,18 @@ def _instance(env: dict, monkeypatch) -> dg.DagsterInstance:
 
 
 def _sweep_runs(instance: dg.DagsterInstance):
-    """The one asset backfill of the sweep's assets and its runs' records (the daemon made
-    them: 3 workers, 3 layers, one layer a run)."""
+    """The sweep's asset backfills (3 workers, 3 layers: one a layer) and their runs' records
+    (the daemon made them, one run a backfill)."""
     from pipeline.launch import run_label
 
-    (backfill,) = instance.get_backfills()
-    assert backfill.is_asset_backfill and backfill.partition_set_origin is None
-    assert sorted(k.to_user_string() for k in backfill.asset_selection) == [
-        "bridge_sweep_llama", "regression_sweep_llama"]
-    records = instance.get_run_records(filters=dg.RunsFilter(tags={"dagster/backfill": backfill.backfill_id}))
+    backfills = instance.get_backfills()
+    assert len(backfills) == 3, backfills
+    for backfill in backfills:
+        assert backfill.is_asset_backfill and backfill.partition_set_origin is None
+        assert sorted(k.to_user_string() for k in backfill.asset_selection) == [
+            "bridge_sweep_llama", "regression_sweep_llama"]
+    records = [r for b in backfills for r in instance.get_run_records(
+        filters=dg.RunsFilter(tags={"dagster/backfill": b.backfill_id}))]
     assert sorted(run_label(r.dagster_run) for r in records) == LAYERS
     assert all(r.dagster_run.status == dg.DagsterRunStatus.SUCCESS for r in records)
     return records
@@ -104,8 +107,8 @@ def test_the_driver_runs_named_jobs_and_the_sweep_as_one_concurrent_backfill(
     env = _setup(tmp_path, tiny_llama_dir, world.shard, HOLD_S["backfill"])
     out = _driver(env, workers=3)
     assert "started a Dagster daemon" in out.stdout
-    assert re.search(r"backfill \S+ of sweep_llama: 3 partitions \(1, 2, 3\); the daemon cuts "
-                     r"it into runs, at most 3 at a time", out.stdout)
+    assert re.search(r"sweep_llama: 3 partitions \(1, 2, 3\) as 3 backfill\(s\) of consecutive "
+                     r"partitions \(\S+, \S+, \S+\), at most 3 runs at a time", out.stdout)
     instance = _instance(env, monkeypatch)
     # the sweep's runs are the daemon's, of the assets (Dagster's implicit asset job)
     assert {r.job_name for r in instance.get_runs()} == {"locate_llama", "__ASSET_JOB"}

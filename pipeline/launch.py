@@ -301,6 +301,20 @@ SLOT_TAG = "dihal/slot"  # dagster.yaml: at most one queued run per value is lau
 BACKFILL_TAG = "dagster/backfill"  # Dagster's tag of a backfill's runs
 RANGE_TAGS = ("dagster/asset_partition_range_start", "dagster/asset_partition_range_end")
 
+LAUNCH_RUN = """
+mutation($params: ExecutionParams!) {
+  launchRun(executionParams: $params) {
+    __typename
+    ... on LaunchRunSuccess { run { runId } }
+    ... on PythonError { message }
+    ... on RunConflict { message }
+    ... on UnauthorizedError { message }
+    ... on InvalidSubsetError { message }
+    ... on PipelineNotFoundError { message }
+    ... on RunConfigValidationInvalid { errors { message } }
+  }
+}
+"""
 LAUNCH_BACKFILL = """
 mutation($params: LaunchBackfillParams!) {
   launchPartitionBackfill(backfillParams: $params) {
@@ -441,14 +455,19 @@ class Launcher:
         submits anything else, so nothing of this driver runs beside it: its steps are given
         every CPU core (compute workers 1), not a 1/`workers` share while the other shares
         would sit idle."""
-        from dagster._cli.job import _create_run
-
         job = self._job(job_name)
-        run = _create_run(instance=self.instance, code_location=self.location, remote_repo=self.repo,
-                          remote_job=job, run_config=self.run_config(job, workers=1),
-                          tags=self._run_tags(tags), op_selection=None, run_id=None)
-        self.instance.submit_run(run.run_id, self.workspace)
-        return run.run_id
+        answer = graphql(self.process, LAUNCH_RUN, {"params": {
+            "selector": {"repositoryLocationName": self.location.name,
+                         "repositoryName": self.repo.name, "jobName": job.name},
+            "runConfigData": self.run_config(job, workers=1),
+            "executionMetadata": {"tags": [{"key": k, "value": v}
+                                           for k, v in self._run_tags(tags).items()]}}})
+        answer = answer["launchRun"]
+        if answer["__typename"] != "LaunchRunSuccess":
+            why = answer.get("message") or "; ".join(
+                e["message"] for e in answer.get("errors") or []) or answer["__typename"]
+            raise RuntimeError(f"the run of {job_name} was refused: {why}")
+        return answer["run"]["runId"]
 
     def backfill(self, job_name: str, partitions: list[str]) -> list[str]:
         """Submit the assets of the partitioned job `job_name` over `partitions` as asset

@@ -1,7 +1,6 @@
 """The driver checks its arguments before any work, and a failed step ends with its cause."""
 
 import json
-import time
 
 import dagster as dg
 import pytest
@@ -29,11 +28,13 @@ import pipeline.main as driver
     (["--seeds", "1", "--seed-layers", "4"], "--seed-layers 4: those layers would be trained "
                                              "under 1 seed; give --seeds 2 or more with it"),
 ])
-def test_bad_arguments_fail_at_once_naming_the_valid_values(argv, says, calls, capsys):
-    t0 = time.monotonic()
+def test_bad_arguments_fail_at_once_naming_the_valid_values(argv, says, calls, capsys,
+                                                            monkeypatch):
+    """Refused before any work: the pre-flight (which reads the backbone, the corpus, the
+    host's memory and disk) never runs, and the instance is never opened."""
+    monkeypatch.setattr(driver, "_preflight", lambda *a, **k: calls.append("preflight"))
     with pytest.raises(SystemExit) as exit_:
         driver.main(argv)
-    assert time.monotonic() - t0 < 0.5
     assert exit_.value.code == 2 and calls == []
     assert says in capsys.readouterr().err.strip().splitlines()[-1]
 
@@ -175,6 +176,8 @@ def _launcher(monkeypatch, workers: int, per_run: int, sent: list):
 
     def graphql(process, query, variables):
         sent.append((query, variables))
+        if "launchRun" in query:
+            return {"launchRun": {"__typename": "LaunchRunSuccess", "run": {"runId": "r"}}}
         if "cancelPartitionBackfill" in query:
             return {"cancelPartitionBackfill": {"__typename": "CancelBackfillSuccess"}}
         if variables["params"]["partitionNames"] == ["refused"]:
@@ -196,7 +199,8 @@ def _launcher(monkeypatch, workers: int, per_run: int, sent: list):
         set_concurrency_slots=lambda pool, n: slots.__setitem__(pool, n)))
     lau.slots = slots
     lau._job = lambda name: SimpleNamespace(name=name)
-    lau.repo = SimpleNamespace(asset_graph=SimpleNamespace(
+    lau.location = SimpleNamespace(name="dihal")
+    lau.repo = SimpleNamespace(name="__repository__", asset_graph=SimpleNamespace(
         toposorted_asset_keys=list(nodes), get=nodes.__getitem__))
     return lau
 
@@ -285,26 +289,22 @@ def test_a_lone_run_takes_every_core_and_a_backfill_divides_them_by_the_runs_at_
     backfill's runs get min(workers, its runs) as their compute workers; a lone run
     (locate, the eval, the comparison: the driver submits nothing beside it) gets 1, every
     core, where it once had a 1/workers share while the other shares sat idle."""
-    from types import SimpleNamespace
-
-    from dagster._cli import job as cli_job
-
-    made: list = []
     sent: list = []
     lau = _launcher(monkeypatch, workers=2, per_run=2, sent=sent)
-    lau.location = None
-    lau.instance.submit_run = lambda *a: None
-    monkeypatch.setattr(cli_job, "_create_run", lambda **kw: (
-        made.append((kw["remote_job"].name, kw["run_config"])) or SimpleNamespace(run_id="r")))
 
     def workers() -> list:
-        got = [c["resources"]["compute"]["config"]["workers"] for c in
-               [c for _, c in made] + [v["params"]["runConfigData"] for _, v in sent]]
-        made.clear()
+        got = [v["params"]["runConfigData"]["resources"]["compute"]["config"]["workers"]
+               for _, v in sent]
         sent.clear()
         return got
 
-    lau.launch("locate")
+    assert lau.launch("locate") == "r"
+    ((query, variables),) = sent  # GraphQL launchRun, as the web UI's launchpad submits a run
+    assert "launchRun" in query
+    assert variables["params"]["selector"] == {
+        "repositoryLocationName": "dihal", "repositoryName": "__repository__", "jobName": "locate"}
+    tags = {t["key"]: t["value"] for t in variables["params"]["executionMetadata"]["tags"]}
+    assert tags["dihal/driver"] == "d" and tags["dihal/slot"] == "d-0"
     assert workers() == [1]
     lau.backfill("sweep", ["1", "2", "3"])  # two backfills, two runs: 1-2 and 3
     assert workers() == [2, 2]

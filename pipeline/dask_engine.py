@@ -6,7 +6,9 @@ Built on dagster-dask's step function (each Dask task runs one Dagster step agai
 instance), with one change that concurrent runs need: dagster-dask names a task
 "<job>.<step>", the same in every run of a job, and Dask treats tasks of the same name as one,
 so the sweep's partitions, launched at once, would share the first partition's task. Here a
-task is named after its run too. A step asks for one unit of the workers' "device" resource
+task is named after its run too; and the run goes to the worker serialised (a run in a pool
+carries a record that Dask's walk over a task's arguments cannot iterate). A step asks for one
+unit of the workers' "device" resource
 (assets._stage.DEVICE_STEP_TAGS), so a worker started with `--resources device=1` runs one
 step at a time and two steps never share its GPU.
 """
@@ -30,12 +32,17 @@ class DaskStepExecutor(dg.Executor):
 
     def execute(self, plan_context, execution_plan):
         import dask.distributed
-        from dagster_dask.executor import get_dask_resource_requirements, query_on_dask_worker
+        from dagster_dask.executor import get_dask_resource_requirements
 
         run = plan_context.dagster_run
         if not plan_context.instance.is_persistent:
             raise dg.DagsterInvariantViolationError(
                 "steps on a Dask cluster need a persistent Dagster instance (set DAGSTER_HOME)")
+        from dagster._serdes import serialize_value
+
+        # the run goes serialised: a run in a pool carries a record (its op concurrency) that
+        # the Dask client's walk over a task's arguments cannot iterate
+        run_json = serialize_value(run)
         with dask.distributed.Client(self.address) as client:
             futures = {}
             for level in execution_plan.get_steps_to_execute_by_level():
@@ -43,7 +50,7 @@ class DaskStepExecutor(dg.Executor):
                     upstream = [futures[key] for step_input in step.step_inputs
                                 for key in step_input.dependency_keys]
                     futures[step.key] = client.submit(
-                        query_on_dask_worker, upstream, plan_context.reconstructable_job, run,
+                        step_on_worker, upstream, plan_context.reconstructable_job, run_json,
                         plan_context.run_config, [step.key], plan_context.instance.get_ref(),
                         execution_plan.known_state,
                         key=f"{run.job_name}.{step.key}.{run.run_id}",  # unique per run
@@ -51,6 +58,16 @@ class DaskStepExecutor(dg.Executor):
             done = dask.distributed.as_completed(list(futures.values()), with_results=True)
             for _future, events in iterate_with_context(raise_execution_interrupts, done):
                 yield from events
+
+
+def step_on_worker(dependencies, recon_job, run_json: str, run_config, step_keys, instance_ref,
+                   known_state):
+    """dagster-dask's step function on a Dask worker, given the run serialised."""
+    from dagster._serdes import deserialize_value
+    from dagster_dask.executor import query_on_dask_worker
+
+    return query_on_dask_worker(dependencies, recon_job, deserialize_value(run_json, dg.DagsterRun),
+                                run_config, step_keys, instance_ref, known_state)
 
 
 @dg.executor(name="dask", requirements=multiple_process_executor_requirements(),

@@ -49,6 +49,26 @@ class Refusal:
         return f"{self.check}: {self.message}"
 
 
+def limit_refusals(*, seconds: float, disk_bytes: int, memory_bytes: int, what: str,
+                   fixes: tuple[str, str, str], pairs: str, max_seconds: float | None = None,
+                   disk_free: int | None = None, host_available: int | None = None
+                   ) -> list[Refusal]:
+    """What a study's estimate (its `seconds`, checkpoints' `disk_bytes`, its `pairs`'
+    `memory_bytes`) does not fit of the limits given (None: not checked), each with the fix
+    for time, disk and memory (`fixes`). `what` names the study in the time refusal."""
+    out = []
+    if max_seconds is not None and seconds > max_seconds:
+        out.append(Refusal("time", f"{what} needs about {seconds / 3600:.1f} h "
+                           f"(>{max_seconds / 3600:.1f} h allowed): {fixes[0]}"))
+    if disk_free is not None and disk_bytes > HEADROOM * disk_free:
+        out.append(Refusal("disk", f"its checkpoints need {disk_bytes / 2**30:.2f} GiB, "
+                           f"{disk_free / 2**30:.2f} GiB is free: {fixes[1]}"))
+    if host_available is not None and memory_bytes > HEADROOM * host_available:
+        out.append(Refusal("host memory", f"{pairs} need {memory_bytes / 2**30:.2f} GiB, "
+                           f"{host_available / 2**30:.2f} GiB is available: {fixes[2]}"))
+    return out
+
+
 @dataclass(frozen=True)
 class Facts:
     """What the driver found out about this run (pipeline/preflight.py gathers it)."""

@@ -39,7 +39,7 @@ from dihal.compare.baselines.base import Budget
 from dihal.compare.stage import baseline
 from dihal.config import BaselineRunConfig, BridgeProtocol, BudgetGenerationConfig, EvalConfig
 from dihal.evaluate.generation import sample_and_score
-from dihal.preflight import HEADROOM, PreflightError, Refusal
+from dihal.preflight import PreflightError, Refusal, limit_refusals
 from dihal.replace.budget import (
     SECONDS_PER_STEP,
     SECONDS_PER_TOKEN_BLOCK,
@@ -250,19 +250,12 @@ class GenerationEstimate:
     def refusals(self, *, max_seconds: float | None = None, disk_free: int | None = None,
                  host_available: int | None = None) -> list[Refusal]:
         """What does not fit the limits given (None: not checked), each with the fix."""
-        out = []
-        if max_seconds is not None and self.seconds > max_seconds:
-            out.append(Refusal("time", f"generation at the budget's ends needs about "
-                               f"{self.seconds / 3600:.1f} h (>{max_seconds / 3600:.1f} h "
-                               "allowed): lower the largest budget, or run it on a GPU"))
-        if disk_free is not None and self.disk_bytes > HEADROOM * disk_free:
-            out.append(Refusal("disk", f"its checkpoints need {self.disk_bytes / 2**30:.2f} GiB, "
-                               f"{disk_free / 2**30:.2f} GiB is free: free space"))
-        if host_available is not None and self.memory_bytes > HEADROOM * host_available:
-            out.append(Refusal("host memory", f"l*'s pairs need {self.memory_bytes / 2**30:.2f} "
-                               f"GiB, {host_available / 2**30:.2f} GiB is available: lower the "
-                               "largest budget or use a host with more memory"))
-        return out
+        return limit_refusals(
+            seconds=self.seconds, disk_bytes=self.disk_bytes, memory_bytes=self.memory_bytes,
+            what="generation at the budget's ends", pairs="l*'s pairs",
+            max_seconds=max_seconds, disk_free=disk_free, host_available=host_available,
+            fixes=("lower the largest budget, or run it on a GPU", "free space",
+                   "lower the largest budget or use a host with more memory"))
 
     def summary(self) -> str:
         """The estimate in words: what the run says before it starts."""

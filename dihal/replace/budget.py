@@ -51,7 +51,7 @@ from dihal.errors import CorpusError, LayerIndexError
 from dihal.locate.corpus import document_lengths, pack_sequences, sequence_capacity
 from dihal.locate.documents import Document
 from dihal.locate.extract import layer_pairs
-from dihal.preflight import HEADROOM, PreflightError, Refusal
+from dihal.preflight import PreflightError, Refusal, limit_refusals
 from dihal.replace.control_hybrids import RidgeMap, fit_ridge, held_out_nll, ridge_hybrid
 from dihal.replace.hybrid import next_token_nll
 from dihal.replace.stage import (
@@ -180,19 +180,13 @@ class BudgetEstimate:
     def refusals(self, *, max_seconds: float | None = None, disk_free: int | None = None,
                  host_available: int | None = None) -> list[Refusal]:
         """What does not fit the limits given (None: not checked), each with the fix."""
-        out = []
-        if max_seconds is not None and self.seconds > max_seconds:
-            out.append(Refusal("time", f"the budget study needs about {self.seconds / 3600:.1f} h "
-                               f"(>{max_seconds / 3600:.1f} h allowed): drop layers or the "
-                               "largest budget, or run it on a GPU"))
-        if disk_free is not None and self.disk_bytes > HEADROOM * disk_free:
-            out.append(Refusal("disk", f"its checkpoints need {self.disk_bytes / 2**30:.2f} GiB, "
-                               f"{disk_free / 2**30:.2f} GiB is free: free space, or drop layers"))
-        if host_available is not None and self.memory_bytes > HEADROOM * host_available:
-            out.append(Refusal("host memory", f"a layer's pairs need {self.memory_bytes / 2**30:.2f}"
-                               f" GiB, {host_available / 2**30:.2f} GiB is available: drop the "
-                               "largest budget or use a host with more memory"))
-        return out
+        return limit_refusals(
+            seconds=self.seconds, disk_bytes=self.disk_bytes, memory_bytes=self.memory_bytes,
+            what="the budget study", pairs="a layer's pairs", max_seconds=max_seconds,
+            disk_free=disk_free, host_available=host_available,
+            fixes=("drop layers or the largest budget, or run it on a GPU",
+                   "free space, or drop layers",
+                   "drop the largest budget or use a host with more memory"))
 
     def summary(self) -> str:
         """The estimate in words: what a study says before it starts."""

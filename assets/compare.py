@@ -57,6 +57,34 @@ def same_eval(run: StageRun, cfg, made_from: list) -> list:
     return [ev] if all(m.upstream.get(k) == fp for k, fp in current.items()) else []
 
 
+def baseline_of(run: StageRun, cfg):
+    """one(name) -> (artifact, manifest, cached): the baseline `name` at DiHAL's budget, made
+    or reused (StageRun.each_partition's function for the baseline asset)."""
+    import torch
+
+    from dihal.compare.baselines import VERSIONS
+    from dihal.compare.stage import baseline as stage
+    from dihal.compare.stage import reference_budget
+
+    seqs, br = run.art(Sequences), run.art(Bridge)
+    sm, bm = run.require(seqs, br)
+
+    def one(name: str):
+        out = run.art(BaselineRun, name)
+
+        def compute():
+            ref = reference_budget(br.read().metrics, bm.config["steps"], sm.config["seq_len"])
+            return stage(name, run.model(), torch.as_tensor(seqs.token_ids()["train"]), ref,
+                         bm.config, cfg, out.workdir, run.judge(), progress=run.throttled(),
+                         device=run.device(), reference_texts=reference_texts(run, cfg.length),
+                         warn=run.warn)
+
+        return run.made(out, {"name": name, **cfg.__dict__}, [seqs, br], compute,
+                        judge=run.judge_identity(), recipe_version=VERSIONS[name])
+
+    return one
+
+
 def compare_assets(backbone: str) -> list:
     def key(stage: str) -> str:  # the asset key of this backbone's stage
         return asset_key(stage, backbone)
@@ -68,30 +96,8 @@ def compare_assets(backbone: str) -> list:
     def baseline(context: dg.AssetExecutionContext, config: BaselineRunConfig) -> dg.MaterializeResult:
         """A continuous-diffusion baseline at DiHAL's budget: same denoiser size (+-10%),
         training tokens, sampler steps, sequence length, judge and metric code."""
-        import torch
-
-        from dihal.compare.baselines import VERSIONS
-        from dihal.compare.stage import baseline as stage
-        from dihal.compare.stage import reference_budget
-
-        run, cfg = StageRun(context, backbone), config.to_dihal()
-        seqs, br = run.art(Sequences), run.art(Bridge)
-        sm, bm = run.require(seqs, br)
-
-        def one(name: str):
-            out = run.art(BaselineRun, name)
-
-            def compute():
-                ref = reference_budget(br.read().metrics, bm.config["steps"], sm.config["seq_len"])
-                return stage(name, run.model(), torch.as_tensor(seqs.token_ids()["train"]), ref,
-                             bm.config, cfg, out.workdir, run.judge(), progress=run.throttled(),
-                             device=run.device(), reference_texts=reference_texts(run, cfg.length),
-                             warn=run.warn)
-
-            return run.made(out, {"name": name, **cfg.__dict__}, [seqs, br], compute,
-                            judge=run.judge_identity(), recipe_version=VERSIONS[name])
-
-        return run.each_partition(one)
+        run = StageRun(context, backbone)
+        return run.each_partition(baseline_of(run, config.to_dihal()))
 
     @stage_asset(backbone, "comparison", [key("eval"), baseline], kinds={"parquet"})
     def comparison(context: dg.AssetExecutionContext) -> dg.MaterializeResult:

@@ -22,10 +22,10 @@ from tests.tiny import ROOT, tiny_profile
 LAYERS = ["1", "2", "3"]
 # Each step of a partition's run (the bridge, then its regression control) keeps its device this
 # long after computing (tests.tiny_location), without training for longer: runs launched a few
-# seconds apart overlap (3 s), and on the Dask cluster every worker takes one step (15 s: with
-# 8 s, on a loaded machine, the daemon made the three runs 14 s apart and the first ended before
-# the last started; with shorter steps one worker took two)
-HOLD_S = {"backfill": "3", "dask": "15"}
+# seconds apart overlap (3 s), and on the Dask cluster the three runs overlap (30 s: with 8
+# and 15 s, on a loaded machine, the daemon started the three runs 10-14 s apart and the first
+# ended before the last started)
+HOLD_S = {"backfill": "3", "dask": "30"}
 
 
 def _digest(path: Path) -> str:

@@ -255,7 +255,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="spread the backbone over this host's GPUs (accelerate's device_map; "
                          "default: one device). Recorded in the dump's backbone info and "
                          "carried in every run's config")
-    from pipeline.launch import project_location
+    from pipeline.daemon import project_location
 
     ap.add_argument("--module", default=project_location()[0],
                     help="the Dagster code location (a Python module defining `defs`; default: "
@@ -269,7 +269,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> None:
     ap = build_parser()
-    from pipeline.launch import open_instance
+    from pipeline.daemon import open_instance
     from pipeline.private_tmp import private_tmpdir
 
     args, layers, baselines, seeds = _checked(ap, argv)
@@ -350,7 +350,7 @@ def _refuse_run_only_declaration(ap: argparse.ArgumentParser, args, instance) ->
     """A backbone declared by --backbone for this run only is unknown to a daemon already
     running (dagster dev): refuse, saying how to declare it for both."""
     from dihal.registry import declared_by_flag
-    from pipeline.launch import daemon_alive
+    from pipeline.daemon import daemon_alive
 
     by_flag = {e.get("name") for e in declared_by_flag()}
     if args.backbone in by_flag and daemon_alive(instance):
@@ -363,7 +363,8 @@ def _refuse_run_only_declaration(ap: argparse.ArgumentParser, args, instance) ->
 def _drive(instance, args, argv: list[str] | None, layers, baselines, seeds) -> None:
     """The chain through the daemon and the run queue, with its summary; an interrupt cancels
     the runs in flight and says how to resume."""
-    from pipeline.launch import QueueStuck, daemon, driver_tag, launcher
+    from pipeline.daemon import QueueStuck, daemon, driver_tag
+    from pipeline.launch import launcher
 
     def say(msg: str) -> None:
         print(f"[dihal] {msg}", flush=True)

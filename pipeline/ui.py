@@ -150,7 +150,7 @@ def refusal(argv: list[str]) -> str | None:
     DAGSTER_HOME or artifact root); None where it may. Says so where the default port is
     taken (dagster dev then takes another)."""
     from dihal.preflight import PreflightError, require_folders
-    from pipeline.launch import project_location
+    from pipeline.daemon import project_location
     from pipeline.preflight import folders
 
     host, port = served_address(argv)
@@ -168,7 +168,7 @@ def refusal(argv: list[str]) -> str | None:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     exe = shutil.which("dagster", path=str(Path(sys.executable).parent)) or "dagster"
-    from pipeline.launch import cli_env
+    from pipeline.daemon import cli_env
     from pipeline.private_tmp import private_tmpdir
 
     if why := refusal(argv):

@@ -2,7 +2,7 @@
 outlives a driver killed with SIGKILL (or the OOM killer) and, within seconds, ends what that
 driver left: its runs still queued or in flight are canceled through the instance (a worker
 that does not stop is killed, by its own pid, and its run marked canceled), and the driver
-leaves the shared daemon (pipeline.launch.DaemonLease: stopped only if no other driver uses
+leaves the shared daemon (pipeline.daemon.DaemonLease: stopped only if no other driver uses
 it). Nothing of another driver's is touched: runs are picked by the dihal/driver tag. A driver
 that ends normally stops it first.
 
@@ -55,7 +55,7 @@ def end_runs(instance: dg.DagsterInstance, driver_tag: str, reason: str,
 
 
 def main(argv: list[str]) -> None:
-    from pipeline.launch import DaemonLease
+    from pipeline.daemon import DaemonLease
 
     driver, tag = int(argv[0]), argv[1]
     module = argv[2] if len(argv) > 2 else "pipeline.definitions"

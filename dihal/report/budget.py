@@ -129,13 +129,11 @@ class Crossing:
 
     kind: "unmeasured" (no budget with both), "below throughout", "crosses" (above, then below
     from `at` on), "mixed" (below at some budget, above again at a later one), "not crossed".
-    For "not crossed", `outcome` says what the line through the curve's last two shared
-    budgets gives (`fit`: the local slope where the measurement ends; a line over every budget
-    would carry the steep start of a flattening curve past its end): "one budget" (no fit),
-    "never" (it does not fall between them), or "extrapolated" (it reaches `target`, the ridge
-    map's NLL at the largest shared budget, at 10 ** needed_log10 steps). With three or more
-    budgets, `first` is the line through the first two, to say whether the curve flattens.
-    """
+    For "not crossed", `outcome` says what `fit`, the line through the last two shared budgets
+    (a line over all of them carries a flattening curve's steep start past its end), gives:
+    "one budget", "never" (it does not fall), or "extrapolated" (it reaches `target`, the ridge
+    map's NLL at the largest shared budget, at 10 ** needed_log10 steps). `first`: the line
+    through the first two, where there are three or more (whether the curve flattens)."""
 
     layer: int
     kind: str

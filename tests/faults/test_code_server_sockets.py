@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.launch import cli_env
+from pipeline.daemon import cli_env
 from pipeline.private_tmp import private_tmpdir
 from tests.tiny import ROOT
 
@@ -64,6 +64,7 @@ def test_a_dihal_folder_that_is_a_link_is_never_used(temp_base, tmp_path):
 
 def test_the_driver_makes_its_temporary_folder_private_before_opening_the_instance(
         temp_base, monkeypatch):
+    import pipeline.daemon
     import pipeline.launch
     import pipeline.main as driver
 
@@ -74,7 +75,7 @@ def test_the_driver_makes_its_temporary_folder_private_before_opening_the_instan
         raise SystemExit(0)
 
     monkeypatch.setattr(driver, "_checked", lambda ap, argv: (None, [], [], {}))
-    monkeypatch.setattr(pipeline.launch, "open_instance", opened)
+    monkeypatch.setattr(pipeline.daemon, "open_instance", opened)
     with pytest.raises(SystemExit):
         driver.main([])
     assert seen == [str(temp_base / f"dihal-{os.getuid()}")]

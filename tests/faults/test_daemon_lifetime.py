@@ -12,7 +12,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from pipeline.launch import DaemonLease, QueueStuck, daemon_alive
+from pipeline.daemon import DaemonLease, QueueStuck, daemon_alive
 from pipeline.run_launcher import process_alive
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -100,7 +100,7 @@ def test_a_daemon_that_never_starts_is_reported_with_its_log_not_restarted_for_e
     broken = tmp_path / "dagster-daemon"
     broken.write_text("#!/bin/sh\necho 'Error: the daemon cannot load its code' >&2\nexit 2\n")
     broken.chmod(0o755)
-    monkeypatch.setattr("pipeline.launch.shutil.which", lambda *a, **k: str(broken))
+    monkeypatch.setattr("pipeline.daemon.shutil.which", lambda *a, **k: str(broken))
     lease = DaemonLease(instance, "pipeline.definitions", lambda m: None, "driver-a")
     lease.join()
     deadline = time.monotonic() + 30

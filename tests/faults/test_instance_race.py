@@ -1,5 +1,5 @@
 """Drivers started together on a fresh DAGSTER_HOME: the instance's storage is created by one
-of them at a time (pipeline.launch.open_instance), so none fails with `table alembic_version
+of them at a time (pipeline.daemon.open_instance), so none fails with `table alembic_version
 already exists` (without the lock, 8 of 16 such processes failed on a 2-core machine)."""
 
 import os
@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-OPEN = ("from pipeline.launch import open_instance; i = open_instance(); "
+OPEN = ("from pipeline.daemon import open_instance; i = open_instance(); "
         "print(len(i.get_runs()), sorted(i.get_daemon_heartbeats()))")
 
 

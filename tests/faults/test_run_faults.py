@@ -46,7 +46,7 @@ def foreign_daemon(tmp_path):
             procs.append(subprocess.Popen([exe, "run", "-m", "tests.tiny_location"], cwd=ROOT,
                                           env=env, stdout=out, stderr=subprocess.STDOUT,
                                           start_new_session=True))
-        from pipeline.launch import daemon_alive
+        from pipeline.daemon import daemon_alive
 
         deadline = time.monotonic() + 120
         while not daemon_alive(instance):
@@ -216,7 +216,8 @@ def test_a_driver_killed_with_sigkill_leaves_nothing_behind(
 def test_the_queue_stuck_message_names_the_run_that_holds_the_slot(tmp_path, monkeypatch):
     from dagster._daemon.types import DaemonHeartbeat
 
-    from pipeline.launch import QUEUE_DAEMON, queue_stuck_message
+    from pipeline.daemon import QUEUE_DAEMON
+    from pipeline.launch import queue_stuck_message
 
     home = tmp_path / "home"
     home.mkdir()

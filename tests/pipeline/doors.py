@@ -53,8 +53,8 @@ def beside_dg_dev(tmp: Path, tiny_llama_dir: Path, stories: tuple[str, ...]):
 
 
 def daemon_beating(env: dict) -> bool:
-    """The daemon of the instance at $DAGSTER_HOME beats (pipeline.launch.daemon_alive)."""
-    from pipeline.launch import daemon_alive
+    """The daemon of the instance at $DAGSTER_HOME beats (pipeline.daemon.daemon_alive)."""
+    from pipeline.daemon import daemon_alive
 
     with open_instance(env) as instance:
         return daemon_alive(instance)

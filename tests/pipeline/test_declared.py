@@ -230,12 +230,13 @@ def test_a_folder_given_to_the_driver_is_refused_where_a_daemon_already_runs(
         config, mistral_dir, capsys, monkeypatch, tmp_path):
     """A running daemon's code location never saw the --backbone declaration: refused before
     any run is submitted, naming dihal.toml."""
+    import pipeline.daemon
     import pipeline.launch
 
     config("[backbones]\n")
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
-    monkeypatch.setattr(pipeline.launch, "open_instance", lambda: "instance")
-    monkeypatch.setattr(pipeline.launch, "daemon_alive", lambda instance: instance == "instance")
+    monkeypatch.setattr(pipeline.daemon, "open_instance", lambda: "instance")
+    monkeypatch.setattr(pipeline.daemon, "daemon_alive", lambda instance: instance == "instance")
     monkeypatch.setattr(pipeline.launch, "launcher", lambda *a: 1 / 0)
     monkeypatch.setattr(driver, "_preflight", lambda args, layers: None)  # not its subject
     with pytest.raises(SystemExit) as exit_:
@@ -260,13 +261,14 @@ def drive(config, monkeypatch, tmp_path, capsys):
     """The driver up to its chain, nothing launched: every check, the name it runs under and
     what it prints. run(*argv) -> (exit status or None, the args it would drive, stdout,
     stderr). The artifact root is the test's own."""
+    import pipeline.daemon
     import pipeline.launch
     from storage import ArtifactLayout
 
     config("[backbones]\n")
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
-    monkeypatch.setattr(pipeline.launch, "open_instance", lambda: "instance")
-    monkeypatch.setattr(pipeline.launch, "daemon_alive", lambda instance: False)
+    monkeypatch.setattr(pipeline.daemon, "open_instance", lambda: "instance")
+    monkeypatch.setattr(pipeline.daemon, "daemon_alive", lambda instance: False)
     monkeypatch.setattr(driver, "_preflight", lambda args, layers: None)  # not its subject
     monkeypatch.setattr(driver, "artifact_layout", lambda: ArtifactLayout(tmp_path / "root"),
                         raising=False)

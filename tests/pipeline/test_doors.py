@@ -30,7 +30,7 @@ def test_the_driver_names_the_code_location_as_dg_dev_does():
     `make ui`) gives the project's module."""
     from dagster._core.workspace.load_target import PyProjectFileTarget
 
-    from pipeline.launch import load_target, location_name
+    from pipeline.daemon import load_target, location_name
 
     served = PyProjectFileTarget(str(ROOT / "pyproject.toml")).create_origins()[0]
     assert load_target("pipeline.definitions").create_origins()[0].location_name == \

@@ -240,6 +240,7 @@ def test_driver_runs_every_job_up_to_the_chosen_stage(monkeypatch, tmp_path):
     from contextlib import nullcontext
     from types import SimpleNamespace
 
+    import pipeline.daemon
     import pipeline.launch
     import pipeline.main as driver
 
@@ -252,7 +253,7 @@ def test_driver_runs_every_job_up_to_the_chosen_stage(monkeypatch, tmp_path):
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
     monkeypatch.setenv("DIHAL_PROFILE", "cpu")
     monkeypatch.setenv("DIHAL_WORKERS", "1")
-    monkeypatch.setattr(pipeline.launch, "daemon", lambda *a: nullcontext(SimpleNamespace(revive=None)))
+    monkeypatch.setattr(pipeline.daemon, "daemon", lambda *a: nullcontext(SimpleNamespace(revive=None)))
     monkeypatch.setattr(pipeline.launch, "launcher", lambda *a, **k: nullcontext(SimpleNamespace()))
     monkeypatch.setattr(driver.Chain, "job", lambda self, name: calls.append((name, None)))
     monkeypatch.setattr(driver.Chain, "backfill", lambda self, name, parts: calls.append((name, parts)))

@@ -1,9 +1,10 @@
 """Launching named jobs through the Dagster instance, as the web UI and `dagster job launch` do:
 runs are created from the code location, submitted to the instance's run queue, and launched by
-the daemon (each in its own process). A partitioned job's assets go as one asset backfill, as
-the UI's "Materialize selected" submits it: the daemon cuts it into runs of several partitions
-(their backfill policy) and queues them, at most DIHAL_WORKERS at once (their pool). The driver
-(pipeline.main) follows the runs from the instance's event log.
+the daemon (each in its own process). A partitioned job's assets go as asset backfills, as the
+UI's "Materialize selected" submits them, one for each of --workers runs of consecutive
+partitions: the daemon makes their runs and queues them, at most --workers at once (their
+pool). The driver (pipeline.main) follows the runs from the instance's event log. The instance
+and its daemon: pipeline.daemon.
 """
 
 from __future__ import annotations

@@ -300,6 +300,7 @@ class GenerationRow:
     denoiser_parameters: int | None = None
     train_tokens: int | None = None
     sampler_steps: int | None = None
+    train_steps: int | None = None  # the optimiser steps of DiHAL's bridge (its rows only)
 
     @property
     def name(self) -> str:
@@ -332,7 +333,7 @@ class GenerationRow:
 _GENERATION_COLUMNS = ("n_samples", "empty_samples", "ppl_length", "ppl_length_scored",
                        "ppl_length_short", "mean_length", "mean_judge_length", "mauve_n_p",
                        "mauve_n_q", "sample_nll", "sample_tokens", "denoiser_parameters",
-                       "train_tokens", "sampler_steps")
+                       "train_tokens", "sampler_steps", "train_steps")
 
 
 def generation_rows(rows: list[dict]) -> list[GenerationRow]:

@@ -47,7 +47,7 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
     Stage("regression_sweep", "4", "RegressionControl"),
     Stage("sampler_steps", "7", "SamplerCurve", "SamplerCurveConfig", "SamplerCurveRunConfig"),
     Stage("baseline", "6", "BaselineRun", "BaselineRunConfig", "BaselineRunConfig"),
-    Stage("comparison", "7", "Comparison"),
+    Stage("comparison", "8", "Comparison"),
     Stage("full_training", "8", "FullTraining"),
     Stage("report", "17", "Report"),
     Stage("budget", "1", "BudgetStudy", "BudgetConfig", "BudgetRunConfig"),

@@ -221,6 +221,9 @@ def comparison(eval_rows: list[dict], bridge: BridgeMetrics, sampler_steps: int,
     dihal_budget = {"denoiser_parameters": bridge.denoiser_parameters,
                     "train_tokens": bridge.train_tokens, "sampler_steps": sampler_steps,
                     "seq_len": None}
+    # the optimiser steps the bridge at l* took (DiHAL's rows only: the baselines are matched
+    # on tokens, budgets_matched)
+    steps = {"train_steps": bridge.steps}
 
     keys = (*GENERATION_KEYS, "repetition", "mean_length")
 
@@ -231,9 +234,9 @@ def comparison(eval_rows: list[dict], bridge: BridgeMetrics, sampler_steps: int,
     # hybrids' rows and the backbone's carry their paired difference from DiHAL's Gen.PPL
     def budget(r: dict) -> dict:
         if r["role"] == DIHAL:
-            return dihal_budget
+            return {**dihal_budget, **steps}
         if r["role"] == CHOSEN_K:
-            return {**dihal_budget, "sampler_steps": r["steps"]}
+            return {**dihal_budget, **steps, "sampler_steps": r["steps"]}
         if r["role"] == CONTROL:  # what the eval recorded (rows made before eval 10: none)
             return {"denoiser_parameters": r.get("denoiser_parameters"),
                     "train_tokens": r.get("train_tokens"), "sampler_steps": r.get("steps"),

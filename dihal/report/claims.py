@@ -112,6 +112,13 @@ def _sweep_steps(x: ReportInputs) -> str:
             else "the swept bridges' training steps not recorded")
 
 
+def _full_steps(dihal: GenerationRow | None) -> str:
+    """The steps of the bridge at l* with the full budget, as the comparison recorded them."""
+    if dihal is None or dihal.train_steps is None:
+        return "the full budget's steps not recorded"
+    return f"{int(dihal.train_steps):,} for the bridge at l* (full budget)"
+
+
 def _tokens(n: Any, absent: str = "not recorded") -> str:
     return f"{int(n):,}" if n is not None else absent
 
@@ -148,7 +155,7 @@ def scale_table(x: ReportInputs, p: PaperClaims) -> list[dict]:
             ("decoder layers", lambda b: b.n_layers, bb.n_layers),
             ("bridge training tokens", lambda b: _tokens(p.train_tokens, NOT_STATED), tokens),
             ("bridge training steps", lambda b: _tokens(p.train_steps, NOT_STATED),
-             _sweep_steps(x) + "; the full budget's steps are not in the report's inputs"))
+             _sweep_steps(x) + "; " + _full_steps(dihal)))
     return [{"scale": label, **{f"the paper, {b.name}": paper(b) for b in p.backbones.values()},
              "this run": run} for label, paper, run in rows]
 

@@ -169,6 +169,9 @@ def test_baselines_comparison_full_training_report(located):
         assert c["flops_per_token"] == pytest.approx(model.hybrid(c["layer"], c["K"]), rel=1e-9)
         assert c["ms_per_token"] > 0
     assert rows[0]["train_tokens"] == bridge["train_tokens"] and rows[1]["train_tokens"] is None
+    # DiHAL's rows carry the bridge's optimiser steps; the baselines are matched on tokens
+    assert rows[0]["train_steps"] == bridge["steps"] > 0
+    assert all(r["train_steps"] is None for r in rows if r["role"] == "baseline")
     full = read_manifest(root / "llama" / "full_training").info["rows"]
     b = read_manifest(root / "llama" / "bridgeability").info
     assert {r["role"]: r["layer"] for r in full} == {"geometry l*": b["l_star"],

@@ -351,3 +351,17 @@ def test_the_section_follows_the_answers_with_both_scales():
             and line.count(" | ") == len(COLUMNS) - 1][1:6]
     assert len(rows) == 5 and all(any(f"| {v} |" in r for v in (HOLDS, FAILS, UNDECIDED,
                                                                   MISSING)) for r in rows)
+
+
+@pytest.mark.parametrize("steps, says", [
+    (512, "; 512 for the bridge at l* (full budget)"),
+    (None, "; the full budget's steps not recorded"),
+])
+def test_the_scale_table_gives_the_full_bridges_steps_where_the_comparison_recorded_them(
+        steps, says):
+    from dihal.report.claims import scale_table
+
+    comparison = [_dihal(train_steps=steps), *CODAR_BEATEN[1:]]
+    x = _n_layers(inputs(full_training=_full(), comparison=comparison), 32)
+    (row,) = [r for r in scale_table(x, load_paper_claims()) if r["scale"] == "bridge training steps"]
+    assert row["this run"].endswith(says), row["this run"]

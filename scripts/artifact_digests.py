@@ -22,7 +22,9 @@ where a file embeds wall-clock measurements, which legitimately differ between a
 - eval.parquet, comparison.parquet, full_training.parquet and the sampler curve.parquet hold
   the generation latency (ms_per_token, ms_per_step, latency_vs_backbone, seconds...);
 - report.md quotes those times in its sentences and tables: its stable digest masks them, and
-  report.html (rendered from the same document) takes report.md's.
+  report.html (rendered from the same document) takes report.md's;
+- the model caches' folder-digests.json key each file's digest by its stat (size, mtime, ctime,
+  inode): its stable digest keeps the digests by path.
 For those the stable digest is taken with the timing fields removed (JSON keys, Parquet
 columns) and, in a manifest's file record, with the stable digest of each recorded file that
 holds times in place of its raw digest and size (the Parquet encoding of other numbers makes the
@@ -45,7 +47,9 @@ TIMING = re.compile(r"seconds|ms_per_|tokens_per_s|latency|wall_s|elapsed_s|forw
                     r"_vs_backbone|time_over_flops")
 # the report's measured times: the prose around them, and its tables' columns of times
 REPORT_TIMES = re.compile(r"\d[\d.,]*(?= m?s\b)|(?<=backbone's )\d[\d.]*|\d[\d.]*x(?= the backbone's "
-                          r"time| in measured time)|(?<=and )\d[\d.]*(?= at K =)")
+                          r"time| in measured time| at K =)|(?<=and )\d[\d.]*(?= at K =)|"
+                          r"(?<=ms per token against )\d[\d.]*|"
+                          r"(?<=rounds )[\d.]+-[\d.]+ against [\d.]+-[\d.]+")
 REPORT_TIME_COLUMNS = re.compile(r"ms|time|seconds|latency|tokens_per_s|vs backbone|round")
 SWEEP_LAYERS = ("1", "2", "3")
 BASELINES = ("diffusion-lm", "sed", "ld4lg", "codar")
@@ -154,6 +158,10 @@ def stable_digest(path: Path, timed: dict[Path, str]) -> str:
         return _sha(_report_untimed(path.read_text()).encode())
     if path.name == "report.html":  # rendered from the same document as report.md
         return _sha(b"html of " + _report_untimed((path.parent / "report.md").read_text()).encode())
+    if path.name == "folder-digests.json":  # the digests by path, without the stat keys
+        files = json.loads(path.read_text())["files"]
+        return _sha(json.dumps({f: sorted(by_stat.values()) for f, by_stat in files.items()},
+                               sort_keys=True).encode())
     if path.name == "manifest.json":
         raw = json.loads(path.read_text())
         files = {rel: ["size varies with the times", timed[path.parent / rel]]
@@ -176,9 +184,12 @@ def _report_untimed(text: str) -> str:
             if set(line) <= set("|-: "):
                 pass
             elif not any(c.strip().replace(".", "").isdigit() for c in cells):
+                # a header, or a row of prose cells (the claims table), which may quote times
                 masked = {i for i, c in enumerate(cells) if REPORT_TIME_COLUMNS.search(c)}
-            else:
-                line = "|".join("#" if i in masked else c for i, c in enumerate(cells))
+                line = REPORT_TIMES.sub("#", line)
+            else:  # a cell of prose may quote times too (the claims table's latency row)
+                line = "|".join("#" if i in masked else REPORT_TIMES.sub("#", c)
+                                for i, c in enumerate(cells))
         else:
             masked = set()
             line = REPORT_TIMES.sub("#", line)

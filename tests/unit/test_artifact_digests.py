@@ -1,0 +1,36 @@
+"""scripts/artifact_digests.py's stable digest: what varies between two runs of the same code
+(wall-clock times, stat keys) is masked, and nothing else."""
+
+import importlib.util
+import json
+
+from tests.tiny import ROOT
+
+_spec = importlib.util.spec_from_file_location("artifact_digests",
+                                               ROOT / "scripts" / "artifact_digests.py")
+digests = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(digests)
+
+CLAIM = ("| inference is slower than the backbone | higher latency | {ms} ms per token against "
+         "{bb} ({x}x at K = 4; FLOPs 6.54x); rounds {r} | holds |")
+
+
+def test_the_claims_tables_latency_row_is_masked_but_not_its_flops():
+    one = CLAIM.format(ms="4.3", bb="1.77", x="2.43", r="2.63-5.05 against 1.46-2.48")
+    two = CLAIM.format(ms="11.6", bb="6.26", x="1.86", r="10.8-43.3 against 6.05-7.34")
+    assert digests._report_untimed(one) == digests._report_untimed(two)
+    assert "FLOPs 6.54x" in digests._report_untimed(one)
+    flops = CLAIM.format(ms="4.3", bb="1.77", x="2.43", r="1-2 against 1-2")
+    assert digests._report_untimed(flops) != digests._report_untimed(
+        flops.replace("FLOPs 6.54x", "FLOPs 6.55x"))
+
+
+def _cache(path, stat: str, sha: str):
+    path.write_text(json.dumps({"files": {"/m/config.json": {stat: sha}}}))
+    return digests.stable_digest(path, {})
+
+
+def test_a_model_caches_digests_are_compared_without_their_stat_keys(tmp_path):
+    f = tmp_path / "folder-digests.json"
+    assert _cache(f, "711:1:1:5", "ab") == _cache(f, "711:2:2:6", "ab")
+    assert _cache(f, "711:1:1:5", "ab") != _cache(f, "711:1:1:5", "cd")

@@ -35,8 +35,8 @@ from dihal.bridge.data import Standardizer
 from dihal.bridge.sampler import DEFAULT_RULE, check_rule
 from dihal.errors import ContextLengthError
 from dihal.replace.control_hybrids import (
+    BuiltBridge,
     RidgeMap,
-    bridge_hybrid,
     layer_drop_hybrid,
     ridge_hybrid,
 )
@@ -211,6 +211,7 @@ class DihalHybrid(TextModel):
         self.steps = 1 if self.regression else int(check_steps(steps)
                                                    or trained.hparams["protocol"]["steps"])
         self.rule = check_rule(rule or DEFAULT_RULE, self.eta)
+        self._built = BuiltBridge.of(backbone, trained)  # restored once, sampled at any K
         self._cores: dict[tuple[int, str], object] = {}
         core = self.core_at(self.steps, self.rule)
         super().__init__(self.name_at(self.steps, self.rule), backbone, core,
@@ -232,8 +233,7 @@ class DihalHybrid(TextModel):
     def core_at(self, steps: int, rule: str):
         """The hybrid sampled with `steps` under `rule` (made once, then kept)."""
         if (steps, rule) not in self._cores:
-            self._cores[(steps, rule)] = bridge_hybrid(self.backbone, self.trained,
-                                                       steps=steps, rule=rule, eta=self.eta)
+            self._cores[(steps, rule)] = self._built.hybrid(steps=steps, rule=rule, eta=self.eta)
         return self._cores[(steps, rule)]
 
     def at(self, steps: int | None = None, rule: str | None = None) -> TextModel:

@@ -31,7 +31,7 @@ from dihal.labels import (
     NATIVE_ROLE,
     PROTOCOL_K,
 )
-from dihal.replace.control_hybrids import bridge_hybrid
+from dihal.replace.control_hybrids import BuiltBridge
 from dihal.results import (
     BaselineResult,
     BridgeMetrics,
@@ -289,13 +289,14 @@ def full_training(roles: dict[str, int], bridge_at: Callable[[int], TrainedBridg
         k0 = int(trained.hparams["protocol"]["steps"])
         sampler.update(protocol_steps=k0, chosen_is_protocol=chosen is not None and (
             chosen["steps"], chosen["rule"]) == (k0, DEFAULT_SAMPLER_RULE))
-        extra = _at_chosen(backbone, trained, cfg, chosen) if chosen and not sampler[
-            "chosen_is_protocol"] else []
-        reused = _eval_rows(from_eval, layer, bool(extra))
+        at_chosen = bool(chosen) and not sampler["chosen_is_protocol"]
+        reused = _eval_rows(from_eval, layer, at_chosen)
         if reused is not None:
             hybrids, drawn = reused, eval_samples or []
         else:
-            made = evaluate_generation(backbone, trained, judge, cfg, progress=progress,
+            bridge = BuiltBridge.of(backbone, trained)  # restored once for both its samplers
+            extra = _at_chosen(bridge, cfg, chosen) if at_chosen else []
+            made = evaluate_generation(bridge, judge, cfg, progress=progress,
                                        with_backbone=False, reference=reference, extra=extra)
             hybrids, drawn = made.rows, made.samples
         trained_columns = {"role": role, "layer": layer, **_bridge_columns(trained),
@@ -373,12 +374,12 @@ def _eval_rows(rows: list[dict] | None, layer: int, at_chosen: bool) -> list[dic
     return [dihal[0], *chosen[:1]] if at_chosen else dihal[:1]
 
 
-def _at_chosen(backbone, trained: TrainedBridge, cfg, chosen: dict) -> list[tuple]:
+def _at_chosen(bridge: BuiltBridge, cfg, chosen: dict) -> list[tuple]:
     """The extra model of evaluate_generation: the same bridge sampled at the chosen (rule, K)."""
 
     k, rule = chosen["steps"], chosen["rule"]
-    return [(f"DiHAL (l={trained.layer}, K={k} {rule}, chosen on validation at l*)", CHOSEN_K,
-             bridge_hybrid(backbone, trained, steps=k, rule=rule, eta=cfg.eta),
+    return [(f"DiHAL (l={bridge.layer}, K={k} {rule}, chosen on validation at l*)", CHOSEN_K,
+             bridge.hybrid(steps=k, rule=rule, eta=cfg.eta),
              {"steps": k, "rule": rule})]
 
 

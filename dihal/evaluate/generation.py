@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -30,6 +30,9 @@ from dihal.evaluate.metrics import (
 from dihal.evaluate.ppl_difference import log_ppl_difference
 from dihal.labels import CHOSEN_K, CONTROL
 from dihal.results import EvalResult, TrainedBridge
+
+if TYPE_CHECKING:
+    from dihal.replace.control_hybrids import BuiltBridge
 
 
 def texts_until_eos(tokenizer, tokens: torch.Tensor, eos_id: int, prompt_len: int = 1,
@@ -164,28 +167,21 @@ def text_metrics(texts: list[str], judge, *, seed: int = 0, reference=None,
     return out
 
 
-def evaluate_generation(backbone, trained: TrainedBridge, judge, cfg: EvalConfig,
+def evaluate_generation(bridge: BuiltBridge, judge, cfg: EvalConfig,
                         progress: Callable[[str], None] | None = None, *,
                         with_backbone: bool = True, reference=None,
                         extra: Sequence[tuple[str, str, Any, dict]] = ()) -> EvalResult:
-    """The eval stage: sample from the hybrid (the bridge at its layer) and from the backbone,
+    """The eval stage: sample from the hybrid (the bridge at its layer, at its protocol's K)
+    and from the backbone,
     the same way; score both with the same judge and metric code (MAUVE against `reference`,
     the judge's features of held-out text, when given). `with_backbone=False` samples the hybrid only (callers that
     already have the backbone's row). `extra`: more models, each (name, role, model with
     `decode` (dihal.replace.control_hybrids.ControlModel), columns added to its row), sampled and
     scored the same way after them; every row after DiHAL's then carries the paired
     difference of log Gen.PPL against DiHAL's (`paired_against_first`)."""
-    from dihal.bridge import BrownianBridge
-    from dihal.replace.hybrid import Hybrid, decode_backbone
-    from dihal.replace.stage import restore_bridge
+    from dihal.replace.hybrid import decode_backbone
 
-    bridge = restore_bridge(trained, device=str(backbone.device))
-    hp = bridge["hparams"]
-    layer = int(hp["layer"])
-    proto = hp["protocol"]
-    hybrid = Hybrid(backbone, bridge["denoiser"], BrownianBridge(sigma=proto["sigma"]),
-                    bridge["cond_std"], bridge["target_std"], layer, steps=proto["steps"],
-                    eta=cfg.eta, first_state=bridge["first_state"])
+    backbone, layer, hybrid = bridge.backbone, bridge.layer, bridge.hybrid(eta=cfg.eta)
     kw = dict(temperature=cfg.temperature, seed=cfg.seed, batch_size=cfg.batch_size, cached=True)
     # On the CPU the samples depend on the thread count and on the vector instructions torch's
     # kernels use (AVX-512, AVX2, ...: its CPU capability): float sums in another order move the
@@ -201,7 +197,7 @@ def evaluate_generation(backbone, trained: TrainedBridge, judge, cfg: EvalConfig
         models.append((name, role, lambda m=model: m.decode(cfg.n_samples, cfg.length, **kw)))
     scorer = (ScoreMemo(judge) if hasattr(judge, "score_ids") else MemoJudge(judge)) if extra else judge
     rows, samples = sample_and_score(backbone, models, scorer, cfg, progress, reference=reference)
-    rows[0].update({"layer": layer, "steps": proto["steps"], "rule": hybrid.rule})
+    rows[0].update({"layer": layer, "steps": bridge.protocol_steps, "rule": hybrid.rule})
     for row, (_, _, _, columns) in zip(rows[len(rows) - len(extra):], extra, strict=True):
         row.update(columns)
     if with_backbone:
@@ -318,23 +314,25 @@ def evaluate_with_controls(backbone, trained: TrainedBridge, judge, cfg: EvalCon
     The result's `cost`: FLOPs and measured ms per generated token of the backbone, DiHAL at
     each K of `cost_steps` and each control (controls_cost), and the FLOP model."""
 
-    extra, notes = control_models(backbone, trained, cfg, progress, reader=reader,
+    from dihal.replace.control_hybrids import BuiltBridge
+
+    bridge = BuiltBridge.of(backbone, trained)  # restored once: every row, point and cost below
+    extra, notes = control_models(bridge, cfg, progress, reader=reader,
                                   train_pairs=train_pairs, regression=regression, chosen=chosen,
                                   regression_note=regression_note)
-    result = evaluate_generation(backbone, trained, judge, cfg, progress, reference=reference,
-                                 extra=extra)
-    frontier = temperature_frontier(backbone, trained, judge, cfg, result.rows, progress,
+    result = evaluate_generation(bridge, judge, cfg, progress, reference=reference, extra=extra)
+    frontier = temperature_frontier(bridge, judge, cfg, result.rows, progress,
                                     anchor_texts=anchor_texts)
     if progress:
         progress("cost per generated token: FLOPs and timed decodes")
-    cost = controls_cost(backbone, trained, [(n, m, c["steps"]) for n, role, m, c in extra
-                                             if role == CONTROL],
+    cost = controls_cost(bridge, [(n, m, c["steps"]) for n, role, m, c in extra
+                                  if role == CONTROL],
                          steps=cost_steps, length=min(cfg.length, COST_LENGTH), seed=cfg.seed,
                          timed_length=min(cfg.length, COST_TIMED_LENGTH))
     return replace(result, controls=notes, cost=cost, frontier=frontier)
 
 
-def temperature_frontier(backbone, trained: TrainedBridge, judge, cfg: EvalConfig,
+def temperature_frontier(bridge: BuiltBridge, judge, cfg: EvalConfig,
                          rows: list[dict], progress: Callable[[str], None] | None = None, *,
                          anchor_texts: Sequence[str] = ()) -> list[dict]:
     """The eval's points of the temperature frontier (dihal.evaluate.frontier): DiHAL (the bridge at its
@@ -346,10 +344,9 @@ def temperature_frontier(backbone, trained: TrainedBridge, judge, cfg: EvalConfi
     cfg.n_samples scored the same way are the frontier's anchor (frontier.anchor_point)."""
     import time
 
-    from dihal.replace.control_hybrids import bridge_hybrid
     from dihal.replace.hybrid import decode_backbone
 
-    hybrid = bridge_hybrid(backbone, trained, eta=cfg.eta)
+    backbone, hybrid = bridge.backbone, bridge.hybrid(eta=cfg.eta)
     decoders = {"dihal": hybrid.decode, "backbone": lambda *a, **k: decode_backbone(backbone, *a, **k)}
     out = []
     for row in (r for r in rows if r["role"] in decoders):
@@ -375,7 +372,7 @@ def temperature_frontier(backbone, trained: TrainedBridge, judge, cfg: EvalConfi
     return out
 
 
-def control_models(backbone, trained: TrainedBridge, cfg: EvalConfig,
+def control_models(bridge: BuiltBridge, cfg: EvalConfig,
                    progress: Callable[[str], None] | None = None, *, reader,
                    train_pairs: Callable, regression: TrainedBridge | None = None,
                    chosen: dict | None = None,
@@ -384,20 +381,19 @@ def control_models(backbone, trained: TrainedBridge, cfg: EvalConfig,
     the chosen (rule, K) where it is not the protocol's, the regression, layer-drop and ridge
     hybrids; and the notes on what was (not) there."""
     from dihal.replace.control_hybrids import (
-        bridge_hybrid,
         fit_layer_ridge,
         layer_drop_hybrid,
         regression_hybrid,
         ridge_hybrid,
     )
 
-    layer, k0 = trained.layer, int(trained.hparams["protocol"]["steps"])
+    backbone, trained = bridge.backbone, bridge.trained
+    layer, k0 = bridge.layer, bridge.protocol_steps
     extra, notes = [], {"protocol_steps": k0, "chosen": chosen}
     if chosen is not None and (chosen["steps"], chosen["rule"]) != (k0, DEFAULT_SAMPLER_RULE):
         extra.append((f"DiHAL (l={layer}, K={chosen['steps']} {chosen['rule']}, chosen on "
                       "validation)", CHOSEN_K,
-                      bridge_hybrid(backbone, trained, steps=chosen["steps"], rule=chosen["rule"],
-                                    eta=cfg.eta),
+                      bridge.hybrid(steps=chosen["steps"], rule=chosen["rule"], eta=cfg.eta),
                       {"layer": layer, "steps": chosen["steps"], "rule": chosen["rule"]}))
     elif chosen is not None:
         notes["chosen_is_protocol"] = True
@@ -416,13 +412,14 @@ def control_models(backbone, trained: TrainedBridge, cfg: EvalConfig,
         notes["regression"] = regression_note or f"no regression control of layer {layer}"
     if progress:
         progress(f"fitting the ridge map hs[0] -> h_{layer} on the training pairs")
-    ridge, bridge = fit_layer_ridge(reader, trained, train_pairs=train_pairs)
-    first = bridge["first_state"]
+    ridge = fit_layer_ridge(reader, bridge, train_pairs=train_pairs)
+    modules = bridge.modules
+    first = modules["first_state"]
     first = first.to(backbone.device) if first is not None else None
     extra.append((f"layer-drop (l={layer})", CONTROL, layer_drop_hybrid(backbone, layer, first),
                   {"layer": layer, "steps": 0, "train_tokens": 0, "denoiser_parameters": 0}))
     extra.append((f"ridge (l={layer})", CONTROL,
-                  ridge_hybrid(backbone, layer, ridge, bridge["cond_std"], bridge["target_std"],
+                  ridge_hybrid(backbone, layer, ridge, modules["cond_std"], modules["target_std"],
                                first),
                   {"layer": layer, "steps": 0, "ridge_lambda": ridge.lam,
                    "ridge_val_mse": ridge.val_mse, "train_tokens": ridge.fit_tokens,
@@ -430,18 +427,17 @@ def control_models(backbone, trained: TrainedBridge, cfg: EvalConfig,
     return extra, notes
 
 
-def controls_cost(backbone, trained: TrainedBridge, controls: list[tuple[str, Any, int]], *,
+def controls_cost(bridge: BuiltBridge, controls: list[tuple[str, Any, int]], *,
                   steps: Sequence[int], length: int, seed: int = 0,
                   timed_length: int | None = None) -> dict:
     """dihal.evaluate.cost.eval_cost of the backbone, DiHAL at each K of `steps` (default rule) and
     each control hybrid (name, model, its denoiser steps: 1 for the regression hybrid, else 0)."""
     from functools import partial
 
-    from dihal.replace.control_hybrids import bridge_hybrid
     from dihal.replace.hybrid import decode_backbone
 
-    layer = trained.layer
-    dihal = {k: bridge_hybrid(backbone, trained, steps=k) for k in sorted(set(steps))}
+    backbone, layer = bridge.backbone, bridge.layer
+    dihal = {k: bridge.hybrid(steps=k) for k in sorted(set(steps))}
     # the backbone and DiHAL at each K are priced by the FLOP model (proved equal to the count
     # in tests/unit/test_cost.py); the controls, of other networks, are counted
     subjects = [CostSubject("backbone", partial(decode_backbone, backbone),

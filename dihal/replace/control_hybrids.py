@@ -297,21 +297,50 @@ def ridge_hybrid(backbone: Backbone, layer: int, ridge: RidgeMap, cond_std: Stan
 # ---------------------------------------------------------------- hybrids of trained bridges
 
 
+@dataclass(frozen=True)
+class BuiltBridge:
+    """A saved bridge (`dihal.results.TrainedBridge`) restored once on the backbone's device
+    (`modules`: restore_bridge's): DiHAL's hybrid of it at any sampler K and rule (`hybrid`),
+    each sharing the restored modules, so that a consumer sampling it at several K (the eval's
+    rows, frontier and cost table) restores it once. The hybrids keep no state in the modules
+    (the sampler's caches are made per decode)."""
+
+    backbone: Backbone
+    trained: TrainedBridge
+    modules: dict
+
+    @classmethod
+    def of(cls, backbone: Backbone, trained: TrainedBridge) -> BuiltBridge:
+        return cls(backbone, trained, restore_bridge(trained, device=str(backbone.device)))
+
+    @property
+    def layer(self) -> int:
+        return int(self.trained.hparams["layer"])
+
+    @property
+    def protocol_steps(self) -> int:
+        """The sampler's K of the bridge's protocol."""
+        return int(self.trained.hparams["protocol"]["steps"])
+
+    def hybrid(self, *, steps: int | None = None, rule: str | None = None, eta: float = 0.0):
+        """DiHAL's hybrid at `steps` (default: the protocol's K) with the sampler `rule`
+        (default: dihal.bridge.sampler.DEFAULT_RULE). A regression control (hparams objective
+        "regression") gives the regression hybrid: its network was trained at t = 1 only, so
+        it is sampled in one step whatever `steps` says."""
+        b, hp = self.modules, self.trained.hparams
+        regression = hp.get("objective") == "regression"
+        process = (EndpointRegression if regression else BrownianBridge)(
+            sigma=hp["protocol"]["sigma"])
+        return Hybrid(self.backbone, b["denoiser"], process, b["cond_std"], b["target_std"],
+                      self.layer, steps=1 if regression else (steps or self.protocol_steps),
+                      eta=eta, first_state=b["first_state"], rule=rule or DEFAULT_RULE)
+
+
 def bridge_hybrid(backbone: Backbone, trained, *, steps: int | None = None, rule: str | None = None,
                   eta: float = 0.0):
-    """DiHAL's hybrid of a saved bridge (`dihal.results.TrainedBridge`), at `steps` (default:
-    the protocol's K) with the sampler `rule` (default: dihal.bridge.sampler.DEFAULT_RULE).
-    A regression control (hparams objective "regression") gives the regression hybrid: its
-    network was trained at t = 1 only, so it is sampled in one step whatever `steps` says."""
-
-    bridge = restore_bridge(trained, device=str(backbone.device))
-    hp = bridge["hparams"]
-    proto = hp["protocol"]
-    regression = hp.get("objective") == "regression"
-    process = (EndpointRegression if regression else BrownianBridge)(sigma=proto["sigma"])
-    return Hybrid(backbone, bridge["denoiser"], process, bridge["cond_std"], bridge["target_std"],
-                  int(hp["layer"]), steps=1 if regression else (steps or proto["steps"]), eta=eta,
-                  first_state=bridge["first_state"], rule=rule or DEFAULT_RULE)
+    """DiHAL's hybrid of a saved bridge at one (K, rule): BuiltBridge.hybrid of the bridge
+    restored for it alone (a consumer of several K builds the BuiltBridge once instead)."""
+    return BuiltBridge.of(backbone, trained).hybrid(steps=steps, rule=rule, eta=eta)
 
 
 def regression_hybrid(backbone: Backbone, trained):
@@ -336,21 +365,21 @@ def held_out_nll(model: ControlModel, val_ids: Tensor,
             "top1_agreement": held.top1_agreement}
 
 
-def fit_layer_ridge(reader, trained, *, train_pairs: Callable[[], tuple[Tensor, Tensor]]
-                    ) -> tuple[RidgeMap, dict]:
+def fit_layer_ridge(reader, bridge: BuiltBridge, *,
+                    train_pairs: Callable[[], tuple[Tensor, Tensor]]) -> RidgeMap:
     """The ridge map hs[0] -> h_l of a saved bridge's layer, fitted on its training pairs in
     the bridge's own standardisation (its cond_std, target_std; BOS masked as the bridge's
     loss masks it), the penalty chosen on the held-out pairs the bridge is measured on.
     `train_pairs()`: the layer's raw (hs[0], h_l) training pairs, built as the bridge stage
-    builds them (dihal.replace.stage.train_layer). Returns (the map, restore_bridge's modules)."""
+    builds them (dihal.replace.stage.train_layer)."""
 
-    bridge = restore_bridge(trained)
-    protocol = BridgeProtocol(**trained.hparams["protocol"])
+    b = bridge.modules
+    protocol = BridgeProtocol(**bridge.trained.hparams["protocol"])
     c, h = train_pairs()
     mask = loss_mask(c, protocol)
-    zc, zh = standardise_pairs(c, h, bridge["cond_std"], bridge["target_std"], protocol)
-    val, _ = held_out(reader, trained.layer, protocol, bridge["cond_std"], bridge["target_std"])
-    return fit_ridge(BridgeData(zc, zh, mask), val), bridge
+    zc, zh = standardise_pairs(c, h, b["cond_std"], b["target_std"], protocol)
+    val, _ = held_out(reader, bridge.layer, protocol, b["cond_std"], b["target_std"])
+    return fit_ridge(BridgeData(zc, zh, mask), val)
 
 
 def ridge_control(backbone, reader, layer: int, protocol: BridgeProtocol, *,

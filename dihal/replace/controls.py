@@ -25,18 +25,17 @@ from dihal.results import SamplerCurveResult, TrainedBridge
 def sampler_steps_curve(backbone, trained: TrainedBridge, reader, cfg: SamplerCurveConfig,
                         progress: Callable[[str], None] | None = None) -> SamplerCurveResult:
     """The bridge `trained` (at its layer) measured with each K in cfg.steps."""
-    from dihal.bridge import BrownianBridge
-    from dihal.replace.hybrid import Hybrid
+    from dihal.replace.control_hybrids import BuiltBridge
     from dihal.replace.stage import (
         LayerData,
         check_candidate,
         held_out,
         held_out_reference,
         measure_bridge,
-        restore_bridge,
     )
 
-    bridge = restore_bridge(trained, device=str(backbone.device))
+    built = BuiltBridge.of(backbone, trained)  # restored once: measured and sampled at each K
+    bridge = built.modules
     protocol = BridgeProtocol(**trained.hparams["protocol"])
     layer = trained.layer
     check_candidate(reader, layer)
@@ -67,10 +66,7 @@ def sampler_steps_curve(backbone, trained: TrainedBridge, reader, cfg: SamplerCu
                     backbone, bridge["denoiser"], data, replace(protocol, steps=k),
                     val_loss=trained.metrics.val_loss if trained.metrics else None, rule=rule)
             measure_s = time.perf_counter() - t0
-            hybrid = Hybrid(backbone, bridge["denoiser"], BrownianBridge(sigma=protocol.sigma),
-                            bridge["cond_std"], bridge["target_std"], layer, steps=k,
-                            first_state=bridge["first_state"], rule=rule)
-            gen = hybrid.decode(cfg.n_samples, cfg.length, seed=cfg.seed, batch_size=cfg.n_samples)
+            gen = built.hybrid(steps=k, rule=rule).decode(cfg.n_samples, cfg.length, seed=cfg.seed, batch_size=cfg.n_samples)
             rows.append({"steps": k, "rule": rule, "recon_error": measured["recon_error"],
                          "hybrid_nll": measured["hybrid_nll"],
                          "backbone_nll": measured["backbone_nll"],

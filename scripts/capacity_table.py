@@ -19,7 +19,6 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from dihal.capacity import (  # noqa: E402
-    BACKBONE_CONFIGS,
     Workload,
     backbone_config,
     capacity_rows,
@@ -27,7 +26,9 @@ from dihal.capacity import (  # noqa: E402
     device_maps,
     load_model_config,
     parameter_count_on_meta,
+    stored_configs,
 )
+from dihal.registry import BACKBONES  # noqa: E402
 
 TITLES = {"smollm2": "SmolLM2-135M", "llama": "Llama-3.1-8B", "qwen": "Qwen3-8B"}
 
@@ -52,8 +53,8 @@ def main() -> None:
     if sys.argv[1:]:
         return declared(sys.argv[1:])
     w = Workload()
-    configs = {b: load_model_config(b) for b in BACKBONE_CONFIGS}
-    rows = {b: capacity_rows(c, BACKBONE_CONFIGS[b][1], w) for b, c in configs.items()}
+    configs = {b: load_model_config(b) for b in stored_configs()}
+    rows = {b: capacity_rows(c, BACKBONES[b].disk_bytes_per_param, w) for b, c in configs.items()}
 
     print(f"## Capacity of the GPU profile (GiB = 2^30 bytes)\n\n"
           f"seq_len {w.seq_len}; {w.n_train} training sequences ({w.train_tokens:,} tokens); "

@@ -34,7 +34,13 @@ import torch
 
 from dihal.bridge import BrownianBridge
 from dihal.bridge.train import loop_config
-from dihal.capacity import baseline_parameters, denoiser_parameters, training_disk_bytes
+from dihal.capacity import (
+    GIB,
+    baseline_parameters,
+    denoiser_parameters,
+    pair_bytes,
+    training_disk_bytes,
+)
 from dihal.compare.baselines.base import Budget
 from dihal.compare.stage import baseline
 from dihal.config import BaselineRunConfig, BridgeProtocol, BudgetGenerationConfig, EvalConfig
@@ -261,8 +267,8 @@ class GenerationEstimate:
         """The estimate in words: what the run says before it starts."""
         parts = ", ".join(f"{k} {v / 60:.0f} min" for k, v in self.parts.items())
         return (f"generation at {', '.join(f'{p.steps:,}' for p in self.plans)} steps needs "
-                f"about {self.seconds / 60:.0f} min ({parts}), {self.disk_bytes / 2**30:.2f} GiB "
-                f"of disk and {self.memory_bytes / 2**30:.2f} GiB of host memory"
+                f"about {self.seconds / 60:.0f} min ({parts}), {self.disk_bytes / GIB:.2f} GiB "
+                f"of disk and {self.memory_bytes / GIB:.2f} GiB of host memory"
                 + "".join(f"; {n}" for n in self.notes))
 
     def info(self) -> dict:
@@ -327,7 +333,7 @@ def estimate_generation(cfg: BudgetGenerationConfig, protocol: BridgeProtocol, *
     codar = baseline_parameters(CODAR, vocab, hidden, params, seq_len, bos_id)
     disk = len(plans) * (training_disk_bytes(params, params, keep)
                          + training_disk_bytes(*codar, keep))
-    memory = 2 * (n + protocol.eval_sequences) * seq_len * hidden * 4
+    memory = pair_bytes((n + protocol.eval_sequences) * seq_len, hidden)
     notes = tuple(f"{p.steps} steps: {p.sequences:,} distinct sequences, each seen "
                   f"{p.repeats:.2f} times" for p in plans if p.repeats > 1)
     return GenerationEstimate(sum(parts.values()), disk, memory, plans, parts, notes)

@@ -39,7 +39,7 @@ from dihal.bridge import BrownianBridge, train_bridge
 from dihal.bridge.data import BridgeData
 from dihal.bridge.denoiser import DenoiserConfig, denoiser_config_of
 from dihal.bridge.train import loop_config
-from dihal.capacity import denoiser_parameters, training_disk_bytes
+from dihal.capacity import GIB, denoiser_parameters, pair_bytes, training_disk_bytes
 from dihal.config import (
     MAX_TRAIN_STEPS,
     TRAIN_STEPS_WHY,
@@ -190,8 +190,8 @@ class BudgetEstimate:
 
     def summary(self) -> str:
         """The estimate in words: what a study says before it starts."""
-        return (f"the study needs about {self.seconds / 60:.0f} min, {self.disk_bytes / 2**30:.2f} "
-                f"GiB of disk and {self.memory_bytes / 2**30:.2f} GiB of host memory"
+        return (f"the study needs about {self.seconds / 60:.0f} min, {self.disk_bytes / GIB:.2f} "
+                f"GiB of disk and {self.memory_bytes / GIB:.2f} GiB of host memory"
                 + "".join(f"; {n}" for n in self.notes))
 
     def info(self) -> dict:
@@ -254,7 +254,7 @@ def estimate_study(cfg: BudgetStudyConfig, protocol: BridgeProtocol, *, n_layers
     params = denoiser_parameters(hidden, protocol, seq_len)
     keep = loop_config(protocol, "cpu").keep_checkpoints
     disk = len(cfg.layers) * len(cfg.budgets) * m * training_disk_bytes(params, params, keep)
-    memory = 2 * (n + protocol.eval_sequences) * seq_len * hidden * 4
+    memory = pair_bytes((n + protocol.eval_sequences) * seq_len, hidden)
     notes = tuple(f"{p.steps} steps: {p.sequences:,} distinct sequences, each seen "
                   f"{p.repeats:.2f} times" for p in plans if p.repeats > 1)
     return BudgetEstimate(sum(by_layer.values()), disk, memory, plans, by_layer, notes)

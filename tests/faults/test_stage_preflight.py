@@ -9,6 +9,7 @@ import shutil
 import pytest
 
 import dihal.preflight as pf
+from dihal.capacity import pair_bytes
 
 
 def test_a_dump_the_disk_cannot_hold_is_refused_before_a_batch_is_dumped(world, monkeypatch):
@@ -28,8 +29,9 @@ def test_a_bridge_whose_pairs_the_host_cannot_hold_is_refused_naming_workers(wor
     from resources import ComputeResource
 
     shutil.rmtree(world.path("bridge_sweep"))
-    pairs = pf.pair_bytes(pf.SequenceConfig(seq_len=16, n_train=8, n_val=6, val_fraction=0.3,
-                                            max_tokens_per_doc=40), 32)
+    seq = pf.SequenceConfig(seq_len=16, n_train=8, n_val=6, val_fraction=0.3,
+                            max_tokens_per_doc=40)
+    pairs = pair_bytes(seq.n_train * seq.seq_len, 32)
     weights = 200_000  # more than the tiny model's float32 weights (about 50k parameters)
     monkeypatch.setattr(pf, "available_memory", lambda: int((pairs + weights) * 1.5 / 0.9))
     res, err = world.materialize(["bridge_sweep_llama"], partition="1", resources={

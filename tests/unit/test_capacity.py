@@ -57,9 +57,10 @@ def test_device_maps_of_the_8b_models(backbone):
 def test_state_store_of_a_tiny_workload_is_the_hand_count():
     w = Workload(seq_len=4, n_train=10, n_val=3)
     # 5 layers x (3 x 4 tokens) x 8 dims x 2 bytes, plus 12 int32 ids
-    assert capacity.state_store_bytes(5, 8, w) == 5 * 12 * 8 * 2 + 12 * 4 == 1008
+    store = capacity.state_store_bytes(5, w.val_tokens, 8, w.state_bytes)
+    assert store == 5 * 12 * 8 * 2 + 12 * 4 == 1008
     # the pairs (c, h_l) of 10 x 4 training tokens, 8 dims, float32
-    assert capacity.pair_bytes(8, w) == 2 * 40 * 8 * 4
+    assert capacity.pair_bytes(w.train_tokens, 8) == 2 * 40 * 8 * 4
 
 
 def test_disk_does_not_grow_with_training_tokens_but_host_pairs_do():

@@ -4,9 +4,9 @@ to change, and lets a run that fits through."""
 
 import pytest
 
+from dihal.capacity import GIB, pair_bytes
 from dihal.config import BridgeProtocol, ExtractConfig, SequenceConfig
 from dihal.preflight import (
-    GIB,
     Facts,
     PreflightError,
     check_disk,
@@ -16,7 +16,6 @@ from dihal.preflight import (
     check_positions,
     gpu_step_bytes,
     max_positions,
-    pair_bytes,
     read_max_positions,
     refusals,
     require,
@@ -56,7 +55,7 @@ def test_corpus_too_small_names_the_cap_to_raise():
 
 
 def test_host_memory_for_pairs_times_concurrent_steps_names_workers():
-    pairs = pair_bytes(SEQ, 576)  # 2 x 8192 x 128 x 576 x 4 bytes = 4.5 GiB
+    pairs = pair_bytes(SEQ.n_train * SEQ.seq_len, 576)  # 2 x 8192 x 128 x 576 x 4 B = 4.5 GiB
     assert pairs == 2 * 8192 * 128 * 576 * 4
     cpu = facts(device="cpu", gpu_total=[], workers=8, host_available=20 * GIB, weight_bytes=4)
     (r,) = check_host_memory(cpu, SEQ)

@@ -125,7 +125,7 @@ def compare_assets(backbone: str) -> list:
         at the protocol's K and at the (rule, K) chosen on validation at l*."""
         from dihal.compare.stage import full_training as stage
         from dihal.compare.stage import full_training_roles
-        from dihal.replace.controls import choose_steps
+        from dihal.replace.sampler_steps import choose_steps
 
         run, cfg = StageRun(context, backbone), config.to_dihal()
         bness, br, curve = run.art(Bridgeability), run.art(Bridge), run.art(SamplerCurve)

@@ -50,7 +50,7 @@ def evaluate_assets(backbone: str, n_layers: int) -> list:
         against DiHAL with a paired interval; and the temperature frontier (DiHAL and the
         backbone at each of frontier_temperatures), kept apart."""
         from dihal.evaluate.generation import evaluate_with_controls
-        from dihal.replace.controls import choose_steps
+        from dihal.replace.sampler_steps import choose_steps
 
         run, cfg = StageRun(context, backbone), config.to_dihal()
         br, curve, states = run.art(Bridge), run.art(SamplerCurve), run.art(HiddenStates)
@@ -70,7 +70,7 @@ def evaluate_assets(backbone: str, n_layers: int) -> list:
                       config: SamplerCurveRunConfig) -> dg.MaterializeResult:
         """What the sampler's steps K buy at l*: the bridge re-measured with K = 1, 2, 4, 8, 16
         (reconstruction error, hybrid NLL, top-1 agreement) and its latency per token."""
-        from dihal.replace.controls import sampler_steps_curve
+        from dihal.replace.sampler_steps import sampler_steps_curve
 
         run, cfg = StageRun(context, backbone), config.to_dihal()
         br, states = run.art(Bridge), run.art(HiddenStates)

@@ -395,7 +395,7 @@ class SamplerCurveConfig:
     length: int = 32
     seed: int = 0
     # the sampler rules measured, each at every K (SAMPLER_RULES); eval samples the bridge at
-    # the (rule, K) of lowest held-out hybrid NLL over all of them (dihal.replace.controls.choose_steps)
+    # the (rule, K) of lowest held-out hybrid NLL over all of them (dihal.replace.sampler_steps.choose_steps)
     rules: tuple[str, ...] = SAMPLER_RULES
 
     def __post_init__(self) -> None:

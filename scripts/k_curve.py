@@ -1,5 +1,5 @@
 """Issue 20 on the embedded SmolLM2: a small bridge at one layer, its sampler-steps curve under
-both update rules (held-out hybrid NLL at each K, through dihal.replace.controls.sampler_steps_curve),
+both update rules (held-out hybrid NLL at each K, through dihal.replace.sampler_steps.sampler_steps_curve),
 the control hybrids at the same layer (ridge, layer-drop, optionally the regression control)
 on the same held-out sequences, and the FLOPs per generated token of each (dihal.evaluate.cost).
 
@@ -38,7 +38,7 @@ from dihal.replace.control_hybrids import (
     layer_drop_hybrid,
     ridge_hybrid,
 )
-from dihal.replace.controls import choose_steps, sampler_steps_curve
+from dihal.replace.sampler_steps import choose_steps, sampler_steps_curve
 from dihal.replace.stage import load_layer_data, restore_bridge, stored_pairs, train_layer
 
 

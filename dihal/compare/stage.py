@@ -272,7 +272,7 @@ def full_training(roles: dict[str, int], bridge_at: Callable[[int], TrainedBridg
     """The full_training stage: the full-budget bridge of each role's layer (`bridge_at` reuses
     or trains it, with the bridge stage's training seeds), evaluated like the bridge at l*
     (bridgeability, with the spread over seeds, and generation) at the protocol's K and at the
-    (rule, K) `chosen` on validation at l* (dihal.replace.controls.choose_steps; one row where that is
+    (rule, K) `chosen` on validation at l* (dihal.replace.sampler_steps.choose_steps; one row where that is
     the protocol's K and default rule), each generation row labelled by its `sampler`; the
     chosen row carries the paired difference of its log Gen.PPL from the protocol row's.
     `from_eval`: the eval's rows, where the eval sampled this very bridge at l* with the same

@@ -299,7 +299,7 @@ def evaluate_with_controls(backbone, trained: TrainedBridge, judge, cfg: EvalCon
     """The eval stage with DiHAL's controls: DiHAL at its protocol's K and the
     backbone (evaluate_generation), then, sampled and scored the same way (count, length,
     temperature, seed, judge):
-    - DiHAL at the (rule, K) chosen on validation (`chosen`: dihal.replace.controls.choose_steps of the
+    - DiHAL at the (rule, K) chosen on validation (`chosen`: dihal.replace.sampler_steps.choose_steps of the
       sampler-steps curve), where that differs from the protocol's (K, default rule);
     - the regression hybrid: `regression`, the regression control at the bridge's layer (the
       eval's: trained with the bridge's full budget; its row is labelled with its budget and

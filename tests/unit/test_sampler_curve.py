@@ -6,7 +6,7 @@ import torch
 
 from dihal.config import BridgeProtocol, ExtractConfig, SamplerCurveConfig
 from dihal.replace.control_hybrids import bridge_hybrid
-from dihal.replace.controls import choose_steps, sampler_steps_curve
+from dihal.replace.sampler_steps import choose_steps, sampler_steps_curve
 from storage.states import StateReader
 from tests.tiny import dump_states, random_sequences
 

@@ -1,4 +1,4 @@
-"""Controls for the bridge itself: what the number of sampler steps K buys at l*.
+"""What the number of sampler steps K buys at l*: the sampler-steps curve of one trained bridge.
 
 The sampler-steps curve re-measures one trained bridge with K = 1, 2, 4, 8, 16 steps of its
 deterministic sampler, under each update rule asked for (cfg.rules: ancestral, marginal):

@@ -12,13 +12,24 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
 
-if TYPE_CHECKING:
-    from dihal.api.models import TextModel
+
+class Scorable(Protocol):
+    """What scoring needs of a model (dihal.api.models.TextModel has it): its name, its
+    tokenizer and encoding, its context check and its logits."""
+
+    name: str
+    tokenizer: object
+
+    def encode(self, text: str) -> torch.Tensor: ...
+
+    def check_positions(self, n: int, what: str, fix: str) -> None: ...
+
+    def logits(self, ids: torch.Tensor) -> torch.Tensor: ...
 
 
 @dataclass(frozen=True)
@@ -99,7 +110,7 @@ def token_nll(logits: torch.Tensor, ids: torch.Tensor) -> list[float]:
     return F.cross_entropy(lp, ids[1:].to(lp.device), reduction="none").tolist()
 
 
-def score_texts(texts: Sequence[str], models: Sequence[TextModel], *,
+def score_texts(texts: Sequence[str], models: Sequence[Scorable], *,
                 progress: Callable[[str], None] | None = None) -> Scores:
     """Every model's per-token NLL of every text (each a str, encoded with its BOS first). A
     text with no token to predict, or longer than a model takes, is refused by its index."""

@@ -19,7 +19,7 @@ from typing import Any
 import dagster as dg
 
 from dihal.errors import DihalError, MissingArtifactError
-from dihal.stages import CODE_VERSIONS, asset_key
+from dihal.run.stages import CODE_VERSIONS, asset_key
 from storage import (
     Artifact,
     Corpus,
@@ -280,7 +280,7 @@ class StageRun:
 
     def checked(self, artifact: Artifact, config: Any, compute: Callable[[], Any]) -> Any:
         """compute(), after the pre-flight's checks of a heavy stage on this host and the
-        device it holds (dihal.preflight.stage_refusals: the dump's disk and GPU memory, a
+        device it holds (dihal.run.preflight.stage_refusals: the dump's disk and GPU memory, a
         bridge's host memory, disk and GPU memory, the backbone's positions), and the
         sequences' length against the backbone's positions before they are made, whichever
         door launched the run."""
@@ -296,8 +296,8 @@ class StageRun:
 
     def _positions(self, artifact: Artifact, seq: Any) -> None:
         """The sequences' length against the backbone's max_position_embeddings, read from
-        its config.json before a document is tokenised (dihal.preflight.check_positions)."""
-        from dihal.preflight import PreflightError, read_max_positions, require_positions
+        its config.json before a document is tokenised (dihal.run.preflight.check_positions)."""
+        from dihal.run.preflight import PreflightError, read_max_positions, require_positions
 
         folder = self.resources.backbones.resolve(self.backbone, self.layout).path
         try:
@@ -307,7 +307,7 @@ class StageRun:
 
     def _preflight(self, kind: str, artifact: Artifact, config: Any) -> None:
         from dihal.config import BridgeProtocol, ExtractConfig, SequenceConfig
-        from dihal.preflight import PreflightError, model_facts, require_stage
+        from dihal.run.preflight import PreflightError, model_facts, require_stage
         from storage import HiddenStates, Sequences
 
         def of(cls, art):

@@ -11,7 +11,7 @@ import dagster as dg
 
 from assets._stage import StageRun, stage_asset
 from assets.configs import RUN_CONFIGS
-from dihal.stages import asset_key
+from dihal.run.stages import asset_key
 from storage import (
     BudgetGeneration,
     BudgetStudy,
@@ -55,9 +55,10 @@ def study_of(run: StageRun, out: BudgetStudy, layer: int, cfg, protocol):
     def compute():
         from dihal.bridge.residual import ridge_started_denoiser
         from dihal.config import ExtractConfig
-        from dihal.preflight import available_memory, disk_free
-        from dihal.replace.budget import BudgetStudyConfig, estimate_study, study_layer
+        from dihal.replace.budget import BudgetStudyConfig, study_layer
         from dihal.results import BudgetResult
+        from dihal.run.estimates import estimate_study
+        from dihal.run.preflight import available_memory, disk_free
 
         tokens, reader, seq_cfg = study_tokens(run, layer, cfg.budgets, protocol.batch_size)
         (dump,) = run.require(run.art(HiddenStates))
@@ -98,10 +99,11 @@ def generation_of(run: StageRun, out: BudgetGeneration, layer: int, cfg, protoco
     memory cannot hold it), then every row not kept yet, each kept with its samples as soon as
     it exists."""
     def compute():
-        from dihal.compare.budget_generation import estimate_generation, generate_at_budgets
+        from dihal.compare.budget_generation import generate_at_budgets
         from dihal.config import ExtractConfig
-        from dihal.preflight import available_memory, disk_free
         from dihal.results import BudgetGenerationResult
+        from dihal.run.estimates import estimate_generation
+        from dihal.run.preflight import available_memory, disk_free
 
         tokens, reader, seq_cfg = study_tokens(run, layer, cfg.budgets, protocol.batch_size)
         (dump,) = run.require(run.art(HiddenStates))

@@ -1,5 +1,5 @@
 """Checks on the science, shown in the UI's Checks tab: each reads an artifact through storage
-and calls one dihal.checks function. They do not block downstream assets: they say what is
+and calls one dihal.run.checks function. They do not block downstream assets: they say what is
 doubtful about a result, the result stays."""
 
 from collections.abc import Callable
@@ -7,7 +7,7 @@ from collections.abc import Callable
 import dagster as dg
 
 from dihal.errors import DihalError
-from dihal.stages import asset_key
+from dihal.run.stages import asset_key
 from storage import (
     Bridge,
     Bridgeability,
@@ -43,7 +43,7 @@ def science_checks(backbone: str, n_layers: int) -> list:
     @check("bridge_sweep", "losses_fell", "Every swept bridge ends below its validation loss "
                                           "at initialisation.")
     def sweep_losses_fell(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
-        from dihal.checks import loss_fell
+        from dihal.run.checks import loss_fell
 
         def run():
             hs = HiddenStates(layout(context), backbone).manifest()
@@ -56,13 +56,13 @@ def science_checks(backbone: str, n_layers: int) -> list:
 
     @check("bridge", "loss_fell", "The bridge at l* ends below its validation loss at initialisation.")
     def bridge_loss_fell(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
-        from dihal.checks import loss_fell
+        from dihal.run.checks import loss_fell
 
         return _result(lambda: loss_fell(Bridge(layout(context), backbone).read().metrics))
 
     @check("bridgeability", "enough_layers", "The Spearman figures rest on at least 5 swept layers.")
     def enough(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
-        from dihal.checks import enough_layers
+        from dihal.run.checks import enough_layers
 
         return _result(lambda: enough_layers(
             Bridgeability(layout(context), backbone).require().info["swept_layers"]))
@@ -70,14 +70,14 @@ def science_checks(backbone: str, n_layers: int) -> list:
     @check("comparison", "budgets_matched", "Every row ran at DiHAL's budget (size +-10 %, "
                                             "tokens, sampler steps, sequence length).")
     def budgets(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
-        from dihal.checks import budgets_matched
+        from dihal.run.checks import budgets_matched
 
         return _result(lambda: budgets_matched(
             Comparison(layout(context), backbone).require().info["rows"]))
 
     @check("eval", "samples_readable", "Every model's samples are there, parse, and are not all empty.")
     def samples(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
-        from dihal.checks import samples_readable
+        from dihal.run.checks import samples_readable
 
         def run():
             art = Evaluation(layout(context), backbone)
@@ -88,7 +88,7 @@ def science_checks(backbone: str, n_layers: int) -> list:
 
     @check("report", "names_its_inputs", "The report names the fingerprint of every input artifact.")
     def names_inputs(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
-        from dihal.checks import names_fingerprints
+        from dihal.run.checks import names_fingerprints
 
         def run():
             art = Report(layout(context), backbone)

@@ -9,7 +9,7 @@ from assets.configs import BaselineRunConfig, EvalRunConfig
 from assets.evaluate import reference_texts
 from assets.replace import trainer
 from dihal.registry import BASELINES
-from dihal.stages import asset_key
+from dihal.run.stages import asset_key
 from storage import (
     BaselineRun,
     Bridge,

@@ -12,8 +12,8 @@ import dagster as dg
 import pydantic
 
 from dihal import config as dc
-from dihal.profiles import resolve_preset
-from dihal.stages import STAGES
+from dihal.run.profiles import resolve_preset
+from dihal.run.stages import STAGES
 
 
 class _RunConfig(dg.Config):
@@ -55,14 +55,14 @@ def run_config(cls: type, name: str, stage: str, doc: str | None = None,
 
 
 def stage_run_config(stage: str, **defaults: Any) -> type[_RunConfig]:
-    """The run config of `stage` as dihal.stages names it (its dataclass, class name, doc and
+    """The run config of `stage` as dihal.run.stages names it (its dataclass, class name, doc and
     defaults), with `defaults` on top."""
     s = STAGES[stage]
     return run_config(getattr(dc, s.config), s.run_config, stage, s.run_doc,
                       **{**s.run_defaults, **defaults})
 
 
-# stage -> its Dagster run config, for every stage that has a config (dihal.stages)
+# stage -> its Dagster run config, for every stage that has a config (dihal.run.stages)
 RUN_CONFIGS = {name: stage_run_config(name) for name, s in STAGES.items() if s.config}
 CorpusRunConfig = RUN_CONFIGS["corpus"]
 SequencesRunConfig = RUN_CONFIGS["sequences"]

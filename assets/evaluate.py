@@ -8,7 +8,7 @@ from assets._stage import StageRun, stage_asset
 from assets.configs import EvalRunConfig, SamplerCurveRunConfig
 from assets.replace import pairs_of, trainer
 from assets.staleness import stale_assets
-from dihal.stages import asset_key
+from dihal.run.stages import asset_key
 from resources import StorageResource
 from storage import (
     Bridge,

@@ -15,7 +15,7 @@ from assets.configs import (
 )
 from dihal.errors import DihalError
 from dihal.registry import get_spec
-from dihal.stages import asset_key
+from dihal.run.stages import asset_key
 from storage import Corpus, Geometry, HiddenStates, LayerScore, Sequences
 
 

@@ -11,7 +11,7 @@ from assets.configs import (
     BridgeProtocolRunConfig,
     FullBridgeRunConfig,
 )
-from dihal.stages import asset_key
+from dihal.run.stages import asset_key
 from storage import (
     Bridge,
     Bridgeability,

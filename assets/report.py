@@ -4,7 +4,7 @@
 import dagster as dg
 
 from assets._stage import StageRun, stage_asset
-from dihal.stages import asset_key
+from dihal.run.stages import asset_key
 from storage import (
     Bridgeability,
     Comparison,

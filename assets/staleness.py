@@ -3,7 +3,7 @@ upstream artifacts (storage only; no heavy imports)."""
 
 from __future__ import annotations
 
-from dihal.stages import asset_key
+from dihal.run.stages import asset_key
 from storage import (
     ArtifactLayout,
     Bridge,

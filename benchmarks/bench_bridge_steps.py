@@ -30,7 +30,7 @@ def main() -> None:
     import dihal
     from dihal.bridge import BridgeData, BrownianBridge, build_denoiser, train_bridge
     from dihal.config import BridgeProtocol
-    from dihal.profiles import PROFILES
+    from dihal.run.profiles import PROFILES
 
     try:  # this checkout's builders; an older checkout built both from the protocol itself
         from dihal.bridge.denoiser import denoiser_config_of

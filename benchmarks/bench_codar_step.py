@@ -1,6 +1,6 @@
 """A CoDAR training step against a bridge step on this machine, at DiHAL's default size on
 SmolLM2's width (d = 576, 128 tokens, the default protocol's batch of 4): the ratio that
-dihal.compare.budget_generation.CODAR_STEP_RATIO takes to price CoDAR's training from the
+dihal.run.estimates.CODAR_STEP_RATIO takes to price CoDAR's training from the
 bridge's measured seconds a step. Random inputs (bridge pairs; token ids over a restricted
 vocabulary of --vocab rows, as restrict_vocab trims SmolLM2's to the training tokens), each
 model trained by the one training loop (train_model) with its own loss (the bridge's,
@@ -44,10 +44,10 @@ def main() -> None:
     from dihal.bridge import BridgeData, BrownianBridge, build_denoiser
     from dihal.bridge.denoiser import denoiser_config_of
     from dihal.bridge.train import bridge_training_loss, loop_config
-    from dihal.capacity import denoiser_parameters
     from dihal.compare.baselines import build_baseline
     from dihal.compare.baselines.base import baseline_loss
     from dihal.config import BridgeProtocol
+    from dihal.run.capacity import denoiser_parameters
     from dihal.training import train_model
 
     torch.set_num_threads(args.threads)

@@ -20,7 +20,7 @@ first) if the step never returns to Python.
 
 Steps, in order (each a key of gpu_check.json, with its wall time, its peak memory and every
 warning it raised; an error is recorded, not raised):
-  versions, determinism   the software, the GPU; dihal.determinism.enable as a step's lease does
+  versions, determinism   the software, the GPU; dihal.run.determinism.enable as a step's lease does
   load, startup           the backbone; a fresh interpreter importing the method, and a load
   replay                  logits replayed from hs[l] vs the full pass, and the backbone's cached
                           vs uncached decoding, in float32 and in the profile's dtype (bf16)
@@ -193,7 +193,7 @@ def world(args, tmp: Path):
     from dihal.backbones import bos_id_of, load_backbone
     from dihal.config import CorpusConfig, SequenceConfig
     from dihal.locate.corpus import iter_documents, pack_sequences, resolve_shards
-    from dihal.profiles import PROFILES
+    from dihal.run.profiles import PROFILES
 
     gpu = PROFILES["gpu"]
     if args.tiny:
@@ -267,9 +267,9 @@ def versions(args) -> dict:
 
 
 def determinism(args) -> dict:
-    """dihal.determinism.enable as every step's lease calls it (on the CPU dry run with
+    """dihal.run.determinism.enable as every step's lease calls it (on the CPU dry run with
     on_cpu, so that the CPU's nondeterminism alerts are collected too)."""
-    from dihal import determinism as det
+    from dihal.run import determinism as det
 
     before = det.enable(args.device, on_cpu=args.device == "cpu")
     return {"enabled": before is not None, "pipeline_enables_it_here": args.device != "cpu",
@@ -342,7 +342,7 @@ def _estimates(check: Check, bb, val: np.ndarray, sizes: dict) -> dict:
     """The pre-flight's and the capacity table's GPU estimates of this dump, to set beside
     the measured peak."""
     from dihal.config import BridgeProtocol, ExtractConfig, SequenceConfig
-    from dihal.preflight import Facts, gpu_step_bytes
+    from dihal.run.preflight import Facts, gpu_step_bytes
 
     cfg = bb.model.config
     seq = SequenceConfig(seq_len=val.shape[1], n_train=1, n_val=len(val))
@@ -354,7 +354,7 @@ def _estimates(check: Check, bb, val: np.ndarray, sizes: dict) -> dict:
                          BridgeProtocol(**sizes["bridge"]))
     out = {"preflight_estimate_gib": round(est["dump"] / 2**30, 3)}
     if not check.results.get("tiny"):
-        from dihal.capacity import capacity_rows, load_model_config
+        from dihal.run.capacity import capacity_rows, load_model_config
 
         rows = capacity_rows(load_model_config("smollm2"), 4)
         out["capacity_table_gib"] = round(
@@ -557,7 +557,7 @@ def baseline(check: Check, bb, train: np.ndarray, sizes: dict, tmp: Path) -> dic
     if check.results.get("tiny"):
         target, steps = 50_000, 8
     else:  # DiHAL's budget: the profile's denoiser at this backbone's width
-        from dihal.capacity import denoiser_parameters
+        from dihal.run.capacity import denoiser_parameters
 
         target, steps = denoiser_parameters(bb.hidden_size, proto, ids.shape[1]), 64
     model = build_baseline(name, embeddings=emb, seq_len=ids.shape[1], target_params=target,
@@ -708,8 +708,8 @@ def extrapolate(check: Check, n_layers: int) -> dict:
     (benchmarks/gpu_model.py), from this run's measurements."""
     from gpu_model import NOT_COUNTED, profile_rows, units_of
 
-    from dihal.profiles import ALL_LAYERS, PROFILES
     from dihal.replace.stage import default_sweep_layers
+    from dihal.run.profiles import ALL_LAYERS, PROFILES
 
     units = units_of(check.results)
     need = {"forward", "pairs", "standardise", "bridge_step", "measure_bridge",

@@ -50,9 +50,9 @@ from dihal.labels import (  # noqa: E402
     FULL_TRAINING_ROLES,
     PROTOCOL_K,
 )
-from dihal.profiles import resolve_preset  # noqa: E402
 from dihal.registry import BASELINES  # noqa: E402
 from dihal.rows import ROLE_PAIRS, GenerationRow, pair_column  # noqa: E402
+from dihal.run.profiles import resolve_preset  # noqa: E402
 from dihal.uncertainty import LEVEL  # noqa: E402
 
 ALPHA = round(1 - LEVEL, 12)

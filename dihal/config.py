@@ -24,7 +24,7 @@ MIN_BRIDGEABILITY_LAYERS = 5
 # The decoding temperatures of the whole temperature frontier: DiHAL, the backbone and
 # every baseline with a temperature, each sampled at each (the main temperature's points are
 # the main rows), so that a lower Gen.PPL can be read against a lower diversity. The study and
-# gpu presets draw it (dihal.profiles); the default draws DEFAULT_FRONTIER_TEMPERATURES.
+# gpu presets draw it (dihal.run.profiles); the default draws DEFAULT_FRONTIER_TEMPERATURES.
 FRONTIER_TEMPERATURES = (0.7, 0.85, 1.0)
 # The default's frontier: the main rows' temperature alone (EvalConfig.temperature and
 # BaselineRunConfig.temperature, 1), so that its points are the main rows, sampled once, and

@@ -47,7 +47,7 @@ class BackboneSpec:
     judge: str = "gemma3-270m"
     # The default storage dtype of its hidden states: float16 unless its activations overflow it
     state_dtype: str = "float16"
-    # For capacity planning (dihal.capacity.backbone_config), read without any download: its
+    # For capacity planning (dihal.run.capacity.backbone_config), read without any download: its
     # published config.json as stored under data/model_configs (None: none is stored, its own
     # config.json is read), and the bytes per parameter of its weights on disk
     config_file: str | None = None

@@ -41,7 +41,6 @@ from torch import Tensor, nn
 
 from dihal.checkpoint import latest_checkpoint, load_latest_good, runtime_warning, save_checkpoint
 from dihal.config import EPOCHS_WHY, MAX_TRAIN_STEPS, TRAIN_STEPS_WHY
-from dihal.devices import same_device
 from dihal.errors import CheckpointMismatchError, TrainingBudgetError, TrainingError
 from dihal.seeds import derive_seed
 
@@ -138,6 +137,32 @@ class TrainResult:
     checkpoint: Path | None
     resumed_from: int  # step of the checkpoint this call started from (0: fresh)
     wall_s: float
+
+
+# ---------------------------------------------------------------- devices
+
+
+def _current_index(kind: str) -> int:
+    """The index torch uses for a device of type `kind` given without one ("cuda": the current
+    CUDA device)."""
+    current = getattr(getattr(torch, kind, None), "current_device", None)
+    return int(current()) if current is not None else 0
+
+
+def normalise_device(device, current_index: Callable[[str], int] = _current_index):
+    """`device` (a string or torch.device) as a torch.device with its index explicit: "cuda" is
+    "cuda:<current device>", and "cpu" has no index ("cpu:0" is "cpu"). `current_index(type)`
+    gives the index of a device named without one (a test passes its own)."""
+    d = torch.device(device)
+    if d.type == "cpu":
+        return torch.device("cpu")
+    return d if d.index is not None else torch.device(d.type, current_index(d.type))
+
+
+def same_device(a, b, current_index: Callable[[str], int] = _current_index) -> bool:
+    """Whether `a` and `b` name one device (torch.device("cuda") != torch.device("cuda:0"),
+    yet both are the current GPU)."""
+    return normalise_device(a, current_index) == normalise_device(b, current_index)
 
 
 def sample_budget(n_seq: int, cfg: TrainConfig) -> int:

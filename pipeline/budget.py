@@ -71,7 +71,8 @@ def plan(backbone: str, layers: list[int] | None, cfg) -> tuple[list[int], objec
     from dataclasses import replace
 
     from dihal.config import BridgeProtocol
-    from dihal.replace.budget import BudgetStudyConfig, default_study_layers, estimate_study
+    from dihal.replace.budget import BudgetStudyConfig, default_study_layers
+    from dihal.run.estimates import estimate_study
     from pipeline.hybrids import layout_of
     from storage import HiddenStates, LayerScore, Sequences, SweepBridge
 
@@ -98,8 +99,8 @@ def plan_generation(backbone: str, cfg) -> tuple[int, object]:
     the estimate of generation at the budget's ends before the tokens are counted)."""
     from dataclasses import replace
 
-    from dihal.compare.budget_generation import estimate_generation
     from dihal.config import BridgeProtocol
+    from dihal.run.estimates import estimate_generation
     from pipeline.hybrids import layout_of
     from storage import HiddenStates, LayerScore, Sequences, SweepBridge
 
@@ -123,7 +124,7 @@ def materialize(backbone: str, layer: int | None, cfg, stage: str = "budget") ->
     budget_generation_<b>. Its exit status."""
     from dataclasses import asdict
 
-    from dihal.stages import asset_key
+    from dihal.run.stages import asset_key
 
     asset = asset_key(stage, backbone)
     values = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(cfg).items()}

@@ -27,7 +27,7 @@ from assets.replace import replace_assets
 from assets.report import report_assets
 from dihal.environment import dask_scheduler
 from dihal.registry import all_backbones, declaration_problems, get_spec
-from dihal.stages import JOBS, STUDY_JOBS, job_keys, job_name
+from dihal.run.stages import JOBS, STUDY_JOBS, job_keys, job_name
 from dihal.versions import check_dependencies
 from resources import (
     BackboneResource,
@@ -91,7 +91,7 @@ def default_resources() -> dict:
 
 
 def stage_jobs(b: str) -> list:
-    """The named jobs of backbone b (dihal.stages.JOBS), in the order the main job runs them,
+    """The named jobs of backbone b (dihal.run.stages.JOBS), in the order the main job runs them,
     then its studies outside the main job (STUDY_JOBS)."""
     jobs = []
     for job in (*JOBS, *STUDY_JOBS):

@@ -30,7 +30,7 @@ import dagster as dg
 
 from dihal import environment
 from dihal.errors import SettingError
-from dihal.stages import DRIVER_STAGES, asset_key, job_name
+from dihal.run.stages import DRIVER_STAGES, asset_key, job_name
 from pipeline.launch import failure_causes  # noqa: F401 (the driver's failure lines; tests)
 
 
@@ -41,7 +41,7 @@ def _fail(label: str, took: float, causes: list[str]) -> NoReturn:
     raise SystemExit(1)
 
 
-STAGES = list(DRIVER_STAGES)  # the stage table's (dihal.stages): bridge and eval are one job
+STAGES = list(DRIVER_STAGES)  # the stage table's (dihal.run.stages): bridge and eval are one job
 
 
 def _listed(option: str, text: str) -> list[str]:
@@ -61,8 +61,8 @@ def plan(args: argparse.Namespace) -> tuple[list[int], list[str]]:
     names the argument and the valid values. (`args.stop_after` is lowered to "sweep" where
     --skip-bridgeability is given.)"""
     from dihal.config import MIN_BRIDGEABILITY_LAYERS
-    from dihal.profiles import ALL_LAYERS, resolve_preset
     from dihal.registry import BASELINES, config_file_problem, get_spec
+    from dihal.run.profiles import ALL_LAYERS, resolve_preset
 
     if (problem := config_file_problem()) is not None:  # dihal.toml not TOML, a misspelt key
         raise problem
@@ -118,13 +118,13 @@ def plan(args: argparse.Namespace) -> tuple[list[int], list[str]]:
 def seed_plan(args: argparse.Namespace, layers: list[int]) -> dict:
     """bridge_sweep's `seeds` and `seed_layers` for this run, checked against the swept
     `layers`: --seeds / --seed-layers where given; else, on a profile of
-    dihal.profiles.SEED_SUBSET (cpu: 2 seeds on 4 layers, what fits its budget), its seeds on
+    dihal.run.profiles.SEED_SUBSET (cpu: 2 seeds on 4 layers, what fits its budget), its seeds on
     that many swept layers evenly spread, first and last included (default_seed_layers); else
     the profile's own bridge_sweep seeds and seed_layers (gpu: 3 on every layer). A
     ValueError names the flag and the fix."""
     from dihal.config import BridgeProtocol
-    from dihal.profiles import SEED_SUBSET, resolve_preset
     from dihal.replace.stage import default_seed_layers
+    from dihal.run.profiles import SEED_SUBSET, resolve_preset
 
     base = BridgeProtocol(**resolve_preset(args.profile).stages.get("bridge_sweep", {}))
     subset = SEED_SUBSET.get(args.profile)
@@ -160,9 +160,9 @@ def seed_plan(args: argparse.Namespace, layers: list[int]) -> dict:
 
 def _preflight(args: argparse.Namespace, layers: list[int]) -> None:
     """Refuse, before any run, a run that would not fit (pipeline/preflight.py): the lines of
-    dihal.preflight's refusals on stderr, exit status 2."""
+    dihal.run.preflight's refusals on stderr, exit status 2."""
     from dihal.errors import DihalError
-    from dihal.preflight import PreflightError, require_folders
+    from dihal.run.preflight import PreflightError, require_folders
     from pipeline.preflight import folders, preflight
 
     try:
@@ -247,7 +247,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "GPU, or a share of the CPU cores (default: $DIHAL_WORKERS or 1)")
     ap.add_argument("--profile", default=None,
                     help="the preset: cpu | gpu | gpu-smollm2 | tiny | a JSON file of stage -> "
-                         "{field: value} (dihal/profiles.py); default: the one chosen for the "
+                         "{field: value} (dihal/run/profiles.py); default: the one chosen for the "
                          "instance or project ($DIHAL_PROFILE, $DAGSTER_HOME/dihal-preset, "
                          "dihal.toml's preset), else cpu; gpu sweeps every layer unless --layers "
                          "is given")
@@ -317,8 +317,8 @@ def _checked(ap: argparse.ArgumentParser, argv: list[str] | None):
 
 
 def preset_label(profile: str) -> str:
-    """The label `profile` is recorded under (dihal.profiles.Preset.label)."""
-    from dihal.profiles import resolve_preset
+    """The label `profile` is recorded under (dihal.run.profiles.Preset.label)."""
+    from dihal.run.profiles import resolve_preset
 
     return resolve_preset(profile).label
 

@@ -1,6 +1,6 @@
-"""The driver's pre-flight: gather the facts dihal.preflight checks, for the chosen preset,
+"""The driver's pre-flight: gather the facts dihal.run.preflight checks, for the chosen preset,
 backbone and workers, before any run is launched (each heavy stage checks its own part again
-when it runs, whichever door launched it: dihal.preflight.stage_refusals). The corpus is
+when it runs, whichever door launched it: dihal.run.preflight.stage_refusals). The corpus is
 tokenised only as far as the requested splits need; the backbone is loaded once, as the steps
 load it, for the largest hidden state of a first batch."""
 
@@ -35,7 +35,7 @@ def stage_configs(profile: dict, backbone: str):
 
 
 def gather(args, layers: list[int], resources: dict | None = None):
-    """The facts of this run (dihal.preflight.Facts) and its stage configs; the resources are
+    """The facts of this run (dihal.run.preflight.Facts) and its stage configs; the resources are
     those of the code location args.module unless given."""
     import torch
 
@@ -46,8 +46,13 @@ def gather(args, layers: list[int], resources: dict | None = None):
         pack_sequences,
         separator_ids,
     )
-    from dihal.preflight import PreflightError, model_facts, read_max_positions, require_positions
-    from dihal.profiles import resolve_preset
+    from dihal.run.preflight import (
+        PreflightError,
+        model_facts,
+        read_max_positions,
+        require_positions,
+    )
+    from dihal.run.profiles import resolve_preset
 
     profile = resolve_preset(args.profile).stages
     corpus, seq, extract, protocol = stage_configs(profile, args.backbone)
@@ -86,9 +91,9 @@ def gather(args, layers: list[int], resources: dict | None = None):
 
 
 def preflight(args, layers: list[int], say) -> None:
-    """Raise dihal.preflight.PreflightError where the run would not fit (a pinned package
+    """Raise dihal.run.preflight.PreflightError where the run would not fit (a pinned package
     outside its supported releases first, before torch is imported); else say so."""
-    from dihal.preflight import PreflightError
+    from dihal.run.preflight import PreflightError
     from dihal.versions import UnsupportedVersionError, check_dependencies
 
     try:
@@ -100,7 +105,7 @@ def preflight(args, layers: list[int], say) -> None:
 
     import torch
 
-    from dihal.preflight import require
+    from dihal.run.preflight import require
 
     if torch.cuda.is_available():  # in a child process: its CUDA context ends with it, and
         import multiprocessing  # the GPUs are left whole to the steps
@@ -123,11 +128,11 @@ def preflight(args, layers: list[int], say) -> None:
 
 
 def folders(module: str) -> list:
-    """The folders a run writes to (dihal.preflight.Folder), checked before anything is loaded
+    """The folders a run writes to (dihal.run.preflight.Folder), checked before anything is loaded
     or written: DAGSTER_HOME (where set) and the artifact root of the code location `module`."""
     import os
 
-    from dihal.preflight import folder_facts
+    from dihal.run.preflight import folder_facts
 
     home = os.environ.get("DAGSTER_HOME")
     root = _resources(module)["storage"].root

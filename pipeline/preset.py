@@ -1,5 +1,5 @@
 """Choose the preset once for a Dagster instance: every door (the driver, the web UI, `dagster
-asset materialize`, `dg launch`, the schedules) then resolves it (dihal.profiles.resolve_preset)
+asset materialize`, `dg launch`, the schedules) then resolves it (dihal.run.profiles.resolve_preset)
 unless one names another.
 
     python -m pipeline.preset              # the preset in force, and where it comes from
@@ -20,7 +20,7 @@ from pathlib import Path
 
 def choose(name: str) -> Path:
     """Check `name` (resolve_preset) and write it to $DAGSTER_HOME/dihal-preset atomically."""
-    from dihal.profiles import instance_file, resolve_preset
+    from dihal.run.profiles import instance_file, resolve_preset
 
     path = instance_file()
     if path is None:
@@ -37,7 +37,7 @@ def choose(name: str) -> Path:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from dihal.profiles import instance_file, resolve_preset
+    from dihal.run.profiles import instance_file, resolve_preset
 
     ap = argparse.ArgumentParser(prog="python -m pipeline.preset", description=__doc__,
                                  formatter_class=argparse.RawTextHelpFormatter)

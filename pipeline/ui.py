@@ -149,7 +149,7 @@ def refusal(argv: list[str]) -> str | None:
     """Why `dagster dev` must not start (a port given that is taken, a read-only or full
     DAGSTER_HOME or artifact root); None where it may. Says so where the default port is
     taken (dagster dev then takes another)."""
-    from dihal.preflight import PreflightError, require_folders
+    from dihal.run.preflight import PreflightError, require_folders
     from pipeline.daemon import project_location
     from pipeline.preflight import folders
 

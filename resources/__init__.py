@@ -44,7 +44,7 @@ class StorageResource(dg.ConfigurableResource):
 
 class ComputeResource(dg.ConfigurableResource):
     """The device for model work: "auto" takes a free GPU where there are any, else the CPU.
-    Each step holds its device for as long as it computes (dihal.devices): parallel steps on
+    Each step holds its device for as long as it computes (dihal.run.devices): parallel steps on
     one host never share a GPU, and on the CPU they divide the cores."""
 
     device: str = env.device()
@@ -63,10 +63,10 @@ class ComputeResource(dg.ConfigurableResource):
         return self.device
 
     def lease(self, lock_dir: Path, log=None):
-        """A context manager holding one device slot (dihal.devices.lease) for a step; on a
-        GPU, with deterministic kernels (dihal.determinism)."""
-        from dihal.determinism import deterministic_cuda
-        from dihal.devices import lease, slots
+        """A context manager holding one device slot (dihal.run.devices.lease) for a step; on a
+        GPU, with deterministic kernels (dihal.run.determinism)."""
+        from dihal.run.determinism import deterministic_cuda
+        from dihal.run.devices import lease, slots
         from storage.locks import check_flock
 
         check_flock(lock_dir)  # a clear refusal where the file system cannot flock
@@ -166,13 +166,13 @@ class JudgeResource(dg.ConfigurableResource):
 
 
 def _chosen_preset() -> str:
-    from dihal.profiles import chosen_preset
+    from dihal.run.profiles import chosen_preset
 
     return chosen_preset()[0]
 
 
 class PresetResource(dg.ConfigurableResource):
-    """The preset this run's stage configs come from (dihal.profiles.resolve_preset: the
+    """The preset this run's stage configs come from (dihal.run.profiles.resolve_preset: the
     driver's --profile, else $DIHAL_PROFILE, else the instance's or the project's choice, else
     cpu), resolved when the code location loads, as the configs' defaults are. Its label is
     recorded in every artifact's manifest, fingerprint and materialization metadata. An
@@ -184,7 +184,7 @@ class PresetResource(dg.ConfigurableResource):
     reuse_from: list[str] = []  # labels of other presets whose upstream artifacts may be read
 
     def preset(self):
-        """The resolved preset (dihal.profiles.Preset)."""
-        from dihal.profiles import resolve_preset
+        """The resolved preset (dihal.run.profiles.Preset)."""
+        from dihal.run.profiles import resolve_preset
 
         return resolve_preset(self.name, source="the preset resource")

@@ -18,7 +18,8 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dihal.capacity import (  # noqa: E402
+from dihal.registry import BACKBONES  # noqa: E402
+from dihal.run.capacity import (  # noqa: E402
     Workload,
     backbone_config,
     capacity_rows,
@@ -28,7 +29,6 @@ from dihal.capacity import (  # noqa: E402
     parameter_count_on_meta,
     stored_configs,
 )
-from dihal.registry import BACKBONES  # noqa: E402
 
 TITLES = {"smollm2": "SmolLM2-135M", "llama": "Llama-3.1-8B", "qwen": "Qwen3-8B"}
 

@@ -178,7 +178,7 @@ def _unsupported(path: Path, exc: OSError) -> LockUnsupportedError:
 
 def check_flock(directory: Path) -> None:
     """Refuse, with LockUnsupportedError, a folder whose file system cannot flock: the device
-    slots (dihal.devices) lock files there before any artifact lock is taken."""
+    slots (dihal.run.devices) lock files there before any artifact lock is taken."""
     directory = Path(directory)
     if directory.is_symlink():  # its lock files would be made wherever it points
         raise UnsafePathError(link_message(directory, "lock folder"))

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from dihal.profiles import PROFILES
+from dihal.run.profiles import PROFILES
 
 ROOT = Path(__file__).resolve().parents[1]  # the repository
 
@@ -405,7 +405,7 @@ def report_raw_with_cost(step_mflops, timed=True) -> dict:
 
 # -- the tiny world: a tiny llama's graph through Dagster ---------------------------------
 
-# Every stage small enough for seconds on a CPU: the public tiny preset (dihal.profiles)
+# Every stage small enough for seconds on a CPU: the public tiny preset (dihal.run.profiles)
 TINY = PROFILES["tiny"]
 PROTOCOL = TINY["bridge_sweep"]
 # a wider denoiser that the baselines' recipes can match within 10 % (the comparison's world)

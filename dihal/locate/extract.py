@@ -53,7 +53,7 @@ def check_states(states: torch.Tensor, dtype: str, *, split: str, first_seq: int
     largest absolute value (for the overflow headroom record)."""
     name = (lambda i: layers[i]) if layers is not None else (lambda i: i)
     # Row by row: torch.isfinite and abs() allocate 7 and 4 bytes per element, which over all
-    # N layers of a batch at once would be the dump's peak device memory (dihal.capacity).
+    # N layers of a batch at once would be the dump's peak device memory (dihal.run.capacity).
     for row in range(states.shape[0]):
         finite = torch.isfinite(states[row])
         if not bool(finite.all()):

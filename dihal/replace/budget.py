@@ -39,7 +39,6 @@ from dihal.bridge import BrownianBridge, train_bridge
 from dihal.bridge.data import BridgeData
 from dihal.bridge.denoiser import DenoiserConfig, denoiser_config_of
 from dihal.bridge.train import loop_config
-from dihal.capacity import GIB, denoiser_parameters, pair_bytes, training_disk_bytes
 from dihal.config import (
     MAX_TRAIN_STEPS,
     TRAIN_STEPS_WHY,
@@ -51,7 +50,6 @@ from dihal.errors import CorpusError, LayerIndexError
 from dihal.locate.corpus import document_lengths, pack_sequences, sequence_capacity
 from dihal.locate.documents import Document
 from dihal.locate.extract import layer_pairs
-from dihal.preflight import PreflightError, Refusal, limit_refusals
 from dihal.replace.control_hybrids import RidgeMap, fit_ridge, held_out_nll, ridge_hybrid
 from dihal.replace.hybrid import next_token_nll
 from dihal.replace.stage import (
@@ -153,111 +151,6 @@ def plan_budget(steps: int, batch_size: int, seq_len: int, available: int | None
     if n < 1:
         raise ValueError(f"no training sequence for a budget of {steps} steps (available {available})")
     return BudgetPlan(steps, n, want / n, want * seq_len, n * seq_len)
-
-
-# Seconds of one token through one backbone block on the CPU: the SmolLM2 dump (30 blocks, with
-# its writes and next-token reference) ran at 465-560 tokens/s on 2 quiet cores
-# (benchmarks/RESULTS.md), so about 1 / (500 x 30)
-SECONDS_PER_TOKEN_BLOCK = 1 / (500 * 30)
-# A default bridge step on the CPU: 128 steps with their validation in 20 s (benchmarks/RESULTS.md)
-SECONDS_PER_STEP = 0.16
-# Measuring one point: measure_bridge took 18.5 s at layer 2 (K = 16 hybrid NLL 11.9,
-# reconstruction 4.8, losses 2), the ridge fit and its hybrid NLL 10.1 s (benchmarks/RESULTS.md)
-SECONDS_PER_MEASURE = 20.0
-
-
-@dataclass(frozen=True)
-class BudgetEstimate:
-    """The study's cost before it starts (estimate_study), and what a pre-flight refuses."""
-
-    seconds: float
-    disk_bytes: int
-    memory_bytes: int  # the peak: one layer's training and held-out pairs, float32
-    plans: tuple[BudgetPlan, ...]
-    seconds_by_layer: dict[int, float]
-    notes: tuple[str, ...]  # the budgets that repeat tokens, how often
-
-    def refusals(self, *, max_seconds: float | None = None, disk_free: int | None = None,
-                 host_available: int | None = None) -> list[Refusal]:
-        """What does not fit the limits given (None: not checked), each with the fix."""
-        return limit_refusals(
-            seconds=self.seconds, disk_bytes=self.disk_bytes, memory_bytes=self.memory_bytes,
-            what="the budget study", pairs="a layer's pairs", max_seconds=max_seconds,
-            disk_free=disk_free, host_available=host_available,
-            fixes=("drop layers or the largest budget, or run it on a GPU",
-                   "free space, or drop layers",
-                   "drop the largest budget or use a host with more memory"))
-
-    def summary(self) -> str:
-        """The estimate in words: what a study says before it starts."""
-        return (f"the study needs about {self.seconds / 60:.0f} min, {self.disk_bytes / GIB:.2f} "
-                f"GiB of disk and {self.memory_bytes / GIB:.2f} GiB of host memory"
-                + "".join(f"; {n}" for n in self.notes))
-
-    def info(self) -> dict:
-        """What the study's manifest records of its estimate."""
-        return {"seconds": round(self.seconds), "disk_bytes": self.disk_bytes,
-                "memory_bytes": self.memory_bytes, "notes": list(self.notes)}
-
-    def require(self, **limits) -> None:
-        """PreflightError listing every refusal, if any (the limits as `refusals`)."""
-        if found := self.refusals(**limits):
-            raise PreflightError("the budget study does not fit: " + "; ".join(map(str, found)))
-
-
-def _positive(name: str, value: float) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not (
-            math.isfinite(value) and value > 0):
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-
-
-def estimate_study(cfg: BudgetStudyConfig, protocol: BridgeProtocol, *, n_layers: int,
-                   hidden: int, seq_len: int, available: int | None, sweep_sequences: int,
-                   stored: bool = True, seconds_per_step: float = SECONDS_PER_STEP,
-                   seconds_per_token_block: float = SECONDS_PER_TOKEN_BLOCK,
-                   seconds_per_measure: float = SECONDS_PER_MEASURE) -> BudgetEstimate:
-    """The study's seconds, disk and memory, before it starts.
-
-    With B the budgets, m = len(cfg.trained) models trained per budget (bridge, network,
-    residual), bs the protocol's batch size, T = seq_len, d = hidden, A = `available`
-    training sequences of the corpus, S = `sweep_sequences` (the Sequences stage's n_train):
-      n_b  = min(b * bs, A)                      sequences of budget b (plan_budget)
-      N    = max(max_b n_b, min(S, A))           sequences whose pairs a layer computes
-      seconds(l) = (N - S if `stored` else N) * T * l * seconds_per_token_block   (targets)
-                 + sum_b m * b * seconds_per_step                                (training)
-                 + |B| * (m + 1) * seconds_per_measure          (measuring the m and ridge)
-      seconds    = sum over cfg.layers of seconds(l)
-      memory     = 2 * (N + protocol.eval_sequences) * T * d * 4       (float32 pairs)
-      disk       = |layers| * |B| * m * (4 P + k * 4 * 3 P)   (P denoiser parameters, k
-                   kept checkpoints: dihal.capacity.training_disk_bytes)
-    The defaults are CPU measurements (benchmarks/RESULTS.md); pass the device's own where it
-    differs. A layer outside 1..n_layers - 1 or a non-positive rate is refused."""
-    for name, value in (("seconds_per_step", seconds_per_step),
-                        ("seconds_per_token_block", seconds_per_token_block),
-                        ("seconds_per_measure", seconds_per_measure)):
-        _positive(name, value)
-    bad = [ll for ll in cfg.layers if not 1 <= ll <= n_layers - 1]
-    if bad:
-        raise LayerIndexError(f"budget study layers {bad} are not candidates of a backbone "
-                              f"with {n_layers} layers: choose among 1..{n_layers - 1}")
-    if available is not None and available < sweep_sequences:
-        raise ValueError(f"the corpus holds {available} training sequences, fewer than the "
-                         f"sweep's {sweep_sequences}: it changed since the sequences were made")
-    bs, m = protocol.batch_size, len(cfg.trained)
-    plans = tuple(plan_budget(b, bs, seq_len, available) for b in cfg.budgets)
-    n = max(max(p.sequences for p in plans), min(sweep_sequences, available or sweep_sequences))
-    computed = max(0, n - sweep_sequences) if stored else n
-    train = sum(m * b * seconds_per_step for b in cfg.budgets)
-    measure = len(cfg.budgets) * (m + 1) * seconds_per_measure
-    by_layer = {ll: computed * seq_len * ll * seconds_per_token_block + train + measure
-                for ll in cfg.layers}
-    params = denoiser_parameters(hidden, protocol, seq_len)
-    keep = loop_config(protocol, "cpu").keep_checkpoints
-    disk = len(cfg.layers) * len(cfg.budgets) * m * training_disk_bytes(params, params, keep)
-    memory = pair_bytes((n + protocol.eval_sequences) * seq_len, hidden)
-    notes = tuple(f"{p.steps} steps: {p.sequences:,} distinct sequences, each seen "
-                  f"{p.repeats:.2f} times" for p in plans if p.repeats > 1)
-    return BudgetEstimate(sum(by_layer.values()), disk, memory, plans, by_layer, notes)
 
 
 # ---------------------------------------------------------------- training tokens

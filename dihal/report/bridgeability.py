@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dihal.inputs import BridgeabilityInfo, SeedInfo, SeedSpread
-from dihal.profiles import SEED_SUBSET
 from dihal.report.common import (
     BRIDGEABILITY,
     REGRESSION,
@@ -26,6 +25,7 @@ from dihal.rows import (
     SpearmanRow,
     number,
 )
+from dihal.run.profiles import SEED_SUBSET
 from dihal.uncertainty import MAX_UNDEFINED, PRIMARY_BETTER, PRIMARY_UNDECIDABLE
 
 

@@ -9,18 +9,18 @@ from dihal.evaluate.frontier import (
     on_frontier,
 )
 from dihal.plots import plot_frontier
-from dihal.profiles import PROFILES, WHOLE_FRONTIER_PRESET
 from dihal.report.common import FRONTIER
 from dihal.report.document import Document
 from dihal.report.generation import temperature
 from dihal.results import ReportInputs
 from dihal.rows import GenerationRow
+from dihal.run.profiles import PROFILES, WHOLE_FRONTIER_PRESET
 
 
 def whole_frontier_command(x: ReportInputs) -> str:
     """Where the frontier read has one temperature (the default's, the main table's): the
     temperatures of the whole frontier and the driver's command that draws them (the preset
-    dihal.profiles.WHOLE_FRONTIER_PRESET); "" where it has more, or none."""
+    dihal.run.profiles.WHOLE_FRONTIER_PRESET); "" where it has more, or none."""
     temps = measured_temperatures(x.comparison.frontier_points())
     if len(temps) != 1:
         return ""

@@ -36,7 +36,7 @@ from dihal.errors import (
     StaleArtifactError,
     UnsafePathError,
 )
-from dihal.stages import STAGES, asset_key, stage_of_kind
+from dihal.run.stages import STAGES, asset_key, stage_of_kind
 from storage.layout import ArtifactLayout
 from storage.manifest import Manifest, check_files, digest_files, read_manifest, write_manifest
 from storage.tables import write_table
@@ -99,7 +99,7 @@ class Markdown:
 
 class Artifact:
     """Base of every kind. `stage` is the manifest's stage and the asset's name prefix: the
-    stage of dihal.stages whose `kind` is the class's name (set here, on subclassing), or one
+    stage of dihal.run.stages whose `kind` is the class's name (set here, on subclassing), or one
     the class names itself (a second kind of a stage: FullTrainingBridge)."""
 
     stage: ClassVar[str]
@@ -113,7 +113,7 @@ class Artifact:
                 cls.stage = stage
         elif cls.stage not in STAGES:
             raise TypeError(f"{cls.__name__}.stage = {cls.stage!r} is not a stage of "
-                            f"dihal.stages.STAGES ({sorted(STAGES)}): add it there")
+                            f"dihal.run.stages.STAGES ({sorted(STAGES)}): add it there")
         if "stage" in cls.__dict__ or "under" in cls.__dict__:
             KINDS.append(cls)
 

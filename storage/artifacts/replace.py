@@ -20,7 +20,7 @@ from dihal.results import (
     TrainedBridge,
 )
 from dihal.rows import BudgetGenerationRow, BudgetPoint
-from dihal.stages import asset_key
+from dihal.run.stages import asset_key
 from storage.artifacts.base import (
     Artifact,
     Markdown,

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from dihal.preflight import Folder, check_folder
+from dihal.run.preflight import Folder, check_folder
 from tests.tiny import ROOT
 
 DRIVER = [sys.executable, "-m", "pipeline.main", "--backbone", "llama", "--module",

@@ -120,7 +120,7 @@ def test_fewer_held_out_sequences_than_the_protocol_asks_are_refused_before_trai
 def test_a_dihal_toml_that_is_not_toml_leaves_the_built_ins_and_is_named(config):
     """Like a bad entry: the built-in backbones stay, the code location loads (a warning names
     the file and the parse error), the preset falls back with that warning."""
-    from dihal.profiles import chosen_preset
+    from dihal.run.profiles import chosen_preset
 
     path = config("this is = not [toml\n")
     assert set(registry.all_backbones()) == set(registry.BACKBONES)

@@ -8,9 +8,9 @@ import socket
 
 import pytest
 
-from dihal.devices import Slot, lease
 from dihal.errors import BackboneDeclarationError, UnsafePathError
 from dihal.registry import declare
+from dihal.run.devices import Slot, lease
 from storage import Geometry, LayerScore
 from storage.layout import ArtifactLayout
 from storage.locks import artifact_lock, lock_path

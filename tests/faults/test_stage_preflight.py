@@ -8,8 +8,8 @@ import shutil
 
 import pytest
 
-import dihal.preflight as pf
-from dihal.capacity import pair_bytes
+import dihal.run.preflight as pf
+from dihal.run.capacity import pair_bytes
 
 
 def test_a_dump_the_disk_cannot_hold_is_refused_before_a_batch_is_dumped(world, monkeypatch):

@@ -19,8 +19,8 @@ BIN = Path(sys.executable).parent
 
 def preset_label(path: Path) -> str:
     """The label the artifacts made under the JSON preset at `path` record: its file name and
-    the digest of its content (dihal.profiles.Preset.label)."""
-    from dihal.profiles import resolve_preset
+    the digest of its content (dihal.run.profiles.Preset.label)."""
+    from dihal.run.profiles import resolve_preset
 
     return resolve_preset(str(path)).label
 

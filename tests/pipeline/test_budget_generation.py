@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from dihal.profiles import PROFILES
+from dihal.run.profiles import PROFILES
 from storage import ArtifactLayout, BudgetGeneration, current_budget_generation, read_manifest
 from storage.manifest import write_manifest
 from tests.tiny import PROTOCOL, copy_world

@@ -212,7 +212,7 @@ def test_unknown_name_lists_declared_ones_too(config, mistral_dir):
 
 
 def test_capacity_is_computed_for_a_declared_backbone(config, mistral_dir):
-    from dihal.capacity import backbone_config, capacity_rows, parameter_count_on_meta
+    from dihal.run.capacity import backbone_config, capacity_rows, parameter_count_on_meta
 
     config(f'[backbones.mine]\nmodel = "{mistral_dir}"\n')
     cfg, disk_bytes = backbone_config("mine")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from dihal.profiles import PROFILES
+from dihal.run.profiles import PROFILES
 from pipeline.definitions import build_definitions
 from resources import BackboneResource, ComputeResource, JudgeResource, StorageResource
 from tests.tiny import PROTOCOL, TINY, make_docs, write_shard
@@ -66,7 +66,7 @@ def _run_chain(tmp: Path, model: Path, shard: Path, gpu: bool) -> tuple[Path, di
     defs = build_definitions(("llama",), n_layers={"llama": 4}, resources=res)
     profile = _profile(gpu, shard)
     if gpu:  # the driver's pre-flight on this profile, with these resources
-        from dihal.preflight import require
+        from dihal.run.preflight import require
         from pipeline.preflight import gather
 
         path = tmp / "gpu-profile.json"

@@ -5,7 +5,7 @@ it. The checks themselves: tests/unit/test_preflight.py."""
 
 import pytest
 
-from dihal.preflight import PreflightError
+from dihal.run.preflight import PreflightError
 from tests.tiny import ROOT, make_docs, tiny_profile, write_shard
 
 
@@ -104,7 +104,7 @@ from argparse import Namespace
 import torch
 from dagster._utils.interrupts import setup_interrupt_handlers
 
-from dihal.preflight import PreflightError
+from dihal.run.preflight import PreflightError
 from pipeline.preflight import preflight
 
 # a background job of a non-interactive shell starts with SIGINT ignored; Dagster maps SIGTERM

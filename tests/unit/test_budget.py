@@ -20,8 +20,9 @@ from dihal.config import (
 )
 from dihal.errors import CorpusError, LayerIndexError
 from dihal.locate.corpus import corpus_documents, pack_sequences
-from dihal.preflight import PreflightError
 from dihal.replace import budget as B
+from dihal.run import estimates as E
+from dihal.run.preflight import PreflightError
 from storage.states import StateReader
 from tests.tiny import dump_states, make_docs, write_shard
 
@@ -74,7 +75,7 @@ def test_a_plan_takes_fresh_sequences_where_there_are_and_counts_repeats_where_n
 
 def test_the_estimate_follows_its_formula_and_refuses_what_does_not_fit():
     cfg = B.BudgetStudyConfig(layers=(1, 4), budgets=(10, 100), residual=False)
-    est = B.estimate_study(cfg, PROTOCOL, n_layers=6, hidden=32, seq_len=16, available=150,
+    est = E.estimate_study(cfg, PROTOCOL, n_layers=6, hidden=32, seq_len=16, available=150,
                            sweep_sequences=8, seconds_per_step=0.5,
                            seconds_per_token_block=0.001, seconds_per_measure=3.0)
     # budgets need 20 and 200 sequences; the corpus holds 150, so the larger one repeats
@@ -98,11 +99,11 @@ def test_the_estimate_follows_its_formula_and_refuses_what_does_not_fit():
         est.require(host_available=1)
     kw = dict(n_layers=6, hidden=32, seq_len=16, available=150, sweep_sequences=8)
     with pytest.raises(LayerIndexError, match="1..5"):
-        B.estimate_study(replace(cfg, layers=(6,)), PROTOCOL, **kw)
+        E.estimate_study(replace(cfg, layers=(6,)), PROTOCOL, **kw)
     with pytest.raises(ValueError, match="seconds_per_step"):
-        B.estimate_study(cfg, PROTOCOL, **kw | {"seconds_per_step": 0})
+        E.estimate_study(cfg, PROTOCOL, **kw | {"seconds_per_step": 0})
     with pytest.raises(ValueError, match="fewer than the sweep"):
-        B.estimate_study(cfg, PROTOCOL, **kw | {"available": 4})
+        E.estimate_study(cfg, PROTOCOL, **kw | {"available": 4})
 
 
 # ---------------------------------------------------------------- a tiny world

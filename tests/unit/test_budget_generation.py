@@ -18,9 +18,10 @@ from dihal.config import (
     SequenceConfig,
 )
 from dihal.locate.corpus import corpus_documents, pack_sequences
-from dihal.preflight import PreflightError
 from dihal.replace import budget as B
 from dihal.rows import BudgetGenerationRow
+from dihal.run import estimates as E
+from dihal.run.preflight import PreflightError
 from storage.states import StateReader
 from tests.tiny import dump_states, make_docs, write_shard
 
@@ -169,23 +170,23 @@ def test_codar_is_refused_off_dihals_budget(tiny_backbone, world, tmp_path):
 
 def test_the_estimate_follows_its_formula_and_refuses_what_does_not_fit():
     kw = dict(layer=3, hidden=32, vocab=200, seq_len=16, available=None, sweep_sequences=8)
-    est = G.estimate_generation(CFG, PROTOCOL, **kw)
+    est = E.estimate_generation(CFG, PROTOCOL, **kw)
     assert [p.steps for p in est.plans] == [4, 16] and est.notes == ()
     n = 16 * PROTOCOL.batch_size  # the highest budget's fresh sequences
-    assert est.parts["pairs"] == pytest.approx((n - 8) * 16 * 3 * G.SECONDS_PER_TOKEN_BLOCK)
-    assert est.parts["DiHAL training"] == pytest.approx(20 * G.SECONDS_PER_STEP)
+    assert est.parts["pairs"] == pytest.approx((n - 8) * 16 * 3 * E.SECONDS_PER_TOKEN_BLOCK)
+    assert est.parts["DiHAL training"] == pytest.approx(20 * E.SECONDS_PER_STEP)
     assert est.parts["CoDAR training"] == pytest.approx(
-        20 * G.SECONDS_PER_STEP * G.CODAR_STEP_RATIO)
+        20 * E.SECONDS_PER_STEP * E.CODAR_STEP_RATIO)
     tokens = CFG.n_samples * CFG.length
     assert est.parts["sampling and scoring"] == pytest.approx(2 * tokens * (
-        G.SECONDS_PER_HYBRID_TOKEN + 3 * G.SECONDS_PER_JUDGED_TOKEN))
+        E.SECONDS_PER_HYBRID_TOKEN + 3 * E.SECONDS_PER_JUDGED_TOKEN))
     assert est.seconds == pytest.approx(sum(est.parts.values()))
     assert est.memory_bytes == 2 * (n + PROTOCOL.eval_sequences) * 16 * 32 * 4
     assert est.disk_bytes > 0 and "generation at 4, 16 steps needs about" in est.summary()
     assert est.info()["parts"].keys() == est.parts.keys()
-    short = G.estimate_generation(CFG, PROTOCOL, **{**kw, "available": 10})
+    short = E.estimate_generation(CFG, PROTOCOL, **{**kw, "available": 10})
     assert short.notes and "each seen 3.20 times" in short.notes[-1]  # 32 wanted of 10
-    assert G.estimate_generation(CFG, PROTOCOL, **{**kw, "stored": False}).parts["pairs"] > \
+    assert E.estimate_generation(CFG, PROTOCOL, **{**kw, "stored": False}).parts["pairs"] > \
         est.parts["pairs"]
     with pytest.raises(PreflightError, match="disk: .* GiB is free"):
         est.require(disk_free=1)
@@ -195,6 +196,6 @@ def test_the_estimate_follows_its_formula_and_refuses_what_does_not_fit():
         est.require(max_seconds=1e-9)
     est.require(disk_free=2**40, host_available=2**40, max_seconds=1e9)
     with pytest.raises(ValueError, match="codar_step_ratio must be"):
-        G.estimate_generation(CFG, PROTOCOL, **kw, codar_step_ratio=0)
+        E.estimate_generation(CFG, PROTOCOL, **kw, codar_step_ratio=0)
     with pytest.raises(ValueError, match="fewer than the sweep's"):
-        G.estimate_generation(replace(CFG), PROTOCOL, **{**kw, "available": 4})
+        E.estimate_generation(replace(CFG), PROTOCOL, **{**kw, "available": 4})

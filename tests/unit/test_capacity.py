@@ -10,8 +10,8 @@ import sys
 import pytest
 import torch
 
-from dihal import capacity
-from dihal.capacity import Workload
+from dihal.run import capacity
+from dihal.run.capacity import Workload
 
 EIGHT_B = {"llama": 8.03e9, "qwen": 8.19e9}
 

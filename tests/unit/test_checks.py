@@ -2,14 +2,14 @@
 
 import json
 
-from dihal.checks import (
+from dihal.results import BridgeMetrics
+from dihal.run.checks import (
     budgets_matched,
     enough_layers,
     loss_fell,
     names_fingerprints,
     samples_readable,
 )
-from dihal.results import BridgeMetrics
 
 
 def _metrics(val_loss, init_val_loss):

@@ -152,7 +152,7 @@ def test_a_training_or_sampling_budget_over_its_cap_is_refused_naming_the_limit(
 def test_a_preset_with_an_absurd_training_budget_is_refused_by_name(tmp_path):
     import json
 
-    from dihal.profiles import resolve_preset
+    from dihal.run.profiles import resolve_preset
 
     path = tmp_path / "huge.json"
     for stage in ("bridge_sweep", "bridge"):  # the sweep's budget, full training's

@@ -319,7 +319,7 @@ def test_the_gpu_profile_fits_the_embedded_corpus():
 
     from transformers import AutoTokenizer
 
-    from dihal.profiles import load_profile
+    from dihal.run.profiles import load_profile
 
     _, profile = load_profile("gpu")
     cfg = SequenceConfig(**profile["sequences"])
@@ -344,7 +344,7 @@ def test_the_gpu_profile_gives_mauve_512_held_out_texts_and_samples_a_side():
 
     from dihal.evaluate.generation import held_out_texts
     from dihal.evaluate.metrics import MAUVE_RESULT_SAMPLES
-    from dihal.profiles import load_profile
+    from dihal.run.profiles import load_profile
 
     _, profile = load_profile("gpu")
     for stage in ("eval", "baseline"):

@@ -11,8 +11,8 @@ import pytest
 import torch
 import torch.utils.deterministic
 
-from dihal.determinism import deterministic_cuda
-from dihal.devices import Slot
+from dihal.run.determinism import deterministic_cuda
+from dihal.run.devices import Slot
 
 
 def _flags():
@@ -55,11 +55,11 @@ def test_a_cpu_step_changes_nothing(clean):
 
 
 def test_the_compute_resource_lease_applies_it(clean, monkeypatch, tmp_path):
-    import dihal.devices
+    import dihal.run.devices
     from resources import ComputeResource
 
-    monkeypatch.setattr(dihal.devices, "lease", lambda lock_dir, slots, log=None: _lease("cuda:1"))
-    monkeypatch.setattr(dihal.devices, "slots", lambda *a: [])
+    monkeypatch.setattr(dihal.run.devices, "lease", lambda lock_dir, slots, log=None: _lease("cuda:1"))
+    monkeypatch.setattr(dihal.run.devices, "slots", lambda *a: [])
     with ComputeResource(device="cuda").lease(tmp_path) as slot:
         assert slot.device == "cuda:1" and torch.are_deterministic_algorithms_enabled()
     assert _flags() == clean
@@ -70,7 +70,7 @@ def test_the_device_checks_cpu_rehearsal_turns_the_settings_on_and_back():
     device check's dry run) it turns deterministic mode on, warn-only, and restore undoes it."""
     import torch
 
-    from dihal import determinism
+    from dihal.run import determinism
 
     assert determinism.enable("cpu") is None
     before = determinism.enable("cpu", on_cpu=True)

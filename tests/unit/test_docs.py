@@ -65,9 +65,9 @@ def test_the_check_finds_a_stale_path_and_module(tmp_path):
     (tmp_path / "dihal").mkdir()
     (tmp_path / "dihal" / "here.py").write_text("")
     text = ("see `dihal/here.py`, dihal/gone.py, dihal/*.py and dihal/none*.py; the module "
-            "dihal.stages.asset_key, dihal.stages.no_such and dihal.no_module; the tag dihal/slot")
+            "dihal.run.stages.asset_key, dihal.run.stages.no_such and dihal.no_module; the tag dihal/slot")
     assert missing_paths(text, tmp_path) == ["dihal/gone.py", "dihal/none*.py"]
-    assert missing_modules(text, tmp_path) == ["dihal.stages.no_such", "dihal.no_module"]
+    assert missing_modules(text, tmp_path) == ["dihal.run.stages.no_such", "dihal.no_module"]
 
 
 def test_code_and_docs_point_nowhere_outside_the_repository():

@@ -250,7 +250,8 @@ def test_the_registry_refuses_a_bad_offline_flag_and_a_malformed_declaration(mon
 
 
 def test_an_empty_config_or_profile_variable_counts_as_unset(monkeypatch):
-    from dihal import profiles, registry
+    from dihal import registry
+    from dihal.run import profiles
 
     monkeypatch.setenv(registry.CONFIG_ENV, " ")
     assert registry.config_file() == registry.PROJECT_CONFIG

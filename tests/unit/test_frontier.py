@@ -280,7 +280,7 @@ def test_the_default_frontier_samples_nothing_again():
     no model is sampled again; the study preset's whole frontier samples the others."""
     from dihal.config import BaselineRunConfig, EvalConfig
     from dihal.evaluate.frontier import points_at
-    from dihal.profiles import PROFILES
+    from dihal.run.profiles import PROFILES
 
     cfg, base = EvalConfig(), BaselineRunConfig()
     row = {"gen_ppl": 40.0, "diversity": 0.6, "sample_seconds": 3.0}

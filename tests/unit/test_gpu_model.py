@@ -36,8 +36,8 @@ def _units(**over) -> dict:
 
 
 def test_the_model_counts_every_step_of_the_gpu_profiles():
-    from dihal.profiles import PROFILES
     from dihal.replace.stage import default_sweep_layers
+    from dihal.run.profiles import PROFILES
 
     rows = profile_rows(_units(), PROFILES["gpu"], 30, list(range(1, 30)))
 

@@ -29,8 +29,24 @@ def test_dihal_imports_no_layer_above_it():
     assert bad == []
 
 
+def test_the_method_imports_nothing_of_the_runs_operations():
+    """dihal/run/ holds the run's operations (stages, presets, the pre-flight and capacity
+    model, the study's estimates, devices, determinism, the science checks): it may import the
+    method, and the method never imports it, so that the method's modules load without them.
+    The report alone reads the presets, whose run it describes."""
+    run = ROOT / "dihal" / "run"
+    report = ROOT / "dihal" / "report"
+    assert {f.stem for f in run.glob("*.py")} >= {"stages", "profiles", "preflight", "capacity",
+                                                   "estimates", "devices", "determinism",
+                                                   "checks"}
+    bad = [(str(f.relative_to(ROOT)), m) for f in (ROOT / "dihal").rglob("*.py")
+           if run not in f.parents for m in _imports(f)
+           if m.startswith("dihal.run") and not (report in f.parents and m == "dihal.run.profiles")]
+    assert bad == []
+
+
 def test_storage_imports_only_the_leaf_modules_of_dihal():
-    allowed = {"dihal.results", "dihal.rows", "dihal.stages", "dihal.atomic", "dihal.errors",
+    allowed = {"dihal.results", "dihal.rows", "dihal.run.stages", "dihal.atomic", "dihal.errors",
                "dihal.proxies", "dihal.inputs", "dihal.generation_inputs", "dihal.environment"}
     used = {m for f in (ROOT / "storage").rglob("*.py") for m in _imports(f) if m.startswith("dihal")}
     assert used and used <= allowed, used - allowed
@@ -338,13 +354,13 @@ def test_readme_defaults_match_the_config_dataclasses():
 
 
 def test_each_stage_is_named_once_and_the_rest_derives_from_it():
-    """dihal.stages names every stage once: its artifact kind carries that stage, the code
+    """dihal.run.stages names every stage once: its artifact kind carries that stage, the code
     versions, profiles' stages, run configs and asset keys come from the same table."""
     from assets._stage import CODE_VERSIONS
     from assets.configs import RUN_CONFIGS
     from dihal import config
-    from dihal.profiles import STAGE_CONFIGS
-    from dihal.stages import STAGES, asset_key
+    from dihal.run.profiles import STAGE_CONFIGS
+    from dihal.run.stages import STAGES, asset_key
     from storage import artifacts
 
     for name, s in STAGES.items():
@@ -358,7 +374,7 @@ def test_each_stage_is_named_once_and_the_rest_derives_from_it():
     assert set(STAGE_CONFIGS) == set(RUN_CONFIGS) == {n for n, s in STAGES.items() if s.config}
     with pytest.raises(KeyError, match="unknown stage"):
         asset_key("no_such_stage", "b")
-    with pytest.raises(TypeError, match="not a stage of dihal.stages"):
+    with pytest.raises(TypeError, match="not a stage of dihal.run.stages"):
         type("Stray", (artifacts.Artifact,), {"stage": "no_such_stage"})
 
 

@@ -134,7 +134,7 @@ def test_a_dask_worker_counts_as_a_distributed_engine(monkeypatch):
 
 
 def test_device_slots_refuse_a_file_system_without_flock(tmp_path, monkeypatch):
-    """The step's device lease (dihal.devices) flocks files under the artifact root before any
+    """The step's device lease (dihal.run.devices) flocks files under the artifact root before any
     artifact lock: the compute resource probes the folder first."""
     from resources import ComputeResource
 

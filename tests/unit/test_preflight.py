@@ -1,12 +1,12 @@
-"""The pre-flight's checks (dihal/preflight.py): each refuses with its numbers and the setting
+"""The pre-flight's checks (dihal/run/preflight.py): each refuses with its numbers and the setting
 to change, and lets a run that fits through."""
 
 
 import pytest
 
-from dihal.capacity import GIB, pair_bytes
 from dihal.config import BridgeProtocol, ExtractConfig, SequenceConfig
-from dihal.preflight import (
+from dihal.run.capacity import GIB, pair_bytes
+from dihal.run.preflight import (
     Facts,
     PreflightError,
     check_disk,
@@ -63,7 +63,7 @@ def test_host_memory_for_pairs_times_concurrent_steps_names_workers():
     assert "8 concurrent step(s)" in r.message and "Lower --workers to 3" in r.message
     assert check_host_memory(facts(device="cpu", gpu_total=[], workers=3, weight_bytes=4,
                                    host_available=20 * GIB), SEQ) == []
-    # one GPU runs one step at a time (dihal.devices): the workers do not multiply the pairs
+    # one GPU runs one step at a time (dihal.run.devices): the workers do not multiply the pairs
     assert check_host_memory(facts(workers=8, host_available=6 * GIB), SEQ) == []
 
 
@@ -82,7 +82,7 @@ def test_gpu_memory_of_an_8b_dump_on_a_small_card_names_the_batch():
     assert "the dump of llama needs about 21.0 GiB" in r.message
     assert "Lower hidden_states.batch_size (now 64)" in r.message
     steps = gpu_step_bytes(llama, SEQ, EXTRACT, PROTOCOL)
-    # dihal.capacity.dump_peak_bytes: 14.96 GiB of weights + 6.06 GiB of the batch's states
+    # dihal.run.capacity.dump_peak_bytes: 14.96 GiB of weights + 6.06 GiB of the batch's states
     assert round(steps["dump"] / GIB, 2) == 21.02
     assert check_gpu_memory(facts(device="cpu", gpu_total=[]), SEQ, EXTRACT, PROTOCOL) == []
     assert check_gpu_memory(llama, SEQ, EXTRACT, PROTOCOL) != check_gpu_memory(

@@ -5,7 +5,7 @@ layer with twice the held-out sequences."""
 import pytest
 
 import pipeline.main as driver
-from dihal.profiles import load_profile
+from dihal.run.profiles import load_profile
 
 
 def _args(*argv):
@@ -41,7 +41,7 @@ def test_the_whole_temperature_frontier_is_the_study_and_gpu_presets(profile, wh
     the baselines alike; study and the gpu presets draw the whole frontier; the report's
     frontier section names the preset that draws it (WHOLE_FRONTIER_PRESET)."""
     from dihal.config import FRONTIER_TEMPERATURES, BaselineRunConfig, EvalConfig
-    from dihal.profiles import WHOLE_FRONTIER_PRESET
+    from dihal.run.profiles import WHOLE_FRONTIER_PRESET
 
     _, stages = load_profile(profile)
     ev = EvalConfig(**{k: tuple(v) if isinstance(v, list) else v

@@ -4,8 +4,8 @@ $DIHAL_PROFILE, else the instance's choice ($DAGSTER_HOME/dihal-preset), else th
 
 import pytest
 
-from dihal import profiles
-from dihal.profiles import resolve_preset
+from dihal.run import profiles
+from dihal.run.profiles import resolve_preset
 
 
 @pytest.fixture()

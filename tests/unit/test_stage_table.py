@@ -1,4 +1,4 @@
-"""One stage table (dihal.stages) gives the asset keys, the named jobs and the driver's stages;
+"""One stage table (dihal.run.stages) gives the asset keys, the named jobs and the driver's stages;
 the changelog of its code versions is CHANGELOG.md, one section per stage at its version."""
 
 import re
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from dihal.stages import DRIVER_STAGES, JOBS, STAGES, STUDY_JOBS, asset_key, job_keys, job_name
+from dihal.run.stages import DRIVER_STAGES, JOBS, STAGES, STUDY_JOBS, asset_key, job_keys, job_name
 
 ROOT = Path(__file__).resolve().parents[2]
 

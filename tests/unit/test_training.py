@@ -128,7 +128,7 @@ def current(kind: str) -> int:
 
 
 def test_device_strings_that_name_one_device_compare_equal():
-    from dihal.devices import normalise_device, same_device
+    from dihal.training import normalise_device, same_device
 
     assert torch.device("cuda") != torch.device("cuda:0")  # why the loop needs the helper
     assert normalise_device("cuda", current) == torch.device("cuda", 0)
@@ -169,7 +169,7 @@ def test_a_training_budget_over_the_cap_is_refused_before_its_sample_order(tmp_p
     import dihal.training as training
     from dihal.config import MAX_TRAIN_STEPS, SequenceConfig
     from dihal.errors import TrainingBudgetError
-    from dihal.preflight import check_training_budget
+    from dihal.run.preflight import check_training_budget
 
     with pytest.raises(ValueError, match=r"TrainConfig.epochs must be at most 10,000,000 .*"
                        r"got 1000000000000.0"):

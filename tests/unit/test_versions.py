@@ -122,7 +122,7 @@ def test_the_code_location_and_the_driver_refuse_before_any_work(monkeypatch):
     import argparse
 
     import dihal.versions as versions
-    from dihal.preflight import PreflightError
+    from dihal.run.preflight import PreflightError
     from pipeline import preflight
     from pipeline.definitions import build_definitions
 

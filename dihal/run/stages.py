@@ -1,7 +1,7 @@
 """The one table of the pipeline's stages. Each stage is named once, here, with its code
 version, the config dataclass its run config mirrors, and the storage class of its artifact;
 from it are derived the code versions of the fingerprints and the Dagster code_version
-(assets._stage.CODE_VERSIONS), the stages a preset may override (dihal.profiles.STAGE_CONFIGS),
+(assets._stage.CODE_VERSIONS), the stages a preset may override (dihal.run.profiles.STAGE_CONFIGS),
 the Dagster run-config classes (assets.configs), each artifact kind's manifest `stage`
 (storage.artifacts), the asset keys (`asset_key`), the named jobs (JOBS, which
 pipeline.definitions builds) and the driver's stages (DRIVER_STAGES, its --stop-after). A new
@@ -66,7 +66,7 @@ def stage_of_kind(kind: str) -> str | None:
 def asset_key(stage: str, backbone: str | None = None) -> str:
     """The Dagster asset (without partition) that makes `stage` for `backbone`."""
     if stage not in STAGES:
-        raise KeyError(f"unknown stage {stage!r}; the stages are {sorted(STAGES)} (dihal.stages)")
+        raise KeyError(f"unknown stage {stage!r}; the stages are {sorted(STAGES)} (dihal.run.stages)")
     return f"{stage}_{backbone}" if backbone else stage
 
 
@@ -122,7 +122,7 @@ def job_name(job: str, backbone: str) -> str:
     """The Dagster job `job` of `backbone`."""
     if job not in {j.name for j in (*JOBS, *STUDY_JOBS)}:
         raise KeyError(f"unknown job {job!r}; the jobs are "
-                       f"{[j.name for j in (*JOBS, *STUDY_JOBS)]} (dihal.stages.JOBS, STUDY_JOBS)")
+                       f"{[j.name for j in (*JOBS, *STUDY_JOBS)]} (dihal.run.stages.JOBS, STUDY_JOBS)")
     return f"{job}_{backbone}"
 
 

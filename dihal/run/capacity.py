@@ -17,7 +17,7 @@ The storage design this models (the pipeline after the redesign):
   dequantised into a float32 safetensors cache (4 bytes/param): the registry's
   BackboneSpec.disk_bytes_per_param.
 
-This is the one model of these sizes: the pre-flight (dihal.preflight) sizes a run with the same
+This is the one model of these sizes: the pre-flight (dihal.run.preflight) sizes a run with the same
 functions. Importing it brings no torch (the pre-flight is imported before any model is); the
 functions that build a model on the meta device import it.
 """
@@ -34,14 +34,14 @@ from typing import TYPE_CHECKING
 from dihal.compare.baselines import build_baseline
 from dihal.config import BridgeProtocol
 from dihal.errors import DihalError, UnknownBackboneError
-from dihal.profiles import PROFILES
 from dihal.registry import BACKBONES, BASELINES, get_spec, read_model_config
+from dihal.run.profiles import PROFILES
 
 if TYPE_CHECKING:
     import torch
 
 # The published config.json files of the built-in backbones (BackboneSpec.config_file)
-MODEL_CONFIGS = Path(__file__).resolve().parents[1] / "data" / "model_configs"
+MODEL_CONFIGS = Path(__file__).resolve().parents[2] / "data" / "model_configs"
 GIB = 2**30
 # Two device layouts. A "24 GB" card shows 22.5-24 GiB; capping the weights at 22 GiB keeps
 # headroom, and the balanced map puts at most ~8.4 GiB of an 8B model on each card, so at least

@@ -23,9 +23,9 @@ from pathlib import Path
 from dihal import config as dc
 from dihal.environment import env_text
 from dihal.registry import config_file, project_config
-from dihal.stages import STAGES
+from dihal.run.stages import STAGES
 
-# stage -> the config dataclass its run config mirrors (dihal.stages)
+# stage -> the config dataclass its run config mirrors (dihal.run.stages)
 STAGE_CONFIGS = {name: getattr(dc, s.config) for name, s in STAGES.items() if s.config}
 
 _GPU_PROTOCOL = {

@@ -110,30 +110,3 @@ def lease(lock_dir: Path, candidates: list[Slot], *, poll_s: float = 1.0,
     finally:
         torch.set_num_threads(threads_before)
         os.close(fd)
-
-
-def _current_index(kind: str) -> int:
-    """The index torch uses for a device of type `kind` given without one ("cuda": the current
-    CUDA device)."""
-    import torch
-
-    current = getattr(getattr(torch, kind, None), "current_device", None)
-    return int(current()) if current is not None else 0
-
-
-def normalise_device(device, current_index: Callable[[str], int] = _current_index):
-    """`device` (a string or torch.device) as a torch.device with its index explicit: "cuda" is
-    "cuda:<current device>", and "cpu" has no index ("cpu:0" is "cpu"). `current_index(type)`
-    gives the index of a device named without one (a test passes its own)."""
-    import torch
-
-    d = torch.device(device)
-    if d.type == "cpu":
-        return torch.device("cpu")
-    return d if d.index is not None else torch.device(d.type, current_index(d.type))
-
-
-def same_device(a, b, current_index: Callable[[str], int] = _current_index) -> bool:
-    """Whether `a` and `b` name one device (torch.device("cuda") != torch.device("cuda:0"),
-    yet both are the current GPU)."""
-    return normalise_device(a, current_index) == normalise_device(b, current_index)

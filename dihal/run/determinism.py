@@ -61,7 +61,7 @@ def restore(before: dict | None) -> None:
 
 @contextlib.contextmanager
 def deterministic_cuda(device_lease, log: Callable[[str], None] | None = None) -> Iterator:
-    """Enter `device_lease` (a context manager yielding a dihal.devices.Slot) and, while its
+    """Enter `device_lease` (a context manager yielding a dihal.run.devices.Slot) and, while its
     slot is a CUDA device, run with deterministic kernels; yields the slot."""
     with device_lease as slot:
         before = enable(slot.device)

@@ -7,7 +7,7 @@ the backbone's shape and positions (max_position_embeddings against the sequence
 also checked by the sequences stage before it tokenises), the workers, the corpus's document lengths, the host's memory and disk,
 the GPUs' memory, and the largest hidden state of a first batch. Each check that fails gives a
 Refusal naming what does not fit, the numbers, and the setting to change. Every size is
-dihal.capacity's: one model of the store, the pairs, the checkpoints and the GPU phases.
+dihal.run.capacity's: one model of the store, the pairs, the checkpoints and the GPU phases.
 """
 
 from __future__ import annotations
@@ -18,7 +18,17 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dihal.capacity import (
+from dihal.config import (
+    DTYPE_MAX,
+    MAX_TRAIN_STEPS,
+    TRAIN_STEPS_WHY,
+    BridgeProtocol,
+    ExtractConfig,
+    SequenceConfig,
+)
+from dihal.errors import DihalError
+from dihal.locate.corpus import shortfall_message
+from dihal.run.capacity import (
     GIB,
     TABLE_BYTES_PER_LAYER,
     Workload,
@@ -30,16 +40,6 @@ from dihal.capacity import (
     state_store_bytes,
     training_disk_bytes,
 )
-from dihal.config import (
-    DTYPE_MAX,
-    MAX_TRAIN_STEPS,
-    TRAIN_STEPS_WHY,
-    BridgeProtocol,
-    ExtractConfig,
-    SequenceConfig,
-)
-from dihal.errors import DihalError
-from dihal.locate.corpus import shortfall_message
 
 # Keep this share of a resource free (the OS, page cache, the CUDA context, fragmentation)
 HEADROOM = 0.9
@@ -228,7 +228,7 @@ def gpu_step_bytes(facts: Facts, seq: SequenceConfig, extract: ExtractConfig,
                    protocol: BridgeProtocol) -> dict[str, int]:
     """Peak GPU bytes of one step of each kind on one device: the dump (all N states of a
     batch, phase by phase), a pair-building batch, a bridge's training; the weights plus
-    dihal.capacity's phase model, which matches the dump's measured peak (21.0 GiB at
+    dihal.run.capacity's phase model, which matches the dump's measured peak (21.0 GiB at
     Llama-3.1-8B where the forward-only estimate said 17.4 and about 24 was measured)."""
     w = Workload(seq_len=seq.seq_len, n_train=seq.n_train, n_val=seq.n_val,
                  state_bytes=_state_bytes(extract), extract_batch=extract.batch_size,
@@ -247,7 +247,7 @@ def gpu_step_bytes(facts: Facts, seq: SequenceConfig, extract: ExtractConfig,
 
 def check_gpu_memory(facts: Facts, seq: SequenceConfig, extract: ExtractConfig,
                      protocol: BridgeProtocol) -> list[Refusal]:
-    """Each step holds one GPU (dihal.devices): its peak must fit the smallest one."""
+    """Each step holds one GPU (dihal.run.devices): its peak must fit the smallest one."""
     if facts.device != "cuda" or not facts.gpu_total:
         return []
     steps = gpu_step_bytes(facts, seq, extract, protocol)
@@ -258,7 +258,7 @@ def check_gpu_memory(facts: Facts, seq: SequenceConfig, extract: ExtractConfig,
     return [Refusal("GPU memory", (
         f"the {kind} of {facts.backbone} needs about {_gib(need)} on one GPU (weights "
         f"{_gib(facts.n_params * facts.weight_bytes)} and the batch's states, by "
-        f"dihal.capacity's phase model of the measured peak), but the smallest "
+        f"dihal.run.capacity's phase model of the measured peak), but the smallest "
         f"GPU has {_gib(min(facts.gpu_total))}. Lower hidden_states.batch_size (now "
         f"{extract.batch_size}) or bridge batch_size (now {protocol.batch_size}), or spread "
         "the backbone with the backbones resource's device_map='auto'."))]

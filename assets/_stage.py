@@ -253,11 +253,14 @@ class StageRun:
                          {**extra, "preset": preset})
         every = self.resources.storage.verify_every_hours * 3600
         if (m := artifact.reuse(fp, digests=not artifact.verified_within(every, self.warn))) is not None:
-            return m, True
+            if m.code_version:  # else: stamped below, under the lock
+                return m, True
         try:
             with artifact.lock():
-                if (m := artifact.reuse(fp)) is not None:  # another run made it meanwhile
-                    return m, True
+                # another run made it meanwhile, or (unstamped) it was made before the code
+                # versions were recorded
+                if (m := artifact.reuse(fp)) is not None:
+                    return artifact.stamp_version(m), True
                 if artifact.damage:
                     self.context.log.warning(f"{artifact.name} is damaged ({'; '.join(artifact.damage[:5])}): "
                                              "making it again")
@@ -267,6 +270,7 @@ class StageRun:
                 result = self.computing(lambda: self.checked(artifact, config, compute))
                 refuse_invalid(result, config)  # nothing invalid is recorded as done
                 m = Manifest(stage=artifact.stage, backbone=self.backbone, fingerprint=fp,
+                             code_version=CODE_VERSIONS[artifact.stage],
                              config=canonical(config), upstream=ups,
                              info={**result.info(), "metadata": result.metadata(),
                                    "preset": preset, **({"upstream_presets": mixed} if mixed

@@ -1,7 +1,8 @@
 """What the report reads of the generation families (Evaluate, Compare, FullTraining), typed
 as dihal.inputs types Locate and Replace: each family's rows and summaries as frozen
-dataclasses made with `from_dict` from what storage reads back, older artifacts included (a
-column or key added later is optional). Standard library only.
+dataclasses made with `from_dict` from what storage reads back (a key its stage writes only
+in some cases is optional; storage refuses what an older stage version wrote). Standard
+library only.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from dihal.rows import (
 
 # ------------------------------------------------------------------------------ Evaluate
 
-NOT_RECORDED = "not recorded"  # a sampling setting an older eval row did not record
 
 
 @dataclass(frozen=True)
@@ -133,19 +133,17 @@ class CostTable:
 
 @dataclass(frozen=True)
 class SamplingSetting:
-    """How the eval sampled, as its first row recorded it: the CPU threads (0: a GPU; None:
-    not recorded), the CPU kernels (NOT_RECORDED in older rows) and the unconditional start
-    token with its id (None: not recorded)."""
+    """How the eval sampled, as its first row recorded it: the CPU threads (0: a GPU), the
+    CPU kernels and the unconditional start token with its id."""
 
-    cpu_threads: int | None = None
-    cpu_kernels: str | None = NOT_RECORDED
-    start_token: str | None = None
-    start_token_id: int | None = None
+    cpu_threads: int
+    cpu_kernels: str
+    start_token: str
+    start_token_id: int
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> SamplingSetting:
-        return cls(d.get("cpu_threads"), d.get("cpu_kernels", NOT_RECORDED),
-                   d.get("start_token"), d.get("start_token_id"))
+        return cls(d["cpu_threads"], d["cpu_kernels"], d["start_token"], d["start_token_id"])
 
 
 @dataclass(frozen=True)
@@ -179,9 +177,9 @@ class EvaluateInputs:
     def from_dicts(cls, evaluation: dict[str, Any], sampler_curve: dict[str, Any]
                    ) -> EvaluateInputs:
         """From EvalResult.info() and SamplerCurveResult.info()."""
-        rows = evaluation.get("rows") or []
-        return cls(generation_rows(rows), dict(evaluation.get("judge") or {}),
-                   SamplingSetting.from_dict(rows[0] if rows else {}),
+        rows = evaluation["rows"]
+        return cls(generation_rows(rows), dict(evaluation["judge"]),
+                   SamplingSetting.from_dict(rows[0]),
                    SamplerChoice.from_dict(evaluation.get("controls")),
                    CostTable.from_dict(evaluation.get("cost")),
                    [CurvePoint.from_dict(p) for p in sampler_curve["rows"]],
@@ -232,8 +230,8 @@ class RolePair:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], first: str) -> RolePair | None:
-        """The test against `first` on row `d`, None where the row has none (older rows, or
-        fewer than 2 samples a pair scored)."""
+        """The test against `first` on row `d`, None where the row has none (fewer than 2
+        samples a pair scored)."""
         got = {k: d.get(pair_column(k, first)) for k in PAIR_STATS}
         if number(got["log_ppl_diff"]) is None:
             return None

@@ -1,8 +1,9 @@
 """What the report reads, typed family by family (Locate and Replace here, and the backbones'
 summaries; the generation families in dihal.generation_inputs): each family's rows and summaries as frozen
 dataclasses, made with `from_dict` from the tables and manifest infos that storage reads
-back, so the report reads attributes, not column names. Every `from_dict` reads
-older artifacts too: a column or key added later is optional (None, or empty). Standard
+back, so the report reads attributes, not column names. A key its stage writes only in
+some cases is optional (None, or empty); every other is required: what an older version of
+a stage wrote is refused as stale before it is read (storage's Artifact.require). Standard
 library only (dihal.results builds ReportInputs from these).
 """
 
@@ -115,7 +116,7 @@ class SequenceStability:
 class LayerScoreInfo:
     """The layer score's summary (LayerScoreResult.info()): l* under the primary
     normalisation, l* and the Spearman of S_l with depth per normalisation, and l*'s
-    stability (empty / not run in older artifacts)."""
+    stability (empty where layer_score's resamples are 0)."""
 
     l_star: int
     selected: dict[str, int]
@@ -247,25 +248,28 @@ class SeedInfo:
 @dataclass(frozen=True)
 class BridgeabilityInfo:
     """Bridgeability's summary (BridgeabilityResult.info()): l*, the oracle and worst swept
-    layer, the swept layers, the Spearman and regression tables, the primary test (None before
-    it), the oracle by each measure and the training seeds (None: one seed)."""
+    layer, the swept layers, the Spearman and regression tables, the pre-registered primary
+    test, the oracle by each measure and the training seeds (None: one seed)."""
 
     l_star: int
     oracle: int
     worst: int
     swept_layers: list[int]
     spearman: list[SpearmanRow]
-    regression: list[RegressionRow] = field(default_factory=list)
-    primary: PrimaryTest | None = None
+    regression: list[RegressionRow]
+    primary: PrimaryTest
     oracle_by: OracleBy = field(default_factory=OracleBy)
     seeds: SeedInfo | None = None
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> BridgeabilityInfo:
+        if d["primary"] is None:
+            raise ValueError("a bridgeability summary without its pre-registered primary test "
+                             "(the bridgeability stage always runs it)")
         return cls(d["l_star"], d["oracle"], d["worst"], list(d["swept_layers"]),
-                   spearman_rows(d["spearman"]), regression_rows(d.get("regression") or []),
-                   PrimaryTest.from_dict(d.get("primary")), OracleBy.from_dict(d.get("oracle_by")),
-                   SeedInfo.from_dict(d.get("seeds")))
+                   spearman_rows(d["spearman"]), regression_rows(d["regression"]),
+                   PrimaryTest.from_dict(d["primary"]), OracleBy.from_dict(d["oracle_by"]),
+                   SeedInfo.from_dict(d["seeds"]))
 
 
 @dataclass(frozen=True)

@@ -162,10 +162,8 @@ class PrimaryTest:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> PrimaryTest | None:
-        """The test as stored, or None for an artifact made before it."""
-        if not d:
-            return None
-        return cls(**{k: d.get(k) for k in cls.__dataclass_fields__})
+        """The test as stored (None: a table computed without a primary normalisation)."""
+        return None if d is None else cls(**d)
 
 
 @dataclass(frozen=True)

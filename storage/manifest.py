@@ -53,6 +53,10 @@ class Manifest:
     info: dict[str, Any] = field(default_factory=dict)
     # every file the artifact owns, relative to its folder: [size in bytes, sha256]
     files: dict[str, list] = field(default_factory=dict)
+    # the code version of `stage` that made it (dihal.run.stages); "" in a manifest written
+    # before the versions were recorded. A reader refuses any other than its own code's
+    # (Artifact.require): what an older stage version made is stale, never read
+    code_version: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return canonical(asdict(self))

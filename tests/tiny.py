@@ -328,9 +328,12 @@ def report_raw(*, spearman=None, regression=(), comparison=None, latency=2.0,
                 for n in ("none", "robust") for ll in range(4)]
     score = [{"layer": ll, "norm": n, "S": 0.5 * ll, "candidate": ll > 0}
              for n in ("none", "robust") for ll in range(4)]
-    ev = [{"model": "dihal", "role": "dihal", "ms_per_token": 4.0, "latency_vs_backbone": latency},
+    # how the eval sampled, as every eval row records it
+    setting = {"cpu_threads": 2, "cpu_kernels": "AVX2", "start_token": "<s>", "start_token_id": 1}
+    ev = [{"model": "dihal", "role": "dihal", "ms_per_token": 4.0, "latency_vs_backbone": latency,
+           **setting},
           {"model": "backbone", "role": "backbone", "ms_per_token": 2.0,
-           "latency_vs_backbone": 1.0}]
+           "latency_vs_backbone": 1.0, **setting}]
     image = png()
     return dict(
         backbone="tiny", backbone_info={"hf_id": "t/tiny", "architecture": "llama",
@@ -345,7 +348,12 @@ def report_raw(*, spearman=None, regression=(), comparison=None, latency=2.0,
                "spearman_vs_depth": {"none": 0.3, "robust": 0.2},
                "stability": stability if stability is not None else {}},
         bridgeability={"l_star": 2, "oracle": 3, "worst": 1, "swept_layers": [1, 2, 3],
-                       "spearman": spearman, "regression": list(regression)},
+                       "spearman": spearman, "regression": list(regression),
+                       "primary": primary_test(), "seeds": {},
+                       "oracle_by": {"by": {"hybrid_nll": {"oracle": 3, "worst": 1},
+                                            "val_loss": {"oracle": 3, "worst": 1}},
+                                     "chosen_by": "hybrid_nll", "oracle_disagree": False,
+                                     "worst_disagree": False}},
         sweep_layers=[], sweep_protocol={"steps": 4},
         comparison={"rows": comparison, "missing": []},
         evaluation={"rows": ev, "judge": {"judge": "t/tiny"}},
@@ -355,6 +363,18 @@ def report_raw(*, spearman=None, regression=(), comparison=None, latency=2.0,
              "backbone_nll": 2.5, "ms_per_token": 1.0, "top1_agreement": 0.5}]},
         samples={"dihal": ["a b c"]}, plots={"proxies": image, "score": image, "scatter": image},
         backbones=[], artifacts="/tmp/x", fingerprints={"geometry_tiny": "f" * 64})
+
+
+def primary_test(**fields) -> dict:
+    """The primary test of report_raw's 3 swept layers as bridgeability stores it: too few
+    layers for its floor to reach alpha (`fields` replaced)."""
+    from dihal.uncertainty import PRIMARY_UNDECIDABLE
+
+    return {"predictor": "S_l (robust)", "target": "hybrid_nll", "rho": 0.5,
+            "rho_reference": 1.0, "diff": -0.5, "low": -1.5, "p": 0.8, "p_min": 0.17,
+            "ties": 0.3, "undefined": 0.0, "n_boot": 10_000, "layers": 3, "alpha": 0.05,
+            "verdict": PRIMARY_UNDECIDABLE, "p_min_all": 0.17, "layers_all": 3,
+            "layers_needed": None, **fields}
 
 
 def with_bridgeability(x, *, protocol=None, **info):

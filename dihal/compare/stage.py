@@ -227,7 +227,9 @@ def comparison(eval_rows: list[dict], bridge: BridgeMetrics, sampler_steps: int,
 
     keys = (*GENERATION_KEYS, "repetition", "mean_length")
 
-    def measured(r: dict) -> dict:  # LENGTH_KEYS are None in rows made before they were measured
+    # a row without a key of LENGTH_KEYS measured none (no common length, no MAUVE
+    # reference): None
+    def measured(r: dict) -> dict:
         return {**{k: r[k] for k in keys}, **{k: r.get(k) for k in LENGTH_KEYS}}
 
     # DiHAL at the K chosen on validation: the same bridge, sampled with that K; the control
@@ -237,9 +239,9 @@ def comparison(eval_rows: list[dict], bridge: BridgeMetrics, sampler_steps: int,
             return {**dihal_budget, **steps}
         if r["role"] == CHOSEN_K:
             return {**dihal_budget, **steps, "sampler_steps": r["steps"]}
-        if r["role"] == CONTROL:  # what the eval recorded (rows made before eval 10: none)
-            return {"denoiser_parameters": r.get("denoiser_parameters"),
-                    "train_tokens": r.get("train_tokens"), "sampler_steps": r.get("steps"),
+        if r["role"] == CONTROL:  # what the eval recorded
+            return {"denoiser_parameters": r["denoiser_parameters"],
+                    "train_tokens": r["train_tokens"], "sampler_steps": r["steps"],
                     "seq_len": None}
         return dict.fromkeys(dihal_budget)
 

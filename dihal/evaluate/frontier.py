@@ -149,8 +149,7 @@ def frontier_sentence(points: list[dict], first: str = "dihal") -> str:
     where the model of role `first` stands, each model's Gen.PPL at the held-out text's
     diversity, and the same frontier read with the intervals."""
     if not points:
-        return ("No temperature frontier was measured (frontier_temperatures is empty, or the "
-                "artifacts were made before it existed).")
+        return "No temperature frontier was measured (frontier_temperatures is empty)."
     flags = on_frontier(points)
     models = list(dict.fromkeys(p["model"] for p in points if p.get("role") != ANCHOR_ROLE))
     temps = measured_temperatures(points)
@@ -212,8 +211,8 @@ def _one_temperature_reading(points: list[dict], ref: dict | None) -> str:
 def _anchor_reading(points: list[dict], ref: dict | None) -> str:
     """The held-out text's point, and what it does to the frontier; "" without one."""
     if ref is None:
-        return ("No held-out text was scored as the frontier's anchor (artifacts made before "
-                "it): diversity is read without the real text's, so a degenerate sample's "
+        return ("No held-out text was scored as the frontier's anchor (the eval was given "
+                "none, or its metrics are not finite): diversity is read without the real text's, so a degenerate sample's "
                 "high diversity would count. " if points else "")
     more = [f"{p['model']} (T = {_t(p['temperature'])})" for p in points
             if p is not ref and _finite(p) and p["diversity"] > ref["diversity"]]

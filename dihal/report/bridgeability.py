@@ -31,13 +31,10 @@ from dihal.uncertainty import MAX_UNDEFINED, PRIMARY_BETTER, PRIMARY_UNDECIDABLE
 
 def _oracle_sentence(b: BridgeabilityInfo) -> str:
     """The oracle and worst swept layers full training follows (by hybrid NLL on the first half
-    of the held-out sequences, so the second half judges them; on all of them in artifacts made
-    before the halves), and by validation loss, saying whether the measures disagree; older
-    infos name one pair."""
+    of the held-out sequences, so the second half judges them; on all of them where too few
+    were held out to split), and by validation loss, saying whether the measures disagree."""
     by = b.oracle_by.by
-    nll, loss = by.get("hybrid_nll"), by.get("val_loss")
-    if not (nll and loss):
-        return f"the oracle layer is {b.oracle} and the worst {b.worst}"
+    nll, loss = by["hybrid_nll"], by["val_loss"]
     half = by.get("hybrid_nll_select") if b.oracle_by.chosen_by == "hybrid_nll_select" else None
     if half:
         line = (f"the oracle layer by hybrid NLL on the first half of the held-out sequences is "
@@ -48,7 +45,7 @@ def _oracle_sentence(b: BridgeabilityInfo) -> str:
     else:
         line = (f"the oracle layer by hybrid NLL is {nll.oracle} and the worst {nll.worst} "
                 f"(full training follows these; chosen and judged on the same held-out "
-                f"sequences: these artifacts predate the split); by validation loss, "
+                f"sequences: too few to split); by validation loss, "
                 f"{loss.oracle} and {loss.worst}")
     split = [w for w, disagree in (("oracle", b.oracle_by.oracle_disagree),
                                    ("worst layer", b.oracle_by.worst_disagree)) if disagree]
@@ -104,7 +101,7 @@ def seed_counts(seeds: SeedInfo | None) -> dict[int, int]:
     return seeds.counts() if seeds else {}
 
 
-def _seed_coverage(seeds: SeedInfo, on_cpu: bool | None) -> str:
+def _seed_coverage(seeds: SeedInfo, on_cpu: bool) -> str:
     """Which layers had how many seeds; where fewer than all had the most, what bringing the
     others up would cost by the replicates' own timings, and on the CPU that the subset is what
     fits the run's budget. "" where every swept layer had one seed."""
@@ -274,10 +271,6 @@ def answer_geometry_vs_depth(x: ReportInputs) -> tuple[str, str]:
     n = len(x.bridges.info.swept_layers)
     t = x.bridges.info.primary
     explore = _exploratory(rows, geo, _family(typed))
-    if t is None:
-        return (f"Whether geometry beats depth is not settled: these artifacts have no "
-                f"pre-registered primary test (bridgeability made before it; re-materialise "
-                f"bridgeability_{x.backbone}). {explore}.", BRIDGEABILITY)
     return f"{primary_sentence(t, n)}. {explore}.", BRIDGEABILITY
 
 
@@ -349,9 +342,6 @@ def bridgeability_section(r: Document, x: ReportInputs) -> None:
 def _primary_paragraph(r: Document, x: ReportInputs) -> None:
     """The primary test: what was fixed before the sweep, its outcome and its design's floor."""
     t = x.bridges.info.primary
-    if t is None:
-        r.p("No pre-registered primary test: this bridgeability artifact was made before it.")
-        return
     r.p("The primary test, fixed before any bridge was trained: S_l under the primary "
         "normalisation against depth (-l), on -hybrid NLL (the measure full training follows, "
         "the one closest to generation), one-sided (H1: S_l's Spearman with the target is "

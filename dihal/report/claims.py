@@ -405,8 +405,8 @@ def _role_part(label: str, geo, other, better_needed: bool) -> Part:
     pair = other.pairs.get("geometry l*")
     if pair is None:
         return Part(f"against the {label}", "no paired test", MISSING,
-                    "the full-training rows have no paired test of the roles (made before it, "
-                    "or fewer than 2 samples a pair scored)")
+                    "the full-training rows have no paired test of the roles (fewer than 2 "
+                    "samples a pair scored)")
     run = (f"l*/{label} Gen.PPL {math.exp(pair.log_ppl_diff):.2f}x "
            f"[{math.exp(pair.log_ppl_diff_low):.2f}, {math.exp(pair.log_ppl_diff_high):.2f}], "
            f"p (Holm) {pair.p_holm:.3g}")

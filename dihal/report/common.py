@@ -14,11 +14,10 @@ def layers_text(layers: list[int]) -> str:
     return ("layer " if len(layers) == 1 else "layers ") + ", ".join(map(str, layers))
 
 
-def on_cpu(x: ReportInputs) -> bool | None:
+def on_cpu(x: ReportInputs) -> bool:
     """Whether the run was on the CPU, as the eval recorded it (its sampling threads, 0 on a
-    GPU); None where not recorded."""
-    threads = x.evaluate.setting.cpu_threads
-    return None if threads is None else threads > 0
+    GPU)."""
+    return x.evaluate.setting.cpu_threads > 0
 
 
 def interval(s: Spearman | None) -> str:

@@ -36,11 +36,12 @@ def _ppl(row: FullTrainingRow) -> str:
 
 def _judged(geo: FullTrainingRow, oracle: FullTrainingRow, worst: FullTrainingRow) -> str:
     """The three full-training bridges on the half of the held-out sequences that did not
-    choose the oracle and the worst layer; "" for rows made before the halves."""
+    choose the oracle and the worst layer, or that the same sequences did both (fewer than 2
+    held-out sequences: nothing to split)."""
     vals = [number(r.hybrid_nll_judge) for r in (geo, oracle, worst)]
     if any(v is None for v in vals):
         return (" The oracle and worst layer were chosen and judged on the same held-out "
-                "sequences (rows made before the split): their standing is optimistic.")
+                "sequences (too few to split): their standing is optimistic.")
     return (f" On the half of the held-out sequences that did not choose the oracle and the "
             f"worst layer, hybrid NLL is {vals[0]:.3f} at l*, {vals[1]:.3f} at the oracle and "
             f"{vals[2]:.3f} at the worst layer.")
@@ -176,8 +177,8 @@ def role_pairs(trained: list[FullTrainingRow]) -> list[dict]:
 
 def role_pairs_sentence(pairs: list[dict]) -> str:
     if not pairs:
-        return ("No paired generation test of l*, the oracle and the worst layer: these rows "
-                "were made before it, or fewer than 2 samples a pair were scored.")
+        return ("No paired generation test of l*, the oracle and the worst layer: fewer than "
+                "2 samples a pair were scored.")
     told = [p["pair"] + ": " + p["verdict"] for p in pairs if p["verdict"] != "not distinguishable"]
     return ("The three bridges draw sample i with the same seed, so their samples pair by index: "
             "the token-weighted log Gen.PPL difference of each pair, with a paired bootstrap "

@@ -75,13 +75,9 @@ GEN_PPL = "Gen.PPL, non-empty samples [95 %]"
 
 
 def n_samples(r: GenerationRow) -> int | None:
-    """Every sample of a row: as recorded, else what its counts add up to (rows made before
-    the empty rate was recorded); None where it cannot be told."""
-    if r.n_samples is not None:
-        return int(r.n_samples)
-    if r.ppl_length_scored is not None and r.empty_samples is not None:
-        return int(r.ppl_length_scored + (r.ppl_length_short or 0) + r.empty_samples)
-    return None
+    """Every sample of a row, as recorded; None for a row that records none (a frontier
+    point at the main row's temperature, which is that row's)."""
+    return None if r.n_samples is None else int(r.n_samples)
 
 
 def empty_text(r: GenerationRow) -> str:
@@ -110,10 +106,7 @@ def _reaching(r: GenerationRow) -> str:
     if r.ppl_length_scored is None:
         return "n/a"
     n = n_samples(r)
-    if n is None:  # rows made before the empty samples were counted: of the non-empty ones
-        return (f"{r.ppl_length_scored} of "
-                f"{r.ppl_length_scored + (r.ppl_length_short or 0)} non-empty")
-    return f"{r.ppl_length_scored} of {n}"
+    return "n/a" if n is None else f"{r.ppl_length_scored} of {n}"
 
 
 def generation_table(rows: list[GenerationRow], extra: list[str]) -> list[dict]:
@@ -263,8 +256,7 @@ def _generation_setting(x: ReportInputs) -> str:
     start = (f"Every sample is drawn unconditionally from the backbone's start token "
              f"{token!r} (id {ev.start_token_id}), the BOS that opens every training "
              "sequence; for an Instruct backbone that token may be a chat-turn opener, and the "
-             "samples are compared with plain corpus text." if token is not None else
-             "The unconditional start token was not recorded (evaluation made before eval 6).")
+             "samples are compared with plain corpus text.")
     ranked = {temperature(r) for r in rows if r.role != NATIVE_ROLE}
     rounding = "none (deterministic rounding)"
     temps = ranked - {rounding}

@@ -79,7 +79,7 @@ def _sequence_summary(seq: SequenceStability, primary: str) -> str:
                f" (agreeing in {h.agreement:.0%} of splits)"))
     if not parts:
         return ("l*'s stability over resampled sequences was not computed (layer_score "
-                "sequence_resamples and split_halves are 0, or made before layer_score 3).")
+                "sequence_resamples and split_halves are 0).")
     return f"Under {primary}, " + "; ".join(parts) + (
         f" ({seq.seconds:.0f} s)." if seq.seconds is not None else ".")
 

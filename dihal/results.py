@@ -16,6 +16,7 @@ from dihal.generation_inputs import CompareInputs, EvaluateInputs, FullTrainingI
 from dihal.inputs import (
     BackboneInfo,
     BackboneSummary,
+    BridgeabilitySummary,
     LocateInputs,
     Plots,
     ReplaceInputs,
@@ -25,9 +26,6 @@ from dihal.rows import (
     TARGETS,
     BudgetGenerationRow,
     BudgetPoint,
-    PrimaryTest,
-    RegressionRow,
-    SpearmanRow,
 )
 
 
@@ -260,49 +258,38 @@ class TrainedBridge:
 
 @dataclass(frozen=True)
 class BridgeabilityResult:
+    """The bridgeability artifact: every swept layer's metrics (a table), the answer
+    (`summary`, its manifest's info; its Spearman and regression tables as Parquet too) and
+    the scatter of S_l against bridgeability."""
+
     layer_rows: list[dict]  # BridgeMetrics.to_dict() of each swept layer, by layer
-    spearman: list[SpearmanRow]  # one per predictor
-    layers: list[int]
-    oracle: int  # the swept layer with the lowest hybrid NLL (full training follows it)
-    worst: int  # the one with the highest
-    l_star: int
+    summary: BridgeabilitySummary
     plot_png: bytes = field(repr=False, default=b"")
-    regression: list[RegressionRow] = field(default_factory=list)  # the bridge vs its control
-    # oracle and worst by each measure (dihal.uncertainty.oracle_by_measures: "by" {measure:
-    # {"oracle", "worst"}}, "oracle_disagree", "worst_disagree")
-    oracle_by: dict[str, Any] = field(default_factory=dict)
-    # with several training seeds per layer: {"n_seeds": max per layer, "spread": {measure:
-    # seed_spread rows}, "oracle": seed_oracle of the hybrid NLL with l*'s standing}; else {}
-    seeds: dict[str, Any] = field(default_factory=dict)
-    # the pre-registered primary test (S_l under the primary normalisation against depth on
-    # -hybrid NLL, one-sided) with its design's floor; None: not run
-    primary: PrimaryTest | None = None
 
     def spearman_columns(self) -> list[dict]:
-        return [r.to_dict() for r in self.spearman]
+        return [r.to_dict() for r in self.summary.spearman]
 
     def regression_columns(self) -> list[dict]:
-        return [r.to_dict() for r in self.regression]
+        return [r.to_dict() for r in self.summary.regression]
 
     def info(self) -> dict:
-        return {"l_star": self.l_star, "oracle": self.oracle, "worst": self.worst,
-                "oracle_by": self.oracle_by, "seeds": self.seeds, "swept_layers": self.layers,
-                "spearman": self.spearman_columns(), "regression": self.regression_columns(),
-                "primary": self.primary.to_dict() if self.primary else None}
+        return self.summary.to_dict()
 
     def metadata(self) -> dict:
         """l*, oracle, worst, the primary test and each predictor's Spearman as top-level
         numbers (the UI charts them over materialisations)."""
+        b = self.summary
         rho = {f"spearman {r.predictor} vs -{target}": r.targets[target].rho
-               for r in self.spearman for target in TARGETS}
-        beats = sum(r.bridge_better_nll for r in self.regression)
-        by_loss = self.oracle_by.get("by", {}).get("val_loss", {})
-        primary = ({"primary test p": self.primary.p, "primary test minimum p": self.primary.p_min,
-                    "primary test verdict": self.primary.verdict} if self.primary else {})
-        return {"l_star": self.l_star, "oracle": self.oracle, "worst": self.worst, **primary,
-                **{f"{k} by val loss": v for k, v in by_loss.items()},
-                "swept_layers": self.layers, **rho,
-                "bridge beats regression (hybrid NLL)": f"{beats} of {len(self.regression)} layers"}
+               for r in b.spearman for target in TARGETS}
+        beats = sum(r.bridge_better_nll for r in b.regression)
+        by_loss = b.oracle_by.by.get("val_loss")
+        return {"l_star": b.l_star, "oracle": b.oracle, "worst": b.worst,
+                "primary test p": b.primary.p, "primary test minimum p": b.primary.p_min,
+                "primary test verdict": b.primary.verdict,
+                **({f"{k} by val loss": v for k, v in by_loss.to_dict().items()} if by_loss
+                   else {}),
+                "swept_layers": b.swept_layers, **rho,
+                "bridge beats regression (hybrid NLL)": f"{beats} of {len(b.regression)} layers"}
 
 
 @dataclass(frozen=True)

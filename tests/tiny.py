@@ -378,7 +378,7 @@ def primary_test(**fields) -> dict:
 
 
 def with_bridgeability(x, *, protocol=None, **info):
-    """`x` with fields of its bridgeability summary (dihal.inputs.BridgeabilityInfo) replaced
+    """`x` with fields of its bridgeability summary (dihal.inputs.BridgeabilitySummary) replaced
     by `info`, and the sweep's protocol by `protocol`."""
     from dataclasses import replace
 

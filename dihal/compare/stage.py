@@ -21,6 +21,7 @@ from dihal.evaluate.generation import (
     texts_until_eos,
 )
 from dihal.evaluate.ppl_difference import log_ppl_difference
+from dihal.inputs import BridgeabilitySummary
 from dihal.labels import (
     BASELINE,
     CHOSEN_K,
@@ -406,7 +407,7 @@ def _bridge_columns(trained: TrainedBridge) -> dict:
     return out
 
 
-def full_training_roles(bridgeability: dict) -> dict[str, int]:
-    """role -> layer, from a BridgeabilityResult.info()."""
-    return dict(zip(FULL_TRAINING_ROLES, (bridgeability["l_star"], bridgeability["oracle"],
-                                          bridgeability["worst"]), strict=True))
+def full_training_roles(bridgeability: BridgeabilitySummary) -> dict[str, int]:
+    """role -> layer: l*, the oracle and the worst swept layer."""
+    return dict(zip(FULL_TRAINING_ROLES, (bridgeability.l_star, bridgeability.oracle,
+                                          bridgeability.worst), strict=True))

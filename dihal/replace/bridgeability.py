@@ -9,6 +9,7 @@ import numpy as np
 
 from dihal.config import MIN_SWEPT_LAYERS, BridgeProtocol, ExtractConfig  # noqa: F401
 from dihal.errors import DihalError
+from dihal.inputs import BridgeabilitySummary, OracleBy, SeedInfo
 from dihal.locate.predictors import ORIENTATION
 from dihal.plots import plot_bridgeability
 from dihal.replace.stage import default_sweep_layers
@@ -249,10 +250,12 @@ def bridgeability(swept: list[BridgeMetrics], score_rows: list[dict], l_star: in
     table = bridgeability_table(layer_rows, candidates, predictor_rows, l_star=l_star, seed_rows={
         ll: [m.to_dict() for m in ms] for ll, ms in (seed_metrics or {}).items()},
         primary_norm=primary_norm)
+    summary = BridgeabilitySummary(
+        l_star=l_star, oracle=table["oracle"], worst=table["worst"], swept_layers=table["layers"],
+        spearman=table["rows"], regression=regression_table(swept, list(regression)),
+        primary=table["primary"], oracle_by=OracleBy.from_dict(table["oracle_by"]),
+        seeds=SeedInfo.from_dict(table["seeds"]))
     return BridgeabilityResult(
-        layer_rows=layer_rows, spearman=table["rows"], layers=table["layers"],
-        oracle=table["oracle"], worst=table["worst"], oracle_by=table["oracle_by"],
-        seeds=table["seeds"], l_star=l_star, primary=table["primary"],
-        regression=regression_table(swept, list(regression)),
+        layer_rows=layer_rows, summary=summary,
         plot_png=plot_bridgeability(layer_rows, candidates,
                                     f"{backbone}: score vs bridgeability (l* = {l_star})"))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dihal.inputs import BridgeabilityInfo, SeedInfo, SeedSpread
+from dihal.inputs import BridgeabilitySummary, SeedInfo, SeedSpread
 from dihal.report.common import (
     BRIDGEABILITY,
     REGRESSION,
@@ -29,7 +29,7 @@ from dihal.run.profiles import SEED_SUBSET
 from dihal.uncertainty import MAX_UNDEFINED, PRIMARY_BETTER, PRIMARY_UNDECIDABLE
 
 
-def _oracle_sentence(b: BridgeabilityInfo) -> str:
+def _oracle_sentence(b: BridgeabilitySummary) -> str:
     """The oracle and worst swept layers full training follows (by hybrid NLL on the first half
     of the held-out sequences, so the second half judges them; on all of them where too few
     were held out to split), and by validation loss, saying whether the measures disagree."""
@@ -76,7 +76,7 @@ def seed_table(seeds: SeedInfo | None) -> list[dict]:
             for i, row in enumerate(first)]
 
 
-def _seed_summary(b: BridgeabilityInfo) -> str:
+def _seed_summary(b: BridgeabilitySummary) -> str:
     seeds = b.seeds
     if not seeds:
         return ("Each swept layer was trained under one seed: the intervals cover the choice of "

@@ -157,7 +157,8 @@ def test_bridgeability_names_the_oracle_by_both_measures(disagree, says):
     b = {"oracle_by": {
         "by": {"hybrid_nll": {"oracle": 3, "worst": 1},
                "val_loss": {"oracle": 2 if disagree[0] else 3, "worst": 2 if disagree[1] else 1}},
-        "oracle_disagree": disagree[0], "worst_disagree": disagree[1]}}
+        "chosen_by": "hybrid_nll", "oracle_disagree": disagree[0],
+        "worst_disagree": disagree[1]}}
     md = build_report(with_bridgeability(x, oracle_by=OracleBy.from_dict(b["oracle_by"]))).markdown
     assert ("the oracle layer by hybrid NLL is 3 and the worst 1 (full training follows these; "
             "chosen and judged on the same held-out sequences: too few to split); by "
@@ -344,8 +345,10 @@ def test_bridgeability_shows_the_seed_spread_or_says_there_is_one_seed():
     spread = {m: [{"layer": ll, "n_seeds": 2, "mean": 1.0 + ll, "sd": 0.1, "min": 0.9 + ll,
                    "max": 1.1 + ll} for ll in (1, 2, 3)] for m in ("val_loss", "hybrid_nll")}
     seeds = {"n_seeds": 2, "spread": spread,
-             "oracle": {"oracle": 1, "oracle_share": 0.8, "l_star_rank": 2, "l_star_rank_low": 1,
-                        "l_star_rank_high": 3, "gap": 0.5, "gap_low": 0.1, "gap_high": 0.9}}
+             "oracle": {"oracle": 1, "oracle_share": 0.8, "picks": {1: 0.8, 2: 0.2},
+                        "l_star_rank": 2, "l_star_rank_low": 1, "l_star_rank_high": 3,
+                        "l_star_is_oracle": 0.2, "gap": 0.5, "gap_low": 0.1, "gap_high": 0.9},
+             "replicates": 3, "replicate_seconds": 30.0, "bridge_seconds": 60.0}
     md = build_report(with_bridgeability(x, seeds=SeedInfo.from_dict(seeds))).markdown
     assert "trained under up to 2 seeds" in md and "stays layer 1 in 80% of replicates" in md
     assert "l* ranks 2 of 3 (95 % [1, 3])" in md
@@ -361,7 +364,7 @@ def test_full_training_says_what_validation_loss_would_have_chosen(disagree):
     b = OracleBy.from_dict({
         "by": {"hybrid_nll": {"oracle": 3, "worst": 1},
                "val_loss": {"oracle": 1 if disagree else 3, "worst": 1}},
-        "oracle_disagree": disagree, "worst_disagree": False})
+        "chosen_by": "hybrid_nll", "oracle_disagree": disagree, "worst_disagree": False})
     text = _full_training_summary(with_bridgeability(inputs(full_training=full), oracle_by=b))
     assert "oracle layer 3: 3.000 and 0.500" in text
     assert ("By the sweep's validation loss the oracle would be layer 1 and the worst 1" in text) \
@@ -447,7 +450,7 @@ def test_the_report_says_which_layers_had_how_many_seeds_and_what_more_would_cos
                   for ll, n in ((1, 2), (2, 1), (3, 2))] for m in ("val_loss", "hybrid_nll")}
     seeds = {"n_seeds": 2, "spread": spread, "replicates": 2, "replicate_seconds": 60.0,
              "bridge_seconds": 120.0,
-             "oracle": {"oracle": 1, "oracle_share": 0.8}}
+             "oracle": {"oracle": 1, "oracle_share": 0.8, "picks": {1: 0.8, 3: 0.2}}}
     x = with_bridgeability(x, seeds=SeedInfo.from_dict(seeds), protocol={"steps": 4, "seeds": 2})
     md = build_report(x).markdown
     assert "Training seeds per swept layer: 2 at layers 1, 3; 1 at layer 2." in md

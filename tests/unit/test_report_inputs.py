@@ -22,7 +22,7 @@ from dihal.generation_inputs import (
 from dihal.inputs import (
     BackboneInfo,
     BackboneSummary,
-    BridgeabilityInfo,
+    BridgeabilitySummary,
     GeometryRow,
     GeometrySettings,
     LayerScoreInfo,
@@ -84,16 +84,16 @@ def test_locate_inputs_from_the_tables():
 
 def test_bridgeability_info_needs_its_primary_test_and_reads_one_seed_and_no_controls():
     raw = report_raw()["bridgeability"]
-    info = BridgeabilityInfo.from_dict(raw)
+    info = BridgeabilitySummary.from_dict(raw)
     assert info.primary.verdict == PRIMARY_UNDECIDABLE and info.primary.layers == 3
     assert (info.seeds, info.regression) == (None, [])
     assert info.oracle_by.chosen_by == "hybrid_nll" and info.spearman[0].predictor == "S_l (robust)"
     # what an older bridgeability stage wrote is stale (storage refuses it): never guessed at
     with pytest.raises(ValueError, match="primary test"):
-        BridgeabilityInfo.from_dict({**raw, "primary": None})
+        BridgeabilitySummary.from_dict({**raw, "primary": None})
     for key in ("primary", "regression", "oracle_by", "seeds"):
         with pytest.raises(KeyError, match=key):
-            BridgeabilityInfo.from_dict({k: v for k, v in raw.items() if k != key})
+            BridgeabilitySummary.from_dict({k: v for k, v in raw.items() if k != key})
     layers = [{"layer": 1, "val_loss": 0.5, "hybrid_nll": 3.0}]  # a sweep table before t1_loss
     x = report_inputs(sweep_layers=layers)
     assert x.bridges.layers == [SweepLayer(1, val_loss=0.5, hybrid_nll=3.0)]
@@ -107,12 +107,15 @@ def test_bridgeability_info_needs_its_primary_test_and_reads_one_seed_and_no_con
 
 
 def test_bridgeability_info_reads_the_oracle_by_measure_and_the_seeds():
-    info = BridgeabilityInfo.from_dict({
+    info = BridgeabilitySummary.from_dict({
         **report_raw()["bridgeability"],
         "oracle_by": {"by": {"hybrid_nll": {"oracle": 3, "worst": 1},
                              "val_loss": {"oracle": 2, "worst": 1}},
-                      "oracle_disagree": True, "worst_disagree": False},
-        "seeds": {"n_seeds": 2, "oracle": {"oracle": 3, "oracle_share": 0.7},
+                      "chosen_by": "hybrid_nll", "oracle_disagree": True,
+                      "worst_disagree": False},
+        "seeds": {"n_seeds": 2, "oracle": {"oracle": 3, "oracle_share": 0.7,
+                                           "picks": {"3": 0.7, "1": 0.3}},
+                  "replicates": 1, "replicate_seconds": 12.0, "bridge_seconds": 30.0,
                   "spread": {"val_loss": [{"layer": 1, "n_seeds": 2, "mean": 1.0, "sd": 0.1,
                                            "min": 0.9, "max": 1.1},
                                           {"layer": 2, "n_seeds": 1, "mean": 2.0,
@@ -121,7 +124,8 @@ def test_bridgeability_info_reads_the_oracle_by_measure_and_the_seeds():
     assert info.oracle_by.oracle_disagree and not info.oracle_by.worst_disagree
     seeds = info.seeds
     assert seeds.counts() == {1: 2, 2: 1} and seeds.oracle.l_star_rank is None
-    assert seeds.replicates is None and seeds.spread["val_loss"][0].sd == 0.1
+    assert seeds.oracle.picks == {3: 0.7, 1: 0.3}  # the manifest's JSON keys read as layers
+    assert seeds.replicates == 1 and seeds.spread["val_loss"][0].sd == 0.1
     replace = ReplaceInputs.from_dicts(report_raw()["bridgeability"], [], {"steps": 4})
     assert replace.sweep_steps(1) == 4 and ReplaceInputs(info, [], {}).sweep_steps(1) == 1
 

@@ -80,10 +80,11 @@ def test_the_verdicts_are_the_bridgeability_stages():
         0.5 if b.layer == 1 else 0.0)) for b in m.bridges))  # the selection half: 2 is best
     v = derive(m, SCORE, l_star=1, primary_norm="none")
     stage = bridgeability(list(m.bridges), SCORE, 1, backbone="t", regression=list(m.controls))
-    assert (v.oracle, v.worst, v.oracle_by) == (stage.oracle, stage.worst, "hybrid_nll_select")
+    b = stage.summary
+    assert (v.oracle, v.worst, v.oracle_by) == (b.oracle, b.worst, "hybrid_nll_select")
     assert (v.oracle, v.worst) == (2, 8)
-    assert v.primary == stage.primary
-    assert v.bridge_wins == tuple(r.layer for r in stage.regression if r.bridge_better_nll)
+    assert v.primary == b.primary
+    assert v.bridge_wins == tuple(r.layer for r in b.regression if r.bridge_better_nll)
     assert v.bridge_wins == (1, 2, 3)
 
 
@@ -132,3 +133,29 @@ def test_the_runs_seed_agreement_needs_three_layers_with_a_replicate():
     assert seed_agreement({1: (4.0, 4.1), 2: (4.2, 4.3)}) is None
     pairs = {1: (4.0, 4.1), 5: (4.2, 4.0), 9: (4.4, 4.5), 13: (4.6, 4.7)}
     assert seed_agreement(pairs) == pytest.approx(0.8)  # one swap of neighbours among four
+
+
+@pytest.mark.parametrize("seeds", [False, True])
+def test_the_bridgeability_summary_reads_back_as_its_stage_wrote_it(seeds):
+    """One type for bridgeability's answer: what the stage returns, written to the manifest
+    (JSON) and read back by the report is equal, every key kept (the seeds' per-layer picks
+    and l*'s standing included)."""
+    import json
+
+    from dihal.inputs import BridgeabilitySummary
+    from dihal.replace.bridgeability import bridgeability
+    from storage.manifest import canonical
+
+    m = measured(FULL_NLL, CONTROL)
+    replicas = ({ll: [replace(metrics(ll, v + 0.05), seconds=2.0)] for ll, v in FULL_NLL.items()
+                 if ll <= 4} if seeds else None)
+    stage = bridgeability(list(m.bridges), SCORE, 2, backbone="t", regression=list(m.controls),
+                          seed_metrics=replicas)
+    stored = json.loads(json.dumps(canonical(stage.info())))
+    back = BridgeabilitySummary.from_dict(stored)
+    assert json.loads(json.dumps(canonical(back.to_dict()))) == stored
+    assert back.primary == stage.summary.primary and back.spearman == stage.summary.spearman
+    assert (back.seeds is not None) == seeds
+    if seeds:
+        assert back.seeds.oracle.picks and back.seeds.oracle.l_star_rank is not None
+        assert back.seeds.counts() == {ll: 2 if ll <= 4 else 1 for ll in LAYERS}

@@ -56,23 +56,29 @@ class ScoreRow:
 @dataclass(frozen=True)
 class Picks:
     """l* over bootstrap replicates (dihal.locate.stability.pick_summary, or the token
-    bootstrap's dihal.locate.stage.l_star_stability): the full sample's l*, the share of
-    replicates picking it again, the picked layer's 95 % range, and each layer's share (most
-    picked first)."""
+    bootstrap's dihal.locate.stage.l_star_stability, which also counts the replicates it
+    `dropped`): the full sample's l*, the share of replicates picking it again, the picked
+    layer's 95 % range, and each layer's share (most picked first, as the stage ordered it)."""
 
     l_star: int
     same: float
     low: int
     high: int
     replicates: int
-    picks: dict[Any, float]  # layer (a string where read back from JSON) -> share
+    picks: dict[int, float]  # layer -> share
+    dropped: int | None = None
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> Picks | None:
-        if not d:
+        if d is None:
             return None
         return cls(d["l_star"], d["same"], d["low"], d["high"], d["replicates"],
-                   dict(d.get("picks") or {}))
+                   {int(k): v for k, v in d["picks"].items()}, d.get("dropped"))
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {"l_star": self.l_star, "same": self.same, "low": self.low, "high": self.high,
+               "replicates": self.replicates, "picks": self.picks}
+        return out if self.dropped is None else {**out, "dropped": self.dropped}
 
     def shares(self, n: int = 4) -> str:
         """The `n` most picked layers with their shares."""
@@ -89,34 +95,49 @@ class SplitHalves:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> SplitHalves | None:
-        if not d:
+        if d is None:
             return None
         return cls([(s["l_star_a"], s["l_star_b"]) for s in d["splits"]], d["agreement"])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"splits": [{"l_star_a": a, "l_star_b": b, "agree": a == b}
+                           for a, b in self.splits], "agreement": self.agreement}
 
 
 @dataclass(frozen=True)
 class SequenceStability:
-    """l*'s stability under the primary normalisation over whole held-out sequences
-    (dihal.locate.stage.sequence_stability): the bootstrap and the split halves, each None
-    where not run; `seconds` None where not recorded."""
+    """l*'s stability under the primary normalisation `norm` over whole held-out sequences
+    (dihal.locate.stage.sequence_stability): the bootstrap and the split halves (each None
+    where its count is 0), the sequences and the seconds; every field None where neither ran."""
 
+    norm: str | None = None
     bootstrap: Picks | None = None
     split_half: SplitHalves | None = None
     sequences: int | None = None
     seconds: float | None = None
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any] | None) -> SequenceStability:
-        d = d or {}
-        return cls(Picks.from_dict(d.get("bootstrap")), SplitHalves.from_dict(d.get("split_half")),
-                   d.get("sequences"), d.get("seconds"))
+    def from_dict(cls, d: dict[str, Any]) -> SequenceStability:
+        if not d:
+            return cls()
+        return cls(d["norm"], Picks.from_dict(d["bootstrap"]),
+                   SplitHalves.from_dict(d["split_half"]), d["sequences"], d["seconds"])
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.norm is None:
+            return {}
+        return {"norm": self.norm,
+                "bootstrap": self.bootstrap.to_dict() if self.bootstrap is not None else None,
+                "split_half": self.split_half.to_dict() if self.split_half is not None else None,
+                "sequences": self.sequences, "seconds": self.seconds}
 
 
 @dataclass(frozen=True)
-class LayerScoreInfo:
-    """The layer score's summary (LayerScoreResult.info()): l* under the primary
-    normalisation, l* and the Spearman of S_l with depth per normalisation, and l*'s
-    stability (empty where layer_score's resamples are 0)."""
+class LayerScoreSummary:
+    """The layer score's answer, as its stage makes it, its manifest keeps it (`to_dict`) and
+    the report reads it back (`from_dict`): l* under the primary normalisation, l* and the
+    Spearman of S_l with depth per normalisation, and l*'s stability over the token bootstrap
+    (per normalisation; empty where the geometry drew no replicates) and over whole sequences."""
 
     l_star: int
     selected: dict[str, int]
@@ -125,10 +146,16 @@ class LayerScoreInfo:
     sequence_stability: SequenceStability = field(default_factory=SequenceStability)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> LayerScoreInfo:
+    def from_dict(cls, d: dict[str, Any]) -> LayerScoreSummary:
         return cls(d["l_star"], dict(d["selected"]), dict(d["spearman_vs_depth"]),
-                   {n: Picks.from_dict(v) for n, v in (d.get("stability") or {}).items() if v},
-                   SequenceStability.from_dict(d.get("sequence_stability")))
+                   {n: Picks.from_dict(v) for n, v in d["stability"].items()},
+                   SequenceStability.from_dict(d["sequence_stability"]))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"l_star": self.l_star, "selected": self.selected,
+                "spearman_vs_depth": self.spearman_vs_depth,
+                "stability": {n: p.to_dict() for n, p in self.stability.items()},
+                "sequence_stability": self.sequence_stability.to_dict()}
 
 
 @dataclass(frozen=True)
@@ -139,14 +166,14 @@ class LocateInputs:
     geometry: list[GeometryRow]
     predictors: list[dict[str, Any]]
     scores: list[ScoreRow]
-    score: LayerScoreInfo
+    score: LayerScoreSummary
 
     @classmethod
     def from_dicts(cls, geometry_rows: list[dict], predictor_rows: list[dict],
                    score_rows: list[dict], score: dict[str, Any]) -> LocateInputs:
         return cls([GeometryRow.from_dict(g) for g in geometry_rows],
                    [dict(p) for p in predictor_rows],
-                   [ScoreRow.from_dict(s) for s in score_rows], LayerScoreInfo.from_dict(score))
+                   [ScoreRow.from_dict(s) for s in score_rows], LayerScoreSummary.from_dict(score))
 
 
 # ------------------------------------------------------------------------------- Replace

@@ -17,6 +17,7 @@ from dihal.inputs import (
     BackboneInfo,
     BackboneSummary,
     BridgeabilitySummary,
+    LayerScoreSummary,
     LocateInputs,
     Plots,
     ReplaceInputs,
@@ -166,32 +167,27 @@ class GeometryResult:
 
 @dataclass(frozen=True)
 class LayerScoreResult:
+    """The layer_score artifact: S_l per layer and normalisation (a table), the answer
+    (`summary`, its manifest's info) and the plot of the scores."""
+
     rows: list[dict]  # {"layer", "norm", "S", "candidate", z-scores...}
-    selected: dict[str, int]  # l* per normalisation
-    l_star: int  # under the primary normalisation
+    summary: LayerScoreSummary
     primary_norm: str
-    spearman_vs_depth: dict[str, float]
     plot_png: bytes = field(repr=False, default=b"")
-    # per normalisation: l* over the token-bootstrap replicates (dihal.locate.stage.l_star_stability)
-    stability: dict[str, dict] = field(default_factory=dict)
-    # under the primary normalisation, l* over resamples of whole held-out sequences and on
-    # split halves (dihal.locate.stage.sequence_stability); {} where not computed
-    sequence_stability: dict[str, Any] = field(default_factory=dict)
 
     def info(self) -> dict:
-        return {"l_star": self.l_star, "selected": self.selected,
-                "spearman_vs_depth": self.spearman_vs_depth, "stability": self.stability,
-                "sequence_stability": self.sequence_stability}
+        return self.summary.to_dict()
 
     def metadata(self) -> dict:
-        same = {f"l* same over resamples ({n})": v["same"] for n, v in self.stability.items()}
-        seq = self.sequence_stability
-        if seq.get("bootstrap"):
-            same["l* same over sequence resamples"] = seq["bootstrap"]["same"]
-        if seq.get("split_half"):
-            same["split halves agree on l*"] = seq["split_half"]["agreement"]
-        return {"l_star": self.l_star, "primary_norm": self.primary_norm,
-                "l_star_by_norm": self.selected, "spearman_S_vs_depth": self.spearman_vs_depth,
+        b = self.summary
+        same = {f"l* same over resamples ({n})": v.same for n, v in b.stability.items()}
+        seq = b.sequence_stability
+        if seq.bootstrap:
+            same["l* same over sequence resamples"] = seq.bootstrap.same
+        if seq.split_half:
+            same["split halves agree on l*"] = seq.split_half.agreement
+        return {"l_star": b.l_star, "primary_norm": self.primary_norm,
+                "l_star_by_norm": b.selected, "spearman_S_vs_depth": b.spearman_vs_depth,
                 **same}
 
 

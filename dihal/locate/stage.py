@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from dihal.config import LayerScoreConfig
+from dihal.inputs import LayerScoreSummary
 from dihal.locate.geometry import (
     GeometryConfig,
     layer_proxies_resampled,
@@ -194,8 +195,9 @@ def score_layers(rows: list[dict], cfg: LayerScoreConfig, *, backbone: str,
     if reader is not None and geometry is not None and (cfg.sequence_resamples or cfg.split_halves):
         by_sequence = sequence_stability(reader, geometry, s["candidates"], s["l_star"], cfg,
                                          backbone=backbone, progress=progress, device=device)
-    return LayerScoreResult(rows=s["rows"], selected=s["selected"], l_star=s["l_star"],
-                            primary_norm=cfg.primary_norm, spearman_vs_depth=s["spearman_vs_depth"],
-                            stability=l_star_stability(resamples or {}, s["candidates"], s["selected"]),
-                            sequence_stability=by_sequence,
+    summary = LayerScoreSummary.from_dict({
+        "l_star": s["l_star"], "selected": s["selected"], "spearman_vs_depth": s["spearman_vs_depth"],
+        "stability": l_star_stability(resamples or {}, s["candidates"], s["selected"]),
+        "sequence_stability": by_sequence})
+    return LayerScoreResult(rows=s["rows"], summary=summary, primary_norm=cfg.primary_norm,
                             plot_png=plot_scores(s["rows"], s["selected"], title))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dihal.inputs import LayerScoreInfo, Picks, SequenceStability
+from dihal.inputs import LayerScoreSummary, Picks, SequenceStability
 from dihal.proxies import NAMES
 from dihal.report.common import LOCATE
 from dihal.report.document import Document
@@ -38,7 +38,7 @@ def _stability_summary(stability: dict[str, Picks], n_resamples) -> str:
             + (f"; it moves under {', '.join(loose)}." if loose else "."))
 
 
-def stability_by_method(score: LayerScoreInfo, primary: str) -> list[dict]:
+def stability_by_method(score: LayerScoreSummary, primary: str) -> list[dict]:
     """l*'s stability under the primary normalisation by each check that was run: the token
     bootstrap (the geometry's, neighbourhoods and preconditioner kept), the sequence bootstrap
     (whole held-out sequences resampled, everything recomputed) and split halves (l* on two

@@ -108,7 +108,8 @@ def test_l_star_near_the_embedding_each_way(low, high, verdict):
 
 
 def test_l_star_prefers_the_sequence_resamples_and_without_any_range_l_star_decides():
-    seq = {"bootstrap": _picks(4, 6), "sequences": 8}
+    seq = {"norm": "robust", "bootstrap": _picks(4, 6), "split_half": None, "sequences": 8,
+           "seconds": 1.0}
     x = _n_layers(inputs(stability={"robust": _picks(1, 3)}), 32)
     x = replace(x, locate=replace(x.locate, score=replace(
         x.locate.score, sequence_stability=SequenceStability.from_dict(seq))))

@@ -25,7 +25,7 @@ from dihal.inputs import (
     BridgeabilitySummary,
     GeometryRow,
     GeometrySettings,
-    LayerScoreInfo,
+    LayerScoreSummary,
     LocateInputs,
     OracleWorst,
     Picks,
@@ -40,10 +40,12 @@ from dihal.uncertainty import PRIMARY_UNDECIDABLE
 from tests.tiny import report_inputs, report_raw, report_raw_with_cost
 
 
-def test_layer_score_info_of_an_artifact_before_the_stability_checks():
+def test_layer_score_summary_without_the_stability_checks():
     old = {"l_star": 2, "selected": {"none": 1, "robust": 2},
-           "spearman_vs_depth": {"none": 0.3, "robust": None}}
-    info = LayerScoreInfo.from_dict(old)
+           "spearman_vs_depth": {"none": 0.3, "robust": None}, "stability": {},
+           "sequence_stability": {}}
+    info = LayerScoreSummary.from_dict(old)
+    assert info.to_dict() == old
     assert (info.l_star, info.selected, info.stability) == (2, {"none": 1, "robust": 2}, {})
     seq = info.sequence_stability
     assert (seq.bootstrap, seq.split_half, seq.seconds) == (None, None, None)
@@ -52,7 +54,7 @@ def test_layer_score_info_of_an_artifact_before_the_stability_checks():
 
 
 def test_layer_score_info_reads_the_stability_checks():
-    info = LayerScoreInfo.from_dict({
+    info = LayerScoreSummary.from_dict({
         "l_star": 2, "selected": {"robust": 2}, "spearman_vs_depth": {"robust": 0.2},
         "stability": {"robust": {"l_star": 2, "same": 0.9, "low": 1, "high": 3,
                                  "replicates": 10, "dropped": 0,
@@ -69,6 +71,11 @@ def test_layer_score_info_reads_the_stability_checks():
     seq = info.sequence_stability
     assert seq.bootstrap is None and seq.split_half.splits == [(2, 3)]
     assert (seq.sequences, seq.seconds, seq.split_half.agreement) == (8, 1.5, 0.0)
+    # written back as it was read (the picks keyed by layer, as the stage made them)
+    back = info.to_dict()
+    assert back["stability"]["robust"]["picks"] == {2: 0.9, 1: 0.05, 3: 0.03, 0: 0.01, 4: 0.01}
+    assert back["sequence_stability"]["split_half"]["splits"] == [
+        {"l_star_a": 2, "l_star_b": 3, "agree": False}]
 
 
 def test_locate_inputs_from_the_tables():

@@ -58,7 +58,7 @@ class Picks:
     """l* over bootstrap replicates (dihal.locate.stability.pick_summary, or the token
     bootstrap's dihal.locate.stage.l_star_stability, which also counts the replicates it
     `dropped`): the full sample's l*, the share of replicates picking it again, the picked
-    layer's 95 % range, and each layer's share (most picked first, as the stage ordered it)."""
+    layer's 95 % range, and each layer's share."""
 
     l_star: int
     same: float
@@ -81,8 +81,10 @@ class Picks:
         return out if self.dropped is None else {**out, "dropped": self.dropped}
 
     def shares(self, n: int = 4) -> str:
-        """The `n` most picked layers with their shares."""
-        return ", ".join(f"{ll}: {sh:.0%}" for ll, sh in list(self.picks.items())[:n])
+        """The `n` most picked layers with their shares, most picked first (ties: the
+        shallower first), whatever the order of `picks` (a manifest keeps it by key)."""
+        ranked = sorted(self.picks.items(), key=lambda t: (-t[1], t[0]))
+        return ", ".join(f"{ll}: {sh:.0%}" for ll, sh in ranked[:n])
 
 
 @dataclass(frozen=True)

@@ -49,7 +49,7 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
     Stage("baseline", "6", "BaselineRun", "BaselineRunConfig", "BaselineRunConfig"),
     Stage("comparison", "8", "Comparison"),
     Stage("full_training", "8", "FullTraining"),
-    Stage("report", "17", "Report"),
+    Stage("report", "18", "Report"),
     Stage("budget", "1", "BudgetStudy", "BudgetConfig", "BudgetRunConfig"),
     Stage("budget_generation", "1", "BudgetGeneration", "BudgetGenerationConfig",
           "BudgetGenerationRunConfig"),

@@ -68,6 +68,9 @@ def test_layer_score_info_reads_the_stability_checks():
     robust = info.stability["robust"]
     assert isinstance(robust, Picks) and (robust.same, robust.replicates) == (0.9, 10)
     assert robust.shares() == "2: 90%, 1: 5%, 3: 3%, 0: 1%"  # the four most picked
+    # as a manifest keeps them, by key: still the most picked first
+    by_key = Picks(2, 0.4, 1, 12, 10, {1: 0.1, 10: 0.2, 11: 0.05, 12: 0.05, 2: 0.4, 3: 0.2})
+    assert by_key.shares() == "2: 40%, 3: 20%, 10: 20%, 1: 10%"
     seq = info.sequence_stability
     assert seq.bootstrap is None and seq.split_half.splits == [(2, 3)]
     assert (seq.sequences, seq.seconds, seq.split_half.agreement) == (8, 1.5, 0.0)

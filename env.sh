@@ -13,6 +13,9 @@ export HF_HUB_OFFLINE="${HF_HUB_OFFLINE:-1}"
 # --workers overrides it for its own run.
 export DIHAL_WORKERS="${DIHAL_WORKERS:-1}"
 export TRANSFORMERS_NO_ADVISORY_WARNINGS=1
+# how long a code server may take to start a run (Dagster's own 60 s is too short on a loaded
+# 2-core host; pipeline/daemon.py gives the daemons it starts the same)
+export DAGSTER_GRPC_TIMEOUT_SECONDS="${DAGSTER_GRPC_TIMEOUT_SECONDS:-300}"
 mkdir -p "$DAGSTER_HOME"
 # dagster.yaml (SQLite under DAGSTER_HOME), or DIHAL_DAGSTER_YAML=dagster.postgres.yaml (many
 # hosts), copied where the instance has none; an instance's own dagster.yaml (your edits, e.g.

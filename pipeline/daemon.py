@@ -47,10 +47,30 @@ CLI_TARGET_ENV = ("DAGSTER_MODULE_NAME", "DAGSTER_PACKAGE_NAME", "DAGSTER_PYTHON
                   "DAGSTER_ATTRIBUTE", "DAGSTER_WORKING_DIRECTORY")
 
 
+# How long a code server may take to answer a gRPC call, "start this run" included: Dagster
+# reads it when its gRPC client is imported. Its own 60 s failed 2 of 2 runs on a loaded 2-core
+# host (the code server may take minutes to start a run there); every daemon and `dagster dev`
+# the driver or `make ui` starts gets GRPC_TIMEOUT_S unless the environment sets it (env.sh
+# exports it for the dagster commands too)
+GRPC_TIMEOUT_ENV = "DAGSTER_GRPC_TIMEOUT_SECONDS"
+GRPC_TIMEOUT_S = 300
+GRPC_TIMEOUT_MAX_S = 86400  # a day
+
+
+def grpc_timeout_s() -> int:
+    """$DAGSTER_GRPC_TIMEOUT_SECONDS (whole seconds, 1 to a day), else GRPC_TIMEOUT_S; any other
+    value is refused by name (dihal.environment)."""
+    from dihal.environment import env_int
+
+    return env_int(GRPC_TIMEOUT_ENV, GRPC_TIMEOUT_S, lo=1, hi=GRPC_TIMEOUT_MAX_S)
+
+
 def cli_env() -> dict[str, str]:
     """This process's environment without CLI_TARGET_ENV, for a dagster CLI given its code
-    another way (a workspace file, pyproject's [tool.dagster])."""
-    return {k: v for k, v in os.environ.items() if k not in CLI_TARGET_ENV}
+    another way (a workspace file, pyproject's [tool.dagster]), with the gRPC deadline a
+    loaded host needs (grpc_timeout_s)."""
+    return {**{k: v for k, v in os.environ.items() if k not in CLI_TARGET_ENV},
+            GRPC_TIMEOUT_ENV: str(grpc_timeout_s())}
 
 
 def load_target(module: str):

@@ -1,10 +1,10 @@
 """The instance's run launcher (dagster.yaml): Dagster's default launcher, plus a health check
 of each run's worker process, so that the daemon's run monitoring marks a run whose worker
 died (SIGKILL, the OOM killer, a crash) failed within a minute and frees its queue slot,
-instead of leaving it STARTED for good; and a launch deadline that fits a loaded host (the
-code server's answer to "start this run" may take minutes on a busy 2-core machine), with a
-message that says so when it is exceeded. Imported by every process that opens the instance:
-it imports nothing but Dagster (and the standard-library reader of the environment)."""
+instead of leaving it STARTED for good. (How long a code server may take to start a run is
+Dagster's own DAGSTER_GRPC_TIMEOUT_SECONDS, which the driver and env.sh give every daemon:
+pipeline.daemon.cli_env.) Imported by every process that opens the instance: it imports
+nothing but Dagster."""
 
 from __future__ import annotations
 
@@ -16,50 +16,7 @@ from dagster._core.events import DagsterEventType
 from dagster._core.launcher import CheckRunHealthResult, WorkerStatus
 from dagster._core.launcher.default_run_launcher import DefaultRunLauncher
 
-from dihal.environment import env_int
-
 STARTED = "Started process for run (pid: "  # the run worker's first engine event (Dagster's)
-LAUNCH_TIMEOUT_ENV = "DIHAL_LAUNCH_TIMEOUT_S"
-LAUNCH_TIMEOUT_S = 300  # Dagster's own deadline is 60 s: 2 of 2 runs failed on a loaded host
-LAUNCH_TIMEOUT_MAX_S = 86400  # a day
-
-
-def launch_timeout_s() -> int:
-    """How long the code server may take to start a run: $DIHAL_LAUNCH_TIMEOUT_S (whole seconds,
-    1 to a day), else 300 s; any other value is refused by name (dihal.environment)."""
-    return env_int(LAUNCH_TIMEOUT_ENV, LAUNCH_TIMEOUT_S, lo=1, hi=LAUNCH_TIMEOUT_MAX_S)
-
-
-def launch_timeout_message(timeout_s: int) -> str:
-    """What a run whose launch ran past its deadline says: the host's load and the fix."""
-    try:
-        load = f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
-    except OSError:
-        load = f"{os.cpu_count()} cores"
-    return (f"the code server did not start this run within {timeout_s} s ({load}): the host is "
-            f"too busy. Run the same command again when it is quieter (finished artifacts are "
-            f"kept), lower --workers, or give launches longer: {LAUNCH_TIMEOUT_ENV}=<seconds> "
-            "in the environment of the daemon (`dagster dev`, or the driver that starts one).")
-
-
-class _PatientClient:
-    """A code server's gRPC client whose StartRun call waits launch_timeout_s()."""
-
-    def __init__(self, client, timeout_s: int):
-        self._client, self._timeout_s = client, timeout_s
-
-    def __getattr__(self, name: str):
-        return getattr(self._client, name)
-
-    def start_run(self, execute_run_args) -> str:
-        from dagster._grpc.__generated__ import dagster_api_pb2
-        from dagster._serdes import serialize_value
-
-        res = self._client._query(
-            "StartRun", dagster_api_pb2.StartRunRequest, timeout=self._timeout_s,
-            custom_timeout_message=launch_timeout_message(self._timeout_s),
-            serialized_execute_run_args=serialize_value(execute_run_args))
-        return res.serialized_start_run_result
 
 
 def worker_pid(instance, run_id: str) -> int | None:
@@ -93,21 +50,6 @@ def process_alive(pid: int) -> bool:
 class MonitoredRunLauncher(DefaultRunLauncher):
     """DefaultRunLauncher (runs in processes of the code server, on the daemon's host) whose
     run workers the daemon's run monitoring checks by pid."""
-
-    def launch_run(self, context) -> None:
-        """DefaultRunLauncher.launch_run, the code server given launch_timeout_s() to answer."""
-        workspace = context.workspace
-        if workspace is None:
-            return super().launch_run(context)
-        run = context.dagster_run
-        origin = run.remote_job_origin.repository_origin.code_location_origin
-        location = workspace.get_code_location(origin.location_name)
-        client = getattr(location, "client", None)
-        if client is None:  # not a gRPC location: Dagster's own refusal
-            return super().launch_run(context)
-        DefaultRunLauncher.launch_run_from_grpc_client(
-            self._instance, run, _PatientClient(client, launch_timeout_s()))
-        self._run_ids.add(run.run_id)
 
     @property
     def supports_check_run_worker_health(self) -> bool:

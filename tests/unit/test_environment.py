@@ -227,10 +227,11 @@ def test_the_digest_interval_given_as_resource_config_has_the_environments_range
 
 @pytest.mark.parametrize("raw", ["-5", "0", "nan", "abc", "inf", "1.5", "86401"])
 def test_a_bad_launch_deadline_is_refused_not_clamped_or_replaced(monkeypatch, raw):
-    from pipeline.run_launcher import LAUNCH_TIMEOUT_ENV, launch_timeout_s
+    from pipeline.daemon import GRPC_TIMEOUT_ENV, cli_env, grpc_timeout_s
 
-    monkeypatch.setenv(LAUNCH_TIMEOUT_ENV, raw)
-    refused(launch_timeout_s, LAUNCH_TIMEOUT_ENV, raw, "a whole number from 1 to 86400")
+    monkeypatch.setenv(GRPC_TIMEOUT_ENV, raw)
+    refused(grpc_timeout_s, GRPC_TIMEOUT_ENV, raw, "a whole number from 1 to 86400")
+    refused(cli_env, GRPC_TIMEOUT_ENV, raw, "a whole number from 1 to 86400")
 
 
 def test_the_registry_refuses_a_bad_offline_flag_and_a_malformed_declaration(monkeypatch):

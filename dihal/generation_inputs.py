@@ -262,6 +262,7 @@ class FullTrainingRow:
     hybrid_nll_judge: float | None = None
     top1_agreement: float | None = None
     train_tokens: int | None = None
+    train_steps: int | None = None  # the optimiser steps its training took
     train_seconds: float | None = None
     train_seconds_all_seeds: float | None = None
     n_seeds: int | None = None
@@ -288,8 +289,8 @@ class FullTrainingRow:
 
 
 _FULL_COLUMNS = ("val_loss", "t1_loss", "recon_error", "hybrid_nll", "hybrid_nll_judge",
-                 "top1_agreement", "train_tokens", "train_seconds", "train_seconds_all_seeds",
-                 "n_seeds")
+                 "top1_agreement", "train_tokens", "train_steps", "train_seconds",
+                 "train_seconds_all_seeds", "n_seeds")
 
 
 @dataclass(frozen=True)

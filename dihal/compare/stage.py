@@ -387,7 +387,8 @@ def _at_chosen(bridge: BuiltBridge, cfg, chosen: dict) -> list[tuple]:
 
 
 def _bridge_columns(trained: TrainedBridge) -> dict:
-    """A full-training bridge's measures (its kept seed), its training tokens and seconds, and
+    """A full-training bridge's measures (its kept seed), its training tokens, optimiser steps
+    and seconds, and
     over its training seeds (the kept one and the replicates): how many, and per measure of
     SEED_MEASURES their mean, sd (ddof 1), min and max (None with one seed)."""
     import math
@@ -396,7 +397,7 @@ def _bridge_columns(trained: TrainedBridge) -> dict:
     out = {"val_loss": m.val_loss, "t1_loss": m.t1_loss, "recon_error": m.recon_error,
            "hybrid_nll": m.hybrid_nll, "hybrid_nll_select": m.hybrid_nll_select,
            "hybrid_nll_judge": m.hybrid_nll_judge, "top1_agreement": m.top1_agreement,
-           "train_tokens": m.train_tokens, "train_seconds": m.seconds,
+           "train_tokens": m.train_tokens, "train_steps": m.steps, "train_seconds": m.seconds,
            "train_seconds_all_seeds": sum(s.seconds for s in seeds), "n_seeds": len(seeds)}
     for measure in SEED_MEASURES:
         values = [getattr(s, measure) for s in seeds]

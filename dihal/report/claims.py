@@ -22,6 +22,7 @@ from fractions import Fraction
 from typing import Any
 
 from dihal.evaluate.ppl_difference import samples_for_effect
+from dihal.generation_inputs import FullTrainingRow
 from dihal.labels import BACKBONE, BASELINE, DIHAL
 from dihal.report.common import BRIDGEABILITY, COST, FULL, GENERATION, LOCATE
 from dihal.report.cost import timed_row, timing_text
@@ -112,11 +113,14 @@ def _sweep_steps(x: ReportInputs) -> str:
             else "the swept bridges' training steps not recorded")
 
 
-def _full_steps(dihal: GenerationRow | None) -> str:
-    """The steps of the bridge at l* with the full budget, as the comparison recorded them."""
-    if dihal is None or dihal.train_steps is None:
-        return "the full budget's steps not recorded"
-    return f"{int(dihal.train_steps):,} for the bridge at l* (full budget)"
+def _full_steps(dihal: GenerationRow | None, full: FullTrainingRow | None) -> str:
+    """The steps of the bridge at l* with the full budget, as the comparison recorded them,
+    and of each full-training bridge (l*'s), as full training recorded them."""
+    text = ("the full budget's steps not recorded" if dihal is None or dihal.train_steps is None
+            else f"{int(dihal.train_steps):,} for the bridge at l* (full budget)")
+    if full is not None and full.train_steps is not None:
+        text += f"; {int(full.train_steps):,} per full-training bridge"
+    return text
 
 
 def _tokens(n: Any, absent: str = "not recorded") -> str:
@@ -155,7 +159,7 @@ def scale_table(x: ReportInputs, p: PaperClaims) -> list[dict]:
             ("decoder layers", lambda b: b.n_layers, bb.n_layers),
             ("bridge training tokens", lambda b: _tokens(p.train_tokens, NOT_STATED), tokens),
             ("bridge training steps", lambda b: _tokens(p.train_steps, NOT_STATED),
-             _sweep_steps(x) + "; " + _full_steps(dihal)))
+             _sweep_steps(x) + "; " + _full_steps(dihal, full)))
     return [{"scale": label, **{f"the paper, {b.name}": paper(b) for b in p.backbones.values()},
              "this run": run} for label, paper, run in rows]
 
@@ -440,9 +444,11 @@ def claim_full_training(x: ReportInputs, p: PaperClaims, ev: GenerationEvidence)
     verdict = combine(parts)
     run = "; ".join(f"{q.name}: {q.run}" for q in parts)
     why = "; ".join(f"{q.name}: {q.outcome} ({q.why})" for q in parts)
-    tokens = roles["geometry l*"].train_tokens if "geometry l*" in roles else None
+    geo = roles.get("geometry l*")
+    tokens, steps = (geo.train_tokens, geo.train_steps) if geo is not None else (None, None)
     scale = (f"{int(tokens):,} training tokens per full-training bridge" if tokens is not None
              else "the full-training bridges' tokens not recorded") + (
+        f" in {int(steps):,} optimiser steps" if steps is not None else "") + (
         "; the oracle and the worst by the sweep's hybrid NLL")
     return ClaimRow("full training: l* near the oracle, above the worst layer and CoDAR",
                     "l* competitive with the validation-loss oracle, significantly better than "

@@ -48,7 +48,7 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
     Stage("sampler_steps", "7", "SamplerCurve", "SamplerCurveConfig", "SamplerCurveRunConfig"),
     Stage("baseline", "6", "BaselineRun", "BaselineRunConfig", "BaselineRunConfig"),
     Stage("comparison", "8", "Comparison"),
-    Stage("full_training", "8", "FullTraining"),
+    Stage("full_training", "9", "FullTraining"),
     Stage("report", "18", "Report"),
     Stage("budget", "1", "BudgetStudy", "BudgetConfig", "BudgetRunConfig"),
     Stage("budget_generation", "1", "BudgetGeneration", "BudgetGenerationConfig",

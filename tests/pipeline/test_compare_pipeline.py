@@ -177,6 +177,9 @@ def test_baselines_comparison_full_training_report(located):
     assert {r["role"]: r["layer"] for r in full} == {"geometry l*": b["l_star"],
                                                      "oracle": b["oracle"], "worst": b["worst"]}
     assert len({r["train_tokens"] for r in full}) == 1  # one full budget for all three
+    # in the optimiser steps the full-training bridges took (bridge's protocol: one pass more)
+    assert {r["train_steps"] for r in full} == {read_manifest(root / "llama" / "bridge").info[
+        "metrics"]["steps"]}
     # each role at the protocol's K and, unless it is the same sampler, the chosen (rule, K)
     sampler = read_manifest(root / "llama" / "full_training").info["sampler"]
     assert sampler["chosen"] == ev_info["controls"]["chosen"]

@@ -265,7 +265,7 @@ def _full(oracle_verdict="not distinguishable", worst_verdict="below", layers=(2
     for role, ll, verdict in zip(("geometry l*", "oracle", "worst"), layers,
                                  (None, oracle_verdict, worst_verdict), strict=True):
         row = {"role": role, "layer": ll, "sampler": "protocol", "gen_ppl": 40.0,
-               "val_loss": 0.5, "hybrid_nll": 3.0, "train_tokens": 8192}
+               "val_loss": 0.5, "hybrid_nll": 3.0, "train_tokens": 8192, "train_steps": 512}
         if verdict and paired:  # l*'s Gen.PPL over this role's, as its verdict has it
             ratio, low, high, p = {"below": (0.8, 0.7, 0.9, 0.02), "above": (1.25, 1.1, 1.4, 0.02),
                                    "not distinguishable": (1.0, 0.8, 1.25, 0.9)}[verdict]
@@ -347,6 +347,10 @@ def test_the_section_follows_the_answers_with_both_scales():
     assert "| decoder layers | 32 | 36 | 32 |" in section
     assert "| bridge training tokens | not stated in what we have of the paper" in section
     assert "4,096 (the bridge at l*, full budget); 8,192 per full-training bridge" in section
+    # the steps of the full-training bridges as full training recorded them
+    assert "; 512 per full-training bridge |" in section
+    assert ("8,192 training tokens per full-training bridge in 512 optimiser steps; the oracle"
+            in section)
     # one row per claim, each with a verdict from the four
     rows = [line for line in section.splitlines() if line.startswith("| ")
             and line.count(" | ") == len(COLUMNS) - 1][1:6]
@@ -354,15 +358,19 @@ def test_the_section_follows_the_answers_with_both_scales():
                                                                   MISSING)) for r in rows)
 
 
-@pytest.mark.parametrize("steps, says", [
-    (512, "; 512 for the bridge at l* (full budget)"),
-    (None, "; the full budget's steps not recorded"),
+@pytest.mark.parametrize("steps, full, says", [
+    (512, True, "; 512 for the bridge at l* (full budget); 512 per full-training bridge"),
+    (512, False, "; 512 for the bridge at l* (full budget)"),
+    (None, True, "; the full budget's steps not recorded; 512 per full-training bridge"),
+    (None, False, "; the full budget's steps not recorded"),
 ])
 def test_the_scale_table_gives_the_full_bridges_steps_where_the_comparison_recorded_them(
-        steps, says):
+        steps, full, says):
     from dihal.report.claims import scale_table
 
     comparison = [_dihal(train_steps=steps), *CODAR_BEATEN[1:]]
-    x = _n_layers(inputs(full_training=_full(), comparison=comparison), 32)
+    rows = _full() if full else [{k: v for k, v in r.items() if k != "train_steps"}
+                                 for r in _full()]
+    x = _n_layers(inputs(full_training=rows, comparison=comparison), 32)
     (row,) = [r for r in scale_table(x, load_paper_claims()) if r["scale"] == "bridge training steps"]
     assert row["this run"].endswith(says), row["this run"]

@@ -38,23 +38,36 @@ class ChosenSampler:
     def from_dict(cls, d: dict[str, Any] | None) -> ChosenSampler | None:
         return cls(d["rule"], d["steps"], d["hybrid_nll"]) if d else None
 
+    def to_dict(self) -> dict[str, Any]:
+        return {"rule": self.rule, "steps": self.steps, "hybrid_nll": self.hybrid_nll}
+
 
 @dataclass(frozen=True)
 class SamplerChoice:
     """The samplers a stage generated with (the eval's controls, full training's sampler): the
     protocol's K, the (rule, K) chosen on validation (None: not chosen) and whether they are the
-    same sampler; with the eval's note on its regression hybrid (None where it has none)."""
+    same sampler; with the eval's note on why it has no regression hybrid (None where it has
+    one). The eval writes `chosen_is_protocol` only where it is true, full training always:
+    None where the stage wrote none (read as false), so that `to_dict` gives back what was
+    stored."""
 
     chosen: ChosenSampler | None = None
     protocol_steps: int | None = None
-    chosen_is_protocol: bool = False
+    chosen_is_protocol: bool | None = None
     regression: str | None = None
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> SamplerChoice:
         d = d or {}
         return cls(ChosenSampler.from_dict(d.get("chosen")), d.get("protocol_steps"),
-                   bool(d.get("chosen_is_protocol")), d.get("regression") or None)
+                   d.get("chosen_is_protocol"), d.get("regression"))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"protocol_steps": self.protocol_steps,
+                "chosen": self.chosen.to_dict() if self.chosen is not None else None,
+                **({"chosen_is_protocol": self.chosen_is_protocol}
+                   if self.chosen_is_protocol is not None else {}),
+                **({"regression": self.regression} if self.regression is not None else {})}
 
 
 @dataclass(frozen=True)
@@ -67,6 +80,7 @@ class CostRow(ByColumns):
     model: str
     K: int | None
     layer: int | None
+    flops_from: str  # "flop model" (priced by it) or "counted" (over its own decode)
     flops_per_token: float
     ms_per_token: float
     flops_vs_backbone: float
@@ -78,6 +92,9 @@ class CostRow(ByColumns):
     @property
     def is_dihal(self) -> bool:
         return self.model.startswith("DiHAL")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 
 @dataclass(frozen=True)
@@ -91,19 +108,21 @@ class OrderInK:
     within_noise: bool = False
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any] | None) -> OrderInK | None:
-        if not d:
-            return None
-        return cls(list(d["K"]), bool(d["monotone"]),
-                   [tuple(p) for p in d.get("inversions") or []], bool(d.get("within_noise")))
+    def from_dict(cls, d: dict[str, Any]) -> OrderInK:
+        return cls(list(d["K"]), bool(d["monotone"]), [tuple(p) for p in d["inversions"]],
+                   bool(d["within_noise"]))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"K": self.K, "monotone": self.monotone, "within_noise": self.within_noise,
+                "inversions": [list(p) for p in self.inversions]}
 
 
 @dataclass(frozen=True)
 class CostTable:
     """The eval's cost table (dihal.evaluate.cost.eval_cost): the FLOP model (as stored, for
     dihal.evaluate.cost.flop_model_of), the rows, how the times were measured (n x length
-    tokens, the median of `repeats` rounds), the FLOP count's note and length (the timed
-    length in older tables) and DiHAL's order in K (None where not recorded)."""
+    tokens, the median of `repeats` rounds, said in `timing`), the FLOP count's note and
+    length, and DiHAL's order in K."""
 
     flop_model: dict[str, Any]
     rows: list[CostRow]
@@ -112,15 +131,22 @@ class CostTable:
     repeats: int
     note: str
     flop_length: int
-    order_in_k: OrderInK | None = None
+    order_in_k: OrderInK
+    timing: str
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> CostTable | None:
         if not d:
             return None
         return cls(dict(d["flop_model"]), [CostRow.from_dict(r) for r in d["rows"]], d["n"],
-                   d["length"], d["repeats"], d["note"], d.get("flop_length", d["length"]),
-                   OrderInK.from_dict(d.get("order_in_k")))
+                   d["length"], d["repeats"], d["note"], d["flop_length"],
+                   OrderInK.from_dict(d["order_in_k"]), d["timing"])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"flop_model": self.flop_model, "rows": [r.to_dict() for r in self.rows],
+                "n": self.n, "length": self.length, "flop_length": self.flop_length,
+                "repeats": self.repeats, "note": self.note, "timing": self.timing,
+                "order_in_k": self.order_in_k.to_dict()}
 
     def row(self, name: str) -> CostRow | None:
         return next((r for r in self.rows if r.model == name), None)

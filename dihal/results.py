@@ -12,7 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from dihal.generation_inputs import CompareInputs, EvaluateInputs, FullTrainingInputs
+from dihal.generation_inputs import (
+    CompareInputs,
+    CostTable,
+    EvaluateInputs,
+    FullTrainingInputs,
+    SamplerChoice,
+)
 from dihal.inputs import (
     BackboneInfo,
     BackboneSummary,
@@ -298,17 +304,17 @@ class EvalResult:
     layer: int
     # the controls' settings (dihal.evaluate.generation.evaluate_with_controls): the protocol's K, the
     # (rule, K) chosen on validation, and why a control has no row
-    controls: dict[str, Any] = field(default_factory=dict)
+    controls: SamplerChoice | None = None
     # cost per generated token (dihal.evaluate.cost.eval_cost): the FLOP model and the measured rows
-    cost: dict[str, Any] = field(default_factory=dict)
+    cost: CostTable | None = None
     # the temperature frontier's points of DiHAL and the backbone (dihal.evaluate.frontier.point, one per
     # model and temperature; the main temperature's are the main rows'), kept out of `rows`
     frontier: list[dict] = field(default_factory=list)
 
     def info(self) -> dict:
         return {"rows": self.rows, "judge": self.judge,
-                **({"controls": self.controls} if self.controls else {}),
-                **({"cost": self.cost} if self.cost else {}),
+                **({"controls": self.controls.to_dict()} if self.controls else {}),
+                **({"cost": self.cost.to_dict()} if self.cost else {}),
                 **({"frontier": self.frontier} if self.frontier else {})}
 
     def metadata(self) -> dict:

@@ -419,7 +419,10 @@ def report_raw_with_cost(step_mflops, timed=True) -> dict:
                      "time_over_flops": 1.5 / (f / 45e6)})
     cost = {"flop_model": {"block_flops": [10e6] * 4, "head_flops": 5e6, "other_flops": 0.0,
                            "denoiser_step_flops": step_mflops * 1e6},
-            "rows": rows, "n": 2, "length": 16, "repeats": 3, "note": "FLOPs counted"}
+            "rows": rows, "n": 2, "length": 16, "flop_length": 16, "repeats": 3,
+            "note": "FLOPs counted", "timing": "one timing of each model",
+            "order_in_k": {"K": [4] if timed else [], "monotone": True, "within_noise": True,
+                           "inversions": []}}
     sweep = [{"layer": ll, "hybrid_nll": 3.0 + ll, "backbone_nll": 2.5} for ll in (1, 2, 3)]
     return {**raw, "evaluation": {**raw["evaluation"], "cost": cost}, "sweep_layers": sweep}
 

@@ -28,6 +28,7 @@ from dihal.evaluate.metrics import (
     repetition,
 )
 from dihal.evaluate.ppl_difference import log_ppl_difference
+from dihal.generation_inputs import CostTable, SamplerChoice
 from dihal.labels import CHOSEN_K, CONTROL
 from dihal.results import EvalResult, TrainedBridge
 
@@ -329,7 +330,8 @@ def evaluate_with_controls(backbone, trained: TrainedBridge, judge, cfg: EvalCon
                                   if role == CONTROL],
                          steps=cost_steps, length=min(cfg.length, COST_LENGTH), seed=cfg.seed,
                          timed_length=min(cfg.length, COST_TIMED_LENGTH))
-    return replace(result, controls=notes, cost=cost, frontier=frontier)
+    return replace(result, controls=SamplerChoice.from_dict(notes),
+                   cost=CostTable.from_dict(cost), frontier=frontier)
 
 
 def temperature_frontier(bridge: BuiltBridge, judge, cfg: EvalConfig,

@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import pytest
 
-from dihal.generation_inputs import CostRow, CostTable
+from dihal.generation_inputs import CostRow, CostTable, OrderInK
 from dihal.inputs import SequenceStability
 from dihal.registry import BASELINES
 from dihal.report.build import build_report
@@ -308,11 +308,12 @@ def _timed(x, dihal_ms, backbone_ms, spread=True):
     slowest) each, the rounds' spread left out with `spread` False."""
     def row(model, k, layer, ms):
         med, lo, hi = ms
-        return CostRow(model, k, layer, 1e6, med, 1.5, med / backbone_ms[0], 1.0,
+        return CostRow(model, k, layer, "flop model", 1e6, med, 1.5, med / backbone_ms[0], 1.0,
                        lo if spread else None, hi if spread else None)
 
     table = CostTable({}, [row("backbone", 0, None, backbone_ms),
-                           row("DiHAL (l=2, K=4)", 4, 2, dihal_ms)], 2, 16, 3, "", 16)
+                           row("DiHAL (l=2, K=4)", 4, 2, dihal_ms)], 2, 16, 3, "", 16,
+                      OrderInK([4], True), "one timing")
     return replace(x, evaluate=replace(x.evaluate, cost=table))
 
 

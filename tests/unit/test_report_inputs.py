@@ -162,10 +162,10 @@ def test_evaluate_inputs_read_how_the_eval_sampled_and_an_eval_without_its_cost_
             EvaluateInputs.from_dicts({**ev, "rows": rows}, curve)
 
 
-def test_the_cost_table_finds_its_rows_and_reads_an_older_table():
+def test_the_cost_table_finds_its_rows_and_reads_back_as_stored():
     cost = report_raw_with_cost(3.0)["evaluation"]["cost"]
     table = CostTable.from_dict(cost)
-    assert table.flop_length == 16 and table.order_in_k is None  # older: the timed length
+    assert table.flop_length == 16 and table.order_in_k == OrderInK([4], True, [], True)
     assert table.row("backbone").flops_per_token == 45e6 and table.row("sed") is None
     assert table.dihal(4, 2).model == "DiHAL (l=2, K=4)" and table.dihal(4, 3) is None
     assert table.rows[0].ms_per_token_low is None and not table.rows[0].is_dihal
@@ -176,6 +176,15 @@ def test_the_cost_table_finds_its_rows_and_reads_an_older_table():
                                       "chosen": {"rule": "marginal", "steps": 2,
                                                  "hybrid_nll": 2.9}})
     assert choice.chosen == ChosenSampler("marginal", 2, 2.9) and choice.regression is None
+    # written back as stored: full training's flag always, the eval's only where true
+    for stored in ({"protocol_steps": 4, "chosen": None, "chosen_is_protocol": False},
+                   {"protocol_steps": 4, "chosen": {"rule": "ancestral", "steps": 4,
+                                                    "hybrid_nll": 3.0}},
+                   {"protocol_steps": 4, "chosen": None, "regression": "no control"}):
+        assert SamplerChoice.from_dict(stored).to_dict() == stored
+    assert CostTable.from_dict(cost).to_dict() == {
+        **cost, "rows": [{"flops_from": None, "ms_per_token_low": None,
+                          "ms_per_token_high": None, **r} for r in cost["rows"]]}
 
 
 def test_compare_inputs_of_a_comparison_before_the_frontier():

@@ -385,13 +385,14 @@ class FullTrainingResult:
     # one row per role and sampler (the protocol's K; the (rule, K) chosen on validation)
     rows: list[dict]
     # the protocol's K, the (rule, K) chosen on validation, whether they are the same sampler
-    sampler: dict[str, Any] = field(default_factory=dict)
+    sampler: SamplerChoice | None = None
     # every role's samples: {"role", "layer", "sampler", "model", "index", "seed", "text",
     # "nll", "tokens"} (the judge's NLL and token count; None for an empty text)
     samples: list[dict] = field(default_factory=list, repr=False)
 
     def info(self) -> dict:
-        return {"rows": self.rows, **({"sampler": self.sampler} if self.sampler else {})}
+        return {"rows": self.rows,
+                **({"sampler": self.sampler.to_dict()} if self.sampler is not None else {})}
 
     def metadata(self) -> dict:
         return {"roles": {r["role"]: r["layer"] for r in self.rows}}

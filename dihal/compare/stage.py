@@ -21,6 +21,7 @@ from dihal.evaluate.generation import (
     texts_until_eos,
 )
 from dihal.evaluate.ppl_difference import log_ppl_difference
+from dihal.generation_inputs import SamplerChoice
 from dihal.inputs import BridgeabilitySummary
 from dihal.labels import (
     BASELINE,
@@ -317,8 +318,8 @@ def full_training(roles: dict[str, int], bridge_at: Callable[[int], TrainedBridg
     samples = _scored(samples, judge)
     paired_roles(rows, samples, seed=cfg.seed)
     columns = dict.fromkeys(k for r in rows for k in r)  # every row has every column
-    return FullTrainingResult([{k: r.get(k) for k in columns} for r in rows], sampler=sampler,
-                              samples=samples)
+    return FullTrainingResult([{k: r.get(k) for k in columns} for r in rows],
+                              sampler=SamplerChoice.from_dict(sampler), samples=samples)
 
 
 def _scored(samples: list[dict], judge) -> list[dict]:

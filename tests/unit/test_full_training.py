@@ -42,7 +42,7 @@ def test_full_training_rows_at_the_protocol_and_the_chosen_sampler(tiny_backbone
     assert [(r["role"], r["sampler"], r["steps"], r["rule"]) for r in res.rows] == [
         (role, s, k, rule) for role in ROLES
         for s, k, rule in (("protocol", 4, "ancestral"), ("chosen on validation", 2, "marginal"))]
-    assert res.sampler["protocol_steps"] == 4 and res.sampler["chosen_is_protocol"] is False
+    assert res.sampler.protocol_steps == 4 and res.sampler.chosen_is_protocol is False
     for protocol, chosen in (res.rows[:2], res.rows[2:]):
         assert protocol["dihal_verdict"] is None  # the chosen row is paired with this one
         assert chosen["dihal_verdict"] in ("above", "below", "not distinguishable")
@@ -56,7 +56,7 @@ def test_full_training_one_row_when_the_chosen_is_the_protocols(tiny_backbone, j
     res = _run(tiny_backbone, judge, {"rule": "ancestral", "steps": 4, "hybrid_nll": 3.9},
                seed_metrics=[_metrics(1.2, 0.5, 4.4, seconds=3.0)])
     assert [(r["role"], r["sampler"]) for r in res.rows] == [(role, "protocol") for role in ROLES]
-    assert res.sampler["chosen_is_protocol"] is True
+    assert res.sampler.chosen_is_protocol is True
     # two seeds: the kept one (1.0, 0.3, 4.0) and a replicate (1.2, 0.5, 4.4)
     row = res.rows[0]
     assert row["n_seeds"] == 2 and row["train_seconds_all_seeds"] == 5.0

@@ -132,8 +132,9 @@ def compare_assets(backbone: str) -> list:
         bness, br, curve = run.art(Bridgeability), run.art(Bridge), run.art(SamplerCurve)
         bn, cm = run.require(bness, curve)
         ev = same_eval(run, cfg, [br, curve])  # l*'s rows where the eval drew them alike
+        roles = full_training_roles(BridgeabilitySummary.from_dict(bn.info))
         return run.produce(run.art(FullTraining), cfg, [bness, br, curve, *ev], lambda: stage(
-            full_training_roles(BridgeabilitySummary.from_dict(bn.info)), full_bridges(run), run.model(), run.judge(), cfg, run.log,
+            roles, full_bridges(run), run.model(), run.judge(), cfg, run.log,
             reference_texts=reference_texts(run, cfg.length), chosen=choose_steps(cm.info["rows"]),
             from_eval=ev[0].manifest().info["rows"] if ev else None,
             eval_samples=ev[0].samples() if ev else None),

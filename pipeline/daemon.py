@@ -21,6 +21,8 @@ from pathlib import Path
 
 import dagster as dg
 
+from dihal.environment import env_int
+
 QUEUE_DAEMON = "QUEUED_RUN_COORDINATOR"
 PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
 
@@ -60,8 +62,6 @@ GRPC_TIMEOUT_MAX_S = 86400  # a day
 def grpc_timeout_s() -> int:
     """$DAGSTER_GRPC_TIMEOUT_SECONDS (whole seconds, 1 to a day), else GRPC_TIMEOUT_S; any other
     value is refused by name (dihal.environment)."""
-    from dihal.environment import env_int
-
     return env_int(GRPC_TIMEOUT_ENV, GRPC_TIMEOUT_S, lo=1, hi=GRPC_TIMEOUT_MAX_S)
 
 

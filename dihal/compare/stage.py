@@ -389,9 +389,8 @@ def _at_chosen(bridge: BuiltBridge, cfg, chosen: dict) -> list[tuple]:
 
 def _bridge_columns(trained: TrainedBridge) -> dict:
     """A full-training bridge's measures (its kept seed), its training tokens, optimiser steps
-    and seconds, and
-    over its training seeds (the kept one and the replicates): how many, and per measure of
-    SEED_MEASURES their mean, sd (ddof 1), min and max (None with one seed)."""
+    and seconds, and over its training seeds (the kept one and the replicates): how many, and
+    per measure of SEED_MEASURES their mean, sd (ddof 1), min and max (None with one seed)."""
     import math
 
     m, seeds = trained.metrics, [trained.metrics, *trained.seed_metrics]

@@ -65,7 +65,7 @@ def test_a_slow_launch_within_the_deadline_starts_and_past_it_is_refused(slow_co
     assert said.startswith("refused: DagsterUserCodeUnreachableError"), said
 
 
-def test_every_daemon_gets_the_deadline_a_loaded_host_needs(monkeypatch):
+def test_every_daemon_gets_the_deadline_a_loaded_host_needs(monkeypatch, tmp_path):
     monkeypatch.delenv(GRPC_TIMEOUT_ENV, raising=False)
     assert grpc_timeout_s() == 300 and cli_env()[GRPC_TIMEOUT_ENV] == "300"
     monkeypatch.setenv(GRPC_TIMEOUT_ENV, "900")
@@ -75,7 +75,7 @@ def test_every_daemon_gets_the_deadline_a_loaded_host_needs(monkeypatch):
         env = {k: v for k, v in os.environ.items() if k != GRPC_TIMEOUT_ENV}
         if given:
             env[GRPC_TIMEOUT_ENV] = given
-        env["DAGSTER_HOME"] = str(ROOT / ".dagster")
+        env["DAGSTER_HOME"] = str(tmp_path / "home")  # env.sh fills it: not the checkout's
         out = subprocess.run(["bash", "-c", f". {ROOT / 'env.sh'} >/dev/null 2>&1; "
                               f"python -c 'import json, os; print(json.dumps(os.environ.get("
                               f"\"{GRPC_TIMEOUT_ENV}\")))'"],

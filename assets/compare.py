@@ -73,7 +73,7 @@ def baseline_of(run: StageRun, cfg):
         out = run.art(BaselineRun, name)
 
         def compute():
-            ref = reference_budget(br.read().metrics, bm.config["steps"], sm.config["seq_len"])
+            ref = reference_budget(br.read().metrics, bm.config["sampler_steps"], sm.config["seq_len"])
             return stage(name, run.model(), torch.as_tensor(seqs.token_ids()["train"]), ref,
                          bm.config, cfg, out.workdir, run.judge(), progress=run.throttled(),
                          device=run.device(), reference_texts=reference_texts(run, cfg.length),
@@ -113,7 +113,7 @@ def compare_assets(backbone: str) -> list:
             context.log.warning(f"baselines not materialised for the current bridge: {missing}")
         rows = {a.key: m.info["row"] for a, m in current}
         return run.produce(run.art(Comparison), {}, [ev] + [a for a, _ in current], lambda: stage(
-            em.info["rows"], br.read().metrics, bm.config["steps"], rows, missing,
+            em.info["rows"], br.read().metrics, bm.config["sampler_steps"], rows, missing,
             em.info.get("frontier", [])))
 
     @stage_asset(backbone, "full_training", [key("bridgeability"), key("bridge"),

@@ -105,7 +105,7 @@ def full_regression(run: StageRun, bridge_manifest, layer: int):
 
     from dihal.config import BridgeProtocol
 
-    protocol = replace(BridgeProtocol(**bridge_manifest.config), steps=1, seeds=1)
+    protocol = replace(BridgeProtocol(**bridge_manifest.config), sampler_steps=1, seeds=1)
     art, states = run.art(FullRegressionControl, layer), run.art(HiddenStates)
     try:
         run.obtain(art, protocol, [states], trainer(run, art, layer, protocol, regression=True),

@@ -72,10 +72,10 @@ def bridge_passes(bb, den, data, protocol, repeats: int) -> dict:
 
     proc = BrownianBridge(sigma=protocol.sigma)
     hyb = Hybrid(bb, den, proc, data.cond_std, data.target_std, data.layer,
-                 steps=protocol.steps, first_state=data.first_state, noise_seed=protocol.seed)
+                 steps=protocol.sampler_steps, first_state=data.first_state, noise_seed=protocol.seed)
 
     def two():
-        recon = reconstruction_error(den, data.val, proc, steps=protocol.steps,
+        recon = reconstruction_error(den, data.val, proc, steps=protocol.sampler_steps,
                                      seed=protocol.seed)
         return recon, held_out_scores(hyb, data.val_ids, data.reference, per_sequence=True)
 
@@ -141,8 +141,8 @@ def measure_layer(bb, reader, train_ids, extract, layer: int, protocol, *, repea
         _, out["t1_loss_s"] = _timed(lambda: validation_loss(den, data.val, proc,
                                                              REGRESSION_T_GRID, seed=0))
         _, out["recon_s"] = _timed(lambda: reconstruction_error(den, data.val, proc,
-                                                                steps=protocol.steps, seed=0))
-        hyb = Hybrid(bb, den, proc, data.cond_std, data.target_std, layer, steps=protocol.steps,
+                                                                steps=protocol.sampler_steps, seed=0))
+        hyb = Hybrid(bb, den, proc, data.cond_std, data.target_std, layer, steps=protocol.sampler_steps,
                      first_state=data.first_state)
         nll, out["hybrid_nll_s"] = _timed(lambda: held_out_nll(hyb, data.val_ids, data.reference))
         out["bridge_nll"] = nll["hybrid_nll"]
@@ -157,7 +157,7 @@ def measure_layer(bb, reader, train_ids, extract, layer: int, protocol, *, repea
             out["recon_seed_spread"] = abs(other["recon_error"] - measured["recon_error"])
             out["nll_seed_spread"] = abs(other["hybrid_nll"] - measured["hybrid_nll"])
         if regression:
-            reg = replace(protocol, steps=1)
+            reg = replace(protocol, sampler_steps=1)
             (rden, rres, _), out["regression_train_s"] = _timed(lambda: train_layer_bridge(
                 data, reg, Path(tmp) / "r", regression=True))
             rm, out["regression_measure_s"] = _timed(lambda: measure_bridge(
@@ -212,7 +212,7 @@ def main() -> None:
                                                 run.backbone, run.protocol)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} CPUs, "
           f"load average at start {os.getloadavg()[0]:.1f}; {args.backbone}, the sweep's "
-          f"default protocol (K = {protocol.steps}, {protocol.eval_sequences} held-out sequences)"
+          f"default protocol (K = {protocol.sampler_steps}, {protocol.eval_sequences} held-out sequences)"
           f", states stored as {extract.dtype}")
     print("| layer | " + " | ".join(KEYS) + " | load avg after |")
     print("|---:|" + "---:|" * (len(KEYS) + 1))

@@ -10,7 +10,7 @@ Reads the hidden states of a Locate run (`python -m pipeline.main --stop-after l
 $DIHAL_ARTIFACTS; trains in a temporary folder and writes no artifact.
 
     python benchmarks/bench_sweep_budget.py --layers 1 4 7 10 13 16 19 22 25 29 \\
-        [--cheap epochs=0.5 eval_sequences=16 steps=8] [--backbone smollm2] [--threads 2]
+        [--cheap epochs=0.5 eval_sequences=16 sampler_steps=8] [--backbone smollm2] [--threads 2]
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--backbone", default="smollm2")
     p.add_argument("--layers", type=int, nargs="+", default=[1, 4, 7, 10, 13, 16, 19, 22, 25, 29])
-    p.add_argument("--cheap", nargs="+", default=["epochs=0.5", "eval_sequences=16", "steps=8"])
+    p.add_argument("--cheap", nargs="+", default=["epochs=0.5", "eval_sequences=16", "sampler_steps=8"])
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--out", type=Path, help="also write the rows as JSON here")
     args = p.parse_args()

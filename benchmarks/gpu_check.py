@@ -487,7 +487,7 @@ def measure(check: Check, bb, store: dict, val_ids: np.ndarray) -> dict:
     data = _held_out(bb, store, layer, cs, hs, proto, val_ids)
     t = check.clock()
     got = measure_bridge(bb, net.to(bb.device), data, proto, val_loss=val_loss)
-    return {"seconds": check.clock() - t, "sequences": len(data.val_ids), "steps": proto.steps,
+    return {"seconds": check.clock() - t, "sequences": len(data.val_ids), "steps": proto.sampler_steps,
             "hybrid_nll": got["hybrid_nll"], "top1_agreement": got["top1_agreement"]}
 
 
@@ -589,7 +589,7 @@ def decode(check: Check, bb, sizes: dict, store: dict) -> dict:
         return Hybrid(bb, net.to(bb.device), BrownianBridge(sigma=proto.sigma), cs, hs, layer,
                       steps=steps, first_state=first)
 
-    systems = {"dihal": hybrid(proto.steps).decode, "backbone": partial_backbone(bb),
+    systems = {"dihal": hybrid(proto.sampler_steps).decode, "backbone": partial_backbone(bb),
                "regression": hybrid(1).decode,
                "layer_drop": layer_drop_hybrid(bb, layer, first).decode}
     kw = dict(temperature=1.0, seed=0, batch_size=n)
@@ -598,9 +598,9 @@ def decode(check: Check, bb, sizes: dict, store: dict) -> dict:
         dec(n, 2, **kw)  # warm-up
         ms[name] = dec(n, length, **kw).timing()["ms_per_step"]
     small = dict(temperature=1.0, seed=0, batch_size=4)
-    cached = hybrid(proto.steps).decode(4, 16, cached=True, **small).tokens
-    uncached = hybrid(proto.steps).decode(4, 16, cached=False, **small).tokens
-    return {"batch": n, "length": length, "sampler_steps": proto.steps, "layer": layer,
+    cached = hybrid(proto.sampler_steps).decode(4, 16, cached=True, **small).tokens
+    uncached = hybrid(proto.sampler_steps).decode(4, 16, cached=False, **small).tokens
+    return {"batch": n, "length": length, "sampler_steps": proto.sampler_steps, "layer": layer,
             "dtype": str(bb.model.dtype), "ms_per_step": ms,
             "latency_vs_backbone": ms["dihal"] / ms["backbone"],
             "hybrid_cached_equals_uncached": bool(torch.equal(cached, uncached)),

@@ -296,7 +296,7 @@ class BridgeProtocol:
     seed: int = 0
     mixed_precision: str = "auto"  # "auto": bf16 on GPU, fp32 on CPU
     sigma: float = 1.0
-    steps: int = 16
+    sampler_steps: int = 16  # the sampler's K (the training budget is `epochs`)
     eval_sequences: int = 32
     pin_first: bool = True
     checkpoint_every: int = 200
@@ -312,7 +312,7 @@ class BridgeProtocol:
     seed_layers: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
-        _ints(self, 1, "d_model", "n_layers", "n_heads", "batch_size", "steps", "eval_sequences",
+        _ints(self, 1, "d_model", "n_layers", "n_heads", "batch_size", "sampler_steps", "eval_sequences",
               "checkpoint_every", "seeds")
         layers = tuple(self.seed_layers) if isinstance(self.seed_layers, tuple | list) else None
         if layers is None or len(set(layers)) != len(layers) or not all(
@@ -329,7 +329,7 @@ class BridgeProtocol:
                 f"({self.n_heads}) with an even quotient (the head size, for rotary positions)")
         _reals(self, "mlp_ratio", "lr", "epochs", "sigma", low=0.0, low_open=True)
         _at_most(self, "epochs", MAX_TRAIN_STEPS, EPOCHS_WHY)
-        _at_most(self, "steps", MAX_SAMPLER_STEPS, SAMPLER_STEPS_WHY)
+        _at_most(self, "sampler_steps", MAX_SAMPLER_STEPS, SAMPLER_STEPS_WHY)
         _reals(self, "weight_decay", "grad_clip", low=0.0)  # grad_clip 0: no clipping
         _reals(self, "warmup_frac", low=0.0, high=1.0)
         _ints(self, 0, "seed")

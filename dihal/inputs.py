@@ -4,7 +4,7 @@ dataclasses, made with `from_dict` from the tables and manifest infos that stora
 back, so the report reads attributes, not column names. A key its stage writes only in
 some cases is optional (None, or empty); every other is required: what an older version of
 a stage wrote is refused as stale before it is read (storage's Artifact.require). Standard
-library only (dihal.results builds ReportInputs from these).
+library only (dihal.report.inputs builds ReportInputs from these).
 """
 
 from __future__ import annotations
@@ -357,7 +357,7 @@ class SweepLayer(ByColumns):
     hybrid_nll: float | None = None
     backbone_nll: float | None = None
     top1_agreement: float | None = None
-    steps: int | None = None
+    train_steps: int | None = None
     seconds: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -382,7 +382,7 @@ class ReplaceInputs:
     def sweep_steps(self, default: int) -> int:
         """The sampler steps K the sweep's bridges were measured at (`default` where the
         protocol does not say)."""
-        return int(self.protocol.get("steps", default))
+        return int(self.protocol.get("sampler_steps", default))
 
 
 

@@ -106,8 +106,8 @@ def main() -> None:
     trained = train_layer(bb, reader, args.layer, protocol, out / f"ckpt-l{args.layer}",
                           train_ids=ids["train"], extract=ExtractConfig())
     m = trained.metrics
-    print(f"[{time.perf_counter() - t_start:.0f} s] bridge trained: {m.steps} steps, val loss "
-          f"{m.val_loss:.4f}, hybrid NLL (K={protocol.steps}) {m.hybrid_nll:.4f}, backbone NLL "
+    print(f"[{time.perf_counter() - t_start:.0f} s] bridge trained: {m.train_steps} steps, val loss "
+          f"{m.val_loss:.4f}, hybrid NLL (K={protocol.sampler_steps}) {m.hybrid_nll:.4f}, backbone NLL "
           f"{m.backbone_nll:.4f}", flush=True)
 
     curve = sampler_steps_curve(bb, trained, reader, SamplerCurveConfig(
@@ -125,7 +125,7 @@ def main() -> None:
     }
     if args.regression:
         reg = train_layer(bb, reader, args.layer, protocol.__class__(
-            **{**protocol.to_dict(), "steps": 1}), out / f"ckpt-reg-l{args.layer}",
+            **{**protocol.to_dict(), "sampler_steps": 1}), out / f"ckpt-reg-l{args.layer}",
             train_ids=ids["train"], extract=ExtractConfig(), regression=True)
         controls["regression control (K=1)"] = bridge_hybrid(bb, reg)
     control_rows = []

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from dihal.inputs import BackboneSummary
-from dihal.results import ReportInputs
+from dihal.report.inputs import ReportInputs
 from storage.artifacts import (
     BaselineRun,
     Bridge,

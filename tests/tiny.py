@@ -266,7 +266,7 @@ def trained_bridge(bb, layer: int, objective=None, steps=4):
     tensors = {f"denoiser.{k}": v for k, v in den.state_dict().items()}
     tensors.update({"cond_std.mean": torch.zeros(d), "cond_std.std": torch.ones(d),
                     "target_std.mean": torch.zeros(d), "target_std.std": torch.ones(d)})
-    hp = {"layer": layer, "protocol": BridgeProtocol(steps=steps).to_dict(),
+    hp = {"layer": layer, "protocol": BridgeProtocol(sampler_steps=steps).to_dict(),
           "denoiser_config": cfg.to_dict()}
     if objective:
         hp["objective"] = objective
@@ -304,7 +304,7 @@ def report_inputs(*, spearman=None, regression=(), comparison=None, latency=2.0,
                   stability=None, **raw):
     """Hand-made ReportInputs of a tiny 4-layer backbone: l* = 2, oracle 3, worst 1 (`raw`:
     fields of report_raw's replaced, as storage reads them)."""
-    from dihal.results import ReportInputs
+    from dihal.report.inputs import ReportInputs
 
     return ReportInputs.from_dicts(**{**report_raw(
         spearman=spearman, regression=regression, comparison=comparison, latency=latency,
@@ -355,7 +355,7 @@ def report_raw(*, spearman=None, regression=(), comparison=None, latency=2.0,
                                             "val_loss": {"oracle": 3, "worst": 1}},
                                      "chosen_by": "hybrid_nll", "oracle_disagree": False,
                                      "worst_disagree": False}},
-        sweep_layers=[], sweep_protocol={"steps": 4},
+        sweep_layers=[], sweep_protocol={"sampler_steps": 4},
         comparison={"rows": comparison, "missing": []},
         evaluation={"rows": ev, "judge": {"judge": "t/tiny"}},
         full_training=[],
@@ -400,7 +400,7 @@ def with_eval_rows(x, rows: list[dict]):
 
 def report_inputs_with_cost(step_mflops, timed=True):
     """The hand-made inputs with a cost table (report_raw_with_cost)."""
-    from dihal.results import ReportInputs
+    from dihal.report.inputs import ReportInputs
 
     return ReportInputs.from_dicts(**report_raw_with_cost(step_mflops, timed))
 
@@ -434,7 +434,7 @@ TINY = PROFILES["tiny"]
 PROTOCOL = TINY["bridge_sweep"]
 # a wider denoiser that the baselines' recipes can match within 10 % (the comparison's world)
 MATCHED_PROTOCOL = {"d_model": 64, "n_layers": 1, "n_heads": 2, "batch_size": 2,
-                    "eval_sequences": 4, "steps": 4, "checkpoint_every": 50}
+                    "eval_sequences": 4, "sampler_steps": 4, "checkpoint_every": 50}
 # the tiny Locate stages' run config (ops) of the tiny llama
 TINY_RUN = {f"{stage}_llama": {"config": TINY[stage]}
             for stage in ("sequences", "hidden_states", "geometry")}

@@ -209,7 +209,7 @@ class DihalHybrid(TextModel):
         self.backbone, self.trained, self.eta = backbone, trained, float(eta)
         self.regression = objective == "regression"
         self.steps = 1 if self.regression else int(check_steps(steps)
-                                                   or trained.hparams["protocol"]["steps"])
+                                                   or trained.hparams["protocol"]["sampler_steps"])
         self.rule = check_rule(rule or DEFAULT_RULE, self.eta)
         self._built = BuiltBridge.of(backbone, trained)  # restored once, sampled at any K
         self._cores: dict[tuple[int, str], object] = {}

@@ -116,7 +116,7 @@ def dihal_at_budget(backbone, judge, data: LayerData, protocol: BridgeProtocol,
         raise RuntimeError(f"DiHAL's bridge at layer {layer} stopped at step {result.step} of "
                            f"{plan.steps}")
     hybrid = Hybrid(backbone, denoiser.to(backbone.device), BrownianBridge(sigma=proto.sigma),
-                    data.cond_std, data.target_std, layer, steps=proto.steps, eta=cfg.eta,
+                    data.cond_std, data.target_std, layer, steps=proto.sampler_steps, eta=cfg.eta,
                     first_state=data.first_state)
     ecfg = eval_config(cfg)
     kw = dict(temperature=ecfg.temperature, seed=ecfg.seed, batch_size=ecfg.batch_size,
@@ -126,7 +126,7 @@ def dihal_at_budget(backbone, judge, data: LayerData, protocol: BridgeProtocol,
         backbone, [(name, "dihal", lambda: hybrid.decode(ecfg.n_samples, ecfg.length, **kw))],
         judge, ecfg, say)
     row = row_of(rows[0], layer=layer, model=DIHAL, plan=plan, distinct_tokens=distinct_tokens,
-                 parameters=denoiser.param_count(), sampler_steps=proto.steps,
+                 parameters=denoiser.param_count(), sampler_steps=proto.sampler_steps,
                  temperature=ecfg.temperature, seconds=time.monotonic() - t0)
     return row, [{"model": DIHAL, "steps": plan.steps, "index": s["index"], "text": s["text"]}
                  for s in samples]
@@ -144,7 +144,7 @@ def codar_at_budget(backbone, judge, ids: np.ndarray, protocol: BridgeProtocol, 
     t0 = time.monotonic()
     proto = budget_protocol(protocol, layer, plan)
     reference = Budget(denoiser_parameters=int(parameters), train_tokens=plan.tokens,
-                       sampler_steps=proto.steps, seq_len=int(ids.shape[1]))
+                       sampler_steps=proto.sampler_steps, seq_len=int(ids.shape[1]))
     bcfg = codar_config(cfg)
     made = baseline(CODAR, backbone, torch.as_tensor(ids), reference, proto.to_dict(), bcfg,
                     Path(work_dir), judge, progress=say, device=device, warn=warn or say)

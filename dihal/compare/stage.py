@@ -225,7 +225,7 @@ def comparison(eval_rows: list[dict], bridge: BridgeMetrics, sampler_steps: int,
                     "seq_len": None}
     # the optimiser steps the bridge at l* took (DiHAL's rows only: the baselines are matched
     # on tokens, budgets_matched)
-    steps = {"train_steps": bridge.steps}
+    steps = {"train_steps": bridge.train_steps}
 
     keys = (*GENERATION_KEYS, "repetition", "mean_length")
 
@@ -290,7 +290,7 @@ def full_training(roles: dict[str, int], bridge_at: Callable[[int], TrainedBridg
     reference = judge.features(reference_texts) if reference_texts else None
     for role, layer in roles.items():
         trained = bridge_at(layer)
-        k0 = int(trained.hparams["protocol"]["steps"])
+        k0 = int(trained.hparams["protocol"]["sampler_steps"])
         sampler.update(protocol_steps=k0, chosen_is_protocol=chosen is not None and (
             chosen["steps"], chosen["rule"]) == (k0, DEFAULT_SAMPLER_RULE))
         at_chosen = bool(chosen) and not sampler["chosen_is_protocol"]
@@ -397,7 +397,7 @@ def _bridge_columns(trained: TrainedBridge) -> dict:
     out = {"val_loss": m.val_loss, "t1_loss": m.t1_loss, "recon_error": m.recon_error,
            "hybrid_nll": m.hybrid_nll, "hybrid_nll_select": m.hybrid_nll_select,
            "hybrid_nll_judge": m.hybrid_nll_judge, "top1_agreement": m.top1_agreement,
-           "train_tokens": m.train_tokens, "train_steps": m.steps, "train_seconds": m.seconds,
+           "train_tokens": m.train_tokens, "train_steps": m.train_steps, "train_seconds": m.seconds,
            "train_seconds_all_seeds": sum(s.seconds for s in seeds), "n_seeds": len(seeds)}
     for measure in SEED_MEASURES:
         values = [getattr(s, measure) for s in seeds]

@@ -365,7 +365,7 @@ def train_budget_point(backbone, data: LayerData, protocol: BridgeProtocol, mode
                               warn=say)
     else:
         if model == "network":
-            proto = replace(proto, steps=1)  # the regression control predicts in one step
+            proto = replace(proto, sampler_steps=1)  # the regression control predicts in one step
         net, result, _ = train_layer_bridge(data, proto, ckpt_dir, device=device,
                                             progress=progress, regression=model == "network",
                                             warn=say)

@@ -320,7 +320,7 @@ class BuiltBridge:
     @property
     def protocol_steps(self) -> int:
         """The sampler's K of the bridge's protocol."""
-        return int(self.trained.hparams["protocol"]["steps"])
+        return int(self.trained.hparams["protocol"]["sampler_steps"])
 
     def hybrid(self, *, steps: int | None = None, rule: str | None = None, eta: float = 0.0):
         """DiHAL's hybrid at `steps` (default: the protocol's K) with the sampler `rule`
@@ -414,7 +414,7 @@ def ridge_control(backbone, reader, layer: int, protocol: BridgeProtocol, *,
         hybrid_nll=held.hybrid_nll, backbone_nll=held.backbone_nll,
         top1_agreement=held.top1_agreement,
         hybrid_ppl=math.exp(held.hybrid_nll), backbone_ppl=math.exp(held.backbone_nll),
-        init_val_loss=zero, train_loss=None, steps=0,
+        init_val_loss=zero, train_loss=None, train_steps=0,
         train_tokens=ridge.fit_tokens, seconds=round(time.monotonic() - t0, 1),
         resumed_from_step=0, denoiser_parameters=ridge.parameters)
     tensors = {"ridge.weight": ridge.weight.contiguous(), "ridge.bias": ridge.bias.contiguous(),

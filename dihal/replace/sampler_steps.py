@@ -58,12 +58,12 @@ def sampler_steps_curve(backbone, trained: TrainedBridge, reader, cfg: SamplerCu
             t0 = time.perf_counter()
             # the bridge was measured with its own K and the default rule, on these sequences,
             # when trained
-            reused = k == protocol.steps and rule == DEFAULT_RULE and trained.metrics is not None
+            reused = k == protocol.sampler_steps and rule == DEFAULT_RULE and trained.metrics is not None
             if reused:
                 measured = trained.metrics.to_dict()
             else:
                 measured = measure_bridge(
-                    backbone, bridge["denoiser"], data, replace(protocol, steps=k),
+                    backbone, bridge["denoiser"], data, replace(protocol, sampler_steps=k),
                     val_loss=trained.metrics.val_loss if trained.metrics else None, rule=rule)
             measure_s = time.perf_counter() - t0
             gen = built.hybrid(steps=k, rule=rule).decode(cfg.n_samples, cfg.length, seed=cfg.seed, batch_size=cfg.n_samples)
@@ -72,7 +72,7 @@ def sampler_steps_curve(backbone, trained: TrainedBridge, reader, cfg: SamplerCu
                          "backbone_nll": measured["backbone_nll"],
                          "top1_agreement": measured["top1_agreement"],
                          "ms_per_token": gen.timing()["ms_per_token"],
-                         "measure_seconds": measure_s, "trained_steps": protocol.steps,
+                         "measure_seconds": measure_s, "trained_steps": protocol.sampler_steps,
                          "from_bridge_metrics": reused, "same_as_rule": None})
     return SamplerCurveResult(rows=rows, layer=layer)
 

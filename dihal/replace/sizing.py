@@ -96,7 +96,7 @@ def settings_grid(sequences: Iterable[int], steps: Iterable[int]) -> list[Settin
 def full_setting(protocols: Iterable[dict]) -> Setting:
     """The setting the sweep measured every layer at (its protocols' eval_sequences and
     steps); a DihalError where its layers were measured differently."""
-    seen = {Setting(int(p["eval_sequences"]), int(p["steps"])) for p in protocols}
+    seen = {Setting(int(p["eval_sequences"]), int(p["sampler_steps"])) for p in protocols}
     if len(seen) != 1:
         raise DihalError(
             "the swept layers were measured at different settings "
@@ -268,7 +268,7 @@ def remeasure_layer(backbone, reader, saved: SavedLayer,
         control, control_s = _ridge_measure(backbone, reader, saved.control, at_n, reference)
         for s in (s for s in settings if s.sequences == n):
             t0 = time.perf_counter()
-            numbers = measure_bridge(backbone, denoiser, data, replace(at_n, steps=s.steps),
+            numbers = measure_bridge(backbone, denoiser, data, replace(at_n, sampler_steps=s.steps),
                                      val_loss=val_loss)
             out[s] = LayerMeasure(_remeasured(saved.bridge.metrics, numbers), control,
                                   time.perf_counter() - t0, control_s)

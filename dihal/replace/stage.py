@@ -228,13 +228,13 @@ def measure_bridge(backbone, denoiser, data: LayerData, protocol: BridgeProtocol
     # the target); a regression control's validation loss is this same number
     t1_loss = validation_loss(denoiser, data.val, process, REGRESSION_T_GRID, seed=protocol.seed)
     hybrid = Hybrid(backbone, denoiser, process, data.cond_std, data.target_std, data.layer,
-                    steps=protocol.steps, first_state=data.first_state, rule=rule,
+                    steps=protocol.sampler_steps, first_state=data.first_state, rule=rule,
                     noise_seed=protocol.seed)
-    one_pass = not draws_noise(rule, protocol.steps)
+    one_pass = not draws_noise(rule, protocol.sampler_steps)
     held = held_out_scores(hybrid, data.val_ids, data.reference, val=data.val if one_pass else None,
                            batch_size=batch_size, per_sequence=True)
     recon = held.recon_error if one_pass else reconstruction_error(
-        denoiser, data.val, process, steps=protocol.steps, seed=protocol.seed, rule=rule)
+        denoiser, data.val, process, steps=protocol.sampler_steps, seed=protocol.seed, rule=rule)
     return {"val_loss": val_loss, "t1_loss": t1_loss, "recon_error": recon,
             "hybrid_nll": held.hybrid_nll, "backbone_nll": held.backbone_nll,
             "top1_agreement": held.top1_agreement, "hybrid_ppl": math.exp(held.hybrid_nll),
@@ -388,13 +388,13 @@ def train_layer(backbone, reader, layer: int, protocol: BridgeProtocol, ckpt_dir
     `train_ids` with the backbone's first `layer` blocks (as the dump was made, under
     `extract`); train a bridge hs[0] -> h_layer under `protocol` (resuming from `ckpt_dir`),
     measure its bridgeability and package it for saving. With `regression`: the regression
-    control instead (train_layer_bridge; `protocol.steps` must then be 1), on the pairs a
+    control instead (train_layer_bridge; `protocol.sampler_steps` must then be 1), on the pairs a
     bridge of the same layer kept (`keep_pairs`) where there are any (layer_data_for). `warn`
     gets the reason a damaged checkpoint is passed over (default: a RuntimeWarning)."""
     protocol = protocol.for_layer(layer)  # `seeds` only where seed_layers is empty or names it
-    if regression and protocol.steps != 1:
+    if regression and protocol.sampler_steps != 1:
         raise ValueError(f"the regression control predicts in one step: steps must be 1, got "
-                         f"{protocol.steps}")
+                         f"{protocol.sampler_steps}")
     import time
 
     t0 = time.monotonic()
@@ -411,7 +411,7 @@ def train_layer(backbone, reader, layer: int, protocol: BridgeProtocol, ckpt_dir
     tcfg = train_config_of(protocol, device, regression)
     metrics = BridgeMetrics(
         layer=layer, **measured, init_val_loss=init_val_loss, train_loss=result.train_loss,
-        steps=result.step,
+        train_steps=result.step,
         train_tokens=sample_budget(len(data.train), tcfg) * data.train.seq_len,
         seconds=round(time.monotonic() - t0, 1), resumed_from_step=result.resumed_from,
         denoiser_parameters=denoiser.param_count())
@@ -454,7 +454,7 @@ def _seed_replicate(backbone, data: LayerData, protocol: BridgeProtocol, i: int,
                               val_loss=result.val_loss)
     return BridgeMetrics(
         layer=data.layer, **measured, init_val_loss=init, train_loss=result.train_loss,
-        steps=result.step,
+        train_steps=result.step,
         train_tokens=sample_budget(len(data.train), train_config_of(proto, device)) * data.train.seq_len,
         seconds=round(time.monotonic() - t0, 1), resumed_from_step=result.resumed_from,
         denoiser_parameters=denoiser.param_count())

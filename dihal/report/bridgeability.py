@@ -13,7 +13,7 @@ from dihal.report.common import (
     triple,
 )
 from dihal.report.document import Document
-from dihal.results import ReportInputs
+from dihal.report.inputs import ReportInputs
 from dihal.rows import (
     ABOVE,
     BELOW,
@@ -329,7 +329,7 @@ def bridgeability_section(r: Document, x: ReportInputs) -> None:
         "measured), and what generation sees: reconstruction error and hybrid NLL.")
     r.table([s.to_dict() for s in x.bridges.layers],
             ["layer", "init_val_loss", "val_loss", "t1_loss", "recon_error", "hybrid_nll",
-             "backbone_nll", "top1_agreement", "steps", "seconds"], ".4g")
+             "backbone_nll", "top1_agreement", "train_steps", "seconds"], ".4g")
     r.p("The protocol every swept layer was trained under:")
     counts = seed_counts(x.bridges.info.seeds)
     proto = dict(x.bridges.protocol)  # the oracle's; the seeds are each layer's

@@ -29,8 +29,9 @@ from dihal.report.generation import (
     sampler_section,
     samples_section,
 )
+from dihal.report.inputs import ReportInputs
 from dihal.report.locate import answer_l_star, locate_section
-from dihal.results import ReportInputs, ReportResult
+from dihal.results import ReportResult
 
 ANSWERS = (answer_l_star, answer_geometry_vs_depth, answer_bridge_vs_regression,
            answer_generation, answer_frontier, answer_cost, answer_controls, answer_break_even)

@@ -28,8 +28,8 @@ from dihal.report.common import BRIDGEABILITY, COST, FULL, GENERATION, LOCATE
 from dihal.report.cost import timed_row, timing_text
 from dihal.report.document import Document
 from dihal.report.generation import fails_more, generation_pairs
+from dihal.report.inputs import ReportInputs
 from dihal.report.paper import PaperClaims, load_paper_claims
-from dihal.results import ReportInputs
 from dihal.rows import DEPTH, Estimate, GenerationRow
 
 CLAIMS = "paper-claims"  # the section's anchor
@@ -108,7 +108,7 @@ def _dihal_row(x: ReportInputs) -> GenerationRow | None:
 
 
 def _sweep_steps(x: ReportInputs) -> str:
-    steps = sorted({int(s.steps) for s in x.bridges.layers if s.steps is not None})
+    steps = sorted({int(s.train_steps) for s in x.bridges.layers if s.train_steps is not None})
     return (f"{'/'.join(map(str, steps))} training steps per swept bridge" if steps
             else "the swept bridges' training steps not recorded")
 

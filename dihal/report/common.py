@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dihal.results import ReportInputs
+from dihal.report.inputs import ReportInputs
 from dihal.rows import Spearman
 
 

@@ -8,7 +8,7 @@ from dihal.labels import CHOSEN_K, CONTROL, DIHAL
 from dihal.report.common import CONTROLS
 from dihal.report.document import Document
 from dihal.report.generation import EMPTY, GEN_PPL, empty_text
-from dihal.results import ReportInputs
+from dihal.report.inputs import ReportInputs
 from dihal.rows import GenerationRow
 
 

@@ -7,7 +7,7 @@ from dihal.labels import DIHAL
 from dihal.plots import plot_cost_quality
 from dihal.report.common import COST, GENERATION
 from dihal.report.document import Document
-from dihal.results import ReportInputs
+from dihal.report.inputs import ReportInputs
 
 
 def timed_row(x: ReportInputs, *, steps: int | None = None, layer: int | None = None,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dihal.inputs import BackboneSummary
 from dihal.report.common import BACKBONES, interval
 from dihal.report.document import Document
-from dihal.results import ReportInputs
+from dihal.report.inputs import ReportInputs
 from dihal.rows import ABOVE, BELOW
 
 

@@ -12,7 +12,7 @@ from dihal.plots import plot_frontier
 from dihal.report.common import FRONTIER
 from dihal.report.document import Document
 from dihal.report.generation import temperature
-from dihal.results import ReportInputs
+from dihal.report.inputs import ReportInputs
 from dihal.rows import GenerationRow
 from dihal.run.profiles import PROFILES, WHOLE_FRONTIER_PRESET
 

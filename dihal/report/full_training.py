@@ -12,7 +12,7 @@ from dihal.report.common import FULL
 from dihal.report.controls import against_dihal
 from dihal.report.document import Document
 from dihal.report.generation import generation_columns, generation_table
-from dihal.results import ReportInputs
+from dihal.report.inputs import ReportInputs
 from dihal.rows import ROLE_PAIRS, GenerationRow, number
 
 

@@ -13,7 +13,7 @@ from dihal.plots import plot_quality_diversity
 from dihal.report.common import GENERATION, SAMPLER, SAMPLES, key_value
 from dihal.report.cost import timed_row, timing_text
 from dihal.report.document import Document
-from dihal.results import ReportInputs
+from dihal.report.inputs import ReportInputs
 from dihal.rows import ABOVE, BELOW, GenerationRow
 from dihal.uncertainty import holm, paired_verdict
 

@@ -6,7 +6,7 @@ from dihal.inputs import LayerScoreSummary, Picks, SequenceStability
 from dihal.proxies import NAMES
 from dihal.report.common import LOCATE
 from dihal.report.document import Document
-from dihal.results import ReportInputs
+from dihal.report.inputs import ReportInputs
 
 
 def _locate_summary(x: ReportInputs) -> str:

@@ -106,7 +106,7 @@ WHOLE_FRONTIER_PRESET = "study"
 # worked example of docs/own-model.md) or on a real one; its numbers mean nothing. The corpus
 # is the embedded sample unless a corpus section is added (a user's file).
 _TINY_PROTOCOL = {"d_model": 32, "n_layers": 1, "n_heads": 2, "batch_size": 2,
-                  "eval_sequences": 4, "steps": 4, "checkpoint_every": 2}
+                  "eval_sequences": 4, "sampler_steps": 4, "checkpoint_every": 2}
 PROFILES["tiny"] = {
     "sequences": {"seq_len": 16, "n_train": 8, "n_val": 6, "val_fraction": 0.3,
                   "max_tokens_per_doc": 40},

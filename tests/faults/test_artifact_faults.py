@@ -259,7 +259,7 @@ def test_interrupted_bridge_training_resumes_to_the_same_weights(world, monkeypa
     res, err = world.materialize(["bridge_sweep_llama"], partition="3")
     assert res.success, err
     meta = res.get_asset_materialization_events()[0].step_materialization_data.materialization.metadata
-    assert meta["resumed_from_step"].value == meta["steps"].value  # nothing retrained
+    assert meta["resumed_from_step"].value == meta["train_steps"].value  # nothing retrained
     assert _digest(weights) == good
 
 

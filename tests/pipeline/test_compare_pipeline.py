@@ -92,7 +92,7 @@ def test_baselines_comparison_full_training_report(located):
         budget = m.info["row"]["budget"]
         assert abs(budget["denoiser_parameters"] / bridge["denoiser_parameters"] - 1) <= 0.10
         assert budget["train_tokens"] == bridge["train_tokens"]
-        assert budget["sampler_steps"] == PROTOCOL["steps"]
+        assert budget["sampler_steps"] == PROTOCOL["sampler_steps"]
         samples = (root / "llama" / "baseline" / name / "samples.jsonl").read_text().splitlines()
         assert len(samples) == 4 and all("text" in json.loads(s) for s in samples)
         # decoded at the common temperature; SED and Diffusion-LM round deterministically;
@@ -170,7 +170,7 @@ def test_baselines_comparison_full_training_report(located):
         assert c["ms_per_token"] > 0
     assert rows[0]["train_tokens"] == bridge["train_tokens"] and rows[1]["train_tokens"] is None
     # DiHAL's rows carry the bridge's optimiser steps; the baselines are matched on tokens
-    assert rows[0]["train_steps"] == bridge["steps"] > 0
+    assert rows[0]["train_steps"] == bridge["train_steps"] > 0
     assert all(r["train_steps"] is None for r in rows if r["role"] == "baseline")
     full = read_manifest(root / "llama" / "full_training").info["rows"]
     b = read_manifest(root / "llama" / "bridgeability").info
@@ -179,12 +179,12 @@ def test_baselines_comparison_full_training_report(located):
     assert len({r["train_tokens"] for r in full}) == 1  # one full budget for all three
     # in the optimiser steps the full-training bridges took (bridge's protocol: one pass more)
     assert {r["train_steps"] for r in full} == {read_manifest(root / "llama" / "bridge").info[
-        "metrics"]["steps"]}
+        "metrics"]["train_steps"]}
     # each role at the protocol's K and, unless it is the same sampler, the chosen (rule, K)
     sampler = read_manifest(root / "llama" / "full_training").info["sampler"]
     assert sampler["chosen"] == ev_info["controls"]["chosen"]
     assert sampler["chosen_is_protocol"] == bool(ev_info["controls"].get("chosen_is_protocol"))
-    labels = [("protocol", PROTOCOL["steps"], "ancestral")] + (
+    labels = [("protocol", PROTOCOL["sampler_steps"], "ancestral")] + (
         [] if sampler["chosen_is_protocol"] else
         [("chosen on validation", sampler["chosen"]["steps"], sampler["chosen"]["rule"])])
     assert [(r["role"], r["sampler"], r["steps"], r["rule"]) for r in full] == [

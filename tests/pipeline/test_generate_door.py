@@ -44,7 +44,7 @@ def door_root(tmp_path_factory, tiny_llama_dir):
     for ids in seqs.values():
         ids[:, 0] = bb.bos_id  # every sequence starts with the BOS, as the pipeline's
     reader = StateReader(dump_states(bb, seqs, out / "dump"))
-    protocol = BridgeProtocol(d_model=32, n_layers=1, n_heads=2, batch_size=4, steps=4,
+    protocol = BridgeProtocol(d_model=32, n_layers=1, n_heads=2, batch_size=4, sampler_steps=4,
                               eval_sequences=4, epochs=2.0, lr=1e-2)
     extract = ExtractConfig()
     trained = train_layer(bb, reader, LAYER, protocol, out / "ckpt", train_ids=seqs["train"],

@@ -19,7 +19,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import measure_sizing  # noqa: E402
 
-FULL = (PROTOCOL["eval_sequences"], PROTOCOL["steps"])  # the tiny sweep's own setting: (4, 4)
+FULL = (PROTOCOL["eval_sequences"], PROTOCOL["sampler_steps"])  # the tiny sweep's own setting: (4, 4)
 
 
 @pytest.fixture(scope="module")

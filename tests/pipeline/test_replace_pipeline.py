@@ -11,7 +11,7 @@ from storage import read_manifest
 from tests.tiny import TINY_RUN, materialize
 
 PROTOCOL = {"d_model": 32, "n_layers": 1, "n_heads": 2, "batch_size": 2, "eval_sequences": 4,
-            "steps": 4, "checkpoint_every": 3}
+            "sampler_steps": 4, "checkpoint_every": 3}
 
 
 def test_sweep_bridgeability_bridge_eval_and_schedule(located):
@@ -41,7 +41,7 @@ def test_sweep_bridgeability_bridge_eval_and_schedule(located):
         for k in ("val_loss", "t1_loss", "recon_error", "hybrid_nll", "top1_agreement"):
             assert isinstance(metrics[k], float) and math.isfinite(metrics[k]), (k, metrics[k])
         assert 0.0 <= metrics["top1_agreement"] <= 1.0
-        assert (m.info["metrics"]["steps"]) > 0
+        assert (m.info["metrics"]["train_steps"]) > 0
         # each partition stores its own seeds, seed_layers resolved
         assert m.config["seeds"] == (1 if layer == "2" else 2) and "seed_layers" not in m.config
         if layer == "2":
@@ -119,7 +119,7 @@ def test_sweep_bridgeability_bridge_eval_and_schedule(located):
                                "eval_sequences": sweep.config["eval_sequences"]}
         assert "seed_metrics" not in ctrl.info
         m = ctrl.info["metrics"]
-        assert m["steps"] == 0 and m["train_tokens"] > 0
+        assert m["train_steps"] == 0 and m["train_tokens"] > 0
         # it beats the zero map on the held-out pairs; its held-out error is its loss at t = 1
         assert m["val_loss"] < m["init_val_loss"] and m["t1_loss"] == m["val_loss"]
         assert math.isfinite(m["hybrid_nll"]) and 0 <= m["top1_agreement"] <= 1
@@ -153,7 +153,7 @@ def test_sweep_bridgeability_bridge_eval_and_schedule(located):
     chosen = ev.info["controls"]["chosen"]
     assert (chosen["rule"], chosen["steps"]) == (best["rule"], best["steps"])
     models = [r["model"] for r in ev.info["rows"]]
-    at_chosen = ([] if (best["rule"], best["steps"]) == ("ancestral", PROTOCOL["steps"]) else
+    at_chosen = ([] if (best["rule"], best["steps"]) == ("ancestral", PROTOCOL["sampler_steps"]) else
                  [f"DiHAL (l={l_star}, K={best['steps']} {best['rule']}, chosen on validation)"])
     assert models == [f"DiHAL (l={l_star})", "backbone (AR reference)", *at_chosen,
                       f"regression (l={l_star}, full budget)", f"layer-drop (l={l_star})",
@@ -163,7 +163,7 @@ def test_sweep_bridgeability_bridge_eval_and_schedule(located):
     # budget (the eval records it upstream), not the sweep's
     control = read_manifest(root / "llama" / "full_regression" / f"layer_{l_star:03d}")
     bridge_m = read_manifest(root / "llama" / "bridge")
-    assert control.config == {**bridge_m.config, "steps": 1, "seeds": 1}
+    assert control.config == {**bridge_m.config, "sampler_steps": 1, "seeds": 1}
     assert ev.upstream[f"eval_llama[{l_star}]"] == control.fingerprint
     assert f"regression_sweep_llama[{l_star}]" not in ev.upstream
     reg_row = next(r for r in ev.info["rows"] if r["model"].startswith("regression"))

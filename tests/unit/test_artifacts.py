@@ -114,10 +114,10 @@ def _trained(layer=3):
     metrics = BridgeMetrics(layer=layer, val_loss=0.5, recon_error=0.4, hybrid_nll=3.0,
                             backbone_nll=2.5, top1_agreement=0.6, hybrid_ppl=20.0, backbone_ppl=12.2,
                             init_val_loss=1.1,
-                            train_loss=0.6, steps=10, train_tokens=640, seconds=1.0,
+                            train_loss=0.6, train_steps=10, train_tokens=640, seconds=1.0,
                             resumed_from_step=0, denoiser_parameters=1234)
     tensors = {"denoiser.w": torch.arange(6.0).reshape(2, 3), "cond_std.mean": torch.zeros(3)}
-    return TrainedBridge(tensors, {"layer": layer, "protocol": {"steps": 4}}, metrics,
+    return TrainedBridge(tensors, {"layer": layer, "protocol": {"sampler_steps": 4}}, metrics,
                          [{"step": 5, "loss": 1.0}, {"step": 10, "loss": 0.6}])
 
 

@@ -28,7 +28,7 @@ from tests.tiny import dump_states, make_docs, write_shard
 
 SEQ = SequenceConfig(seq_len=16, n_train=8, n_val=6, val_fraction=0.3, max_tokens_per_doc=40)
 PROTOCOL = BridgeProtocol(d_model=32, n_layers=1, n_heads=2, batch_size=2, eval_sequences=4,
-                          steps=4, checkpoint_every=50, lr=1e-2)
+                          sampler_steps=4, checkpoint_every=50, lr=1e-2)
 EXTRACT = ExtractConfig(batch_size=4)
 LAYER = 2
 

@@ -27,7 +27,7 @@ from tests.tiny import dump_states, make_docs, write_shard
 
 SEQ = SequenceConfig(seq_len=16, n_train=8, n_val=6, val_fraction=0.3, max_tokens_per_doc=40)
 PROTOCOL = BridgeProtocol(d_model=32, n_layers=1, n_heads=2, batch_size=2, eval_sequences=4,
-                          steps=4, checkpoint_every=50, lr=1e-2)
+                          sampler_steps=4, checkpoint_every=50, lr=1e-2)
 EXTRACT = ExtractConfig(batch_size=4)
 LAYER = 2
 CFG = BudgetGenerationConfig(budgets=(4, 8, 16), n_samples=3, length=6, batch_size=2)
@@ -114,7 +114,7 @@ def test_dihal_is_the_studys_bridge_codar_its_budget_and_a_resume_makes_only_the
         assert 0 < r.distinct_tokens <= r.tokens and r.n_samples == CFG.n_samples
         assert r.gen_ppl_low <= r.gen_ppl <= r.gen_ppl_high and math.isfinite(r.gen_ppl)
         assert 0 <= r.diversity_low <= r.diversity <= r.diversity_high <= 1
-        assert r.sampler_steps == PROTOCOL.steps and r.temperature == CFG.temperature
+        assert r.sampler_steps == PROTOCOL.sampler_steps and r.temperature == CFG.temperature
     by = {r.key: r for r in rows}
     # CoDAR at DiHAL's size (+-10 %), on the same tokens
     for steps in CFG.ends:

@@ -15,7 +15,7 @@ from dihal.run.checks import (
 def _metrics(val_loss, init_val_loss):
     return BridgeMetrics(layer=2, val_loss=val_loss, recon_error=0.5, hybrid_nll=3.0,
                          backbone_nll=2.0, top1_agreement=0.5, hybrid_ppl=20.0, backbone_ppl=7.4,
-                         init_val_loss=init_val_loss, train_loss=0.6, steps=10, train_tokens=100,
+                         init_val_loss=init_val_loss, train_loss=0.6, train_steps=10, train_tokens=100,
                          seconds=1.0, resumed_from_step=0, denoiser_parameters=10)
 
 

@@ -29,7 +29,7 @@ BAD = {
         "d_model": [0], "n_layers": [0], "n_heads": [0], "mlp_ratio": [0.0], "lr": [0.0, -1e-3, math.inf],
         "weight_decay": [-0.1], "warmup_frac": [1.0, -0.1], "batch_size": [0],
         "epochs": [0, -1.0, math.nan], "grad_clip": [-1.0], "seed": [-1, 1.5], "mixed_precision": ["fp16"],
-        "sigma": [0.0], "steps": [0], "eval_sequences": [0], "pin_first": [1, "yes"],
+        "sigma": [0.0], "sampler_steps": [0], "eval_sequences": [0], "pin_first": [1, "yes"],
         "checkpoint_every": [0], "seeds": [0, 1.5],
         # not layers, a layer twice, layer 0; and layers named for several seeds under seeds 1
         "seed_layers": ["1", (True,), (1, 1), (0,), (2,)],
@@ -135,7 +135,7 @@ def test_frontier_temperatures_default_list_and_empty(cls):
 @pytest.mark.parametrize(("cls", "name", "value", "limit", "why"), [
     (dc.BridgeProtocol, "epochs", 1e12, "10,000,000", "at least one optimiser step"),
     (dc.BridgeProtocol, "epochs", 10_000_001, "10,000,000", "about 18 days"),
-    (dc.BridgeProtocol, "steps", 10**12, "1,000", "a denoiser pass per generated token"),
+    (dc.BridgeProtocol, "sampler_steps", 10**12, "1,000", "a denoiser pass per generated token"),
     (dc.SamplerCurveConfig, "steps", (1, 2, 1001), "1,000", "a denoiser pass per generated token"),
 ])
 def test_a_training_or_sampling_budget_over_its_cap_is_refused_naming_the_limit(

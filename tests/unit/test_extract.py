@@ -153,7 +153,7 @@ def test_measuring_against_the_dumps_reference_gives_the_backbones_own_numbers(t
 
     seqs = random_sequences(tiny_backbone, n_train=8, n_val=6)
     r = StateReader(dump_states(tiny_backbone, seqs, tmp_path))
-    protocol = BridgeProtocol(d_model=32, n_layers=1, n_heads=2, batch_size=4, steps=2,
+    protocol = BridgeProtocol(d_model=32, n_layers=1, n_heads=2, batch_size=4, sampler_steps=2,
                               eval_sequences=5, pin_first=False, epochs=30.0, lr=1e-2)
     data = load_layer_data(r, 2, protocol, stored_pairs(r, "train", 2))  # random tokens: no BOS pin
     assert data.reference is not None and data.reference[0].shape == (5, 10)

@@ -18,7 +18,7 @@ ROLES = {"geometry l*": LAYER, "oracle": LAYER}
 def _metrics(val_loss, t1_loss, hybrid_nll, seconds=2.0):
     return BridgeMetrics(layer=LAYER, val_loss=val_loss, recon_error=0.5, hybrid_nll=hybrid_nll,
                          backbone_nll=3.0, top1_agreement=0.4, hybrid_ppl=50.0, backbone_ppl=20.0,
-                         init_val_loss=2.0, train_loss=0.9, steps=8, train_tokens=4096,
+                         init_val_loss=2.0, train_loss=0.9, train_steps=8, train_tokens=4096,
                          seconds=seconds, resumed_from_step=0, denoiser_parameters=1000,
                          t1_loss=t1_loss)
 
@@ -95,7 +95,7 @@ def test_a_failed_full_budget_regression_control_says_what_to_run(tmp_path):
     bridge = SimpleNamespace(config=BridgeProtocol(epochs=2.0, seeds=3).to_dict())
     control, why = full_regression(run, bridge, 2)
     assert control is None
-    assert run.asked == [("FullRegressionControl", BridgeProtocol(epochs=2.0, seeds=1, steps=1),
+    assert run.asked == [("FullRegressionControl", BridgeProtocol(epochs=2.0, seeds=1, sampler_steps=1),
                           {"layer": 2})]
     assert why.startswith("the full-budget regression control of layer 2 could not be trained "
                           "(training diverged (loss NaN at step 3)); materialise eval_llama again")

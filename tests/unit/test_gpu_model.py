@@ -154,7 +154,7 @@ def _control(proto):
     """The regression control's protocol: the bridge's, one sampler step."""
     from dataclasses import replace
 
-    return replace(proto, steps=1)
+    return replace(proto, sampler_steps=1)
 
 
 def test_the_budget_step_measures_each_budget_beside_the_ridge_map_and_leaves_out_what_the_deadline_would_cut(

@@ -36,7 +36,7 @@ from storage.states import StateReader, StateWriter
 from tests.tiny import random_sequences, randomised_denoiser
 
 LAYER = 2
-PROTOCOL = BridgeProtocol(d_model=32, n_layers=1, n_heads=2, batch_size=4, steps=4,
+PROTOCOL = BridgeProtocol(d_model=32, n_layers=1, n_heads=2, batch_size=4, sampler_steps=4,
                           eval_sequences=6, pin_first=True)
 
 
@@ -96,10 +96,10 @@ def _two_passes(bb, den, data, rule: str, batch_size: int) -> dict:
     seed = PROTOCOL.seed
     out = {"val_loss": validation_loss(den, data.val, process, seed=seed),
            "t1_loss": validation_loss(den, data.val, process, REGRESSION_T_GRID, seed=seed),
-           "recon_error": reconstruction_error(den, data.val, process, steps=PROTOCOL.steps,
+           "recon_error": reconstruction_error(den, data.val, process, steps=PROTOCOL.sampler_steps,
                                                seed=seed, rule=rule)}
     hybrid = Hybrid(bb, den, process, data.cond_std, data.target_std, LAYER,
-                    steps=PROTOCOL.steps, first_state=data.first_state, rule=rule,
+                    steps=PROTOCOL.sampler_steps, first_state=data.first_state, rule=rule,
                     noise_seed=seed)
     return {**out, **_scores(hybrid.logits, data.val_ids, data.reference, batch_size)}
 
@@ -151,7 +151,7 @@ def test_on_a_float16_dump_only_the_condition_of_the_reconstruction_moves(tiny_b
     own[:, 0] = 0.0  # position 0 pinned, as in the stored pairs
     assert not torch.equal(own, data.val.cond)  # the rounding is there to be seen
     recon_own = reconstruction_error(den, replace(data.val, cond=own), BrownianBridge(),
-                                     steps=PROTOCOL.steps)
+                                     steps=PROTOCOL.sampler_steps)
     assert got["recon_error"] == recon_own
     assert got["recon_error"] == pytest.approx(want["recon_error"], rel=1e-3)
 

@@ -217,7 +217,7 @@ def test_generation_against_backbone_and_baselines_each_way():
 def test_cost_each_way(ratio, pace):
     from dataclasses import replace
 
-    from dihal.results import ReportInputs
+    from dihal.report.inputs import ReportInputs
 
     raw = report_raw_with_cost(15.0)
     raw["evaluation"]["cost"]["rows"][1].update(ms_per_token=2.0 * ratio)
@@ -451,7 +451,7 @@ def test_the_report_says_which_layers_had_how_many_seeds_and_what_more_would_cos
     seeds = {"n_seeds": 2, "spread": spread, "replicates": 2, "replicate_seconds": 60.0,
              "bridge_seconds": 120.0,
              "oracle": {"oracle": 1, "oracle_share": 0.8, "picks": {1: 0.8, 3: 0.2}}}
-    x = with_bridgeability(x, seeds=SeedInfo.from_dict(seeds), protocol={"steps": 4, "seeds": 2})
+    x = with_bridgeability(x, seeds=SeedInfo.from_dict(seeds), protocol={"sampler_steps": 4, "seeds": 2})
     md = build_report(x).markdown
     assert "Training seeds per swept layer: 2 at layers 1, 3; 1 at layer 2." in md
     assert "| 2 | 1 | 3 [2.9, 3.1] | 3 [2.9, 3.1] |" in md  # one seed: no spread

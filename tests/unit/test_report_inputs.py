@@ -136,7 +136,7 @@ def test_bridgeability_info_reads_the_oracle_by_measure_and_the_seeds():
     assert seeds.counts() == {1: 2, 2: 1} and seeds.oracle.l_star_rank is None
     assert seeds.oracle.picks == {3: 0.7, 1: 0.3}  # the manifest's JSON keys read as layers
     assert seeds.replicates == 1 and seeds.spread["val_loss"][0].sd == 0.1
-    replace = ReplaceInputs.from_dicts(report_raw()["bridgeability"], [], {"steps": 4})
+    replace = ReplaceInputs.from_dicts(report_raw()["bridgeability"], [], {"sampler_steps": 4})
     assert replace.sweep_steps(1) == 4 and ReplaceInputs(info, [], {}).sweep_steps(1) == 1
 
 

@@ -10,7 +10,7 @@ from dihal.rows import Estimate, GenerationRow, RegressionRow, SpearmanRow
 def _metrics(layer, nll, recon):
     return BridgeMetrics(layer=layer, val_loss=0.3, recon_error=recon, hybrid_nll=nll,
                          backbone_nll=2.0, top1_agreement=0.7, hybrid_ppl=9.0, backbone_ppl=7.0,
-                         init_val_loss=1.0, train_loss=0.2, steps=4, train_tokens=64, seconds=1.0,
+                         init_val_loss=1.0, train_loss=0.2, train_steps=4, train_tokens=64, seconds=1.0,
                          resumed_from_step=0, denoiser_parameters=100)
 
 

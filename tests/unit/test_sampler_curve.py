@@ -16,7 +16,7 @@ def test_the_curve_measures_each_rule_at_each_k(tiny_backbone, tmp_path):
 
     seqs = random_sequences(tiny_backbone, n_train=8, n_val=6)
     reader = StateReader(dump_states(tiny_backbone, seqs, tmp_path))
-    protocol = BridgeProtocol(d_model=32, n_layers=1, n_heads=2, batch_size=4, steps=2,
+    protocol = BridgeProtocol(d_model=32, n_layers=1, n_heads=2, batch_size=4, sampler_steps=2,
                               eval_sequences=4, pin_first=False, epochs=10.0, lr=1e-2)
     trained = train_layer(tiny_backbone, reader, 2, protocol, tmp_path / "ckpt",
                           train_ids=seqs["train"], extract=ExtractConfig())

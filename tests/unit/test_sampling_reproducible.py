@@ -112,7 +112,7 @@ def _bridge(backbone, seed: int = 0):
     tensors.update({"cond_std.mean": cond.mean, "cond_std.std": cond.std,
                     "target_std.mean": target.mean, "target_std.std": target.std,
                     "first_state": hs[LAYER][0, 0].clone()})
-    hparams = {"layer": LAYER, "protocol": {"sigma": 1.0, "steps": 4},
+    hparams = {"layer": LAYER, "protocol": {"sigma": 1.0, "sampler_steps": 4},
                "denoiser_config": cfg.to_dict()}
     return TrainedBridge(tensors, hparams)
 

@@ -34,7 +34,7 @@ def metrics(layer: int, nll: float, select: float | None = None) -> BridgeMetric
     return BridgeMetrics(layer=layer, val_loss=0.1 * layer, recon_error=0.5 + 0.01 * layer,
                          hybrid_nll=nll, backbone_nll=3.0, top1_agreement=0.5,
                          hybrid_ppl=math.exp(nll), backbone_ppl=math.exp(3.0),
-                         init_val_loss=1.0, train_loss=0.2, steps=4, train_tokens=64,
+                         init_val_loss=1.0, train_loss=0.2, train_steps=4, train_tokens=64,
                          seconds=1.0, resumed_from_step=0, denoiser_parameters=10,
                          t1_loss=0.3, hybrid_nll_select=nll if select is None else select,
                          hybrid_nll_judge=nll)
@@ -64,10 +64,10 @@ def test_settings_are_whole_numbers_ordered_from_the_largest():
 
 
 def test_the_full_setting_is_the_sweeps_one_or_refused():
-    protocols = [{"eval_sequences": 32, "steps": 16, "seeds": s} for s in (1, 2)]
+    protocols = [{"eval_sequences": 32, "sampler_steps": 16, "seeds": s} for s in (1, 2)]
     assert full_setting(protocols) == Setting(32, 16)
     with pytest.raises(DihalError, match=r"\(16, 16\), \(32, 16\)"):
-        full_setting([*protocols, {"eval_sequences": 16, "steps": 16}])
+        full_setting([*protocols, {"eval_sequences": 16, "sampler_steps": 16}])
 
 
 def test_the_verdicts_are_the_bridgeability_stages():

@@ -8,7 +8,7 @@ import pytest
 from dihal.evaluate.cost import CostSubject, cost_rows
 from dihal.report.build import build_report
 from dihal.report.cost import answer_break_even, answer_cost
-from dihal.results import ReportInputs
+from dihal.report.inputs import ReportInputs
 from tests.tiny import report_raw_with_cost
 
 

@@ -127,15 +127,17 @@ def compare_assets(backbone: str) -> list:
         from dihal.compare.stage import full_training_roles
         from dihal.inputs import BridgeabilitySummary
         from dihal.replace.sampler_steps import choose_steps
+        from dihal.results import SamplerCurveResult
 
         run, cfg = StageRun(context, backbone), config.to_dihal()
         bness, br, curve = run.art(Bridgeability), run.art(Bridge), run.art(SamplerCurve)
         bn, cm = run.require(bness, curve)
         ev = same_eval(run, cfg, [br, curve])  # l*'s rows where the eval drew them alike
         roles = full_training_roles(BridgeabilitySummary.from_dict(bn.info))
+        chosen = choose_steps(SamplerCurveResult.from_dict(cm.info).rows)
         return run.produce(run.art(FullTraining), cfg, [bness, br, curve, *ev], lambda: stage(
             roles, full_bridges(run), run.model(), run.judge(), cfg, run.log,
-            reference_texts=reference_texts(run, cfg.length), chosen=choose_steps(cm.info["rows"]),
+            reference_texts=reference_texts(run, cfg.length), chosen=chosen,
             from_eval=ev[0].manifest().info["rows"] if ev else None,
             eval_samples=ev[0].samples() if ev else None),
             judge=run.judge_identity())

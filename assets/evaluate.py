@@ -51,10 +51,12 @@ def evaluate_assets(backbone: str, n_layers: int) -> list:
         backbone at each of frontier_temperatures), kept apart."""
         from dihal.evaluate.generation import evaluate_with_controls
         from dihal.replace.sampler_steps import choose_steps
+        from dihal.results import SamplerCurveResult
 
         run, cfg = StageRun(context, backbone), config.to_dihal()
         br, curve, states = run.art(Bridge), run.art(SamplerCurve), run.art(HiddenStates)
         bm, cm, hm = run.require(br, curve, states)
+        points = SamplerCurveResult.from_dict(cm.info).rows
         layer = int(bm.info["metrics"]["layer"])
         control, note = full_regression(run, bm, layer)
         ups = [a for a, _ in eval_inputs(run.layout, backbone, hm, layer)]
@@ -62,8 +64,7 @@ def evaluate_assets(backbone: str, n_layers: int) -> list:
             run.model(), br.read(), run.judge(), cfg, progress=run.log,
             **held_out_reference(run, cfg.length), reader=states.reader(),
             train_pairs=pairs_of(run, layer), regression=control, regression_note=note,
-            chosen=choose_steps(cm.info["rows"]),
-            cost_steps=[r["steps"] for r in cm.info["rows"]]), judge=run.judge_identity())
+            chosen=choose_steps(points), cost_steps=[p.steps for p in points]), judge=run.judge_identity())
 
     @stage_asset(backbone, "sampler_steps", [key("bridge"), key("hidden_states")], kinds={"parquet"})
     def sampler_steps(context: dg.AssetExecutionContext,

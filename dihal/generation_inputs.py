@@ -173,16 +173,30 @@ class SamplingSetting:
 
 
 @dataclass(frozen=True)
-class CurvePoint(ByColumns):
-    """One (rule, K) of the sampler-steps curve at l* (rule None in older curves)."""
+class CurvePoint:
+    """One (rule, K) of the sampler-steps curve at l* (dihal.replace.sampler_steps), as its stage
+    makes it and storage writes it (its fields are the table's columns, in order)."""
 
-    steps: int
-    trained_steps: int
-    hybrid_nll: float
+    steps: int  # the sampler's K
+    rule: str
     recon_error: float
+    hybrid_nll: float
     backbone_nll: float
-    top1_agreement: float | None = None
-    rule: str | None = None
+    top1_agreement: float
+    ms_per_token: float  # generation latency at this (rule, K)
+    measure_seconds: float  # 0 where the point is another rule's (same_as_rule)
+    trained_steps: int  # the K of the bridge's protocol, which it was measured at when trained
+    from_bridge_metrics: bool  # the bridge's own measurement, reused (K and rule its protocol's)
+    # the rule whose point this one is (K = 1 lands on the predicted endpoint under every rule),
+    # or None where it was measured
+    same_as_rule: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> CurvePoint:
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__})
 
 
 @dataclass(frozen=True)

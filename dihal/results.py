@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from dihal.generation_inputs import CostTable, SamplerChoice
+from dihal.generation_inputs import CostTable, CurvePoint, SamplerChoice
 from dihal.inputs import BridgeabilitySummary, LayerScoreSummary
 from dihal.rows import (
     TARGETS,
@@ -314,23 +314,26 @@ class EvalResult:
 
 @dataclass(frozen=True)
 class SamplerCurveResult:
-    # one row per (rule, K): rule, steps, recon_error, hybrid_nll, backbone_nll, top1_agreement,
-    # ms_per_token
-    rows: list[dict]
+    rows: list[CurvePoint]  # one per (rule, K)
     layer: int
 
     def info(self) -> dict:
-        return {"rows": self.rows, "layer": self.layer}
+        return {"rows": [p.to_dict() for p in self.rows], "layer": self.layer}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> SamplerCurveResult:
+        """From info(), as its manifest holds it."""
+        return cls([CurvePoint.from_dict(p) for p in d["rows"]], d["layer"])
 
     def metadata(self) -> dict:
         """Each row's numbers keyed by K, and by its sampler rule too where the curve has more
         than one (so no rule's numbers overwrite another's)."""
-        several = len({r.get("rule") for r in self.rows}) > 1
+        several = len({p.rule for p in self.rows}) > 1
 
-        def label(r: dict) -> str:
-            return (f"{r['rule']} " if several else "") + f"K={r['steps']}"
+        def label(p: CurvePoint) -> str:
+            return (f"{p.rule} " if several else "") + f"K={p.steps}"
 
-        return {"layer": self.layer, **{f"{label(r)} {k}": r[k] for r in self.rows
+        return {"layer": self.layer, **{f"{label(p)} {k}": getattr(p, k) for p in self.rows
                                         for k in ("hybrid_nll", "recon_error", "ms_per_token")}}
 
 

@@ -448,6 +448,7 @@ def seed_line(seeds: dict, layers: list[int]) -> str:
 
 def _chain(chain: Chain, args, layers: list[int], baselines: list[str], say,
            seeds: dict) -> None:
+    from dihal.results import SamplerCurveResult
     from storage import Bridgeability, Comparison, Evaluation, LayerScore, Report, SamplerCurve
 
     b, layout = args.backbone, artifact_layout()
@@ -474,10 +475,9 @@ def _chain(chain: Chain, args, layers: list[int], baselines: list[str], say,
             say(line)
         for row in Evaluation(layout, b).require().info["rows"]:
             say(eval_line(row))
-        for row in SamplerCurve(layout, b).require().info["rows"]:
-            say(f"  sampler K={row['steps']}" + (f" ({row['rule']})" if row.get("rule") else "")
-                + f": hybrid NLL {row['hybrid_nll']:.4f}, reconstruction "
-                f"error {row['recon_error']:.4f}, {row['ms_per_token']:.1f} ms/token")
+        for p in SamplerCurveResult.from_dict(SamplerCurve(layout, b).require().info).rows:
+            say(f"  sampler K={p.steps} ({p.rule}): hybrid NLL {p.hybrid_nll:.4f}, reconstruction "
+                f"error {p.recon_error:.4f}, {p.ms_per_token:.1f} ms/token")
     if last >= STAGES.index("report"):
         say(f"baselines {', '.join(baselines)} at DiHAL's budget")
         chain.backfill(job_name("baselines", b), baselines)

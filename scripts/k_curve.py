@@ -143,10 +143,10 @@ def main() -> None:
           f"sequences); backbone NLL {m.backbone_nll:.4f}; total {time.perf_counter() - t_start:.0f} s")
     print("\n| rule | K | hybrid NLL | recon error | top-1 agreement | MFLOPs / token | x backbone |")
     print("|---|---:|---:|---:|---:|---:|---:|")
-    for r in curve.rows:
-        f = flops.hybrid(args.layer, r["steps"])
-        print(f"| {r['rule']} | {r['steps']} | {r['hybrid_nll']:.4f} | {r['recon_error']:.4f} | "
-              f"{r['top1_agreement']:.4f} | {f / 1e6:.1f} | {f / flops.backbone():.3f} |")
+    for p in curve.rows:
+        f = flops.hybrid(args.layer, p.steps)
+        print(f"| {p.rule} | {p.steps} | {p.hybrid_nll:.4f} | {p.recon_error:.4f} | "
+              f"{p.top1_agreement:.4f} | {f / 1e6:.1f} | {f / flops.backbone():.3f} |")
     print(f"\nchosen by held-out hybrid NLL: {chosen['rule']} rule, K = {chosen['steps']} "
           f"(NLL {chosen['hybrid_nll']:.4f})")
     print("\n| control at the same layer | hybrid NLL | top-1 agreement | MFLOPs / token |")

@@ -359,11 +359,18 @@ def report_raw(*, spearman=None, regression=(), comparison=None, latency=2.0,
         comparison={"rows": comparison, "missing": []},
         evaluation={"rows": ev, "judge": {"judge": "t/tiny"}},
         full_training=[],
-        sampler_curve={"layer": 2, "rows": [
-            {"steps": 1, "trained_steps": 4, "hybrid_nll": 3.0, "recon_error": 0.5,
-             "backbone_nll": 2.5, "ms_per_token": 1.0, "top1_agreement": 0.5}]},
+        sampler_curve={"layer": 2, "rows": [curve_point()]},
         samples={"dihal": ["a b c"]}, plots={"proxies": image, "score": image, "scatter": image},
         backbones=[], artifacts="/tmp/x", fingerprints={"geometry_tiny": "f" * 64})
+
+
+def curve_point(**fields) -> dict:
+    """A point of the sampler-steps curve as its manifest stores it (`fields` replaced): K = 1
+    of a bridge measured at K = 4."""
+    return {"steps": 1, "rule": "ancestral", "recon_error": 0.5, "hybrid_nll": 3.0,
+            "backbone_nll": 2.5, "top1_agreement": 0.5, "ms_per_token": 1.0,
+            "measure_seconds": 0.1, "trained_steps": 4, "from_bridge_metrics": False,
+            "same_as_rule": None, **fields}
 
 
 def primary_test(**fields) -> dict:

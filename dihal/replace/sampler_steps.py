@@ -19,6 +19,7 @@ from dataclasses import replace
 
 from dihal.config import DEFAULT_SAMPLER_RULE as DEFAULT_RULE
 from dihal.config import BridgeProtocol, SamplerCurveConfig
+from dihal.generation_inputs import CurvePoint
 from dihal.results import SamplerCurveResult, TrainedBridge
 
 
@@ -43,15 +44,15 @@ def sampler_steps_curve(backbone, trained: TrainedBridge, reader, cfg: SamplerCu
     data = LayerData(layer=layer, train=None, val=val, cond_std=bridge["cond_std"],
                      target_std=bridge["target_std"], val_ids=val_ids,
                      first_state=bridge["first_state"], reference=held_out_reference(reader, protocol))
-    rows = []
+    rows: list[CurvePoint] = []
     for rule in cfg.rules:
         for k in cfg.steps:
             if k == 1 and rule != DEFAULT_RULE and (same := next(
-                    (r for r in rows if r["steps"] == 1 and r["rule"] == DEFAULT_RULE), None)):
+                    (p for p in rows if p.steps == 1 and p.rule == DEFAULT_RULE), None)):
                 # one step from t = 1 lands on the predicted endpoint under every rule (the
                 # marginal of x_0 is z0_hat itself): the same states, the same measurement
-                rows.append({**same, "rule": rule, "measure_seconds": 0.0,
-                             "same_as_rule": DEFAULT_RULE})
+                rows.append(replace(same, rule=rule, measure_seconds=0.0,
+                                    same_as_rule=DEFAULT_RULE))
                 continue
             if progress:
                 progress(f"layer {layer}: sampler with K = {k} steps, {rule} rule")
@@ -67,22 +68,19 @@ def sampler_steps_curve(backbone, trained: TrainedBridge, reader, cfg: SamplerCu
                     val_loss=trained.metrics.val_loss if trained.metrics else None, rule=rule)
             measure_s = time.perf_counter() - t0
             gen = built.hybrid(steps=k, rule=rule).decode(cfg.n_samples, cfg.length, seed=cfg.seed, batch_size=cfg.n_samples)
-            rows.append({"steps": k, "rule": rule, "recon_error": measured["recon_error"],
-                         "hybrid_nll": measured["hybrid_nll"],
-                         "backbone_nll": measured["backbone_nll"],
-                         "top1_agreement": measured["top1_agreement"],
-                         "ms_per_token": gen.timing()["ms_per_token"],
-                         "measure_seconds": measure_s, "trained_steps": protocol.sampler_steps,
-                         "from_bridge_metrics": reused, "same_as_rule": None})
+            rows.append(CurvePoint(
+                steps=k, rule=rule, recon_error=measured["recon_error"],
+                hybrid_nll=measured["hybrid_nll"], backbone_nll=measured["backbone_nll"],
+                top1_agreement=measured["top1_agreement"],
+                ms_per_token=gen.timing()["ms_per_token"], measure_seconds=measure_s,
+                trained_steps=protocol.sampler_steps, from_bridge_metrics=reused))
     return SamplerCurveResult(rows=rows, layer=layer)
 
 
-def choose_steps(rows: list[dict]) -> dict:
-    """The (rule, K) of lowest held-out hybrid NLL on a sampler-steps curve (`rows` of
-    `sampler_steps_curve`; rows without a rule are the default rule's), with its NLL; ties
-    go to the smaller K (cheaper)."""
-    if not rows:
-        raise ValueError("choose_steps needs at least one row of the sampler-steps curve")
-    best = min(rows, key=lambda r: (r["hybrid_nll"], r["steps"]))
-    return {"rule": best.get("rule", DEFAULT_RULE), "steps": best["steps"],
-            "hybrid_nll": best["hybrid_nll"]}
+def choose_steps(points: list[CurvePoint]) -> dict:
+    """The (rule, K) of lowest held-out hybrid NLL on a sampler-steps curve (the points of
+    `sampler_steps_curve`), with its NLL; ties go to the smaller K (cheaper)."""
+    if not points:
+        raise ValueError("choose_steps needs at least one point of the sampler-steps curve")
+    best = min(points, key=lambda p: (p.hybrid_nll, p.steps))
+    return {"rule": best.rule, "steps": best.steps, "hybrid_nll": best.hybrid_nll}

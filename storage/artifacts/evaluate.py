@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from dihal.atomic import atomic_write_text
-from dihal.results import EvalResult
+from dihal.results import EvalResult, SamplerCurveResult
 from storage.artifacts.base import (
     Artifact,
     Markdown,
@@ -26,6 +26,9 @@ from storage.tables import write_table
 class SamplerCurve(RowsArtifact):
     files = ("curve.parquet",)
     columns = ["steps", "recon_error", "hybrid_nll", "top1_agreement", "ms_per_token"]
+
+    def _write_files(self, directory: Path, result: SamplerCurveResult) -> None:
+        write_table(directory / self.files[0], result.info()["rows"])
 
 
 class FullRegressionControl(LayerMadeUnder):

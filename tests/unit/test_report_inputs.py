@@ -37,7 +37,7 @@ from dihal.inputs import (
 )
 from dihal.report.build import build_report
 from dihal.uncertainty import PRIMARY_UNDECIDABLE
-from tests.tiny import report_inputs, report_raw, report_raw_with_cost
+from tests.tiny import curve_point, report_inputs, report_raw, report_raw_with_cost
 
 
 def test_layer_score_summary_without_the_stability_checks():
@@ -145,12 +145,12 @@ def test_evaluate_inputs_read_how_the_eval_sampled_and_an_eval_without_its_cost_
     ev = {"rows": [{"model": "dihal", "role": "dihal", "gen_ppl": 50.0, **setting},
                    {"model": "backbone", "role": "backbone", "gen_ppl": 30.0, **setting}],
           "judge": {"judge": "t/tiny"}}
-    curve = {"layer": 2, "rows": [{"steps": 1, "trained_steps": 4, "hybrid_nll": 3.0,
-                                   "recon_error": 0.5, "backbone_nll": 2.5}]}
+    curve = {"layer": 2, "rows": [curve_point()]}
     e = EvaluateInputs.from_dicts(ev, curve)
     assert (e.cost, e.controls, e.curve_layer) == (None, SamplerChoice(), 2)
     assert e.setting == SamplingSetting(2, "AVX2", "<s>", 1)
-    assert e.curve == [CurvePoint(1, 4, 3.0, 0.5, 2.5)] and e.rows[1].gen_ppl.value == 30.0
+    assert e.curve == [CurvePoint(1, "ancestral", 0.5, 3.0, 2.5, 0.5, 1.0, 0.1, 4, False)]
+    assert e.rows[1].gen_ppl.value == 30.0
     md = build_report(report_inputs(evaluation=ev, sampler_curve=curve)).markdown
     assert "| CPU kernels while sampling (torch's CPU capability) | AVX2 |" in md
     assert "start token '<s>' (id 1)" in md

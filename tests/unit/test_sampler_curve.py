@@ -5,10 +5,12 @@ import pytest
 import torch
 
 from dihal.config import BridgeProtocol, ExtractConfig, SamplerCurveConfig
+from dihal.generation_inputs import CurvePoint
 from dihal.replace.control_hybrids import bridge_hybrid
 from dihal.replace.sampler_steps import choose_steps, sampler_steps_curve
+from dihal.results import SamplerCurveResult
 from storage.states import StateReader
-from tests.tiny import dump_states, random_sequences
+from tests.tiny import curve_point, dump_states, random_sequences
 
 
 def test_the_curve_measures_each_rule_at_each_k(tiny_backbone, tmp_path):
@@ -23,35 +25,37 @@ def test_the_curve_measures_each_rule_at_each_k(tiny_backbone, tmp_path):
     cfg = SamplerCurveConfig(steps=(1, 2, 4), n_samples=2, length=4,
                              rules=("ancestral", "marginal"))
     rows = sampler_steps_curve(tiny_backbone, trained, reader, cfg).rows
-    assert [(r["rule"], r["steps"]) for r in rows] == [
+    assert [(p.rule, p.steps) for p in rows] == [
         ("ancestral", 1), ("ancestral", 2), ("ancestral", 4),
         ("marginal", 1), ("marginal", 2), ("marginal", 4)]
-    by = {(r["rule"], r["steps"]): r for r in rows}
+    by = {(p.rule, p.steps): p for p in rows}
     # the bridge's own measurement is reused for its trained K under the default rule only
-    assert by[("ancestral", 2)]["from_bridge_metrics"]
-    assert not by[("marginal", 2)]["from_bridge_metrics"]
-    assert by[("ancestral", 2)]["hybrid_nll"] == trained.metrics.hybrid_nll
+    assert by[("ancestral", 2)].from_bridge_metrics
+    assert not by[("marginal", 2)].from_bridge_metrics
+    assert by[("ancestral", 2)].hybrid_nll == trained.metrics.hybrid_nll
     # one step from t = 1 lands on z0_hat under either rule, so the marginal rule's K = 1 row is
     # the ancestral one's, not measured again (and the two hybrids' logits are the same)...
-    assert by[("marginal", 1)]["same_as_rule"] == "ancestral"
-    assert by[("marginal", 1)]["hybrid_nll"] == by[("ancestral", 1)]["hybrid_nll"]
+    assert by[("marginal", 1)].same_as_rule == "ancestral"
+    assert by[("marginal", 1)].hybrid_nll == by[("ancestral", 1)].hybrid_nll
     ids = torch.as_tensor(seqs["val"][:2])
     one = {rule: bridge_hybrid(tiny_backbone, trained, steps=1, rule=rule).logits(ids)
            for rule in ("ancestral", "marginal")}
     torch.testing.assert_close(one["marginal"], one["ancestral"], rtol=1e-6, atol=1e-6)
     # ...more steps differ
-    assert by[("marginal", 2)]["same_as_rule"] is None
-    assert by[("marginal", 4)]["recon_error"] != pytest.approx(by[("ancestral", 4)]["recon_error"])
-    assert all(r["ms_per_token"] > 0 for r in rows)
+    assert by[("marginal", 2)].same_as_rule is None
+    assert by[("marginal", 4)].recon_error != pytest.approx(by[("ancestral", 4)].recon_error)
+    assert all(p.ms_per_token > 0 for p in rows)
+    # the stored table is the points' fields, in order, and reads back as the same points
+    result = SamplerCurveResult(rows, 2)
+    assert list(result.info()["rows"][0]) == list(CurvePoint.__dataclass_fields__)
+    assert SamplerCurveResult.from_dict(result.info()) == result
 
 
 def test_choose_steps_takes_the_lowest_held_out_nll():
-    rows = [{"rule": "ancestral", "steps": 1, "hybrid_nll": 3.0},
-            {"rule": "ancestral", "steps": 4, "hybrid_nll": 2.5},
-            {"rule": "marginal", "steps": 2, "hybrid_nll": 2.5},
-            {"rule": "marginal", "steps": 16, "hybrid_nll": 2.7}]
+    rows = [CurvePoint.from_dict(curve_point(rule=rule, steps=k, hybrid_nll=nll)) for rule, k, nll in
+            (("ancestral", 1, 3.0), ("ancestral", 4, 2.5), ("marginal", 2, 2.5),
+             ("marginal", 16, 2.7))]
     assert choose_steps(rows) == {"rule": "marginal", "steps": 2, "hybrid_nll": 2.5}  # tie: smaller K
     assert choose_steps(rows[:2]) == {"rule": "ancestral", "steps": 4, "hybrid_nll": 2.5}
-    assert choose_steps([{"steps": 8, "hybrid_nll": 1.0}])["rule"] == "ancestral"
-    with pytest.raises(ValueError, match="at least one row"):
+    with pytest.raises(ValueError, match="at least one point"):
         choose_steps([])

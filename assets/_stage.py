@@ -38,10 +38,11 @@ RESOURCES = {"storage", "backbones", "compute", "judge", "preset"}
 # takes one unit of the workers' "device" resource (README: start each worker with
 # --resources device=1, one worker per GPU), so two steps never share a GPU there either.
 DEVICE_STEP_TAGS = {"dagster-dask/resource_requirements": '{"device": 1}'}
-# The Dagster pool of the partitioned stages (the layer sweep, the baselines): at most its limit
-# of their runs at once, each run holding one slot (dagster.yaml: granularity run, default
-# limit 1; the driver sets the limit to its --workers before its backfill)
-POOL = "dihal_partitions"
+# The Dagster pool of every stage: at most its limit of runs of stages at once, whoever launched
+# them (the web UI, a schedule, a backfill, a driver), each run holding one slot (dagster.yaml:
+# granularity run, default limit 1; the driver sets the limit to its --workers, as
+# `dagster instance concurrency set dihal N` does)
+POOL = "dihal"
 
 
 def partition_policy(partitions: dg.PartitionsDefinition) -> dg.BackfillPolicy:
@@ -65,16 +66,16 @@ def stage_asset(backbone: str | None, stage: str, deps: Iterable = (), *, name: 
     """dg.asset for one stage of one backbone's family, with the shared settings. `batched`
     (a partitioned stage whose body makes each of context.partition_keys, StageRun.
     each_partition): its backfills are cut into runs of several partitions
-    (partition_policy), and its runs share the pool POOL."""
+    (partition_policy). Every stage's runs share the pool POOL."""
     if batched and partitions is None:
         raise ValueError(f"stage {stage}: only a partitioned stage is batched")
-    batched = {"backfill_policy": partition_policy(partitions), "pool": POOL} if batched else {}
+    batched = {"backfill_policy": partition_policy(partitions)} if batched else {}
     with warnings.catch_warnings():  # backfill_policy is "beta" in Dagster 1.13: said once here
         warnings.simplefilter("ignore", dg.BetaWarning)
         make = dg.asset(name=name or asset_key(stage, backbone), deps=list(deps),
                         group_name=backbone or stage, partitions_def=partitions, kinds=set(kinds),
                         code_version=CODE_VERSIONS[stage], required_resource_keys=RESOURCES,
-                        op_tags=DEVICE_STEP_TAGS, **batched)
+                        op_tags=DEVICE_STEP_TAGS, pool=POOL, **batched)
 
     def decorate(body: Callable) -> dg.AssetsDefinition:
         @functools.wraps(body)

@@ -99,7 +99,7 @@ def stage_jobs(b: str) -> list:
         jobs.append(dg.define_asset_job(
             job_name(job.name, b), selection=sel.upstream() if job.upstream else sel,
             description=job.description.format(backbone=b),
-            tags={"dihal/backbone": b, "dihal/slot": "default"}))
+            tags={"dihal/backbone": b}))
     return jobs
 
 

@@ -44,7 +44,6 @@ def check_failure(check) -> str:
             f"{why.removeprefix('failed: ')}")
 
 
-SLOT_TAG = "dihal/slot"  # dagster.yaml: at most one queued run per value is launched at a time
 BACKFILL_TAG = "dagster/backfill"  # Dagster's tag of a backfill's runs
 RANGE_TAGS = ("dagster/asset_partition_range_start", "dagster/asset_partition_range_end")
 
@@ -156,8 +155,10 @@ def _merged(base: dict, over: dict) -> dict:
 class Launcher:
     """Named jobs of one code location, submitted to the instance's run queue, each run with its
     full run config (full_run_config: the driver's profile, its artifact root and its
-    `workers`) and tags naming the driver, the profile and the run's queue slot: at most
-    `workers` of this driver's runs at a time, whatever the daemon's environment."""
+    `workers`) and tags naming the driver and the profile. Every stage's run holds a slot of
+    the pool assets._stage.POOL, whose limit the driver sets to its `workers`: at most that
+    many runs of stages at a time, the driver's and any other's (web UI, schedules), whatever
+    the daemon's environment."""
 
     def __init__(self, instance: dg.DagsterInstance, workspace, *, workers: int = 1,
                  tags: dict[str, str] | None = None, ops: dict[str, dict] | None = None,
@@ -170,7 +171,7 @@ class Launcher:
         self.instance, self.workspace, self.process = instance, workspace, process
         self.location = get_code_location_from_workspace(workspace, None)
         self.repo = get_remote_repository_from_code_location(self.location, None)
-        self.workers, self.tags, self._runs = workers, dict(tags or {}), 0
+        self.workers, self.tags = workers, dict(tags or {})
         self.ops = dict(ops or {})  # op -> run config merged over the defaults (driver flags)
         self.revive: Callable[[], bool] | None = None  # starts a daemon where the used one died
         self.tags.setdefault("dihal/driver", driver_tag())
@@ -191,11 +192,12 @@ class Launcher:
             config = _merged(config, {"ops": over})
         return config
 
-    def _run_tags(self, tags: dict[str, str] | None) -> dict[str, str]:
-        """This driver's tags and the next of its `workers` queue slots (round robin)."""
-        slot = f"{self.tags['dihal/driver']}-{self._runs % self.workers}"
-        self._runs += 1
-        return {**self.tags, SLOT_TAG: slot, **(tags or {})}
+    def _limit_pool(self) -> None:
+        """The stages' pool holds this driver's `workers` runs at once (as `dagster instance
+        concurrency set dihal N` does; the last driver's N holds for the instance)."""
+        from assets._stage import POOL
+
+        self.instance.event_log_storage.set_concurrency_slots(POOL, self.workers)
 
     def launch(self, job_name: str, tags: dict[str, str] | None = None) -> str:
         """Submit one run of a job; its run id. The driver follows it to its end before it
@@ -203,12 +205,13 @@ class Launcher:
         every CPU core (compute workers 1), not a 1/`workers` share while the other shares
         would sit idle."""
         job = self._job(job_name)
+        self._limit_pool()
         answer = graphql(self.process, LAUNCH_RUN, {"params": {
             "selector": {"repositoryLocationName": self.location.name,
                          "repositoryName": self.repo.name, "jobName": job.name},
             "runConfigData": self.run_config(job, workers=1),
             "executionMetadata": {"tags": [{"key": k, "value": v}
-                                           for k, v in self._run_tags(tags).items()]}}})
+                                           for k, v in {**self.tags, **(tags or {})}.items()]}}})
         answer = answer["launchRun"]
         if answer["__typename"] != "LaunchRunSuccess":
             why = answer.get("message") or "; ".join(
@@ -225,12 +228,10 @@ class Launcher:
         environment. The daemon's BackfillDaemon makes the runs (one for each backfill where its
         code location's backfill policy takes the chunk whole, assets._stage.partition_policy,
         as the location this driver starts does) and queues them; the pool assets._stage.POOL
-        lets `workers` of them run at once. Every run carries the job's full run config
+        lets `workers` runs of stages run at once. Every run carries the job's full run config
         (full_run_config), this driver's tags and the tag dagster/backfill=<id>
         (backfill_runs). The backfills' ids; where one is refused, those already submitted are
         canceled."""
-        from assets._stage import POOL
-
         job = self._job(job_name)
         keys = self._assets_of(job_name)
         order = {k: i for i, k in enumerate(
@@ -241,8 +242,7 @@ class Launcher:
         # the cores are divided by the runs that can be at once: at most `workers`, and no more
         # than the runs the backfills are cut into
         config = self.run_config(job, workers=min(self.workers, runs))
-        # as `dagster instance concurrency set` does: this driver's --workers runs at once
-        self.instance.event_log_storage.set_concurrency_slots(POOL, self.workers)
+        self._limit_pool()
         ids: list[str] = []
         try:
             for i, chunk in enumerate(chunks, 1):
@@ -406,7 +406,7 @@ class Launcher:
     def cancel(self, run_ids: list[str], wait_s: float = 60.0, again_s: float = 5.0) -> None:
         """Cancel runs (queued: dropped; started: the step is interrupted, the run marked
         canceled) and wait for them to stop, so that their locks are free. The queued ones go
-        first: canceling a running one frees its queue slot, and the daemon would launch a
+        first: canceling a running one frees its slot of the pool, and the daemon would launch a
         queued one into it before its own cancel. A run that started meanwhile (a cancel that
         reached it while its worker was starting is lost) is canceled again every `again_s`
         while waiting."""
@@ -439,8 +439,8 @@ def cancel_in_order(instance: dg.DagsterInstance, run_ids: list[str]) -> list[st
 
 
 def queue_stuck_message(instance: dg.DagsterInstance, stuck_s: float) -> str:
-    """Why no run left the queue: the runs that hold its slots (named, with their job, tags
-    and how long they have been running), or no daemon launching runs."""
+    """Why no run left the queue: the runs that hold the stages' pool (named, with their job,
+    tags and how long they have been running), or no daemon launching runs."""
     busy = instance.get_run_records(filters=dg.RunsFilter(statuses=[
         dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED,
         dg.DagsterRunStatus.CANCELING]))
@@ -455,10 +455,9 @@ def queue_stuck_message(instance: dg.DagsterInstance, stuck_s: float) -> str:
             + (f", partition {p}" if (p := r.dagster_run.tags.get("dagster/partition")) else "")
             + f", {r.dagster_run.status.value}"
             + (f" for {time.time() - r.start_time:.0f} s" if r.start_time else "")
-            + (f", driver {d}" if (d := r.dagster_run.tags.get("dihal/driver")) else "")
-            + (f", slot {t}" if (t := r.dagster_run.tags.get(SLOT_TAG)) else "") + ")"
+            + (f", driver {d}" if (d := r.dagster_run.tags.get("dihal/driver")) else "") + ")"
             for r in busy)
-        return (f"{head}: the queue's slots are held by {held}. Wait for them, or cancel "
+        return (f"{head}: the pool of runs is held by {held}. Wait for them, or cancel "
                 "them (web UI, Runs page) and run the command again.")
     return (f"{head}: a Dagster daemon is alive but launches nothing; see its log "
             f"({Path(instance.root_directory) / 'dihal-daemon.log'} for the one a "

@@ -1,6 +1,6 @@
 """The instance's run launcher (dagster.yaml): Dagster's default launcher, plus a health check
 of each run's worker process, so that the daemon's run monitoring marks a run whose worker
-died (SIGKILL, the OOM killer, a crash) failed within a minute and frees its queue slot,
+died (SIGKILL, the OOM killer, a crash) failed within a minute and frees its slot of the pool,
 instead of leaving it STARTED for good. (How long a code server may take to start a run is
 Dagster's own DAGSTER_GRPC_TIMEOUT_SECONDS, which the driver and env.sh give every daemon:
 pipeline.daemon.cli_env.) Imported by every process that opens the instance: it imports

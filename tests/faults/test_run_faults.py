@@ -228,8 +228,8 @@ def test_the_queue_stuck_message_names_the_run_that_holds_the_slot(tmp_path, mon
     instance.add_daemon_heartbeat(DaemonHeartbeat(time.time(), QUEUE_DAEMON, None, None))
     instance.add_run(dg.DagsterRun(job_name="sweep_llama", run_id="a" * 36,
                                    status=dg.DagsterRunStatus.STARTED,
-                                   tags={"dagster/partition": "7", "dihal/slot": "h-1-0"}))
+                                   tags={"dagster/partition": "7", "dihal/driver": "h-1"}))
     msg = queue_stuck_message(instance, 180)
-    assert msg.startswith("no run left the queue in 180 s: the queue's slots are held by run "
+    assert msg.startswith("no run left the queue in 180 s: the pool of runs is held by run "
                           f"{'a' * 36} (sweep_llama, partition 7, STARTED"), msg
-    assert "slot h-1-0)" in msg and "cancel them" in msg
+    assert "driver h-1)" in msg and "cancel them" in msg

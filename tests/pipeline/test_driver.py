@@ -192,7 +192,7 @@ def _launcher(monkeypatch, workers: int, per_run: int, sent: list):
              dg.AssetKey("regression_sweep_b"): _Node(["sweep"], layers, per_run),
              dg.AssetKey("bridge_b"): _Node(["bridge_eval"], layers, None)}
     lau = launch.Launcher.__new__(launch.Launcher)
-    lau.workers, lau.ops, lau.tags, lau._runs = workers, {}, {"dihal/driver": "d"}, 0
+    lau.workers, lau.ops, lau.tags = workers, {}, {"dihal/driver": "d"}
     lau.workspace = lau.process = None
     slots = {}
     lau.instance = SimpleNamespace(event_log_storage=SimpleNamespace(
@@ -304,7 +304,7 @@ def test_a_lone_run_takes_every_core_and_a_backfill_divides_them_by_the_runs_at_
     assert variables["params"]["selector"] == {
         "repositoryLocationName": "dihal", "repositoryName": "__repository__", "jobName": "locate"}
     tags = {t["key"]: t["value"] for t in variables["params"]["executionMetadata"]["tags"]}
-    assert tags["dihal/driver"] == "d" and tags["dihal/slot"] == "d-0"
+    assert tags == {"dihal/driver": "d"}  # the pool, not a tag, limits the runs at once
     assert workers() == [1]
     lau.backfill("sweep", ["1", "2", "3"])  # two backfills, two runs: 1-2 and 3
     assert workers() == [2, 2]

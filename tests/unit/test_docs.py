@@ -12,7 +12,7 @@ PATH = re.compile(r"(?<![\w./<>-])((?:" + "|".join(re.escape(t) for t in TOPS)
                   + r")/[\w./*-]*[\w*/])")
 MODULE = re.compile(r"(?<![\w./-])((?:dihal|storage|assets|pipeline|resources)(?:\.[A-Za-z_]\w*)+)")
 # Names in the docs that look like paths but are not: Dagster run tags the driver sets
-NOT_PATHS = {"dihal/slot", "dihal/driver", "dihal/backbone"}
+NOT_PATHS = {"dihal/driver", "dihal/backbone"}
 OUTSIDE = re.compile(r"\bissues? [0-9]+\b|OFFLINE\.md|\.\./shared")
 
 
@@ -65,7 +65,7 @@ def test_the_check_finds_a_stale_path_and_module(tmp_path):
     (tmp_path / "dihal").mkdir()
     (tmp_path / "dihal" / "here.py").write_text("")
     text = ("see `dihal/here.py`, dihal/gone.py, dihal/*.py and dihal/none*.py; the module "
-            "dihal.run.stages.asset_key, dihal.run.stages.no_such and dihal.no_module; the tag dihal/slot")
+            "dihal.run.stages.asset_key, dihal.run.stages.no_such and dihal.no_module; the tag dihal/driver")
     assert missing_paths(text, tmp_path) == ["dihal/gone.py", "dihal/none*.py"]
     assert missing_modules(text, tmp_path) == ["dihal.run.stages.no_such", "dihal.no_module"]
 

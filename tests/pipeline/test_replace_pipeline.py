@@ -8,7 +8,7 @@ import pytest
 
 from pipeline.definitions import build_definitions
 from storage import read_manifest
-from tests.tiny import TINY_RUN, materialize
+from tests.tiny import TINY_RUN, curve_point, materialize
 
 PROTOCOL = {"d_model": 32, "n_layers": 1, "n_heads": 2, "batch_size": 2, "eval_sequences": 4,
             "sampler_steps": 4, "checkpoint_every": 3}
@@ -245,11 +245,10 @@ def test_driver_runs_every_job_up_to_the_chosen_stage(monkeypatch, tmp_path):
     import pipeline.main as driver
 
     calls = []
+    # one info for every artifact: its row is an eval row and a sampler-steps curve point
     fake = SimpleNamespace(info={"l_star": 1, "selected": {}, "oracle": 1, "worst": 2,
-                                 "spearman": [], "rows": [{"model": "m", "gen_ppl": 1.0,
-                                                           "diversity": 0.5, "steps": 1,
-                                                           "hybrid_nll": 2.0, "recon_error": 0.5,
-                                                           "ms_per_token": 3.0}]})
+                                 "spearman": [], "layer": 1, "rows": [curve_point(
+                                     model="m", gen_ppl=1.0, diversity=0.5, ms_per_token=3.0)]})
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
     monkeypatch.setenv("DIHAL_PROFILE", "cpu")
     monkeypatch.setenv("DIHAL_WORKERS", "1")

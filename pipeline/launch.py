@@ -33,6 +33,12 @@ class Followed:
     started: float | None = None
     ended: float | None = None
     failed_checks: list[str] = field(default_factory=list)
+    retried_as: str | None = None  # the run Dagster made to retry this failed one (run_retries)
+
+    @property
+    def failed(self) -> bool:
+        """Ended otherwise than in success, and not retried."""
+        return self.status != dg.DagsterRunStatus.SUCCESS and self.retried_as is None
 
 
 def check_failure(check) -> str:
@@ -45,6 +51,11 @@ def check_failure(check) -> str:
 
 
 BACKFILL_TAG = "dagster/backfill"  # Dagster's tag of a backfill's runs
+# dagster.yaml's run_retries: a run that failed otherwise than by a step's failure (its worker
+# died, it never started) is tagged WILL_RETRY "true", and the daemon then makes its retry and
+# names it on the failed run (AUTO_RETRY)
+WILL_RETRY, AUTO_RETRY = "dagster/will_retry", "dagster/auto_retry_run_id"
+RETRY_WAIT_S = 120.0  # how long the driver waits for the daemon to make a retry it announced
 RANGE_TAGS = ("dagster/asset_partition_range_start", "dagster/asset_partition_range_end")
 
 LAUNCH_RUN = """
@@ -357,9 +368,17 @@ class Launcher:
                                 f.cached.append(event.asset_key.to_user_string())
                     run = self.instance.get_run_by_id(rid)
                     if run is not None and run.is_finished and not conn.has_more:
-                        f.status, f.ended = run.status, time.time()
-                        if run.status != dg.DagsterRunStatus.SUCCESS:
-                            f.causes = self._causes(rid)
+                        if f.status is None:
+                            f.status, f.ended = run.status, time.time()
+                            if run.status != dg.DagsterRunStatus.SUCCESS:
+                                f.causes = self._causes(rid)
+                        if (retry := self._retry_of(run, f, say)) is False:
+                            continue  # the daemon has yet to make the retry it announced
+                        if retry:
+                            f.retried_as = retry
+                            if retry not in seen:  # a backfill's retry is found by its tag too
+                                seen.add(retry)
+                                todo[retry], cursors[retry] = Followed(retry, f.label), None
                         done.append(todo.pop(rid))
                 if todo or backfills:
                     time.sleep(poll_s)
@@ -373,6 +392,29 @@ class Launcher:
                 done.append(Followed("", f"backfill {backfill_id}", dg.DagsterRunStatus.FAILURE,
                                      causes=[error]))
         return done
+
+    def _retry_of(self, run: dg.DagsterRun, f: Followed, say: Callable[[str], None]
+                  ) -> str | None | bool:
+        """The id of the run Dagster made to retry `run` (failed), once made; None where it
+        makes none (it succeeded, failed by a step's failure, or used up its retries); False
+        while the daemon has yet to make the retry it announced, or to decide whether it will
+        (the instance tags a failed run WILL_RETRY just after it stores the failure). A retry
+        not made within RETRY_WAIT_S is given up (said, and added to the run's causes)."""
+        if run.status != dg.DagsterRunStatus.FAILURE or not self.instance.run_retries_enabled:
+            return None
+        if (will := run.tags.get(WILL_RETRY)) is None:
+            return False if time.time() - (f.ended or 0.0) < RETRY_WAIT_S else None
+        if will != "true":
+            return None
+        if retry := run.tags.get(AUTO_RETRY):
+            say(f"  {f.label}: run {run.run_id[:8]} failed ({'; '.join(f.causes) or 'no cause'})"
+                f"; Dagster retries it as run {retry[:8]}")
+            return retry
+        if f.ended is not None and time.time() - f.ended < RETRY_WAIT_S:
+            return False
+        f.causes.append(f"Dagster announced a retry of run {run.run_id} but made none in "
+                        f"{RETRY_WAIT_S:.0f} s (is the daemon running?)")
+        return None
 
     def _backfill_over(self, backfill_id: str) -> bool:
         """The daemon creates no more runs for this backfill (it completed, failed or was

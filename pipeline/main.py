@@ -199,7 +199,7 @@ class Chain:
     def follow(self, label: str, runs: dict[str, str], backfills: list[str] | None = None) -> None:
         t0 = time.monotonic()
         done = self.launch.follow(runs, self.say, backfills=backfills or ())
-        failed = [f for f in done if f.status != dg.DagsterRunStatus.SUCCESS]
+        failed = [f for f in done if f.failed]
         for f in done:
             if f.status == dg.DagsterRunStatus.SUCCESS and (len(runs) > 1 or backfills):
                 took = f"{f.ended - f.started:.0f} s" if f.started else "?"

@@ -134,16 +134,22 @@ def _long_driver(tmp_path, world, tiny_llama_dir, **popen) -> tuple[subprocess.P
 
 def _training(instance, child, deadline_s: float = 240.0):
     """The sweep run, once its step computes: (run, its worker's pid)."""
+    deadline = time.monotonic() + deadline_s
+    while not (runs := [r for r in instance.get_runs() if "dagster/backfill" in r.tags]):
+        assert child.poll() is None and time.monotonic() < deadline, child.communicate()
+        time.sleep(0.5)
+    return runs[0], _computing(instance, runs[0].run_id, child, deadline - time.monotonic())
+
+
+def _computing(instance, run_id: str, child, deadline_s: float = 240.0) -> int:
+    """The pid of the worker of run `run_id`, once its step computes."""
     from pipeline.run_launcher import worker_pid
 
     deadline = time.monotonic() + deadline_s
-    while True:
+    while not any("computing on cpu" in (e.user_message or "") for e in instance.all_logs(run_id)):
         assert child.poll() is None and time.monotonic() < deadline, child.communicate()
-        runs = [r for r in instance.get_runs() if "dagster/backfill" in r.tags]  # the sweep's
-        if runs and any("computing on cpu" in (e.user_message or "")
-                        for e in instance.all_logs(runs[0].run_id)):
-            return runs[0], worker_pid(instance, runs[0].run_id)
         time.sleep(0.5)
+    return worker_pid(instance, run_id)
 
 
 def _gone(pids, within_s: float) -> float:
@@ -156,34 +162,52 @@ def _gone(pids, within_s: float) -> float:
     return time.monotonic() - t0
 
 
-@pytest.mark.parametrize("killed", ["worker", "worker and code server"])
-def test_a_run_whose_worker_was_killed_is_failed_within_a_minute(
-        tmp_path, world, tiny_llama_dir, monkeypatch, killed):
+def test_a_run_whose_worker_was_killed_is_failed_within_a_minute_and_retried_once(
+        tmp_path, world, tiny_llama_dir, monkeypatch):
+    """The sweep's run loses its worker (as to the OOM killer): run monitoring fails it within a
+    minute, Dagster retries it (dagster.yaml: run_retries) and the driver follows the retry; the
+    retry loses its worker and its code server too: it is failed alike and not retried again
+    (one retry), and the driver exits 1 naming the dead worker."""
     from pipeline.run_launcher import code_servers
 
     child, env = _long_driver(tmp_path, world, tiny_llama_dir)
     try:
         instance = _instance(env, monkeypatch)
         run, pid = _training(instance, child)
-        for p in [pid] + ([] if killed == "worker" else code_servers(_daemon_pid(child))):
-            os.kill(p, signal.SIGKILL)  # as the OOM killer would
+        # read before the kill: the lines read past the daemon's (a pipe is read ahead) are
+        # lost to communicate() below
+        daemon = _daemon_pid(child)
+        os.kill(pid, signal.SIGKILL)
+        _failed_within(instance, run.run_id, 60)
         t0 = time.monotonic()
-        while not instance.get_run_by_id(run.run_id).is_finished:
-            assert time.monotonic() - t0 < 60, "the run is still marked in progress"
+        while not (retry := instance.get_run_by_id(run.run_id).tags.get("dagster/auto_retry_run_id")):
+            assert time.monotonic() - t0 < 120, "no retry of the failed run"
             time.sleep(0.5)
-        out, err = child.communicate(timeout=120)
+        retry_pid = _computing(instance, retry, child)
+        for p in [retry_pid, *code_servers(daemon)]:
+            os.kill(p, signal.SIGKILL)
+        _failed_within(instance, retry, 60)
+        out, err = child.communicate(timeout=180)
     finally:
         child.kill()
-    assert instance.get_run_by_id(run.run_id).status == dg.DagsterRunStatus.FAILURE
     assert child.returncode == 1
-    # run monitoring (pipeline/run_launcher.py) names the dead worker; where the code server
-    # that launched it is alive, that may see it first and say so
-    says = [f"the run worker (pid {pid}) is gone without ending the run"]
-    if killed == "worker":
-        says.append(f"Run execution process for {run.run_id} was terminated by signal 9")
-    assert any(s in err for s in says), err[-3000:] + "\n".join(
+    again = instance.get_run_by_id(retry)
+    assert again.tags["dagster/parent_run_id"] == run.run_id
+    assert again.tags.get("dagster/will_retry") == "false"  # one retry: used up
+    assert f"Dagster retries it as run {retry[:8]}" in out, out[-3000:]
+    # run monitoring (pipeline/run_launcher.py) names the dead worker
+    says = f"the run worker (pid {retry_pid}) is gone without ending the run"
+    assert says in err, err[-3000:] + "\n".join(
         f"{e.dagster_event.event_type_value if e.dagster_event else 'LOG'}: {e.message}"
-        for e in instance.all_logs(run.run_id)[-6:])
+        for e in instance.all_logs(retry)[-6:])
+
+
+def _failed_within(instance, run_id: str, within_s: float) -> None:
+    t0 = time.monotonic()
+    while not instance.get_run_by_id(run_id).is_finished:
+        assert time.monotonic() - t0 < within_s, f"run {run_id} is still marked in progress"
+        time.sleep(0.5)
+    assert instance.get_run_by_id(run_id).status == dg.DagsterRunStatus.FAILURE
 
 
 def _daemon_pid(child) -> int:

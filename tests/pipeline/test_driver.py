@@ -365,3 +365,37 @@ def test_a_run_caught_starting_is_canceled_again_while_the_driver_waits():
     lau.cancel(["a", "b"], wait_s=5.0, again_s=0.0)
     assert runs.canceled == ["a", "b", "b"]  # b's first cancel was lost, the second stopped it
     assert all(runs.status[r] == dg.DagsterRunStatus.CANCELED for r in "ab")
+
+
+@pytest.mark.parametrize("tags, ended_ago, want", [
+    ({}, 5.0, False),  # failed: whether it is retried is not written yet
+    ({}, 500.0, None),  # never written
+    ({"dagster/will_retry": "false"}, 0.0, None),  # failed by a step, or its retry used up
+    ({"dagster/will_retry": "true"}, 5.0, False),  # announced, not made yet: wait
+    ({"dagster/will_retry": "true", "dagster/auto_retry_run_id": "r2" * 18}, 5.0, "r2" * 18),
+    ({"dagster/will_retry": "true"}, 500.0, None),  # announced, never made: given up
+])
+def test_the_driver_follows_the_retry_dagster_makes_of_a_failed_run(tags, ended_ago, want):
+    import time
+    from types import SimpleNamespace
+
+    from pipeline.launch import RETRY_WAIT_S, Followed, Launcher
+
+    run = dg.DagsterRun(job_name="sweep_b", run_id="r1" * 18, tags=tags,
+                        status=dg.DagsterRunStatus.FAILURE)
+    f = Followed(run.run_id, "1-3", dg.DagsterRunStatus.FAILURE, ended=time.time() - ended_ago,
+                 causes=["the run worker (pid 7) is gone without ending the run"])
+    said: list[str] = []
+    launcher = Launcher.__new__(Launcher)
+    launcher.instance = SimpleNamespace(run_retries_enabled=True)
+    assert launcher._retry_of(run, f, said.append) == want
+    assert said == ([f"  1-3: run {'r1' * 4} failed (the run worker (pid 7) is gone without "
+                     f"ending the run); Dagster retries it as run {'r2' * 4}"]
+                    if isinstance(want, str) else [])
+    given_up = ended_ago > RETRY_WAIT_S and tags
+    assert (f"made none in {RETRY_WAIT_S:.0f} s" in f.causes[-1]) == bool(given_up)
+    f.retried_as = want if isinstance(want, str) else None
+    assert f.failed == (not isinstance(want, str))  # a retried run is not the chain's failure
+    # without run_retries in the instance, a failed run is never waited on
+    launcher.instance = SimpleNamespace(run_retries_enabled=False)
+    assert launcher._retry_of(run, f, said.append) is None

@@ -41,6 +41,7 @@ from dihal.evaluate.metrics import (  # noqa: E402
     metric_intervals,
     wilson,
 )
+from dihal.generation_inputs import FullTrainingRow  # noqa: E402
 from dihal.labels import (  # noqa: E402
     BACKBONE,
     BASELINE,
@@ -51,7 +52,7 @@ from dihal.labels import (  # noqa: E402
     PROTOCOL_K,
 )
 from dihal.registry import BASELINES  # noqa: E402
-from dihal.rows import ROLE_PAIRS, GenerationRow, pair_column  # noqa: E402
+from dihal.rows import EVAL_ROW, ROLE_PAIRS, GenerationRow  # noqa: E402
 from dihal.run.profiles import resolve_preset  # noqa: E402
 from dihal.uncertainty import LEVEL  # noqa: E402
 
@@ -219,12 +220,12 @@ def controls_verdict(ev: EvalConfig) -> Verdict:
         b = a if mine == other else per_text(ev.n_samples, other, rng)
         scores = {f"DiHAL {i}": s for i, s in enumerate(a)} | {f"ridge {i}": s
                                                                for i, s in enumerate(b)}
-        rows = [{"model": "DiHAL"}, {"model": "ridge"}]
+        rows = [GenerationRow(EVAL_ROW, model="DiHAL"), GenerationRow(EVAL_ROW, model="ridge")]
         samples = [{"model": m, "index": i, "text": f"{m} {i}"} for m in ("DiHAL", "ridge")
                    for i in range(ev.n_samples)]
-        paired_against_first(rows, samples, ProbeJudge(scores), seed=ev.seed)
-        v.reached.add(rows[1]["dihal_verdict"])
-        floor = min(floor, rows[1]["dihal_log_ppl_diff_p"])
+        ridge = paired_against_first(rows, samples, ProbeJudge(scores), seed=ev.seed)[1]
+        v.reached.add(ridge.dihal_verdict)
+        floor = min(floor, ridge.dihal_log_ppl_diff_p)
     v.floor = (f"p >= {floor:.3g} (each row alone, no correction); below alpha {ALPHA:g}: "
                f"{'yes' if floor < ALPHA else 'no'}")
     v.half_width = (NEEDS_RUN + "in log Gen.PPL about 1.96 sd / sqrt(n), sd of the per-index "
@@ -247,16 +248,16 @@ def full_training_verdict(ev: EvalConfig) -> Verdict:
         rng = np.random.default_rng(0)
         logs = dict(zip(FULL_TRAINING_ROLES, (mine, (mine + other) / 2, other), strict=True))
         same = per_text(ev.n_samples, mine, rng)
-        rows = [{"role": r, "sampler": PROTOCOL_K} for r in FULL_TRAINING_ROLES]
+        rows = [FullTrainingRow(r, layer, sampler=PROTOCOL_K)
+                for layer, r in enumerate(FULL_TRAINING_ROLES, start=1)]
         samples = [{"role": r, "sampler": PROTOCOL_K, "index": i, "nll": a, "tokens": b}
                    for r in FULL_TRAINING_ROLES
                    for i, (a, b) in enumerate(same if mine == other else
                                               per_text(ev.n_samples, logs[r], rng))]
-        paired_roles(rows, samples, seed=ev.seed)
-        by = {r["role"]: r for r in rows}
+        by = {r.role: r for r in paired_roles(rows, samples, seed=ev.seed)}
         for first, second in ROLE_PAIRS:
-            v.reached.add(by[second][pair_column("verdict", first)])
-            floor = min(floor, by[second][pair_column("p_holm", first)])
+            v.reached.add(by[second].pair_tests[first].verdict)
+            floor = min(floor, by[second].pair_tests[first].p_holm)
     v.floor = (f"p (Holm) >= {floor:.3g}; below alpha {ALPHA:g}: "
                f"{'yes' if floor < ALPHA else 'no'}")
     v.half_width = NEEDS_RUN + "as the control hybrids' (paired, by sample index)"
@@ -284,6 +285,12 @@ def mauve_verdict(ev: EvalConfig, base: BaselineRunConfig, seq: SequenceConfig) 
     return v
 
 
+def _point(model: str, role: str, t: float, metrics: dict, sampled: bool) -> dict:
+    """A frontier point (dihal.evaluate.frontier.point) of `metrics`, as stored."""
+    return point(model, role, t, GenerationRow.from_dict(metrics, EVAL_ROW),
+                 sampled=sampled).to_dict()
+
+
 def _probe_points(temps: tuple[float, ...], anchor: float) -> list[dict]:
     """A model's frontier points at `temps`, their diversities on both sides of the held-out
     text's where it has two or more (alternately 0.1 below and above), lower Gen.PPL where
@@ -291,8 +298,8 @@ def _probe_points(temps: tuple[float, ...], anchor: float) -> list[dict]:
     out = []
     for i, t in enumerate(sorted(temps)):
         d = anchor + (0.1 if i % 2 else -0.1)
-        out.append(point("DiHAL", DIHAL, t, {"gen_ppl": 50.0 * (1 + d), "diversity": d},
-                         sampled=True))
+        out.append(_point("DiHAL", DIHAL, t, {"gen_ppl": 50.0 * (1 + d), "diversity": d},
+                          sampled=True))
     return out
 
 
@@ -309,7 +316,7 @@ def frontier_verdicts(ev: EvalConfig, base: BaselineRunConfig) -> list[Verdict]:
              f"{base.n_samples}, baseline.n_samples) at T = {at(temps)} "
              f"(eval.frontier_temperatures; baselines at {at(base.frontier_temperatures)}, "
              "baseline.frontier_temperatures), and as many held-out texts")
-    anchor = anchor_point({"gen_ppl": 40.0, "diversity": 0.8}, ev.n_samples)
+    anchor = anchor_point({"gen_ppl": 40.0, "diversity": 0.8}, ev.n_samples).to_dict()
     on = Verdict("a model on the Gen.PPL / diversity frontier, or every point of it dominated "
                  "(dihal.evaluate.frontier.on_frontier; section 3c)", "comparison", reads,
                  "none (point dominance)", "the points' intervals, read by the next row",
@@ -327,12 +334,12 @@ def frontier_verdicts(ev: EvalConfig, base: BaselineRunConfig) -> list[Verdict]:
                       ("interpolated", "not reached"))
     if temps:
         for ppl in (30.0, 60.0):  # DiHAL below, then above, the backbone's Gen.PPL
-            pts = [point("DiHAL", DIHAL, temps[0], {"gen_ppl": ppl, "diversity": 0.7,
-                                                    "gen_ppl_low": ppl * 0.9,
-                                                    "gen_ppl_high": ppl * 1.1}, sampled=False),
-                   point("backbone", BACKBONE, temps[0], {"gen_ppl": 45.0, "diversity": 0.7,
-                                                          "gen_ppl_low": 44.0,
-                                                          "gen_ppl_high": 46.0}, sampled=False)]
+            pts = [_point("DiHAL", DIHAL, temps[0], {"gen_ppl": ppl, "diversity": 0.7,
+                                                     "gen_ppl_low": ppl * 0.9,
+                                                     "gen_ppl_high": ppl * 1.1}, sampled=False),
+                   _point("backbone", BACKBONE, temps[0], {"gen_ppl": 45.0, "diversity": 0.7,
+                                                           "gen_ppl_low": 44.0,
+                                                           "gen_ppl_high": 46.0}, sampled=False)]
             on.reached.add("on the frontier" if on_frontier(pts)[0] else "dominated")
             for width in (0.01, 0.5):  # narrow, then wide intervals
                 narrow = [{**p, "gen_ppl_low": p["gen_ppl"] * (1 - width),
@@ -438,9 +445,10 @@ def run_half_widths(verdicts: list[Verdict], root: Path, backbone: str,
     }
     full = FullTraining(layout, backbone).manifest()
     if full is not None:
-        widths = [(r[pair_column("log_ppl_diff_high", a)] - r[pair_column("log_ppl_diff_low", a)])
-                  / 2 for r in full.info["rows"] for a, b in ROLE_PAIRS
-                  if r.get("role") == b and r.get(pair_column("log_ppl_diff_high", a)) is not None]
+        widths = [(t.log_ppl_diff_high - t.log_ppl_diff_low) / 2
+                  for r in map(FullTrainingRow.from_dict, full.info["rows"])
+                  for a, b in ROLE_PAIRS if r.role == b and (t := r.pair_tests.get(a)) is not None
+                  and t.log_ppl_diff_high is not None]
         found["paired_roles"] = text(widths, "in log Gen.PPL")
     keys = {"generation_pairs": "generation_pairs", "paired_against_first":
             "paired_against_first", "mauve_interval_seeds": "mauve",

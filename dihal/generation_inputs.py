@@ -7,17 +7,22 @@ library only.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dihal.inputs import SeedSpread
 from dihal.rows import (
+    ABSENT,
+    FULL_TRAINING_GENERATION,
+    GENERATION_COLUMNS,
     PAIR_STATS,
     ROLE_PAIRS,
+    Absent,
     ByColumns,
     GenerationRow,
     generation_rows,
     number,
+    or_none,
     pair_column,
     seed_column,
 )
@@ -257,80 +262,127 @@ SEED_MEASURES = ("val_loss", "t1_loss", "hybrid_nll")  # spread over full traini
 @dataclass(frozen=True)
 class RolePair:
     """The paired generation test of two full-training roles (dihal.compare.stage
-    .paired_roles), as the second role's protocol row holds it: the log Gen.PPL difference
-    with its interval, the raw and Holm-corrected p, the verdict and the samples paired."""
+    .paired_roles), as the second role's protocol row holds it (None in the other rows): the
+    log Gen.PPL difference with its interval, the raw and Holm-corrected p, the verdict and the
+    samples paired."""
 
-    log_ppl_diff: float
-    log_ppl_diff_low: float
-    log_ppl_diff_high: float
-    p: float | None
-    p_holm: float
-    verdict: str | None
-    pairs: int | None
+    log_ppl_diff: float | None = None
+    log_ppl_diff_low: float | None = None
+    log_ppl_diff_high: float | None = None
+    p: float | None = None
+    p_holm: float | None = None
+    verdict: str | None = None
+    pairs: int | None = None
 
-    @classmethod
-    def from_dict(cls, d: dict[str, Any], first: str) -> RolePair | None:
-        """The test against `first` on row `d`, None where the row has none (fewer than 2
-        samples a pair scored)."""
-        got = {k: d.get(pair_column(k, first)) for k in PAIR_STATS}
-        if number(got["log_ppl_diff"]) is None:
-            return None
-        return cls(**got)
+    @property
+    def tested(self) -> bool:
+        """Whether the row holds a test (not one of fewer than 2 samples a pair scored)."""
+        return number(self.log_ppl_diff) is not None
 
 
 @dataclass(frozen=True)
 class FullTrainingRow:
-    """One full-training bridge sampled once (FullTrainingResult.rows): its role and layer, the
-    sampler ("protocol", or the (rule, K) chosen on validation; `from_eval`: l*'s samples are
-    the eval's), its bridgeability measures (hybrid_nll_judge: on the held-out half that did
-    not choose the oracle and the worst; None before the halves), training tokens and seconds,
-    its seeds and each measure's spread over them, the paired tests of the roles before it,
-    and its generation metrics (`generation`, the row as a generation row). A column an older
-    row lacks is None."""
+    """One full-training bridge sampled once (FullTrainingResult.rows): its role and layer, its
+    bridgeability measures (hybrid_nll_judge: on the held-out half that did not choose the
+    oracle and the worst), training tokens, optimiser steps and seconds, its seeds and each
+    measure's spread over them (`seed_columns`: SEED_MEASURES -> mean, sd, min, max; None with
+    one seed), the sampler ("protocol", or the (rule, K) chosen on validation; `from_eval`: l*'s
+    samples are the eval's), its generation columns (`generation`, FULL_TRAINING_GENERATION),
+    and the paired tests of the roles before it (`pair_tests`: first role -> its columns, on
+    every row once a pair was tested). The writer (dihal.compare.stage.full_training) makes it,
+    storage writes `to_dict()` (in that column order) and the report reads it back with
+    `from_dict`; a column the row does not have is ABSENT."""
 
     role: str
     layer: int
-    generation: GenerationRow
-    sampler: str = "protocol"
-    steps: int | None = None
-    rule: str | None = None
-    from_eval: bool = False
-    val_loss: float | None = None
-    t1_loss: float | None = None
-    recon_error: float | None = None
-    hybrid_nll: float | None = None
-    hybrid_nll_judge: float | None = None
-    top1_agreement: float | None = None
-    train_tokens: int | None = None
-    train_steps: int | None = None  # the optimiser steps its training took
-    train_seconds: float | None = None
-    train_seconds_all_seeds: float | None = None
-    n_seeds: int | None = None
-    # the spread of each of SEED_MEASURES over the seeds, where the row has its mean (a NaN
-    # mean included: a measure undefined over the seeds)
-    seed_spread: dict[str, SeedSpread] = field(default_factory=dict)
-    pairs: dict[str, RolePair] = field(default_factory=dict)  # first role -> its test
+    val_loss: float | None | Absent = ABSENT
+    t1_loss: float | None | Absent = ABSENT
+    recon_error: float | None | Absent = ABSENT
+    hybrid_nll: float | None | Absent = ABSENT
+    hybrid_nll_select: float | None | Absent = ABSENT
+    hybrid_nll_judge: float | None | Absent = ABSENT
+    top1_agreement: float | None | Absent = ABSENT
+    train_tokens: int | None | Absent = ABSENT
+    train_steps: int | None | Absent = ABSENT  # the optimiser steps its training took
+    train_seconds: float | None | Absent = ABSENT
+    train_seconds_all_seeds: float | None | Absent = ABSENT
+    n_seeds: int | None | Absent = ABSENT
+    seed_columns: dict[str, SeedSpread] = field(default_factory=dict)
+    from_eval: bool | Absent = ABSENT
+    sampler: str | Absent = ABSENT  # PROTOCOL_K or CHOSEN_ON_VALIDATION
+    steps: int | None | Absent = ABSENT
+    rule: str | None | Absent = ABSENT
+    generation: GenerationRow = field(
+        default_factory=lambda: GenerationRow(FULL_TRAINING_GENERATION))
+    pair_tests: dict[str, RolePair] = field(default_factory=dict)
+
+    @property
+    def seed_spread(self) -> dict[str, SeedSpread]:
+        """The spread of each measure over the seeds where the row has its mean (a NaN mean
+        included: a measure undefined over the seeds)."""
+        return {m: s for m, s in self.seed_columns.items() if s.mean is not None}
+
+    @property
+    def pairs(self) -> dict[str, RolePair]:
+        """first role -> the paired test of it against this row's role, where tested."""
+        return {first: t for first, second in ROLE_PAIRS if second == self.role
+                and (t := self.pair_tests.get(first)) is not None and t.tested}
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {"role": self.role, "layer": self.layer, **{k: getattr(self, k) for k in _BRIDGE}}
+        for m, s in self.seed_columns.items():
+            out.update({seed_column(m, k): getattr(s, k) for k in _SPREAD})
+        out.update({k: getattr(self, k) for k in ("from_eval", "sampler", "steps", "rule")})
+        out.update(self.generation.to_dict())
+        for first, t in self.pair_tests.items():
+            out.update({pair_column(k, first): getattr(t, k) for k in PAIR_STATS})
+        return {k: v for k, v in out.items() if v is not ABSENT}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> FullTrainingRow:
-        spread = {m: SeedSpread(*(d.get(seed_column(m, k)) for k in ("mean", "sd", "min", "max")))
-                  for m in SEED_MEASURES if d.get(seed_column(m, "mean")) is not None}
-        pairs = {first: t for first, second in ROLE_PAIRS if second == d.get("role")
-                 and (t := RolePair.from_dict(d, first)) is not None}
-        return cls(d["role"], d["layer"], GenerationRow.from_dict(d),
-                   d.get("sampler", "protocol"), d.get("steps"), d.get("rule"),
-                   bool(d.get("from_eval")),
-                   **{k: d.get(k) for k in _FULL_COLUMNS}, seed_spread=spread, pairs=pairs)
+        """The row of its stored columns (a column no full-training row has is refused by
+        name)."""
+        unknown = set(d) - _FULL_TRAINING_COLUMNS
+        if unknown:
+            raise ValueError(f"no full-training row has the columns {sorted(unknown)}")
+        seeds = {m: SeedSpread(*(d[seed_column(m, k)] for k in _SPREAD)) for m in SEED_MEASURES
+                 if seed_column(m, "mean") in d}
+        firsts = dict.fromkeys(first for first, _ in ROLE_PAIRS)
+        tests = {first: RolePair(*(d[pair_column(k, first)] for k in PAIR_STATS))
+                 for first in firsts if pair_column("log_ppl_diff", first) in d}
+        generation = GenerationRow.from_dict(
+            {k: d[k] for k in GENERATION_COLUMNS[FULL_TRAINING_GENERATION] if k in d},
+            FULL_TRAINING_GENERATION)
+        return cls(d["role"], d["layer"],
+                   **{k: d.get(k, ABSENT) for k in (*_BRIDGE, "from_eval", "sampler", "steps",
+                                                    "rule")},
+                   seed_columns=seeds, generation=generation, pair_tests=tests)
 
     def measures(self) -> dict[str, Any]:
         """The bridge's columns by name, as the full-training table shows them."""
         return {"role": self.role, "layer": self.layer,
-                **{k: getattr(self, k) for k in _FULL_COLUMNS}}
+                **{k: or_none(getattr(self, k)) for k in _BRIDGE if k != "hybrid_nll_select"}}
 
 
-_FULL_COLUMNS = ("val_loss", "t1_loss", "recon_error", "hybrid_nll", "hybrid_nll_judge",
-                 "top1_agreement", "train_tokens", "train_steps", "train_seconds",
-                 "train_seconds_all_seeds", "n_seeds")
+# a full-training row's bridge columns (after role and layer), and the spread's
+_BRIDGE = ("val_loss", "t1_loss", "recon_error", "hybrid_nll", "hybrid_nll_select",
+           "hybrid_nll_judge", "top1_agreement", "train_tokens", "train_steps", "train_seconds",
+           "train_seconds_all_seeds", "n_seeds")
+_SPREAD = ("mean", "sd", "min", "max")
+_FULL_TRAINING_COLUMNS = {
+    "role", "layer", *_BRIDGE, "from_eval", "sampler", "steps", "rule",
+    *(seed_column(m, k) for m in SEED_MEASURES for k in _SPREAD),
+    *GENERATION_COLUMNS[FULL_TRAINING_GENERATION],
+    *(pair_column(k, first) for first, _ in ROLE_PAIRS for k in PAIR_STATS)}
+
+
+def filled_pairs(rows: list[FullTrainingRow]) -> list[FullTrainingRow]:
+    """The rows with the columns of every pair test any of them holds (None in the others),
+    as one table of them stores them."""
+    firsts = [first for first in dict.fromkeys(f for f, _ in ROLE_PAIRS)
+              if any(first in r.pair_tests for r in rows)]
+    return [replace(r, pair_tests={f: r.pair_tests.get(f, RolePair()) for f in firsts})
+            for r in rows]
 
 
 @dataclass(frozen=True)

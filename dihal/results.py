@@ -12,12 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from dihal.generation_inputs import CostTable, CurvePoint, SamplerChoice
+from dihal.generation_inputs import CostTable, CurvePoint, FullTrainingRow, SamplerChoice
 from dihal.inputs import BridgeabilitySummary, LayerScoreSummary
 from dihal.rows import (
     TARGETS,
     BudgetGenerationRow,
     BudgetPoint,
+    GenerationRow,
 )
 
 
@@ -281,9 +282,9 @@ class BridgeabilityResult:
 
 @dataclass(frozen=True)
 class EvalResult:
-    # one row per model ("model", "role": dihal | backbone, gen_ppl, diversity, repetition,
-    # mean_length, latency): the hybrid first, then the backbone
-    rows: list[dict]
+    # one row per model (dihal.rows.EVAL_ROW: model, role dihal | backbone | ..., gen_ppl,
+    # diversity, repetition, mean_length, latency): the hybrid first, then the backbone
+    rows: list[GenerationRow]
     samples: list[dict]  # {"model", "index", "seed", "text"}
     judge: dict[str, Any]  # Judge.info()
     layer: int
@@ -294,22 +295,23 @@ class EvalResult:
     cost: CostTable | None = None
     # the temperature frontier's points of DiHAL and the backbone (dihal.evaluate.frontier.point, one per
     # model and temperature; the main temperature's are the main rows'), kept out of `rows`
-    frontier: list[dict] = field(default_factory=list)
+    frontier: list[GenerationRow] = field(default_factory=list)
 
     def info(self) -> dict:
-        return {"rows": self.rows, "judge": self.judge,
+        return {"rows": [r.to_dict() for r in self.rows], "judge": self.judge,
                 **({"controls": self.controls.to_dict()} if self.controls else {}),
                 **({"cost": self.cost.to_dict()} if self.cost else {}),
-                **({"frontier": self.frontier} if self.frontier else {})}
+                **({"frontier": [p.to_dict() for p in self.frontier]} if self.frontier else {})}
 
     def metadata(self) -> dict:
         """Gen.PPL, diversity and latency of the hybrid and the backbone as top-level numbers."""
         # (by role for DiHAL and the backbone; by name for the controls, which share a role)
-        numbers = {f"{r['role'] if r['role'] in ('dihal', 'backbone') else r['model']} {k}": r[k]
-                   for r in self.rows for k in ("gen_ppl", "diversity", "repetition",
-                                                "ms_per_token")}
+        numbers = {f"{r.role if r.role in ('dihal', 'backbone') else r.model} {k}": v
+                   for r in self.rows for k, v in (
+                       ("gen_ppl", r.gen_ppl.stored), ("diversity", r.diversity.stored),
+                       ("repetition", r.repetition), ("ms_per_token", r.ms_per_token))}
         return {"layer": self.layer, "judge": self.judge["judge"], **numbers,
-                "latency_vs_backbone": self.rows[0]["latency_vs_backbone"]}
+                "latency_vs_backbone": self.rows[0].latency_vs_backbone}
 
 
 @dataclass(frozen=True)
@@ -340,30 +342,34 @@ class SamplerCurveResult:
 @dataclass(frozen=True)
 class BaselineResult:
     name: str
-    row: dict  # like an EvalResult row (role "baseline"), with its "budget" and training figures
+    # dihal.rows.BASELINE_ROW: its metrics (role "baseline"), its budget and training figures
+    row: GenerationRow
     texts: list[str]
     tensors: dict[str, Any] = field(repr=False)  # the trained model's state dict
     hparams: dict[str, Any] = field(default_factory=dict)
 
     def info(self) -> dict:
-        return {"row": self.row, "samples": self.texts[:5]}
+        return {"row": self.row.to_dict(), "samples": self.texts[:5]}
 
     def metadata(self) -> dict:
-        return {k: self.row[k] for k in ("gen_ppl", "diversity", "repetition", "train_steps")}
+        return {"gen_ppl": self.row.gen_ppl.stored, "diversity": self.row.diversity.stored,
+                "repetition": self.row.repetition, "train_steps": self.row.train_steps}
 
 
 @dataclass(frozen=True)
 class ComparisonResult:
-    rows: list[dict]  # model, role, metrics, and the budget figures
+    rows: list[GenerationRow]  # dihal.rows.COMPARISON_ROW: model, role, metrics, budget figures
     missing: list[str]
     # the temperature frontier: the eval's points and every baseline's (dihal.evaluate.frontier.point)
-    frontier: list[dict] = field(default_factory=list)
+    frontier: list[GenerationRow] = field(default_factory=list)
 
     def info(self) -> dict:
-        return {"rows": self.rows, "missing": self.missing, "frontier": self.frontier}
+        return {"rows": [r.to_dict() for r in self.rows], "missing": self.missing,
+                "frontier": [p.to_dict() for p in self.frontier]}
 
     def metadata(self) -> dict:
-        numbers = {f"{r['model']} {k}": r[k] for r in self.rows for k in ("gen_ppl", "diversity")}
+        numbers = {f"{r.model} {k}": v for r in self.rows
+                   for k, v in (("gen_ppl", r.gen_ppl.stored), ("diversity", r.diversity.stored))}
         return {"models": len(self.rows), "missing": self.missing, **numbers}
 
 
@@ -371,7 +377,7 @@ class ComparisonResult:
 class FullTrainingResult:
     # role, layer, bridgeability (with the spread over training seeds) and generation metrics,
     # one row per role and sampler (the protocol's K; the (rule, K) chosen on validation)
-    rows: list[dict]
+    rows: list[FullTrainingRow]
     # the protocol's K, the (rule, K) chosen on validation, whether they are the same sampler
     sampler: SamplerChoice | None = None
     # every role's samples: {"role", "layer", "sampler", "model", "index", "seed", "text",
@@ -379,11 +385,11 @@ class FullTrainingResult:
     samples: list[dict] = field(default_factory=list, repr=False)
 
     def info(self) -> dict:
-        return {"rows": self.rows,
+        return {"rows": [r.to_dict() for r in self.rows],
                 **({"sampler": self.sampler.to_dict()} if self.sampler is not None else {})}
 
     def metadata(self) -> dict:
-        return {"roles": {r["role"]: r["layer"] for r in self.rows}}
+        return {"roles": {r.role: r.layer for r in self.rows}}
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,7 @@ from dihal.replace.budget import (
 )
 from dihal.replace.hybrid import Hybrid
 from dihal.replace.stage import LayerData, train_layer_bridge
-from dihal.rows import GENERATION_MODELS, BudgetGenerationRow
+from dihal.rows import GENERATION_MODELS, BudgetGenerationRow, GenerationRow
 
 DIHAL, CODAR = GENERATION_MODELS
 Samples = list[dict]  # {"model", "steps", "index", "text"}
@@ -70,19 +70,21 @@ def codar_config(cfg: BudgetGenerationConfig) -> BaselineRunConfig:
                              restrict_vocab=cfg.restrict_vocab, frontier_temperatures=())
 
 
-def row_of(metrics: dict, *, layer: int, model: str, plan: BudgetPlan, distinct_tokens: int,
-           parameters: int, sampler_steps: int, temperature: float,
+def row_of(metrics: GenerationRow, *, layer: int, model: str, plan: BudgetPlan,
+           distinct_tokens: int, parameters: int, sampler_steps: int, temperature: float,
            seconds: float) -> BudgetGenerationRow:
-    """The row of one model at one budget from its metrics (text_metrics' keys)."""
+    """The row of one model at one budget from its metrics (its eval or baseline row)."""
+    ppl, div = metrics.gen_ppl, metrics.diversity
     return BudgetGenerationRow(
         layer=layer, model=model, steps=plan.steps, tokens=plan.tokens,
         distinct_tokens=int(distinct_tokens), denoiser_parameters=int(parameters),
         sampler_steps=int(sampler_steps), temperature=float(temperature),
-        **{k: float(metrics[k]) for k in ("gen_ppl", "gen_ppl_low", "gen_ppl_high", "diversity",
-                                          "diversity_low", "diversity_high")},
-        n_samples=int(metrics["n_samples"]), empty_samples=int(metrics["empty_samples"]),
-        sample_nll=[float(v) for v in metrics["sample_nll"]],
-        sample_tokens=[int(v) for v in metrics["sample_tokens"]], seconds=round(seconds, 2))
+        gen_ppl=float(ppl.stored), gen_ppl_low=float(ppl.stored_low),
+        gen_ppl_high=float(ppl.stored_high), diversity=float(div.stored),
+        diversity_low=float(div.stored_low), diversity_high=float(div.stored_high),
+        n_samples=int(metrics.n_samples), empty_samples=int(metrics.empty_samples),
+        sample_nll=[float(v) for v in metrics.sample_nll],
+        sample_tokens=[int(v) for v in metrics.sample_tokens], seconds=round(seconds, 2))
 
 
 def _stepped(say: Callable[[str], None], what: str, steps: int) -> Callable[[dict], None]:
@@ -149,13 +151,13 @@ def codar_at_budget(backbone, judge, ids: np.ndarray, protocol: BridgeProtocol, 
     made = baseline(CODAR, backbone, torch.as_tensor(ids), reference, proto.to_dict(), bcfg,
                     Path(work_dir), judge, progress=say, device=device, warn=warn or say)
     row = made.row
-    if row["train_steps"] != plan.steps:
-        raise RuntimeError(f"CoDAR stopped at step {row['train_steps']} of {plan.steps}")
+    if row.train_steps != plan.steps:
+        raise RuntimeError(f"CoDAR stopped at step {row.train_steps} of {plan.steps}")
     # its own sample order (its seed), as DiHAL's distinct tokens are counted by DiHAL's
     distinct = seen_distinct_tokens(ids, replace(proto, seed=bcfg.seed), plan)
     out = row_of(row, layer=layer, model=CODAR, plan=plan, distinct_tokens=distinct,
-                 parameters=row["budget"]["denoiser_parameters"],
-                 sampler_steps=row["budget"]["sampler_steps"], temperature=bcfg.temperature,
+                 parameters=row.budget["denoiser_parameters"],
+                 sampler_steps=row.budget["sampler_steps"], temperature=bcfg.temperature,
                  seconds=time.monotonic() - t0)
     return out, [{"model": CODAR, "steps": plan.steps, "index": i, "text": t}
                  for i, t in enumerate(made.texts)]

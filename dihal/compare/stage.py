@@ -14,15 +14,20 @@ from dihal.compare.baselines.base import Budget, baseline_loss, check_budget
 from dihal.config import DEFAULT_SAMPLER_RULE, BaselineRunConfig, BridgeProtocol
 from dihal.evaluate.frontier import point, points_at
 from dihal.evaluate.generation import (
-    PAIRED_KEYS,
     common_ppl_length,
     evaluate_generation,
     text_metrics,
     texts_until_eos,
 )
 from dihal.evaluate.ppl_difference import log_ppl_difference
-from dihal.generation_inputs import SamplerChoice
-from dihal.inputs import BridgeabilitySummary
+from dihal.generation_inputs import (
+    SEED_MEASURES,
+    FullTrainingRow,
+    RolePair,
+    SamplerChoice,
+    filled_pairs,
+)
+from dihal.inputs import BridgeabilitySummary, SeedSpread
 from dihal.labels import (
     BASELINE,
     CHOSEN_K,
@@ -41,7 +46,20 @@ from dihal.results import (
     FullTrainingResult,
     TrainedBridge,
 )
-from dihal.rows import PAIR_STATS, ROLE_PAIRS, pair_column
+from dihal.rows import (
+    BASELINE_ROW,
+    BUDGET_COLUMNS,
+    COMPARISON_ROW,
+    EVAL_ROW,
+    FRONTIER_POINT,
+    FULL_TRAINING_GENERATION,
+    GENERATION_COLUMNS,
+    GENERATION_KEYS,
+    LENGTH_KEYS,
+    ROLE_PAIRS,
+    GenerationRow,
+    filled,
+)
 from dihal.seeds import derive_seed
 from dihal.training import sample_budget, train_model
 from dihal.uncertainty import holm, paired_verdict, seed_spread
@@ -98,11 +116,12 @@ def baseline(
     texts, metrics = _samples_and_metrics(name, model, backbone, space, cfg, reference, judge,
                                           features, device)
     total = getattr(model, "total_parameters", lambda: sum(p.numel() for p in model.parameters()))()
-    row = {"model": name, "role": BASELINE, **metrics, "budget": budget.to_dict(),
-           "total_parameters": int(total), "train_steps": trained.step,
-           "train_seconds": trained.wall_s,
-           "final_loss": trained.train_loss if trained.train_loss is not None else float("nan"),
-           "vocab_size": int(space.embeddings.shape[0])}
+    row = replace(metrics, model=name, role=BASELINE, budget=budget.to_dict(),
+                  total_parameters=int(total), train_steps=trained.step,
+                  train_seconds=trained.wall_s,
+                  final_loss=(trained.train_loss if trained.train_loss is not None
+                              else float("nan")),
+                  vocab_size=int(space.embeddings.shape[0]))
     hparams = {"baseline": name, "config": cfg.__dict__, "budget": budget.to_dict(),
                "reference": reference.to_dict(), "train_config": tcfg.to_dict()}
     return BaselineResult(name=name, row=row, texts=texts, tensors=model.state_dict(),
@@ -138,14 +157,16 @@ class TokenSpace:
 
 
 def _samples_and_metrics(name: str, model, backbone, space: TokenSpace, cfg: BaselineRunConfig,
-                         reference: Budget, judge, features, device: str) -> tuple[list[str], dict]:
+                         reference: Budget, judge, features, device: str
+                         ) -> tuple[list[str], GenerationRow]:
     """A trained baseline's texts and metrics at the common temperature (cfg.temperature, the
-    eval's; every row of the comparison decodes there); a recipe whose own default differs
-    (CoDAR's 0.7) also gets its metrics there, as `metrics["native"]` (an extra row); and its
-    points of the temperature frontier, `metrics["frontier"]` (baseline_frontier)."""
+    eval's; every row of the comparison decodes there), a baseline's row without its model,
+    role and training figures; a recipe whose own default differs (CoDAR's 0.7) also gets its
+    metrics there, as its `native` (an extra row); and its points of the temperature frontier,
+    its `frontier` (baseline_frontier)."""
     import time
 
-    def at(temperature: float | None, mauve: bool = True) -> tuple[list[str], dict]:
+    def at(temperature: float | None, mauve: bool = True) -> tuple[list[str], GenerationRow]:
         """Samples at `temperature` (None: the recipe has none, it rounds deterministically),
         each time from the same seeded generator, and their metrics (MAUVE with `mauve`)."""
         start = time.perf_counter()
@@ -156,33 +177,35 @@ def _samples_and_metrics(name: str, model, backbone, space: TokenSpace, cfg: Bas
                                   **kw).cpu()
         texts = texts_until_eos(backbone.tokenizer, space.to_backbone(tokens), backbone.eos_id,
                                 prompt_len=0, bos_id=backbone.bos_id)
-        return texts, {**text_metrics(texts, judge, seed=cfg.seed,
-                                      reference=features if mauve else None,
-                                      ppl_length=common_ppl_length(cfg.length)),
-                       "temperature": temperature, "n_samples": cfg.n_samples,
-                       "sample_seconds": time.perf_counter() - start}
+        return texts, GenerationRow.from_dict(
+            {**text_metrics(texts, judge, seed=cfg.seed, reference=features if mauve else None,
+                            ppl_length=common_ppl_length(cfg.length)),
+             "temperature": temperature, "n_samples": cfg.n_samples,
+             "sample_seconds": time.perf_counter() - start}, BASELINE_ROW)
 
     native = model.native_temperature()
     texts, metrics = at(None if native is None else cfg.temperature)
-    measured = {metrics["temperature"]: metrics}
+    measured = {metrics.temperature: metrics}
     if native is not None and native != cfg.temperature:
-        metrics["native"] = measured[native] = at(native)[1]
-    metrics["frontier"] = baseline_frontier(name, native is not None, cfg.frontier_temperatures,
-                                            measured, lambda t: at(t, mauve=False)[1])
-    return texts, metrics
+        measured[native] = at(native)[1]
+        metrics = replace(metrics, native=measured[native])
+    frontier = baseline_frontier(name, native is not None, cfg.frontier_temperatures, measured,
+                                 lambda t: at(t, mauve=False)[1])
+    return texts, replace(metrics, frontier=frontier)
 
 
 def baseline_frontier(name: str, has_temperature: bool, temperatures: tuple[float, ...],
-                      measured: dict, measure: Callable[[float], dict]) -> list[dict]:
+                      measured: dict[float | None, GenerationRow],
+                      measure: Callable[[float], GenerationRow]) -> list[GenerationRow]:
     """A baseline's points of the temperature frontier (dihal.evaluate.frontier.point): one per
     temperature where the recipe has one (from `measured`, temperature -> metrics, where it
     holds that temperature: the common and the native one; else `measure(t)`); one point at
     temperature None for a recipe that rounds deterministically (its row's); none where
     `temperatures` is empty."""
 
-    def make(t: float | None, metrics: dict, sampled: bool) -> dict:
-        return {**point(name, "baseline", t, metrics, sampled=sampled),
-                "sample_seconds": metrics["sample_seconds"] if sampled else 0.0}
+    def make(t: float | None, metrics: GenerationRow, sampled: bool) -> GenerationRow:
+        return replace(point(name, "baseline", t, metrics, sampled=sampled),
+                       sample_seconds=metrics.sample_seconds if sampled else 0.0)
 
     if not temperatures:
         return []
@@ -195,77 +218,56 @@ def baseline_frontier(name: str, has_temperature: bool, temperatures: tuple[floa
 # The stages
 
 
-# Gen.PPL both ways, diversity and MAUVE, each with its interval over samples
-# (generation.text_metrics)
-GENERATION_KEYS = tuple(f"{m}{end}" for m in ("gen_ppl", "gen_ppl_mean", "diversity", "mauve")
-                        for end in ("", "_low", "_high"))
-
-
-# what every generation row carries beside GENERATION_KEYS: diversity with spaCy's
-# tokens, length in judge tokens, Gen.PPL on the first ppl_length judge tokens of every sample,
-# the decoding temperature, MAUVE's sample counts and diagnostic flag, and the per-sample
-# judge NLL and token counts (log_ppl_difference, samples_for_effect)
-LENGTH_KEYS = ("diversity_spacy", "mean_judge_length", "gen_ppl_at_length",
-               "gen_ppl_at_length_low", "gen_ppl_at_length_high", "ppl_length",
-               "ppl_length_scored", "ppl_length_short", "temperature", "mauve_diagnostic",
-               "mauve_n_p", "mauve_n_q", "mauve_kmeans_seeds", "sample_nll", "sample_tokens",
-               # the failed (empty) samples (metrics.empty_rate) and those short of L
-               "n_samples", "empty_samples", "empty_rate", "empty_rate_low", "empty_rate_high",
-               "ppl_length_empty")
-
-
 def comparison(eval_rows: list[dict], bridge: BridgeMetrics, sampler_steps: int,
                baselines: dict[str, dict], missing: list[str],
                eval_frontier: list[dict] = ()) -> ComparisonResult:
     """The comparison stage: one table of DiHAL, the backbone and the baselines (`baselines`:
     name -> baseline row), with the budget each ran under (the backbone has none); and the
-    temperature frontier: the eval's points (`eval_frontier`), then each baseline's."""
-    dihal_budget = {"denoiser_parameters": bridge.denoiser_parameters,
-                    "train_tokens": bridge.train_tokens, "sampler_steps": sampler_steps,
-                    "seq_len": None}
+    temperature frontier: the eval's points (`eval_frontier`), then each baseline's. The eval's
+    rows, points and the baselines' rows as their manifests hold them."""
+    dihal_budget = dict(zip(BUDGET_COLUMNS, (bridge.denoiser_parameters, bridge.train_tokens,
+                                             sampler_steps, None), strict=True))
     # the optimiser steps the bridge at l* took (DiHAL's rows only: the baselines are matched
     # on tokens, budgets_matched)
     steps = {"train_steps": bridge.train_steps}
 
-    keys = (*GENERATION_KEYS, "repetition", "mean_length")
-
-    # a row without a key of LENGTH_KEYS measured none (no common length, no MAUVE
+    # a row without a column of LENGTH_KEYS measured none (no common length, no MAUVE
     # reference): None
-    def measured(r: dict) -> dict:
-        return {**{k: r[k] for k in keys}, **{k: r.get(k) for k in LENGTH_KEYS}}
+    def measured(r: GenerationRow) -> GenerationRow:
+        return r.select(COMPARISON_ROW, ("model", "role", *GENERATION_KEYS, "repetition",
+                                         "mean_length", *LENGTH_KEYS))
 
     # DiHAL at the K chosen on validation: the same bridge, sampled with that K; the control
     # hybrids' rows and the backbone's carry their paired difference from DiHAL's Gen.PPL
-    def budget(r: dict) -> dict:
-        if r["role"] == DIHAL:
+    def budget(r: GenerationRow) -> dict:
+        if r.role == DIHAL:
             return {**dihal_budget, **steps}
-        if r["role"] == CHOSEN_K:
-            return {**dihal_budget, **steps, "sampler_steps": r["steps"]}
-        if r["role"] == CONTROL:  # what the eval recorded
-            return {"denoiser_parameters": r["denoiser_parameters"],
-                    "train_tokens": r["train_tokens"], "sampler_steps": r["steps"],
-                    "seq_len": None}
-        return dict.fromkeys(dihal_budget)
+        if r.role == CHOSEN_K:
+            return {**dihal_budget, **steps, "sampler_steps": r.steps}
+        if r.role == CONTROL:  # what the eval recorded
+            return {"denoiser_parameters": r.denoiser_parameters,
+                    "train_tokens": r.train_tokens, "sampler_steps": r.steps, "seq_len": None}
+        return dict.fromkeys(BUDGET_COLUMNS)
 
-    rows = [{"model": r["model"], "role": r["role"], **measured(r), **budget(r),
-             **{k: r[k] for k in ("layer", *PAIRED_KEYS) if k in r}}
-            for r in eval_rows]
-    for n, r in baselines.items():
-        rows.append({"model": n, "role": BASELINE, **measured(r), **r["budget"]})
-        if r.get("native"):  # the recipe's own temperature: an extra row, labelled, not ranked
-            rows.append({"model": f"{n} (native T={r['native']['temperature']:g})",
-                         "role": NATIVE_ROLE, **measured(r["native"]), **r["budget"]})
-    columns = dict.fromkeys(k for r in rows for k in r)  # every row has every column
-    rows = [{k: r.get(k) for k in columns} for r in rows]
-    seq_len = next((r["seq_len"] for r in rows if r.get("seq_len")), None)
-    for r in rows:
-        if r["role"] in ("dihal", CHOSEN_K, CONTROL) and r["train_tokens"]:
-            r["seq_len"] = seq_len
-    frontier = [*eval_frontier, *(p for r in baselines.values() for p in r.get("frontier", []))]
+    rows = [replace(measured(r), **budget(r), layer=r.layer,
+                    dihal_log_ppl_diff=r.dihal_log_ppl_diff,
+                    dihal_log_ppl_diff_p=r.dihal_log_ppl_diff_p, dihal_verdict=r.dihal_verdict,
+                    paired_samples=r.paired_samples)
+            for r in (GenerationRow.from_dict(d, EVAL_ROW) for d in eval_rows)]
+    runs = {n: GenerationRow.from_dict(d, BASELINE_ROW) for n, d in baselines.items()}
+    for n, r in runs.items():
+        rows.append(replace(measured(r), model=n, role=BASELINE, **r.budget))
+        if r.native:  # the recipe's own temperature: an extra row, labelled, not ranked
+            rows.append(replace(measured(r.native),
+                                model=f"{n} (native T={r.native.temperature:g})",
+                                role=NATIVE_ROLE, **r.budget))
+    rows = filled(rows)  # every row has every column
+    seq_len = next((r.seq_len for r in rows if r.seq_len), None)
+    rows = [replace(r, seq_len=seq_len) if r.role in (DIHAL, CHOSEN_K, CONTROL) and r.train_tokens
+            else r for r in rows]
+    frontier = [*(GenerationRow.from_dict(p, FRONTIER_POINT) for p in eval_frontier),
+                *(p for r in runs.values() for p in r.frontier or [])]
     return ComparisonResult(rows=rows, missing=missing, frontier=frontier)
-
-
-SEED_MEASURES = ("val_loss", "t1_loss", "hybrid_nll")  # spread over training seeds, per role
 
 
 def full_training(roles: dict[str, int], bridge_at: Callable[[int], TrainedBridge], backbone,
@@ -303,23 +305,20 @@ def full_training(roles: dict[str, int], bridge_at: Callable[[int], TrainedBridg
             made = evaluate_generation(bridge, judge, cfg, progress=progress,
                                        with_backbone=False, reference=reference, extra=extra)
             hybrids, drawn = made.rows, made.samples
-        trained_columns = {"role": role, "layer": layer, **_bridge_columns(trained),
-                           "from_eval": reused is not None}
         samples += [{"role": role, "layer": layer, "sampler": label, **s}
                     for hybrid, label in zip(hybrids, (PROTOCOL_K, CHOSEN_ON_VALIDATION),
                                              strict=False)
-                    for s in drawn if s["model"] == hybrid["model"]]
-        for hybrid, label in zip(hybrids, (PROTOCOL_K, CHOSEN_ON_VALIDATION), strict=False):
-            rows.append({**trained_columns, "sampler": label, "steps": hybrid["steps"],
-                         "rule": hybrid["rule"], **{k: hybrid[k] for k in GENERATION_KEYS},
-                         "repetition": hybrid["repetition"], "mean_length": hybrid["mean_length"],
-                         **{k: hybrid.get(k) for k in LENGTH_KEYS if not k.startswith("sample_")},
-                         **{k: hybrid.get(k) for k in PAIRED_KEYS}})
+                    for s in drawn if s["model"] == hybrid.model]
+        rows += [FullTrainingRow(role, layer, **_bridge_columns(trained),
+                                 from_eval=reused is not None, sampler=label, steps=hybrid.steps,
+                                 rule=hybrid.rule, generation=hybrid.select(
+                                     FULL_TRAINING_GENERATION,
+                                     GENERATION_COLUMNS[FULL_TRAINING_GENERATION]))
+                 for hybrid, label in zip(hybrids, (PROTOCOL_K, CHOSEN_ON_VALIDATION),
+                                          strict=False)]
     samples = _scored(samples, judge)
-    paired_roles(rows, samples, seed=cfg.seed)
-    columns = dict.fromkeys(k for r in rows for k in r)  # every row has every column
-    return FullTrainingResult([{k: r.get(k) for k in columns} for r in rows],
-                              sampler=SamplerChoice.from_dict(sampler), samples=samples)
+    rows = filled_pairs(paired_roles(rows, samples, seed=cfg.seed))  # every row, every column
+    return FullTrainingResult(rows, sampler=SamplerChoice.from_dict(sampler), samples=samples)
 
 
 def _scored(samples: list[dict], judge) -> list[dict]:
@@ -334,20 +333,21 @@ def _scored(samples: list[dict], judge) -> list[dict]:
     return out
 
 
-def paired_roles(rows: list[dict], samples: list[dict], *, seed: int = 0) -> None:
-    """The paired generation test of l*, the oracle and the worst layer at the protocol's K:
-    log Gen.PPL(first) - log Gen.PPL(second), token-weighted, over the samples both scored,
+def paired_roles(rows: list[FullTrainingRow], samples: list[dict], *, seed: int = 0
+                 ) -> list[FullTrainingRow]:
+    """The rows with the paired generation test of l*, the oracle and the worst layer at the
+    protocol's K: log Gen.PPL(first) - log Gen.PPL(second), token-weighted, over the samples both scored,
     paired by sample INDEX (the roles draw sample i with the same seed and uniforms;
     dihal.evaluate.ppl_difference.log_ppl_difference, paired), Holm-corrected over the pairs tested, and
     its verdict ("below": the first's Gen.PPL lower beyond the 95 % level). Written on the
-    second role's protocol row (pair_column); a pair with fewer than 2 shared scored samples
+    second role's protocol row (its `pair_tests`); a pair with fewer than 2 shared scored samples
     is not tested (NaN, "not distinguishable"). Covered by test_paired_roles_*."""
 
     def scored(role: str) -> dict[int, tuple[float, int]]:
         return {s["index"]: (s["nll"], s["tokens"]) for s in samples
                 if s["role"] == role and s["sampler"] == PROTOCOL_K and s.get("tokens")}
 
-    target = {r["role"]: r for r in rows if r["sampler"] == PROTOCOL_K}
+    target = {r.role: i for i, r in enumerate(rows) if r.sampler == PROTOCOL_K}
     tests = []
     for first, second in ROLE_PAIRS:
         if first not in target or second not in target:
@@ -360,19 +360,23 @@ def paired_roles(rows: list[dict], samples: list[dict], *, seed: int = 0) -> Non
         except ValueError:  # fewer than 2 pairs
             d = {k: float("nan") for k in ("diff", "low", "high", "p")}
         tests.append((first, second, d, len(both)))
+    rows = list(rows)
     for (first, second, d, n), adj in zip(tests, holm([t[2]["p"] for t in tests]), strict=True):
-        values = (d["diff"], d["low"], d["high"], d["p"], adj,
-                  paired_verdict(d["diff"], adj), n)
-        target[second].update({pair_column(k, first): v
-                               for k, v in zip(PAIR_STATS, values, strict=True)})
+        row = rows[target[second]]
+        rows[target[second]] = replace(row, pair_tests={**row.pair_tests, first: RolePair(
+            d["diff"], d["low"], d["high"], d["p"], adj, paired_verdict(d["diff"], adj), n)})
+    return rows
 
 
-def _eval_rows(rows: list[dict] | None, layer: int, at_chosen: bool) -> list[dict] | None:
+def _eval_rows(rows: list[dict] | None, layer: int, at_chosen: bool
+               ) -> list[GenerationRow] | None:
     """The eval's DiHAL rows of `layer` (at the protocol's K, and at the chosen K where
-    `at_chosen`), or None where the eval has not got them."""
+    `at_chosen`; `rows` as the eval's manifest holds them), or None where the eval has not got
+    them."""
 
-    dihal = [r for r in rows or [] if r["role"] == DIHAL and r.get("layer") == layer]
-    chosen = [r for r in rows or [] if r["role"] == CHOSEN_K and r.get("layer") == layer]
+    rows = [GenerationRow.from_dict(r, EVAL_ROW) for r in rows or []]
+    dihal = [r for r in rows if r.role == DIHAL and r.layer == layer]
+    chosen = [r for r in rows if r.role == CHOSEN_K and r.layer == layer]
     if not dihal or (at_chosen and not chosen):
         return None
     return [dihal[0], *chosen[:1]] if at_chosen else dihal[:1]
@@ -390,7 +394,8 @@ def _at_chosen(bridge: BuiltBridge, cfg, chosen: dict) -> list[tuple]:
 def _bridge_columns(trained: TrainedBridge) -> dict:
     """A full-training bridge's measures (its kept seed), its training tokens, optimiser steps
     and seconds, and over its training seeds (the kept one and the replicates): how many, and
-    per measure of SEED_MEASURES their mean, sd (ddof 1), min and max (None with one seed)."""
+    per measure of SEED_MEASURES their mean, sd (ddof 1), min and max (None with one seed):
+    FullTrainingRow's fields."""
     import math
 
     m, seeds = trained.metrics, [trained.metrics, *trained.seed_metrics]
@@ -399,13 +404,14 @@ def _bridge_columns(trained: TrainedBridge) -> dict:
            "hybrid_nll_judge": m.hybrid_nll_judge, "top1_agreement": m.top1_agreement,
            "train_tokens": m.train_tokens, "train_steps": m.train_steps, "train_seconds": m.seconds,
            "train_seconds_all_seeds": sum(s.seconds for s in seeds), "n_seeds": len(seeds)}
+    spreads = {}
     for measure in SEED_MEASURES:
         values = [getattr(s, measure) for s in seeds]
         values = [math.nan if v is None else float(v) for v in values]
         measured = len(seeds) > 1 and any(not math.isnan(v) for v in values)
         spread = seed_spread([values], [m.layer])[0] if measured else {}
-        out.update({f"{measure}_seed_{k}": spread.get(k) for k in ("mean", "sd", "min", "max")})
-    return out
+        spreads[measure] = SeedSpread(*(spread.get(k) for k in ("mean", "sd", "min", "max")))
+    return {**out, "seed_columns": spreads}
 
 
 def full_training_roles(bridgeability: BridgeabilitySummary) -> dict[str, int]:

@@ -8,28 +8,25 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 
-# what a frontier point keeps of dihal.evaluate.generation.text_metrics (beside model, role, temperature)
-POINT_KEYS = ("gen_ppl", "gen_ppl_low", "gen_ppl_high", "gen_ppl_at_length",
-              "gen_ppl_at_length_low", "gen_ppl_at_length_high", "ppl_length", "diversity",
-              "diversity_low", "diversity_high", "diversity_spacy", "repetition", "mean_length",
-              "mean_judge_length", "empty_samples", "ms_per_token", "n_samples")
+from dihal.rows import EVAL_ROW, FRONTIER_POINT, POINT_KEYS, GenerationRow
 
 
-def point(model: str, role: str, temperature: float | None, metrics: dict, *,
-          sampled: bool, n_samples: int | None = None) -> dict:
+def point(model: str, role: str, temperature: float | None, metrics: GenerationRow, *,
+          sampled: bool, n_samples: int | None = None) -> GenerationRow:
     """One frontier point: the model's metrics at `temperature` (None: a recipe that rounds
-    deterministically), lean; `sampled` False where the point is a main row's (not sampled
-    again)."""
-    out = {"model": model, "role": role, "temperature": temperature,
-           **{k: metrics.get(k) for k in POINT_KEYS}, "sampled": sampled}
-    if n_samples is not None:
-        out["n_samples"] = n_samples
-    return out
+    deterministically), lean (POINT_KEYS; None where `metrics` has one not); `sampled` False
+    where the point is a main row's (not sampled again)."""
+    out = replace(metrics.select(FRONTIER_POINT, POINT_KEYS), model=model, role=role,
+                  temperature=temperature, sampled=sampled)
+    return out if n_samples is None else replace(out, n_samples=n_samples)
 
 
-def points_at(temperatures: Sequence[float], measured: dict, measure: Callable[[float], dict],
-              make: Callable[[float | None, dict, bool], dict]) -> list[dict]:
+def points_at(temperatures: Sequence[float], measured: dict[float | None, GenerationRow],
+              measure: Callable[[float], GenerationRow],
+              make: Callable[[float | None, GenerationRow, bool], GenerationRow]
+              ) -> list[GenerationRow]:
     """One point per temperature: from `measured` (temperature -> metrics already there, e.g.
     the main row's) where it holds that temperature, else from `measure(temperature)`;
     `make(temperature, metrics, sampled)` builds the point."""
@@ -46,11 +43,12 @@ ANCHOR_ROLE = "reference"  # the held-out text's point: real text, the frontier'
 ANCHOR_MODEL = "held-out text"
 
 
-def anchor_point(metrics: dict, n_samples: int) -> dict:
+def anchor_point(metrics: dict, n_samples: int) -> GenerationRow:
     """The frontier's anchor: held-out corpus text cut like the samples (as many texts as each
     model has samples: pooled diversity falls with the count), scored by the same judge and
-    metric code (dihal.evaluate.generation.text_metrics), at no temperature."""
-    return point(ANCHOR_MODEL, ANCHOR_ROLE, None, metrics, sampled=False, n_samples=n_samples)
+    metric code (dihal.evaluate.generation.text_metrics, `metrics`), at no temperature."""
+    return point(ANCHOR_MODEL, ANCHOR_ROLE, None, GenerationRow.from_dict(metrics, EVAL_ROW),
+                 sampled=False, n_samples=n_samples)
 
 
 def anchor_of(points: Iterable[dict]) -> dict | None:

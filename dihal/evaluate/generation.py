@@ -31,6 +31,7 @@ from dihal.evaluate.ppl_difference import log_ppl_difference
 from dihal.generation_inputs import CostTable, SamplerChoice
 from dihal.labels import CHOSEN_K, CONTROL
 from dihal.results import EvalResult, TrainedBridge
+from dihal.rows import EVAL_ROW, Estimate, GenerationRow, filled
 
 if TYPE_CHECKING:
     from dihal.replace.control_hybrids import BuiltBridge
@@ -198,24 +199,17 @@ def evaluate_generation(bridge: BuiltBridge, judge, cfg: EvalConfig,
         models.append((name, role, lambda m=model: m.decode(cfg.n_samples, cfg.length, **kw)))
     scorer = (ScoreMemo(judge) if hasattr(judge, "score_ids") else MemoJudge(judge)) if extra else judge
     rows, samples = sample_and_score(backbone, models, scorer, cfg, progress, reference=reference)
-    rows[0].update({"layer": layer, "steps": bridge.protocol_steps, "rule": hybrid.rule})
-    for row, (_, _, _, columns) in zip(rows[len(rows) - len(extra):], extra, strict=True):
-        row.update(columns)
+    rows[0] = replace(rows[0], layer=layer, steps=bridge.protocol_steps, rule=hybrid.rule)
+    first_extra = len(rows) - len(extra)
+    rows[first_extra:] = [replace(row, **columns) for row, (_, _, _, columns)
+                          in zip(rows[first_extra:], extra, strict=True)]
     if with_backbone:
-        hyb, ref = rows[:2]
-        for r in rows:
-            r["latency_vs_backbone"] = r["ms_per_step"] / ref["ms_per_step"]
-        ref["latency_vs_backbone"] = 1.0
+        ref = rows[1]
+        rows = [replace(r, latency_vs_backbone=1.0 if r is ref else
+                        r.ms_per_step / ref.ms_per_step) for r in rows]
     if extra:
-        paired_against_first(rows, samples, scorer, seed=cfg.seed)
-        columns = dict.fromkeys(k for r in rows for k in r)  # every row has every column
-        rows = [{k: r.get(k) for k in columns} for r in rows]
+        rows = filled(paired_against_first(rows, samples, scorer, seed=cfg.seed))
     return EvalResult(rows=rows, samples=samples, judge=judge.info(), layer=layer)
-
-
-# the paired difference of each row's log Gen.PPL from DiHAL's (paired_against_first)
-PAIRED_KEYS = ("dihal_log_ppl_diff", "dihal_log_ppl_diff_low", "dihal_log_ppl_diff_high",
-               "dihal_log_ppl_diff_p", "dihal_verdict", "paired_samples")
 
 
 class MemoJudge:
@@ -262,8 +256,9 @@ class ScoreMemo(MemoJudge):
         return [(float(t.sum()), int(t.numel())) for t in tokens]
 
 
-def paired_against_first(rows: list[dict], samples: list[dict], judge, *, seed: int = 0) -> None:
-    """Each row after the first gets log Gen.PPL(first) - log Gen.PPL(row) (token-weighted)
+def paired_against_first(rows: list[GenerationRow], samples: list[dict], judge, *,
+                         seed: int = 0) -> list[GenerationRow]:
+    """The rows, each after the first with log Gen.PPL(first) - log Gen.PPL(row) (token-weighted)
     with a paired bootstrap interval and p-value over the samples both scored (dihal.evaluate
     .ppl_difference.log_ppl_difference, paired = True: the models draw sample i with the same seed and the
     same uniforms, so sample i of one is paired with sample i of the other), and its verdict:
@@ -275,9 +270,9 @@ def paired_against_first(rows: list[dict], samples: list[dict], judge, *, seed: 
         each = judge.nll_each([s["text"] for s in mine])
         return {s["index"]: e for s, e in zip(mine, each, strict=True) if e[1] > 0}
 
-    first = scored(rows[0]["model"])
+    first, out = scored(rows[0].model), rows[:1]
     for row in rows[1:]:
-        other = scored(row["model"])
+        other = scored(row.model)
         both = sorted(set(first) & set(other))
         try:
             d = log_ppl_difference([first[i] for i in both], [other[i] for i in both],
@@ -285,8 +280,10 @@ def paired_against_first(rows: list[dict], samples: list[dict], judge, *, seed: 
         except ValueError:  # fewer than 2 pairs
             d = {"diff": float("nan"), "low": float("nan"), "high": float("nan"),
                  "p": float("nan"), "verdict": "not distinguishable"}
-        row.update(dict(zip(PAIRED_KEYS, (d["diff"], d["low"], d["high"], d["p"], d["verdict"],
-                                          len(both)), strict=True)))
+        out.append(replace(row, dihal_log_ppl_diff=Estimate(d["diff"], d["low"], d["high"]),
+                           dihal_log_ppl_diff_p=d["p"], dihal_verdict=d["verdict"],
+                           paired_samples=len(both)))
+    return out
 
 
 
@@ -335,8 +332,8 @@ def evaluate_with_controls(backbone, trained: TrainedBridge, judge, cfg: EvalCon
 
 
 def temperature_frontier(bridge: BuiltBridge, judge, cfg: EvalConfig,
-                         rows: list[dict], progress: Callable[[str], None] | None = None, *,
-                         anchor_texts: Sequence[str] = ()) -> list[dict]:
+                         rows: list[GenerationRow], progress: Callable[[str], None] | None = None,
+                         *, anchor_texts: Sequence[str] = ()) -> list[GenerationRow]:
     """The eval's points of the temperature frontier (dihal.evaluate.frontier): DiHAL (the bridge at its
     protocol's K, default rule) and the backbone at each of cfg.frontier_temperatures, sampled
     and scored as their main rows (`rows`: evaluate_generation's, DiHAL's first, the
@@ -351,19 +348,19 @@ def temperature_frontier(bridge: BuiltBridge, judge, cfg: EvalConfig,
     backbone, hybrid = bridge.backbone, bridge.hybrid(eta=cfg.eta)
     decoders = {"dihal": hybrid.decode, "backbone": lambda *a, **k: decode_backbone(backbone, *a, **k)}
     out = []
-    for row in (r for r in rows if r["role"] in decoders):
-        def measure(t: float, row=row) -> dict:
+    for row in (r for r in rows if r.role in decoders):
+        def measure(t: float, row=row) -> GenerationRow:
             kw = dict(temperature=t, seed=cfg.seed, batch_size=cfg.batch_size, cached=True)
-            decode, start = decoders[row["role"]], time.perf_counter()
+            decode, start = decoders[row.role], time.perf_counter()
             scored, _ = sample_and_score(
-                backbone, [(f"{row['model']} at T={t:g}", row["role"],
+                backbone, [(f"{row.model} at T={t:g}", row.role,
                             lambda: decode(cfg.n_samples, cfg.length, **kw))],
                 judge, replace(cfg, temperature=t), progress)
-            return {**scored[0], "sample_seconds": time.perf_counter() - start}
+            return replace(scored[0], sample_seconds=time.perf_counter() - start)
 
-        def make(t: float, metrics: dict, sampled: bool, row=row) -> dict:
-            return {**point(row["model"], row["role"], t, metrics, sampled=sampled),
-                    "sample_seconds": metrics["sample_seconds"] if sampled else 0.0}
+        def make(t: float, metrics: GenerationRow, sampled: bool, row=row) -> GenerationRow:
+            return replace(point(row.model, row.role, t, metrics, sampled=sampled),
+                           sample_seconds=metrics.sample_seconds if sampled else 0.0)
 
         out += points_at(cfg.frontier_temperatures, {cfg.temperature: row}, measure, make)
     if anchor_texts and cfg.frontier_temperatures:
@@ -455,7 +452,7 @@ def controls_cost(bridge: BuiltBridge, controls: list[tuple[str, Any, int]], *,
 
 def sample_and_score(backbone, models: list[tuple[str, str, Callable]], judge, cfg: EvalConfig,
                      progress: Callable[[str], None] | None = None, *,
-                     reference=None) -> tuple[list[dict], list[dict]]:
+                     reference=None) -> tuple[list[GenerationRow], list[dict]]:
     """(rows, samples) of each (name, role, decode) in `models`: `decode()` returns a
     dihal.replace.hybrid.Generation of cfg.n_samples x cfg.length tokens (e.g. `lambda:
     model.decode(cfg.n_samples, cfg.length, temperature=cfg.temperature, seed=cfg.seed,
@@ -478,13 +475,13 @@ def sample_and_score(backbone, models: list[tuple[str, str, Callable]], judge, c
         if progress:
             progress(f"scoring {name} with the judge")
         timing = gen.timing()
-        rows.append({"model": name, "role": role,
-                     **text_metrics(texts, judge, seed=cfg.seed, reference=reference,
-                                    ppl_length=common_ppl_length(cfg.length)),
-                     "ms_per_token": timing["ms_per_token"], "ms_per_step": timing["ms_per_step"],
-                     "n_samples": cfg.n_samples, "length": cfg.length,
-                     "temperature": cfg.temperature, **start, "cpu_threads": threads,
-                     "cpu_kernels": kernels})
+        rows.append(GenerationRow.from_dict(
+            {"model": name, "role": role,
+             **text_metrics(texts, judge, seed=cfg.seed, reference=reference,
+                            ppl_length=common_ppl_length(cfg.length)),
+             "ms_per_token": timing["ms_per_token"], "ms_per_step": timing["ms_per_step"],
+             "n_samples": cfg.n_samples, "length": cfg.length, "temperature": cfg.temperature,
+             **start, "cpu_threads": threads, "cpu_kernels": kernels}, EVAL_ROW))
         samples += [{"model": name, "index": i, "seed": cfg.seed, "text": t}
                     for i, t in enumerate(texts)]
     return rows, samples

@@ -30,7 +30,7 @@ from dihal.report.document import Document
 from dihal.report.generation import fails_more, generation_pairs
 from dihal.report.inputs import ReportInputs
 from dihal.report.paper import PaperClaims, load_paper_claims
-from dihal.rows import DEPTH, Estimate, GenerationRow
+from dihal.rows import DEPTH, Estimate, GenerationRow, or_none
 
 CLAIMS = "paper-claims"  # the section's anchor
 
@@ -116,9 +116,9 @@ def _sweep_steps(x: ReportInputs) -> str:
 def _full_steps(dihal: GenerationRow | None, full: FullTrainingRow | None) -> str:
     """The steps of the bridge at l* with the full budget, as the comparison recorded them,
     and of each full-training bridge (l*'s), as full training recorded them."""
-    text = ("the full budget's steps not recorded" if dihal is None or dihal.train_steps is None
+    text = ("the full budget's steps not recorded" if dihal is None or or_none(dihal.train_steps) is None
             else f"{int(dihal.train_steps):,} for the bridge at l* (full budget)")
-    if full is not None and full.train_steps is not None:
+    if full is not None and or_none(full.train_steps) is not None:
         text += f"; {int(full.train_steps):,} per full-training bridge"
     return text
 
@@ -149,8 +149,8 @@ def scale_table(x: ReportInputs, p: PaperClaims) -> list[dict]:
     tokens and steps (the paper's from the data file; null there: not stated)."""
     dihal = _dihal_row(x)
     full = {r.role: r for r in x.full_training.trained()}.get("geometry l*")
-    tokens = f"{_tokens(dihal.train_tokens if dihal else None)} (the bridge at l*, full budget)"
-    if full is not None and full.train_tokens is not None:
+    tokens = f"{_tokens(or_none(dihal.train_tokens) if dihal else None)} (the bridge at l*, full budget)"
+    if full is not None and or_none(full.train_tokens) is not None:
         tokens += f"; {int(full.train_tokens):,} per full-training bridge"
     bb, n = x.backbone_info, backbone_parameters(x)
     rows = (("backbone", lambda b: b.name, bb.hf_id),
@@ -385,9 +385,9 @@ def claim_generation(x: ReportInputs, p: PaperClaims, ev: GenerationEvidence) ->
              f"CoDAR's {p.gen_ppl['codar']:g}, diversity {p.diversity['dihal']:g} vs "
              f"{p.diversity['codar']:g}")
     scale = parameters_text(backbone_parameters(x)) + (
-        f"; bridge {dihal.denoiser_parameters:,} parameters, {_tokens(dihal.train_tokens)} "
+        f"; bridge {dihal.denoiser_parameters:,} parameters, {_tokens(or_none(dihal.train_tokens))} "
         f"training tokens, K = {dihal.sampler_steps}; {x.configs.eval.n_samples} samples a "
-        "model" if dihal and dihal.denoiser_parameters is not None else "")
+        "model" if dihal and or_none(dihal.denoiser_parameters) is not None else "")
     return ClaimRow("DiHAL beats the four baselines at a matched budget", paper, run, verdict,
                     why, f"{_paper_backbones(p, [p.generation_backbone])}; matched budget: "
                     f"{_paper_budget(p)}", scale, f"3 ({GENERATION})", parts)
@@ -445,7 +445,8 @@ def claim_full_training(x: ReportInputs, p: PaperClaims, ev: GenerationEvidence)
     run = "; ".join(f"{q.name}: {q.run}" for q in parts)
     why = "; ".join(f"{q.name}: {q.outcome} ({q.why})" for q in parts)
     geo = roles.get("geometry l*")
-    tokens, steps = (geo.train_tokens, geo.train_steps) if geo is not None else (None, None)
+    tokens, steps = ((or_none(geo.train_tokens), or_none(geo.train_steps)) if geo is not None
+                     else (None, None))
     scale = (f"{int(tokens):,} training tokens per full-training bridge" if tokens is not None
              else "the full-training bridges' tokens not recorded") + (
         f" in {int(steps):,} optimiser steps" if steps is not None else "") + (
@@ -466,7 +467,7 @@ def claim_latency(x: ReportInputs, p: PaperClaims) -> ClaimRow:
     where the rounds overlap (their spread is the floor). Without the rounds' spread the
     medians decide, and the row says so. No cost table, or DiHAL not timed: not measured."""
     dihal = _dihal_row(x)
-    k0 = int(dihal.sampler_steps) if dihal and dihal.sampler_steps is not None else None
+    k0 = int(dihal.sampler_steps) if dihal and or_none(dihal.sampler_steps) is not None else None
     hyb = timed_row(x, steps=k0) if k0 is not None else None
     ref = timed_row(x, name="backbone")
     paper = "higher latency than the backbone (no figure quoted)"

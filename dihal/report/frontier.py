@@ -13,7 +13,7 @@ from dihal.report.common import FRONTIER
 from dihal.report.document import Document
 from dihal.report.generation import temperature
 from dihal.report.inputs import ReportInputs
-from dihal.rows import GenerationRow
+from dihal.rows import GenerationRow, number
 from dihal.run.profiles import PROFILES, WHOLE_FRONTIER_PRESET
 
 
@@ -50,7 +50,7 @@ def frontier_table(points: list[GenerationRow]) -> list[dict]:
     stored = [p.to_dict() for p in points]
     return [{"model": p.model, "T": "n/a (real text)" if p.role == ANCHOR_ROLE
              else temperature(p), "Gen.PPL [95 %]": p.gen_ppl.text(),
-             "diversity": p.diversity.value, "diversity (spaCy)": p.diversity_spacy,
+             "diversity": p.diversity.value, "diversity (spaCy)": number(p.diversity_spacy),
              "mean length (judge tokens)": p.mean_judge_length,
              "on the frontier": "yes" if on else "no",
              "dominated beyond the 95 % intervals": "no" if clear else "yes"}

@@ -13,7 +13,7 @@ from dihal.report.controls import against_dihal
 from dihal.report.document import Document
 from dihal.report.generation import generation_columns, generation_table
 from dihal.report.inputs import ReportInputs
-from dihal.rows import ROLE_PAIRS, GenerationRow, number
+from dihal.rows import ROLE_PAIRS, GenerationRow, number, or_none
 
 
 def _full_training_summary(x: ReportInputs) -> str:
@@ -88,9 +88,9 @@ def full_training_section(r: Document, x: ReportInputs) -> None:
     r.p(role_pairs_sentence(pairs))
     if pairs:
         r.table(pairs, list(pairs[0]))
-    rows = full_training_generation_rows(x)
+    rows, lead, cells = full_training_generation_rows(x)
     extra = ["DiHAL / this [paired 95 %]", "train_tokens"]
-    r.table(generation_table(rows, ["sampler", *extra]),
+    r.table(generation_table(rows, lead, cells),
             generation_columns(rows, extra, ["role", "layer", "sampler"]))
 
 
@@ -132,26 +132,33 @@ def full_training_sampler(sampler: SamplerChoice) -> str:
             f"{which}, chosen on validation at l*.")
 
 
-def full_training_generation_rows(x: ReportInputs) -> list[GenerationRow]:
-    """The full-training generation rows, each labelled by its sampler, then the eval's control
-    hybrids at l* (labelled "from eval"), each with its paired ratio where computed."""
+def full_training_generation_rows(x: ReportInputs
+                                  ) -> tuple[list[GenerationRow], list[dict], list[dict]]:
+    """The full-training generation rows, each labelled by its role, layer and sampler, then
+    the eval's control hybrids at l* (labelled "from eval"), each with its paired ratio where
+    computed and its training tokens: (rows, their lead cells, the cells after the metrics;
+    dihal.report.generation.generation_table)."""
 
     def ratio(row: GenerationRow) -> str:
         got = against_dihal(row)
         return "" if got is None else f"{got[0]:.3f} [{got[1]:.3f}, {got[2]:.3f}]"
 
     def sampler(row: FullTrainingRow) -> str:
-        if row.steps is None:
+        if or_none(row.steps) is None:
             return "protocol K"
         return (f"K={row.steps} {row.rule} ({row.sampler}"
                 + (", the eval's samples)" if row.from_eval else ")"))
 
-    rows = [{**row.generation.to_dict(), "sampler": sampler(row),
-             "DiHAL / this [paired 95 %]": ratio(row.generation)} for row in x.full_training.rows]
-    rows += [{**row.to_dict(), "role": f"{row.model}, from eval", "sampler": "from eval",
-              "DiHAL / this [paired 95 %]": ratio(row)}
-             for row in x.evaluate.rows if row.role == CONTROL]
-    return [GenerationRow.from_dict(r) for r in rows]
+    trained = [(row.generation, {"role": row.role, "layer": row.layer},
+                {"sampler": sampler(row), "DiHAL / this [paired 95 %]": ratio(row.generation),
+                 "train_tokens": or_none(row.train_tokens)}) for row in x.full_training.rows]
+    controls = [(row, {"model": row.model, "role": f"{row.model}, from eval",
+                       "layer": or_none(row.layer)},
+                 {"sampler": "from eval", "DiHAL / this [paired 95 %]": ratio(row),
+                  "train_tokens": or_none(row.train_tokens)})
+                for row in x.evaluate.rows if row.role == CONTROL]
+    rows, lead, cells = zip(*trained, *controls, strict=True) if trained or controls else ((),) * 3
+    return list(rows), list(lead), list(cells)
 
 
 def role_pairs(trained: list[FullTrainingRow]) -> list[dict]:

@@ -14,7 +14,7 @@ from dihal.report.common import GENERATION, SAMPLER, SAMPLES, key_value
 from dihal.report.cost import timed_row, timing_text
 from dihal.report.document import Document
 from dihal.report.inputs import ReportInputs
-from dihal.rows import ABOVE, BELOW, GenerationRow
+from dihal.rows import ABOVE, BELOW, GenerationRow, number, or_none
 from dihal.uncertainty import holm, paired_verdict
 
 
@@ -77,14 +77,14 @@ GEN_PPL = "Gen.PPL, non-empty samples [95 %]"
 def n_samples(r: GenerationRow) -> int | None:
     """Every sample of a row, as recorded; None for a row that records none (a frontier
     point at the main row's temperature, which is that row's)."""
-    return None if r.n_samples is None else int(r.n_samples)
+    return None if or_none(r.n_samples) is None else int(r.n_samples)
 
 
 def empty_text(r: GenerationRow) -> str:
     """"k of n (p %) [low, high]": the row's empty samples, each a failure, with the Wilson
     interval of their rate; "n/a" where not recorded."""
 
-    k, n = r.empty_samples, n_samples(r)
+    k, n = or_none(r.empty_samples), n_samples(r)
     if k is None or not n:
         return "n/a"
     lo, hi = wilson(int(k), n)
@@ -96,37 +96,38 @@ def fails_more(a: GenerationRow, b: GenerationRow) -> bool:
     of their rates (metrics.rate_difference); False where either did not record them."""
 
     na, nb = n_samples(a), n_samples(b)
-    if not na or not nb or a.empty_samples is None or b.empty_samples is None:
+    if not na or not nb or or_none(a.empty_samples) is None or or_none(b.empty_samples) is None:
         return False
     return rate_difference(int(a.empty_samples), na, int(b.empty_samples), nb)[1] > 0
 
 
 def _reaching(r: GenerationRow) -> str:
     """How many of ALL the row's samples reach the common length L (an empty one does not)."""
-    if r.ppl_length_scored is None:
+    if or_none(r.ppl_length_scored) is None:
         return "n/a"
     n = n_samples(r)
     return "n/a" if n is None else f"{r.ppl_length_scored} of {n}"
 
 
-def generation_table(rows: list[GenerationRow], extra: list[str]) -> list[dict]:
-    """One line per model: every metric with its interval, and beside them what they depend on:
-    the decoding temperature, the empty samples (failures: Gen.PPL is over the others), the
-    samples' mean length in words and in judge tokens, and how many of all the samples reach
-    the common length L."""
+def generation_table(rows: list[GenerationRow], lead: list[dict], extra: list[dict]
+                     ) -> list[dict]:
+    """One line per model: its `lead` cells, every metric with its interval, and beside them
+    what they depend on: the decoding temperature, the empty samples (failures: Gen.PPL is over
+    the others), the samples' mean length in words and in judge tokens, and how many of all the
+    samples reach the common length L; then its `extra` cells."""
     mauve, at = _mauve_header(rows), _at_length_header(rows)
-    return [{**{k: r.column(k) for k in ("model", "role", "layer") if k in r.columns},
-             "temperature": temperature(r), EMPTY: empty_text(r),
+    return [{**first, "temperature": temperature(r), EMPTY: empty_text(r),
              GEN_PPL: r.gen_ppl.text(), at: r.gen_ppl_at_length.text(),
              "samples reaching L": _reaching(r),
              "Gen.PPL, mean of samples [95 %]": r.gen_ppl_mean.text(),
              "diversity [95 %]": r.diversity.text(".3f"),
-             "diversity (spaCy, as LD4LG)": (f"{r.diversity_spacy:.3f}"
-                                             if r.diversity_spacy is not None else "n/a"),
+             "diversity (spaCy, as LD4LG)": (f"{spacy:.3f}"
+                                             if (spacy := number(r.diversity_spacy)) is not None
+                                             else "n/a"),
              mauve: r.mauve.text(".3f"),
-             "mean length (words)": r.mean_length,
-             "mean length (judge tokens)": r.mean_judge_length,
-             **{k: r.column(k) for k in extra}} for r in rows]
+             "mean length (words)": or_none(r.mean_length),
+             "mean length (judge tokens)": or_none(r.mean_judge_length),
+             **more} for r, first, more in zip(rows, lead, extra, strict=True)]
 
 
 def generation_columns(rows: list[GenerationRow], extra: list[str], lead: list[str]) -> list[str]:
@@ -236,7 +237,7 @@ def empty_clause(dihal: GenerationRow, others: list[GenerationRow]) -> str:
     if not any(r.empty_samples for r in rows):
         return ""
     counts = ", ".join(f"{r.model} {empty_text(r).split(' [')[0]}" for r in rows
-                       if r.empty_samples is not None)
+                       if or_none(r.empty_samples) is not None)
     line = f"; empty samples, each a failure (Gen.PPL is over the rest): {counts}"
     unfair = [o.model for o in others if o.gen_ppl.below(dihal.gen_ppl) and fails_more(o, dihal)]
     if fails_more_than := [o.model for o in others if dihal.gen_ppl.below(o.gen_ppl)
@@ -335,6 +336,10 @@ def generation_section(r: Document, x: ReportInputs) -> None:
     r.h2("3. Generation: DiHAL, the backbone and the baselines at a matched budget", GENERATION)
     r.p(_generation_summary(x))
     extra = ["repetition", "denoiser_parameters", "train_tokens", "sampler_steps", "seq_len"]
+    lead = [{"model": r.model, "role": r.role, "layer": or_none(r.layer)} for r in cmp_.rows]
+    cells = [{"repetition": r.repetition, "denoiser_parameters": r.denoiser_parameters,
+              "train_tokens": r.train_tokens, "sampler_steps": r.sampler_steps,
+              "seq_len": r.seq_len} for r in cmp_.rows]
     r.p(_generation_setting(x))
     r.p("An empty sample (the model ends it at once) is a failure: every row gives how many "
         "of its samples are empty, with the Wilson 95 % interval of that rate; Gen.PPL, which "
@@ -352,7 +357,7 @@ def generation_section(r: Document, x: ReportInputs) -> None:
         "resamples) for Gen.PPL, for MAUVE with the k-means fit refitted under 5 seeds inside "
         "the interval, the jackknife for diversity (duplicated samples would bias a bootstrap "
         "of pooled n-gram counts).")
-    r.table(generation_table(cmp_.rows, extra),
+    r.table(generation_table(cmp_.rows, lead, cells),
             generation_columns(cmp_.rows, extra, ["model"]), ".4g")
     pairs = generation_pairs(next(r for r in cmp_.rows if r.role == DIHAL),
                              [r for r in cmp_.rows if r.role in (BACKBONE, BASELINE)])

@@ -14,6 +14,7 @@ from dihal.atomic import (
 from dihal.results import (
     BaselineResult,
     ComparisonResult,
+    FullTrainingResult,
 )
 from storage.artifacts.base import (
     Artifact,
@@ -76,7 +77,7 @@ class Comparison(Artifact):
         write_table(directory / "comparison.parquet",
                     [{k: (None if v is None else v if isinstance(v, str) else
                           [float(x) for x in v] if isinstance(v, list) else float(v))
-                      for k, v in r.items()} for r in result.rows])
+                      for k, v in r.to_dict().items()} for r in result.rows])
 
     def metadata(self, manifest: Manifest) -> dict[str, Any]:
         return {**super().metadata(manifest), "table": Table(
@@ -91,8 +92,8 @@ class FullTraining(RowsArtifact):
     columns = ["role", "layer", "sampler", "steps", "rule", "val_loss", "hybrid_nll", "top1_agreement",
                "gen_ppl", "diversity"]
 
-    def _write_files(self, directory: Path, result: Any) -> None:
-        write_table(directory / self.files[0], result.rows)
+    def _write_files(self, directory: Path, result: FullTrainingResult) -> None:
+        write_table(directory / self.files[0], [r.to_dict() for r in result.rows])
         atomic_write_text(directory / "samples.jsonl",
                           "".join(json.dumps(s) + "\n" for s in result.samples))
 

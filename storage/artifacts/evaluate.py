@@ -47,7 +47,7 @@ class Evaluation(Artifact):
     files = ("eval.parquet", "samples.jsonl")
 
     def _write_files(self, directory: Path, result: EvalResult) -> None:
-        write_table(directory / "eval.parquet", result.rows)
+        write_table(directory / "eval.parquet", [r.to_dict() for r in result.rows])
         atomic_write_text(directory / "samples.jsonl",
                           "".join(json.dumps(s) + "\n" for s in result.samples))
 

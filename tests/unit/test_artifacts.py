@@ -16,6 +16,7 @@ from dihal.results import (
     SequencesResult,
     TrainedBridge,
 )
+from dihal.rows import BASELINE_ROW, GenerationRow, generation_rows
 from dihal.run.stages import CODE_VERSIONS
 from storage import (
     Bridge,
@@ -155,7 +156,7 @@ def test_evaluation_samples_round_trip(tmp_path):
                "repetition": 0.2, "ms_per_token": 1.0, "latency_vs_backbone": 0.5}
               for name, ppl in (("ridge", 12.0), ("layer-drop", 90.0)))]
     samples = [{"model": r["model"], "index": 0, "seed": 0, "text": f"text of {r['role']}"} for r in rows]
-    res = EvalResult(rows, samples, {"judge": "tiny-judge", "revision": "x"}, 2)
+    res = EvalResult(generation_rows(rows), samples, {"judge": "tiny-judge", "revision": "x"}, 2)
     art = Evaluation(tmp_path, "llama")
     art.write(_manifest(art, res), res)
     assert art.samples() == samples
@@ -189,7 +190,8 @@ def test_a_same_size_change_to_trained_weights_is_never_reused_however_recent_th
     if kind == "sweep bridge":
         art, res, weights = SweepBridge(tmp_path, "llama", 3), _trained(), "bridge.safetensors"
     else:
-        row = {"gen_ppl": 9.0, "diversity": 0.5, "repetition": 0.1, "train_steps": 4}
+        row = GenerationRow.from_dict({"gen_ppl": 9.0, "diversity": 0.5, "repetition": 0.1,
+                                       "train_steps": 4}, BASELINE_ROW)
         art = BaselineRun(tmp_path, "llama", "sed")
         res = BaselineResult("sed", row, ["a text"], {"w": torch.arange(6.0)}, {"d": 1})
         weights = "model.safetensors"

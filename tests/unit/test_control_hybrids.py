@@ -19,6 +19,7 @@ from dihal.replace.control_hybrids import (
     ridge_hybrid,
 )
 from dihal.replace.hybrid import next_token_nll
+from dihal.rows import GenerationRow
 from tests.tiny import trained_bridge
 
 LAYER = 2
@@ -173,7 +174,10 @@ def test_controls_are_sampled_and_scored_by_the_eval_code(tiny_backbone, tiny_ll
     kw = dict(temperature=cfg.temperature, seed=cfg.seed, batch_size=cfg.batch_size)
     models = [("DiHAL", "dihal", lambda: bridge_hybrid(bb, _trained(bb)).decode(3, 6, **kw)),
               ("layer-drop", "control", lambda: layer_drop_hybrid(bb, LAYER).decode(3, 6, **kw))]
-    rows, samples = sample_and_score(bb, models, judge, cfg)
+    made, samples = sample_and_score(bb, models, judge, cfg)
+    rows = [r.to_dict() for r in made]
+    assert all(list(GenerationRow.from_dict(d).to_dict().items()) == list(d.items())
+               for d in rows)  # read back as written
     assert [r["model"] for r in rows] == ["DiHAL", "layer-drop"]
     assert rows[0].keys() == rows[1].keys() and all(r["n_samples"] == 3 for r in rows)
     assert all(r["gen_ppl"] > 0 and r["ms_per_token"] > 0 for r in rows)

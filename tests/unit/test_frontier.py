@@ -15,14 +15,19 @@ from dihal.evaluate.frontier import (
     on_frontier,
     point,
 )
-from dihal.rows import generation_rows
+from dihal.rows import BASELINE_ROW, EVAL_ROW, Estimate, GenerationRow, generation_rows
 
 
 def _p(model, role, t, ppl, div, **extra):
-    return {**point(model, role, t, {"gen_ppl": ppl, "gen_ppl_low": ppl * 0.9,
-                                     "gen_ppl_high": ppl * 1.1, "diversity": div,
-                                     "diversity_spacy": div, "mean_judge_length": 20.0},
-                    sampled=True), **extra}
+    metrics = GenerationRow.from_dict({"gen_ppl": ppl, "gen_ppl_low": ppl * 0.9,
+                                       "gen_ppl_high": ppl * 1.1, "diversity": div,
+                                       "diversity_spacy": div, "mean_judge_length": 20.0}, EVAL_ROW)
+    return {**point(model, role, t, metrics, sampled=True).to_dict(), **extra}
+
+
+def _metrics(**columns) -> GenerationRow:
+    """A baseline's metrics at one temperature (dihal.compare.stage._samples_and_metrics)."""
+    return GenerationRow.from_dict(columns, BASELINE_ROW)
 
 
 def test_dominance_needs_lower_gen_ppl_at_equal_or_higher_diversity():
@@ -87,21 +92,22 @@ def test_frontier_sentence_each_way(points, says):
 def test_a_baseline_samples_each_missing_temperature_once():
     """The common temperature's and the native one's points are those rows' (not sampled
     again); the others are sampled once each; a deterministic recipe gives one point."""
-    row = {"gen_ppl": 40.0, "diversity": 0.6, "sample_nll": [1.0], "sample_seconds": 3.0}
-    native = {"gen_ppl": 30.0, "diversity": 0.5, "sample_seconds": 3.0}
+    row = _metrics(gen_ppl=40.0, diversity=0.6, sample_nll=[1.0], sample_seconds=3.0)
+    native = _metrics(gen_ppl=30.0, diversity=0.5, sample_seconds=3.0)
     asked = []
 
     def measure(t):
         asked.append(t)
-        return {"gen_ppl": 35.0, "diversity": 0.55, "sample_seconds": 2.0}
+        return _metrics(gen_ppl=35.0, diversity=0.55, sample_seconds=2.0)
 
-    pts = baseline_frontier("codar", True, (0.7, 0.85, 1.0), {1.0: row, 0.7: native}, measure)
+    pts = [p.to_dict() for p in baseline_frontier("codar", True, (0.7, 0.85, 1.0),
+                                                  {1.0: row, 0.7: native}, measure)]
     assert asked == [0.85]
     assert [(p["temperature"], p["gen_ppl"], p["sampled"], p["sample_seconds"]) for p in pts] == [
         (0.7, 30.0, False, 0.0), (0.85, 35.0, True, 2.0), (1.0, 40.0, False, 0.0)]
     assert all("sample_nll" not in p for p in pts)  # lean: no per-sample lists
     sed = baseline_frontier("sed", False, (0.7, 0.85, 1.0), {None: row}, measure)
-    assert asked == [0.85] and [(p["temperature"], p["sampled"]) for p in sed] == [(None, False)]
+    assert asked == [0.85] and [(p.temperature, p.sampled) for p in sed] == [(None, False)]
     assert baseline_frontier("sed", False, (), {None: row}, measure) == []
 
 
@@ -196,7 +202,8 @@ def test_held_out_text_anchors_the_frontier_and_degenerate_diversity_earns_nothi
     from dihal.evaluate.frontier import anchor_point, at_matched_diversity
 
     text = anchor_point({"gen_ppl": 30.0, "gen_ppl_low": 27.0, "gen_ppl_high": 33.0,
-                         "diversity": 0.85, "diversity_low": 0.83, "diversity_high": 0.87}, 64)
+                         "diversity": 0.85, "diversity_low": 0.83, "diversity_high": 0.87},
+                        64).to_dict()
     assert text["role"] == "reference" and text["temperature"] is None
     salad = _ci("DiHAL", "dihal", 1.0, 800.0, 600.0, 1000.0, 0.97, 0.96, 0.98)
     cold = _ci("DiHAL", "dihal", 0.7, 300.0, 250.0, 350.0, 0.75, 0.72, 0.78)
@@ -242,7 +249,7 @@ def _text(diversity=0.85):
 
     return anchor_point({"gen_ppl": 30.0, "gen_ppl_low": 27.0, "gen_ppl_high": 33.0,
                          "diversity": diversity, "diversity_low": diversity - 0.02,
-                         "diversity_high": diversity + 0.02}, 64)
+                         "diversity_high": diversity + 0.02}, 64).to_dict()
 
 
 def test_the_frontier_at_one_temperature_says_what_it_shows_and_what_it_cannot():
@@ -283,19 +290,20 @@ def test_the_default_frontier_samples_nothing_again():
     from dihal.run.profiles import PROFILES
 
     cfg, base = EvalConfig(), BaselineRunConfig()
-    row = {"gen_ppl": 40.0, "diversity": 0.6, "sample_seconds": 3.0}
+    row = _metrics(gen_ppl=40.0, diversity=0.6, sample_seconds=3.0)
     asked = []
 
     def measure(t):
         asked.append(t)
-        return {"gen_ppl": 35.0, "diversity": 0.55, "sample_seconds": 2.0}
+        return _metrics(gen_ppl=35.0, diversity=0.55, sample_seconds=2.0)
 
     pts = points_at(cfg.frontier_temperatures, {cfg.temperature: row}, measure,
-                    lambda t, m, sampled: (t, m["gen_ppl"], sampled))
+                    lambda t, m, sampled: (t, m.gen_ppl.value, sampled))
     assert pts == [(1.0, 40.0, False)] and asked == []
     codar = baseline_frontier("codar", True, base.frontier_temperatures,
-                              {base.temperature: row, 0.7: {**row, "gen_ppl": 30.0}}, measure)
-    assert [(p["temperature"], p["sampled"]) for p in codar] == [(1.0, False)] and asked == []
+                              {base.temperature: row, 0.7: replace(row, gen_ppl=Estimate(30.0))},
+                              measure)
+    assert [(p.temperature, p.sampled) for p in codar] == [(1.0, False)] and asked == []
     whole = EvalConfig(frontier_temperatures=tuple(PROFILES["study"]["eval"]["frontier_temperatures"]))
     points_at(whole.frontier_temperatures, {whole.temperature: row}, measure,
               lambda t, m, sampled: t)

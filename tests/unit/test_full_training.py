@@ -37,28 +37,39 @@ def _run(bb, judge, chosen, seed_metrics=()):
                          EvalConfig(n_samples=3, length=6, batch_size=3), chosen=chosen)
 
 
+def _stored(res) -> list[dict]:
+    """The result's rows as storage writes them, each read back as written (the same
+    columns, values and order)."""
+    from dihal.generation_inputs import FullTrainingRow
+
+    rows = [r.to_dict() for r in res.rows]
+    for d in rows:
+        assert list(FullTrainingRow.from_dict(d).to_dict().items()) == list(d.items())
+    return rows
+
+
 def test_full_training_rows_at_the_protocol_and_the_chosen_sampler(tiny_backbone, judge):
     res = _run(tiny_backbone, judge, {"rule": "marginal", "steps": 2, "hybrid_nll": 3.9})
-    assert [(r["role"], r["sampler"], r["steps"], r["rule"]) for r in res.rows] == [
+    assert [(r["role"], r["sampler"], r["steps"], r["rule"]) for r in _stored(res)] == [
         (role, s, k, rule) for role in ROLES
         for s, k, rule in (("protocol", 4, "ancestral"), ("chosen on validation", 2, "marginal"))]
     assert res.sampler.protocol_steps == 4 and res.sampler.chosen_is_protocol is False
-    for protocol, chosen in (res.rows[:2], res.rows[2:]):
+    for protocol, chosen in (_stored(res)[:2], _stored(res)[2:]):
         assert protocol["dihal_verdict"] is None  # the chosen row is paired with this one
         assert chosen["dihal_verdict"] in ("above", "below", "not distinguishable")
         assert chosen["paired_samples"] <= 3 and chosen["gen_ppl"] > 0
     # one seed: no spread, its seconds recorded
-    assert {r["n_seeds"] for r in res.rows} == {1} and res.rows[0]["val_loss_seed_mean"] is None
-    assert res.rows[0]["train_seconds"] == 2.0 and res.rows[0]["t1_loss"] == 0.3
+    assert {r["n_seeds"] for r in _stored(res)} == {1} and _stored(res)[0]["val_loss_seed_mean"] is None
+    assert _stored(res)[0]["train_seconds"] == 2.0 and _stored(res)[0]["t1_loss"] == 0.3
 
 
 def test_full_training_one_row_when_the_chosen_is_the_protocols(tiny_backbone, judge):
     res = _run(tiny_backbone, judge, {"rule": "ancestral", "steps": 4, "hybrid_nll": 3.9},
                seed_metrics=[_metrics(1.2, 0.5, 4.4, seconds=3.0)])
-    assert [(r["role"], r["sampler"]) for r in res.rows] == [(role, "protocol") for role in ROLES]
+    assert [(r["role"], r["sampler"]) for r in _stored(res)] == [(role, "protocol") for role in ROLES]
     assert res.sampler.chosen_is_protocol is True
     # two seeds: the kept one (1.0, 0.3, 4.0) and a replicate (1.2, 0.5, 4.4)
-    row = res.rows[0]
+    row = _stored(res)[0]
     assert row["n_seeds"] == 2 and row["train_seconds_all_seeds"] == 5.0
     for m, (lo, hi) in {"val_loss": (1.0, 1.2), "t1_loss": (0.3, 0.5),
                         "hybrid_nll": (4.0, 4.4)}.items():
@@ -105,7 +116,7 @@ def test_a_failed_full_budget_regression_control_says_what_to_run(tmp_path):
 def test_full_training_takes_l_stars_rows_from_the_eval_where_it_drew_them(tiny_backbone):
     """The eval sampled this bridge at l* with the same config: its rows, not new samples (no
     judge is needed); at the chosen K too, where that is not the protocol's."""
-    from dihal.compare.stage import GENERATION_KEYS
+    from dihal.rows import GENERATION_KEYS
 
     def row(role, steps, rule, ppl):
         return {"model": role, "role": role, "layer": LAYER, "steps": steps, "rule": rule,
@@ -116,7 +127,7 @@ def test_full_training_takes_l_stars_rows_from_the_eval_where_it_drew_them(tiny_
     trained = replace(trained_bridge(tiny_backbone, LAYER), metrics=_metrics(1.0, 0.3, 4.0))
     res = full_training(ROLES, lambda layer: trained, tiny_backbone, None, EvalConfig(),
                         chosen={"rule": "marginal", "steps": 2, "hybrid_nll": 3.9}, from_eval=ev)
-    assert [(r["sampler"], r["steps"], r["gen_ppl"], r["from_eval"]) for r in res.rows] == [
+    assert [(r["sampler"], r["steps"], r["gen_ppl"], r["from_eval"]) for r in _stored(res)] == [
         ("protocol", 4, 10.0, True), ("chosen on validation", 2, 9.0, True)] * len(ROLES)
 
 
@@ -130,7 +141,7 @@ def test_full_training_keeps_every_roles_samples_and_tests_the_roles_paired(tiny
     for s in res.samples:
         assert (s["tokens"] is None) == (not s["text"].strip())
         assert s["seed"] == 0 and s["layer"] == LAYER and s["model"].startswith("DiHAL")
-    oracle = next(r for r in res.rows if r["role"] == "oracle")
+    oracle = next(r for r in _stored(res) if r["role"] == "oracle")
     scored = sum(1 for s in res.samples if s["role"] == "oracle" and s["tokens"])
     assert oracle["pairs_vs_l_star"] == scored
     if scored >= 2:
@@ -145,6 +156,7 @@ def test_paired_roles_pair_samples_by_index_not_by_position():
     import math
 
     from dihal.compare.stage import paired_roles
+    from dihal.generation_inputs import FullTrainingRow
 
     def samples(role, nll_per_token, empty=()):
         return [{"role": role, "sampler": "protocol", "index": i, "text": "" if i in empty else "x",
@@ -153,10 +165,9 @@ def test_paired_roles_pair_samples_by_index_not_by_position():
 
     a = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
     b = [v + 0.5 for v in a]  # every paired sample 0.5 nats per token worse
-    rows = [{"role": r, "sampler": "protocol"} for r in ("geometry l*", "oracle", "worst")]
+    rows = [FullTrainingRow(r, LAYER, sampler="protocol") for r in ("geometry l*", "oracle", "worst")]
     got = samples("geometry l*", a, empty={1}) + samples("oracle", b) + samples("worst", a)
-    paired_roles(rows, got, seed=0)
-    oracle, worst = rows[1], rows[2]
+    oracle, worst = (r.to_dict() for r in paired_roles(rows, got, seed=0)[1:])
     assert oracle["pairs_vs_l_star"] == 5
     assert oracle["log_ppl_diff_vs_l_star"] == pytest.approx(-0.5)
     # paired, every pair differs by exactly 0.5: the interval is a point, the verdict firm

@@ -6,7 +6,8 @@ import math
 
 import pytest
 
-from dihal.evaluate.generation import PAIRED_KEYS, MemoJudge, paired_against_first
+from dihal.evaluate.generation import MemoJudge, paired_against_first
+from dihal.rows import EVAL_ROW, PAIRED_COLUMNS, GenerationRow
 
 
 class CountingJudge:
@@ -26,7 +27,7 @@ def _samples(model, costs):
 
 
 def _rows(*models):
-    return [{"model": m} for m in models]
+    return [GenerationRow(EVAL_ROW, model=m) for m in models]
 
 
 def test_paired_against_first_each_way():
@@ -35,7 +36,7 @@ def test_paired_against_first_each_way():
                + _samples("better", [c - 0.5 for c in a]) + _samples("same", a[::-1])
                + _samples("empty", [0, 0, 0, 0, 0, 2.0]))
     rows = _rows("dihal", "worse", "better", "same", "empty")
-    paired_against_first(rows, samples, CountingJudge(), seed=0)
+    rows = [r.to_dict() for r in paired_against_first(rows, samples, CountingJudge(), seed=0)]
     assert "dihal_verdict" not in rows[0]
     worse, better, same, empty = rows[1:]
     # DiHAL's Gen.PPL is lower than "worse"'s beyond the paired interval: log ratio -1
@@ -47,7 +48,7 @@ def test_paired_against_first_each_way():
     assert math.isclose(same["dihal_log_ppl_diff"], 0.0, abs_tol=1e-12)
     # one sample with text: no pair to resample, NaN and "not distinguishable"
     assert empty["paired_samples"] == 1 and empty["dihal_verdict"] == "not distinguishable"
-    assert math.isnan(empty["dihal_log_ppl_diff"]) and set(PAIRED_KEYS) <= set(empty)
+    assert math.isnan(empty["dihal_log_ppl_diff"]) and set(PAIRED_COLUMNS) <= set(empty)
 
 
 def test_the_memo_scores_each_text_once():
@@ -71,13 +72,13 @@ def test_the_paired_comparison_reuses_the_metrics_judge_pass(tiny_llama_dir, tmp
     rows, samples = [], []
     for model, got in texts.items():
         text_metrics(got, memo, seed=0)
-        rows.append({"model": model})
+        rows.append(GenerationRow(EVAL_ROW, model=model))
         samples += [{"model": model, "index": i, "seed": 0, "text": t} for i, t in enumerate(got)]
     passes = []
     real = judge._forward
     judge._forward = lambda seqs, **kw: passes.append(len(seqs)) or real(seqs, **kw)
-    paired_against_first(rows, samples, memo, seed=0)
-    assert passes == [] and rows[1]["paired_samples"] == 2
+    rows = paired_against_first(rows, samples, memo, seed=0)
+    assert passes == [] and rows[1].paired_samples == 2
     got, want = memo.nll_each(texts["b"]), judge.nll_each(texts["b"])
     assert [k for _, k in got] == [k for _, k in want]
     assert [n for n, _ in got] == pytest.approx([n for n, _ in want], rel=1e-6)

@@ -36,6 +36,7 @@ from dihal.inputs import (
     SweepLayer,
 )
 from dihal.report.build import build_report
+from dihal.rows import ABSENT
 from dihal.uncertainty import PRIMARY_UNDECIDABLE
 from tests.tiny import curve_point, report_inputs, report_raw, report_raw_with_cost
 
@@ -199,27 +200,37 @@ def test_compare_inputs_of_a_comparison_before_the_frontier():
     assert with_frontier.frontier[0].temperature == 0.7
 
 
-def test_full_training_rows_of_older_artifacts_and_with_seeds_and_paired_roles():
-    old = FullTrainingRow.from_dict({"role": "oracle", "layer": 3, "val_loss": 0.5,
-                                     "hybrid_nll": 3.0, "gen_ppl": 40.0})
-    assert (old.sampler, old.steps, old.from_eval, old.n_seeds) == ("protocol", None, False, None)
-    assert (old.seed_spread, old.pairs, old.hybrid_nll_judge) == ({}, {}, None)
-    assert old.generation.gen_ppl.value == 40.0 and old.measures()["val_loss"] == 0.5
+def test_full_training_rows_read_their_columns_seeds_and_paired_roles():
+    """A full-training row reads each column it has (ABSENT: one it has not, which it gives
+    back as it was), the spread over seeds where it has a mean and the paired test of the
+    roles before it where tested; a column no full-training row has is refused by name."""
+    bare = FullTrainingRow.from_dict({"role": "oracle", "layer": 3, "sampler": "protocol",
+                                      "val_loss": 0.5, "hybrid_nll": 3.0, "gen_ppl": 40.0})
+    assert (bare.steps, bare.from_eval, bare.n_seeds) == (ABSENT, ABSENT, ABSENT)
+    assert (bare.seed_spread, bare.pairs, bare.hybrid_nll_judge) == ({}, {}, ABSENT)
+    assert bare.generation.gen_ppl.value == 40.0 and bare.measures()["val_loss"] == 0.5
+    assert bare.measures()["n_seeds"] is None
+    assert bare.to_dict() == {"role": "oracle", "layer": 3, "val_loss": 0.5, "hybrid_nll": 3.0,
+                              "sampler": "protocol", "gen_ppl": 40.0}
     row = FullTrainingRow.from_dict({
         "role": "oracle", "layer": 3, "sampler": "chosen on validation", "steps": 2,
         "rule": "marginal", "from_eval": True, "n_seeds": 2,
         "val_loss_seed_mean": 1.5, "val_loss_seed_sd": 0.25, "val_loss_seed_min": 1.25,
-        "val_loss_seed_max": 1.75, "t1_loss_seed_mean": math.nan,
+        "val_loss_seed_max": 1.75, "t1_loss_seed_mean": math.nan, "t1_loss_seed_sd": None,
+        "t1_loss_seed_min": math.nan, "t1_loss_seed_max": math.nan,
+        "hybrid_nll_seed_mean": None, "hybrid_nll_seed_sd": None, "hybrid_nll_seed_min": None,
+        "hybrid_nll_seed_max": None,
         "log_ppl_diff_vs_l_star": 0.4, "log_ppl_diff_low_vs_l_star": 0.1,
         "log_ppl_diff_high_vs_l_star": 0.7, "p_vs_l_star": 0.01, "p_holm_vs_l_star": 0.02,
-        "verdict_vs_l_star": "above", "pairs_vs_l_star": 60,
-        "log_ppl_diff_vs_worst": math.nan})  # no test against the worst: not a pair
+        "verdict_vs_l_star": "above", "pairs_vs_l_star": 60})
     assert row.seed_spread["val_loss"] == SeedSpread(1.5, 0.25, 1.25, 1.75)
     assert math.isnan(row.seed_spread["t1_loss"].mean) and "hybrid_nll" not in row.seed_spread
     assert row.pairs == {"geometry l*": RolePair(0.4, 0.1, 0.7, 0.01, 0.02, "above", 60)}
     assert (row.sampler, row.steps, row.rule, row.from_eval) == (
         "chosen on validation", 2, "marginal", True)
-    full = FullTrainingInputs.from_dicts([old.generation.to_dict(), {
+    with pytest.raises(ValueError, match="log_ppl_diff_vs_worst"):  # no test against the worst
+        FullTrainingRow.from_dict({"role": "worst", "layer": 1, "log_ppl_diff_vs_worst": 0.1})
+    full = FullTrainingInputs.from_dicts([bare.to_dict(), {
         "role": "worst", "layer": 1, "sampler": "chosen on validation"}], None)
     assert [r.role for r in full.trained()] == ["oracle"] and full.sampler == SamplerChoice()
 

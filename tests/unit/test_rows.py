@@ -4,7 +4,15 @@ them back."""
 import math
 
 from dihal.results import BridgeMetrics
-from dihal.rows import Estimate, GenerationRow, RegressionRow, SpearmanRow
+from dihal.rows import (
+    ABSENT,
+    COMPARISON_ROW,
+    Estimate,
+    GenerationRow,
+    RegressionRow,
+    SpearmanRow,
+    number,
+)
 
 
 def _metrics(layer, nll, recon):
@@ -51,9 +59,9 @@ def test_spearman_row_round_trips_the_paired_test_and_reads_nan_as_undefined():
 
 def test_generation_row_keeps_its_columns_and_reads_intervals():
     d = {"model": "dihal", "role": "dihal", "gen_ppl": 50.0, "gen_ppl_low": 45.0,
-         "gen_ppl_high": 55.0, "mauve": math.nan, "ms_per_token": 2.0, "seq_len": 16}
+         "gen_ppl_high": 55.0, "mauve": math.nan, "seq_len": 16}
     row = GenerationRow.from_dict(d)
-    assert row.to_dict() == d and list(row.to_dict()) == list(d)
+    assert row.kind == COMPARISON_ROW and list(row.to_dict().items()) == list(d.items())
     assert row.gen_ppl.text() == "50.0 [45.0, 55.0]" and row.mauve.text() == "n/a"
     assert row.gen_ppl.separated_from(Estimate(60.0, 56.0, 70.0))
     assert not row.gen_ppl.separated_from(Estimate(60.0, 54.0, 70.0))
@@ -85,7 +93,7 @@ def test_the_drivers_bridgeability_lines_read_the_typed_rows():
     assert bridgeability_lines({"spearman": [depth.to_dict()]}) == [lines[2]]
 
 
-def test_generation_row_reads_what_the_report_shows_and_older_rows():
+def test_generation_row_reads_what_the_report_shows_and_a_row_without_a_column():
     d = {"model": "ridge (l=2)", "role": "control", "gen_ppl": math.nan, "temperature": None,
          "empty_samples": 2, "n_samples": 8, "ppl_length": 12, "diversity_spacy": math.nan,
          "dihal_log_ppl_diff": -0.2, "dihal_log_ppl_diff_low": -0.4,
@@ -94,13 +102,16 @@ def test_generation_row_reads_what_the_report_shows_and_older_rows():
     row = GenerationRow.from_dict(d)
     assert row.temperature_recorded and row.temperature is None
     assert (row.empty_samples, row.n_samples, row.ppl_length) == (2, 8, 12)
-    assert row.diversity_spacy is None and not row.mauve_diagnostic and row.sampler_steps == 4
+    assert math.isnan(row.diversity_spacy) and number(row.diversity_spacy) is None
+    assert not row.mauve_diagnostic and row.sampler_steps == 4
     assert row.vs_dihal == Estimate(-0.2, -0.4, -0.1) and row.vs_dihal_verdict == "below"
-    assert row.sample_nll == [1.0, 2.0] and row.column("sampler_steps") == 4
-    # a NaN Gen.PPL prints and compares as the stored NaN did
+    assert row.sample_nll == [1.0, 2.0] and row.to_dict()["sampler_steps"] == 4
+    # a NaN Gen.PPL prints and compares as the stored NaN did, and is given back as stored
     assert row.gen_ppl.formatted(".1f") == "nan" and not row.gen_ppl.below(Estimate(5.0))
+    assert math.isnan(row.to_dict()["gen_ppl"])
     assert Estimate(4.0).below(Estimate(5.0)) and not Estimate(5.0).below(Estimate(None))
-    old = GenerationRow.from_dict({"model": "sed", "role": "baseline", "gen_ppl": 80.0})
-    assert not old.temperature_recorded and old.mauve_diagnostic  # not recorded: diagnostic
-    assert (old.vs_dihal_verdict, old.vs_dihal, old.n_samples) == ("", Estimate(None), None)
-    assert old.gen_ppl_at_length.text() == "n/a" and old.column("seq_len") is None
+    # a column the row has not: ABSENT (read as missing), left out of to_dict
+    bare = GenerationRow.from_dict({"model": "sed", "role": "baseline", "gen_ppl": 80.0})
+    assert not bare.temperature_recorded and bare.n_samples is ABSENT and not bare.n_samples
+    assert (bare.vs_dihal_verdict, bare.vs_dihal_p, bare.vs_dihal.value) == ("", None, None)
+    assert bare.gen_ppl_at_length.text() == "n/a" and "seq_len" not in bare.to_dict()

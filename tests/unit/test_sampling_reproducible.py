@@ -140,15 +140,16 @@ def main(model_dir: str, cache_dir: str, disturb: str, threads: str) -> None:
         for cfg in CONFIGS:
             res = evaluate_generation(BuiltBridge.of(backbone, trained), judge,
                                       EvalConfig(seed=seed, **cfg))
+            rows = [r.to_dict() for r in res.rows]
             results[str(seed)].append({
                 "texts": {r["role"]: [s["text"] for s in res.samples if s["model"] == r["model"]]
-                          for r in res.rows},
+                          for r in rows},
                 # float.hex: equal only when equal to the last bit
                 "metrics": {r["role"]: {k: float(r[k]).hex() for k in
                                         ("gen_ppl", "judge_tokens", "diversity", "mean_length")}
-                            for r in res.rows},
-                "threads": [r["cpu_threads"] for r in res.rows],
-                "kernels": [r["cpu_kernels"] for r in res.rows],
+                            for r in rows},
+                "threads": [r["cpu_threads"] for r in rows],
+                "kernels": [r["cpu_kernels"] for r in rows],
             })
     print(json.dumps(results))
 

@@ -26,31 +26,64 @@ from dihal.rows import (
 # -------------------------------------------------------------------------------- Locate
 
 
-@dataclass(frozen=True)
-class GeometryRow:
-    """One layer's geometry proxies under one normalisation (the geometry table's row)."""
+class _Columns:
+    """A table's row whose fields are its stored columns, in order: `to_dict` is what storage
+    writes, `from_dict` reads it back (every column required)."""
 
-    layer: int
-    norm: str
-    proxies: dict[str, float]  # proxy name (dihal.proxies.NAMES) -> value; the other columns
+    def to_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> GeometryRow:
-        return cls(d["layer"], d["norm"],
-                   {k: v for k, v in d.items() if k not in ("layer", "norm")})
+    def from_dict(cls, d: dict[str, Any]):
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__})
 
 
 @dataclass(frozen=True)
-class ScoreRow:
-    """One layer's score S_l under one normalisation (None: layer 0, which has no score)."""
+class GeometryRow(_Columns):
+    """One layer's geometry proxies under one normalisation (the geometry table's row, as
+    dihal.locate.stage.compute_geometry makes it from dihal.locate.geometry.layer_proxies): the
+    proxies of the score (dihal.proxies.NAMES: m_curv, m_mono, k_eff), the other monotonicity
+    statistics and the spectrum's trace and largest eigenvalue."""
 
     layer: int
     norm: str
-    S: float | None
+    m_curv: float
+    m_mono: float  # the statistic GeometryConfig.mono_stat names
+    m_mono_median: float
+    m_mono_q05: float
+    m_mono_min_eig: float
+    k_eff: float
+    tr_sigma: float
+    lambda_max: float
 
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> ScoreRow:
-        return cls(d["layer"], d["norm"], d.get("S"))
+
+@dataclass(frozen=True)
+class ScoreRow(GeometryRow):
+    """One layer's score under one normalisation (the layer score table's row, as
+    dihal.locate.score.layer_scores makes it): its geometry row, each proxy's z-score over the
+    candidate layers (Proxy.z_column), S_l, whether it is a candidate, and its rank (1: l*).
+    Layer 0 is no candidate: NaN z-scores and S, rank None."""
+
+    z_curv: float
+    z_mono: float
+    z_keff: float
+    S: float
+    candidate: bool
+    rank: int | None
+
+
+@dataclass(frozen=True)
+class PredictorRow(_Columns):
+    """The rival predictors of one candidate layer (dihal.locate.predictors.layer_predictors;
+    their names are dihal.locate.predictors.PREDICTORS): the predictors table's row."""
+
+    layer: int
+    cond_distance: float
+    cond_cka: float
+    block_influence: float
+    ridge_r2: float
+    twonn_id: float
+    massive_share: float
 
 
 @dataclass(frozen=True)
@@ -162,20 +195,13 @@ class LayerScoreSummary:
 
 @dataclass(frozen=True)
 class LocateInputs:
-    """The Locate family: the geometry proxies, the rival predictors (shown as they are: their
-    columns vary with the predictors run), the scores and the score's summary."""
+    """The Locate family: the geometry proxies, the rival predictors, the scores and the
+    score's summary."""
 
     geometry: list[GeometryRow]
-    predictors: list[dict[str, Any]]
+    predictors: list[PredictorRow]
     scores: list[ScoreRow]
     score: LayerScoreSummary
-
-    @classmethod
-    def from_dicts(cls, geometry_rows: list[dict], predictor_rows: list[dict],
-                   score_rows: list[dict], score: dict[str, Any]) -> LocateInputs:
-        return cls([GeometryRow.from_dict(g) for g in geometry_rows],
-                   [dict(p) for p in predictor_rows],
-                   [ScoreRow.from_dict(s) for s in score_rows], LayerScoreSummary.from_dict(score))
 
 
 # ------------------------------------------------------------------------------- Replace

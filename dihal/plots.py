@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import io
+from typing import TYPE_CHECKING
 
 from dihal.proxies import NAMES, SCORE_FORMULA
+
+if TYPE_CHECKING:
+    from dihal.inputs import GeometryRow, ScoreRow
 
 
 def _pyplot():
@@ -23,14 +27,14 @@ def _png(plt, fig) -> bytes:
     return buf.getvalue()
 
 
-def plot_proxies(rows: list[dict], title: str) -> bytes:
+def plot_proxies(rows: list[GeometryRow], title: str) -> bytes:
     """Each proxy (dihal.proxies) against layer, one line per normalisation (log scale)."""
     plt = _pyplot()
-    norms = sorted({r["norm"] for r in rows})
+    norms = sorted({r.norm for r in rows})
     fig, axes = plt.subplots(1, len(NAMES), figsize=(13, 3.6))
     for ax, key in zip(axes, NAMES, strict=True):
         for norm in norms:
-            pts = sorted((r["layer"], r[key]) for r in rows if r["norm"] == norm)
+            pts = sorted((r.layer, getattr(r, key)) for r in rows if r.norm == norm)
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=".", label=norm)
         ax.set_yscale("log")
         ax.set_xlabel("layer l")
@@ -42,12 +46,12 @@ def plot_proxies(rows: list[dict], title: str) -> bytes:
     return _png(plt, fig)
 
 
-def plot_scores(score_rows: list[dict], selected: dict[str, int], title: str) -> bytes:
+def plot_scores(score_rows: list[ScoreRow], selected: dict[str, int], title: str) -> bytes:
     """S_l against layer per normalisation, l* marked."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 3.6))
     for norm in sorted(selected):
-        pts = sorted((r["layer"], r["S"]) for r in score_rows if r["norm"] == norm and r["candidate"])
+        pts = sorted((r.layer, r.S) for r in score_rows if r.norm == norm and r.candidate)
         (line,) = ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=".", label=norm)
         best = dict(pts)[selected[norm]]
         ax.scatter([selected[norm]], [best], s=90, facecolors="none", edgecolors=line.get_color())
@@ -61,12 +65,12 @@ def plot_scores(score_rows: list[dict], selected: dict[str, int], title: str) ->
     return _png(plt, fig)
 
 
-def plot_bridgeability(layer_rows: list[dict], score_rows: list[dict], title: str) -> bytes:
+def plot_bridgeability(layer_rows: list[dict], score_rows: list[ScoreRow], title: str) -> bytes:
     """Per normalisation: S_l against validation loss of each swept layer (labelled by l),
     beside the depth control (l against validation loss)."""
     plt = _pyplot()
-    norms = sorted({r["norm"] for r in score_rows})
-    score = {(r["norm"], r["layer"]): r["S"] for r in score_rows}
+    norms = sorted({r.norm for r in score_rows})
+    score = {(r.norm, r.layer): r.S for r in score_rows}
     rows = sorted(layer_rows, key=lambda r: r["layer"])
     fig, axes = plt.subplots(1, len(norms) + 1, figsize=(4 * (len(norms) + 1), 3.6), sharey=True)
     for ax, norm in zip(axes, [*norms, "depth"], strict=True):

@@ -2,8 +2,9 @@
 sign in S_l, the score table's column of its z-score, and what it measures. The score, the
 stability resamples, the plots, the report and storage all read it.
 
-A new proxy is one entry here and its function in dihal.locate.geometry, which returns it under
-`name` in every layer's row (and in the token-bootstrap replicates). Standard library only.
+A new proxy is one entry here, its function in dihal.locate.geometry, which returns it under
+`name` in every layer's row (and in the token-bootstrap replicates), and its columns' fields in
+dihal.inputs: `name` in GeometryRow, `z_column` in ScoreRow. Standard library only.
 """
 
 from __future__ import annotations

@@ -13,7 +13,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dihal.generation_inputs import CostTable, CurvePoint, FullTrainingRow, SamplerChoice
-from dihal.inputs import BridgeabilitySummary, LayerScoreSummary
+from dihal.inputs import (
+    BridgeabilitySummary,
+    GeometryRow,
+    LayerScoreSummary,
+    PredictorRow,
+    ScoreRow,
+)
 from dihal.rows import (
     TARGETS,
     BudgetGenerationRow,
@@ -138,14 +144,14 @@ class HiddenStatesResult:
 
 @dataclass(frozen=True)
 class GeometryResult:
-    rows: list[dict]  # {"layer", "norm", "m_curv", "m_mono", "k_eff", ...}
+    rows: list[GeometryRow]  # every layer under every normalisation
     positions: Any  # (n_tokens, 2) int array of (sequence, position) in the val split
     anchors: Any  # (n_anchors,) int array: indices into the sample
     pairs: Any  # (n_pairs, 2) int array
     seconds: float
     plot_png: bytes = field(repr=False, default=b"")
-    # the rival predictors of each candidate layer: {"layer", "cond_distance", "cond_cka", ...}
-    predictors: list[dict] = field(default_factory=list)
+    # the rival predictors of each candidate layer
+    predictors: list[PredictorRow] = field(default_factory=list)
     # token-bootstrap replicates: columns resample, layer, norm, m_curv, m_mono, k_eff
     resamples: dict[str, list] = field(default_factory=dict)
 
@@ -153,7 +159,7 @@ class GeometryResult:
         return {"seconds": round(self.seconds, 2)}
 
     def metadata(self) -> dict:
-        return {"layers": len({r["layer"] for r in self.rows}), "tokens": len(self.positions),
+        return {"layers": len({r.layer for r in self.rows}), "tokens": len(self.positions),
                 "seconds": round(self.seconds, 2)}
 
 
@@ -162,7 +168,7 @@ class LayerScoreResult:
     """The layer_score artifact: S_l per layer and normalisation (a table), the answer
     (`summary`, its manifest's info) and the plot of the scores."""
 
-    rows: list[dict]  # {"layer", "norm", "S", "candidate", z-scores...}
+    rows: list[ScoreRow]  # every layer under every normalisation
     summary: LayerScoreSummary
     primary_norm: str
     plot_png: bytes = field(repr=False, default=b"")

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import torch
 
+from dihal.inputs import GeometryRow, PredictorRow, ScoreRow
 from dihal.run.profiles import PROFILES
 
 ROOT = Path(__file__).resolve().parents[1]  # the repository
@@ -300,6 +301,26 @@ def gen_row(model, role, ppl, low, high, **extra):
             "repetition": 0.1, "mean_length": 8.0, **extra}
 
 
+def geometry_row(layer: int, norm: str = "none", *, m_curv: float = 1.0, m_mono: float = 0.5,
+                 k_eff: float = 3.0) -> GeometryRow:
+    """A geometry row with the score's proxies given and the other columns made up."""
+    return GeometryRow(layer, norm, m_curv, m_mono, m_mono_median=m_mono, m_mono_q05=0.1,
+                       m_mono_min_eig=0.05, k_eff=k_eff, tr_sigma=6.0, lambda_max=2.0)
+
+
+def score_row(layer: int, S: float, norm: str = "none", *, candidate: bool = True,
+              rank: int | None = None) -> ScoreRow:
+    """A layer score row with S given, its geometry and z-scores made up."""
+    return ScoreRow(**geometry_row(layer, norm).to_dict(), z_curv=0.0, z_mono=0.0, z_keff=0.0,
+                    S=S, candidate=candidate, rank=rank)
+
+
+def predictor_row(layer: int, **values: float) -> PredictorRow:
+    """A rival predictors' row: `values` by name, 0.5 for the others."""
+    return PredictorRow(layer, **{n: values.get(n, 0.5) for n in PredictorRow.__dataclass_fields__
+                                  if n != "layer"})
+
+
 def report_inputs(*, spearman=None, regression=(), comparison=None, latency=2.0,
                   stability=None, **raw):
     """Hand-made ReportInputs of a tiny 4-layer backbone: l* = 2, oracle 3, worst 1 (`raw`:
@@ -324,9 +345,9 @@ def report_raw(*, spearman=None, regression=(), comparison=None, latency=2.0,
                 train_tokens=65536, sampler_steps=4),
         gen_row("backbone", "backbone", 30.0, 28.0, 32.0),
         gen_row("sed", "baseline", 80.0, 70.0, 90.0), gen_row("codar", "baseline", 52.0, 40.0, 60.0)]
-    geometry = [{"layer": ll, "norm": n, "m_curv": 0.1 * ll, "m_mono": 0.2, "k_eff": 3.0}
+    geometry = [geometry_row(ll, n, m_curv=0.1 * ll, m_mono=0.2)
                 for n in ("none", "robust") for ll in range(4)]
-    score = [{"layer": ll, "norm": n, "S": 0.5 * ll, "candidate": ll > 0}
+    score = [score_row(ll, 0.5 * ll, n, candidate=ll > 0)
              for n in ("none", "robust") for ll in range(4)]
     # how the eval sampled, as every eval row records it
     setting = {"cpu_threads": 2, "cpu_kernels": "AVX2", "start_token": "<s>", "start_token_id": 1}

@@ -22,6 +22,7 @@ import torch
 
 from dihal.backbones import Backbone
 from dihal.config import GeometryConfig
+from dihal.inputs import PredictorRow, ScoreRow
 from dihal.locate.stage import compute_geometry, score_summary
 from dihal.proxies import NAMES, PROXIES
 
@@ -38,9 +39,9 @@ class Located:
 
     l_star: int
     norm: str
-    rows: list[dict]
+    rows: list[ScoreRow]
     selected: dict[str, int]
-    predictors: list[dict] = field(default_factory=list)
+    predictors: list[PredictorRow] = field(default_factory=list)
     n_tokens: int = 0
     n_sequences: int = 0
     seconds: float = 0.0
@@ -51,9 +52,9 @@ class Located:
         head = ["layer", *SHOWN]
         lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for r in self.rows:
-            cells = [f"{r['layer']}" + (" (l*)" if r["layer"] == self.l_star else "")]
+            cells = [f"{r.layer}" + (" (l*)" if r.layer == self.l_star else "")]
             for k in SHOWN:
-                v = r.get(k)
+                v = getattr(r, k)
                 cells.append("" if v is None or (isinstance(v, float) and np.isnan(v))
                              else f"{v:.4g}" if isinstance(v, float) else str(v))
             lines.append("| " + " | ".join(cells) + " |")
@@ -123,7 +124,7 @@ def locate(backbone: Backbone, texts: str | Sequence[str], *, seq_len: int = 64,
     reader = MemoryStates(hidden_states_of(backbone, ids))
     geometry = compute_geometry(reader, cfg, backbone=backbone.spec.name, progress=progress)
     summary = score_summary(geometry.rows, primary_norm=primary_norm)
-    rows = [r for r in summary["rows"] if r["norm"] == primary_norm]
+    rows = [r for r in summary["rows"] if r.norm == primary_norm]
     return Located(l_star=summary["l_star"], norm=primary_norm, rows=rows,
                    selected=summary["selected"], predictors=geometry.predictors, n_tokens=n,
                    n_sequences=len(ids), seconds=time.perf_counter() - t0,

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 from scipy import stats
 
+from dihal.inputs import GeometryRow, ScoreRow
 from dihal.proxies import NAMES, PROXIES, combine
 
 
@@ -31,30 +32,27 @@ def zscore(values) -> np.ndarray:
     return (v - v.mean()) / v.std()
 
 
-def _index_rows(rows: list[dict]) -> dict[str, dict[int, dict]]:
-    """{norm: {layer: row}}, rejecting missing keys and duplicate (layer, norm)."""
-    by_norm: dict[str, dict[int, dict]] = {}
+def _index_rows(rows: list[GeometryRow]) -> dict[str, dict[int, GeometryRow]]:
+    """{norm: {layer: row}}, rejecting duplicate (layer, norm)."""
+    by_norm: dict[str, dict[int, GeometryRow]] = {}
     for row in rows:
-        missing = [key for key in ("layer", "norm", *NAMES) if key not in row]
-        if missing:
-            raise ValueError(f"geometry row {row!r} lacks keys {missing}")
-        layers = by_norm.setdefault(row["norm"], {})
-        layer = int(row["layer"])
+        layers = by_norm.setdefault(row.norm, {})
+        layer = int(row.layer)
         if layer in layers:
-            raise ValueError(f"duplicate geometry row for layer {layer}, norm {row['norm']!r}")
+            raise ValueError(f"duplicate geometry row for layer {layer}, norm {row.norm!r}")
         layers[layer] = row
     return by_norm
 
 
-def layer_scores(rows: list[dict], candidate_layers: Sequence[int]) -> list[dict]:
+def layer_scores(rows: list[GeometryRow], candidate_layers: Sequence[int]) -> list[ScoreRow]:
     """Score every layer of every normalisation.
 
     For each norm separately, over the candidate layers only:
     z_curv = z(m_curv), z_mono = z(m_mono), z_keff = z(k_eff), S = z_curv + z_mono - z_keff,
     rank = 1 for the best S within the norm (ties -> shallower layer first).
     Non-candidate layers (e.g. layer 0) are kept for reference with NaN z-scores and S, and rank
-    None. Returns copies of the input rows, sorted by (norm, layer), with keys z_curv, z_mono,
-    z_keff, S, candidate (bool) and rank added.
+    None. Returns a ScoreRow per input row (its geometry, with the z-scores, S, candidate and
+    rank), sorted by (norm, layer).
     """
     candidates = [int(layer) for layer in candidate_layers]
     if not candidates:
@@ -62,14 +60,14 @@ def layer_scores(rows: list[dict], candidate_layers: Sequence[int]) -> list[dict
     if len(set(candidates)) != len(candidates):
         raise ValueError(f"candidate_layers has duplicates: {candidates}")
     candidates = sorted(candidates)
-    out: list[dict] = []
+    out: list[ScoreRow] = []
     for norm, layers in sorted(_index_rows(rows).items()):
         absent = [layer for layer in candidates if layer not in layers]
         if absent:
             raise ValueError(f"norm {norm!r} has no geometry rows for candidate layers {absent}")
         z = {}  # proxy -> {layer: z-score over the candidates}
         for key in NAMES:
-            values = zscore([layers[lay][key] for lay in candidates])
+            values = zscore([getattr(layers[lay], key) for lay in candidates])
             z[key] = dict(zip(candidates, values.tolist(), strict=True))
         score = {lay: combine({k: z[k][lay] for k in NAMES}) for lay in candidates}
         order = sorted(candidates, key=lambda lay: (-score[lay], lay))
@@ -77,26 +75,24 @@ def layer_scores(rows: list[dict], candidate_layers: Sequence[int]) -> list[dict
         for layer in sorted(layers):
             is_cand = layer in score
             nan = math.nan
-            out.append(
-                {
-                    **layers[layer],
-                    **{p.z_column: float(z[p.name][layer]) if is_cand else nan for p in PROXIES},
-                    "S": float(score[layer]) if is_cand else nan,
-                    "candidate": is_cand,
-                    "rank": rank[layer] if is_cand else None,
-                }
-            )
+            out.append(ScoreRow(
+                **layers[layer].to_dict(),
+                **{p.z_column: float(z[p.name][layer]) if is_cand else nan for p in PROXIES},
+                S=float(score[layer]) if is_cand else nan,
+                candidate=is_cand,
+                rank=rank[layer] if is_cand else None,
+            ))
     return out
 
 
-def select_layer(score_rows: list[dict], norm: str) -> int:
+def select_layer(score_rows: list[ScoreRow], norm: str) -> int:
     """l* = argmax S over the candidate layers of one norm; a tie goes to the shallower layer."""
-    cands = [r for r in score_rows if r["norm"] == norm and r["candidate"]]
+    cands = [r for r in score_rows if r.norm == norm and r.candidate]
     if not cands:
-        norms = sorted({r["norm"] for r in score_rows})
+        norms = sorted({r.norm for r in score_rows})
         raise ValueError(f"no candidate score rows for norm {norm!r}; norms present: {norms}")
-    best = min(cands, key=lambda r: (-r["S"], int(r["layer"])))
-    return int(best["layer"])
+    best = min(cands, key=lambda r: (-r.S, int(r.layer)))
+    return int(best.layer)
 
 
 def spearman(x, y) -> float:

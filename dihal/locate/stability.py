@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from dihal.config import GeometryConfig
+from dihal.inputs import GeometryRow
 from dihal.locate.geometry import layer_proxies, make_plan, sample_positions
 from dihal.locate.score import layer_scores, select_layer
 from dihal.seeds import derive_seed
@@ -149,13 +150,13 @@ def geometry_pick_layers(reader, cfg: GeometryConfig, candidates: Sequence[int],
             c = _fit_config(one, min(one.n_tokens, len(ids) * (seq_len - 1)))
             pos = positions_from_sequences(ids, seq_len, c.n_tokens, gen)
             setups.append((pos, make_plan(c.n_tokens, c, gen), c))
-        rows: list[list[dict]] = [[] for _ in samples]
+        rows: list[list[GeometryRow]] = [[] for _ in samples]
         for layer in cands:
             states = reader.layer(split, layer)
             for (pos, plan, c), out in zip(setups, rows, strict=True):
                 x = torch.from_numpy(np.asarray(states[pos[:, 0], pos[:, 1]], dtype=np.float64))
                 x = x.to(device)
-                out += [{"layer": layer, **r} for r in layer_proxies(x, plan, c)]
+                out += [GeometryRow(layer=layer, **r) for r in layer_proxies(x, plan, c)]
             if progress:
                 progress(f"sequence resample: layer {layer} of {n_layers}, {len(samples)} samples")
         return [select_layer(layer_scores(r, cands), norm) for r in rows]

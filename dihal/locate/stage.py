@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from dihal.config import LayerScoreConfig
-from dihal.inputs import LayerScoreSummary
+from dihal.inputs import GeometryRow, LayerScoreSummary, PredictorRow
 from dihal.locate.geometry import (
     GeometryConfig,
     layer_proxies_resampled,
@@ -51,8 +51,8 @@ def compute_geometry(
         boot = torch.Generator().manual_seed(derive_seed(cfg.seed, backbone, "geometry-bootstrap"))
         weights = resample_weights(cfg.n_tokens, cfg.n_resamples, boot)
     replicates: dict[str, list] = {k: [] for k in ("resample", "layer", "norm", *NAMES)}
-    rows: list[dict] = []
-    rivals: list[dict] = []
+    rows: list[GeometryRow] = []
+    rivals: list[PredictorRow] = []
     x0 = prev = ridge = None
     t0 = time.perf_counter()
     for layer in range(n_layers):
@@ -64,8 +64,7 @@ def compute_geometry(
                 "asset (its checks reject NaN) before computing geometry."
             )
         layer_rows, reps = layer_proxies_resampled(x.to(device), plan, cfg, weights)
-        for row in layer_rows:
-            rows.append({"layer": layer, **row})
+        rows += [GeometryRow(layer=layer, **row) for row in layer_rows]
         for norm, rep in reps.items():
             replicates["resample"] += range(cfg.n_resamples)
             replicates["layer"] += [layer] * cfg.n_resamples
@@ -75,8 +74,8 @@ def compute_geometry(
         if layer == 0:
             x0, ridge = x, RidgeFolds(x, seed=cfg.seed)
         else:  # the rival predictors of a candidate layer, on the same tokens
-            rivals.append({"layer": layer, **layer_predictors(x0, prev, x, seed=cfg.seed,
-                                                             ridge=ridge)})
+            rivals.append(PredictorRow(layer=layer, **layer_predictors(x0, prev, x, seed=cfg.seed,
+                                                                      ridge=ridge)))
         prev = x
         if progress:
             progress(f"geometry layer {layer + 1}/{n_layers} ({time.perf_counter() - t0:.1f} s)")
@@ -86,13 +85,13 @@ def compute_geometry(
                           plot_png=plot_proxies(rows, f"{backbone}: geometry proxies per layer"))
 
 
-def score_summary(rows: list[dict], *, primary_norm: str = "none") -> dict:
+def score_summary(rows: list[GeometryRow], *, primary_norm: str = "none") -> dict:
     """Layer scores per normalisation, l* for each, and Spearman(S_l, -l): how much of the
     score is just "shallower is better" (the depth control of docs/method.md §1)."""
     from dihal.locate.score import depth_control, layer_scores, select_layer, spearman
 
-    layers = sorted({r["layer"] for r in rows})
-    norms = sorted({r["norm"] for r in rows})
+    layers = sorted({r.layer for r in rows})
+    norms = sorted({r.norm for r in rows})
     if primary_norm not in norms:
         raise ValueError(f"primary_norm {primary_norm!r} not computed; the table has {norms}")
     candidates = [ll for ll in layers if ll >= 1]
@@ -100,7 +99,7 @@ def score_summary(rows: list[dict], *, primary_norm: str = "none") -> dict:
     selected = {n: select_layer(scored, n) for n in norms}
     vs_depth = {}
     for n in norms:
-        pts = sorted((r["layer"], r["S"]) for r in scored if r["norm"] == n and r["candidate"])
+        pts = sorted((r.layer, r.S) for r in scored if r.norm == n and r.candidate)
         vs_depth[n] = spearman([p[1] for p in pts], depth_control([p[0] for p in pts]))
     return {"rows": scored, "selected": selected, "l_star": selected[primary_norm],
             "spearman_vs_depth": vs_depth, "candidates": candidates}
@@ -178,7 +177,7 @@ def sequence_stability(reader, geometry: GeometryConfig, candidates: list[int], 
             "sequences": int(n_seq), "seconds": round(time.perf_counter() - t0, 2)}
 
 
-def score_layers(rows: list[dict], cfg: LayerScoreConfig, *, backbone: str,
+def score_layers(rows: list[GeometryRow], cfg: LayerScoreConfig, *, backbone: str,
                  resamples: dict[str, list] | None = None, reader=None,
                  geometry: GeometryConfig | None = None,
                  progress: Callable[[str], None] | None = None,

@@ -9,7 +9,7 @@ import numpy as np
 
 from dihal.config import MIN_SWEPT_LAYERS, BridgeProtocol, ExtractConfig  # noqa: F401
 from dihal.errors import DihalError
-from dihal.inputs import BridgeabilitySummary, OracleBy, SeedInfo
+from dihal.inputs import BridgeabilitySummary, OracleBy, PredictorRow, ScoreRow, SeedInfo
 from dihal.locate.predictors import ORIENTATION
 from dihal.plots import plot_bridgeability
 from dihal.replace.stage import default_sweep_layers
@@ -37,24 +37,24 @@ from dihal.uncertainty import (
 )
 
 
-def _predictor_values(layers: list[int], score_rows: list[dict],
-                      predictor_rows: list[dict]) -> dict[str, list[float]]:
+def _predictor_values(layers: list[int], score_rows: list[ScoreRow],
+                      predictor_rows: list[PredictorRow]) -> dict[str, list[float]]:
     """{predictor name: its oriented value at each swept layer}: S_l per normalisation, the
     depth control -l, and each rival predictor times its ORIENTATION."""
     from dihal.locate.score import depth_control
 
     out = {}
-    score = {(r["norm"], r["layer"]): r["S"] for r in score_rows}
-    for norm in sorted({r["norm"] for r in score_rows}):
+    score = {(r.norm, r.layer): r.S for r in score_rows}
+    for norm in sorted({r.norm for r in score_rows}):
         out[f"S_l ({norm})"] = [score[(norm, ll)] for ll in layers]
     out[DEPTH] = list(depth_control(layers))
-    rivals = {r["layer"]: r for r in predictor_rows}
+    rivals = {r.layer: r for r in predictor_rows}
     missing = [ll for ll in layers if ll not in rivals]
     if predictor_rows and missing:
         raise ValueError(f"the rival predictors lack swept layers {missing}: re-materialise geometry")
     for name, sign in ORIENTATION.items():
         if predictor_rows:
-            out[("-" if sign < 0 else "") + name] = [sign * rivals[ll][name] for ll in layers]
+            out[("-" if sign < 0 else "") + name] = [sign * getattr(rivals[ll], name) for ll in layers]
     return out
 
 
@@ -79,8 +79,8 @@ def _seed_values(layers: list[int], by_layer: dict, seed_rows: dict[int, list[di
     return out
 
 
-def bridgeability_table(layer_rows: list[dict], score_rows: list[dict],
-                        predictor_rows: list[dict] = (), *, n_boot: int = 2000,
+def bridgeability_table(layer_rows: list[dict], score_rows: list[ScoreRow],
+                        predictor_rows: list[PredictorRow] = (), *, n_boot: int = 2000,
                         seed: int = 0, seed_rows: dict[int, list[dict]] | None = None,
                         l_star: int | None = None, primary_norm: str | None = None) -> dict:
     """Spearman of every predictor (S_l per normalisation, the depth control -l, the oriented
@@ -135,7 +135,7 @@ def bridgeability_table(layer_rows: list[dict], score_rows: list[dict],
             "primary": primary}
 
 
-def primary_standing(preds: dict[str, list[float]], target, score_rows: list[dict],
+def primary_standing(preds: dict[str, list[float]], target, score_rows: list[ScoreRow],
                      primary_norm: str, *, seed: int = 0,
                      n_boot: int | None = None) -> PrimaryTest:
     """The pre-registered primary test (dihal.uncertainty.primary_test) of S_l under
@@ -151,7 +151,7 @@ def primary_standing(preds: dict[str, list[float]], target, score_rows: list[dic
                          "re-materialise layer_score with it")
     n_boot = n_boot or PRIMARY_RESAMPLES
     t = primary_test(preds[name], preds[DEPTH], target, n_boot=n_boot, seed=seed)
-    score = {int(r["layer"]): float(r["S"]) for r in score_rows if r["norm"] == primary_norm}
+    score = {int(r.layer): float(r.S) for r in score_rows if r.norm == primary_norm}
     every = sorted(score)
 
     def floor(layers: list[int], resamples: int = n_boot) -> float:
@@ -231,8 +231,8 @@ def regression_table(swept: list[BridgeMetrics], controls: list[BridgeMetrics]) 
             for b in sorted(swept, key=lambda m: m.layer) if b.layer in control]
 
 
-def bridgeability(swept: list[BridgeMetrics], score_rows: list[dict], l_star: int, *,
-                  backbone: str, predictor_rows: list[dict] = (),
+def bridgeability(swept: list[BridgeMetrics], score_rows: list[ScoreRow], l_star: int, *,
+                  backbone: str, predictor_rows: list[PredictorRow] = (),
                   regression: list[BridgeMetrics] = (),
                   seed_metrics: dict[int, list[BridgeMetrics]] | None = None,
                   primary_norm: str = "none") -> BridgeabilityResult:
@@ -246,7 +246,7 @@ def bridgeability(swept: list[BridgeMetrics], score_rows: list[dict], l_star: in
     if len(swept) < MIN_SWEPT_LAYERS:
         raise DihalError(f"bridgeability needs >= {MIN_SWEPT_LAYERS} swept layers, got {len(swept)}")
     layer_rows = sorted((m.to_dict() for m in swept), key=lambda r: r["layer"])
-    candidates = [r for r in score_rows if r["candidate"]]
+    candidates = [r for r in score_rows if r.candidate]
     table = bridgeability_table(layer_rows, candidates, predictor_rows, l_star=l_star, seed_rows={
         ll: [m.to_dict() for m in ms] for ll, ms in (seed_metrics or {}).items()},
         primary_norm=primary_norm)

@@ -32,6 +32,7 @@ from dihal.bridge.data import Standardizer
 from dihal.config import BridgeProtocol
 from dihal.errors import DihalError
 from dihal.identity import revision_content
+from dihal.inputs import ScoreRow
 from dihal.locate.score import spearman
 from dihal.replace.bridgeability import bridgeability_table, regression_table
 from dihal.replace.control_hybrids import RidgeMap, ridge_hybrid
@@ -155,12 +156,12 @@ class Verdicts:
         return [f"{what} {here} (full: {there})" for what, here, there in pairs if here != there]
 
 
-def derive(measured: Measured, score_rows: list[dict], l_star: int,
+def derive(measured: Measured, score_rows: list[ScoreRow], l_star: int,
            primary_norm: str, *, seed: int = 0) -> Verdicts:
     """The bridgeability stage's verdicts over `measured` (bridgeability_table with one seed
     per layer and no rival predictors, regression_table)."""
     rows = sorted((m.to_dict() for m in measured.bridges), key=lambda r: r["layer"])
-    table = bridgeability_table(rows, [r for r in score_rows if r["candidate"]], (),
+    table = bridgeability_table(rows, [r for r in score_rows if r.candidate], (),
                                 seed=seed, l_star=l_star, primary_norm=primary_norm)
     wins = tuple(r.layer for r in regression_table(list(measured.bridges),
                                                    list(measured.controls))
@@ -441,7 +442,7 @@ class SizingReport:
                     for s, per in self.layer_seconds.items()}}
 
 
-def size_measurement(measures: SweepMeasures, full: Setting, score_rows: list[dict],
+def size_measurement(measures: SweepMeasures, full: Setting, score_rows: list[ScoreRow],
                      l_star: int, primary_norm: str, *,
                      agreement: float | None = None) -> SizingReport:
     """Each setting of `measures` against the sweep's own measurement (at `full`): derive,

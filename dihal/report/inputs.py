@@ -14,9 +14,13 @@ from dihal.generation_inputs import CompareInputs, EvaluateInputs, FullTrainingI
 from dihal.inputs import (
     BackboneInfo,
     BackboneSummary,
+    GeometryRow,
+    LayerScoreSummary,
     LocateInputs,
     Plots,
+    PredictorRow,
     ReplaceInputs,
+    ScoreRow,
     StageConfigs,
 )
 from dihal.rows import BudgetGenerationRow, BudgetPoint
@@ -47,8 +51,9 @@ class ReportInputs:
 
     @classmethod
     def from_dicts(cls, *, backbone_info: dict[str, Any], configs: dict[str, dict],
-                   plots: dict[str, bytes], geometry_rows: list[dict], predictor_rows: list[dict],
-                   score_rows: list[dict], score: dict[str, Any], bridgeability: dict[str, Any],
+                   plots: dict[str, bytes], geometry_rows: list[GeometryRow],
+                   predictor_rows: list[PredictorRow], score_rows: list[ScoreRow],
+                   score: dict[str, Any], bridgeability: dict[str, Any],
                    sweep_layers: list[dict], sweep_protocol: dict[str, Any],
                    evaluation: dict[str, Any], sampler_curve: dict[str, Any],
                    comparison: dict[str, Any], full_training: list[dict],
@@ -56,13 +61,15 @@ class ReportInputs:
                    **rest: Any) -> ReportInputs:
         """The inputs from the tables and manifest infos as storage reads them: Backbone.info()
         as the dump recorded it, the stages' configs, the plots by name (proxies, score,
-        scatter); the geometry and score rows, the rival predictors, LayerScoreResult.info(); BridgeabilityResult
+        scatter); the geometry, rival predictors' and score rows (typed, as storage reads them),
+        LayerScoreResult.info(); BridgeabilityResult
         .info(), the BridgeMetrics of every swept layer, the sweep's config; EvalResult.info(),
         SamplerCurveResult.info(); ComparisonResult.info(); FullTrainingResult's rows and
         sampler; ...; `rest`: the fields taken as they are."""
         return cls(backbone_info=BackboneInfo.from_dict(backbone_info),
                    configs=StageConfigs.from_dict(configs), plots=Plots(**plots),
-                   locate=LocateInputs.from_dicts(geometry_rows, predictor_rows, score_rows, score),
+                   locate=LocateInputs(geometry_rows, predictor_rows, score_rows,
+                                       LayerScoreSummary.from_dict(score)),
                    bridges=ReplaceInputs.from_dicts(bridgeability, sweep_layers, sweep_protocol),
                    evaluate=EvaluateInputs.from_dicts(evaluation, sampler_curve),
                    comparison=CompareInputs.from_dict(comparison),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dihal.inputs import LayerScoreSummary, Picks, SequenceStability
+from dihal.inputs import LayerScoreSummary, Picks, PredictorRow, SequenceStability
 from dihal.proxies import NAMES
 from dihal.report.common import LOCATE
 from dihal.report.document import Document
@@ -109,7 +109,7 @@ def _proxy_tables(x: ReportInputs) -> dict[str, list[dict]]:
     out: dict[str, list[dict]] = {}
     for g in sorted(x.locate.geometry, key=lambda g: (g.norm, g.layer)):
         out.setdefault(g.norm, []).append(
-            {"layer": g.layer, **{k: g.proxies[k] for k in NAMES},
+            {"layer": g.layer, **{k: getattr(g, k) for k in NAMES},
              "S": score.get((g.norm, g.layer))})
     return out
 
@@ -148,4 +148,5 @@ def locate_section(r: Document, x: ReportInputs) -> None:
             "from the condition hs[0], the block influence of ShortGPT, the cross-validated R^2 "
             "of a ridge regression from the condition, the TwoNN intrinsic dimension, and the "
             "share of variance carried by the top 0.1 % tokens by norm (massive activations).")
-        r.table(x.locate.predictors, list(x.locate.predictors[0]), ".3g")
+        r.table([p.to_dict() for p in x.locate.predictors],
+                list(PredictorRow.__dataclass_fields__), ".3g")

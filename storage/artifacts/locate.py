@@ -13,6 +13,7 @@ from dihal.atomic import (
     atomic_write_text,
 )
 from dihal.errors import CorruptArtifactError
+from dihal.inputs import GeometryRow, PredictorRow, ScoreRow
 from dihal.proxies import NAMES
 from dihal.results import (
     GeometryResult,
@@ -169,8 +170,8 @@ class Geometry(Artifact):
 
     def _write_files(self, directory: Path, result: GeometryResult) -> None:
         pos = result.positions
-        write_table(directory / "geometry.parquet", result.rows)
-        write_table(directory / "predictors.parquet", result.predictors)
+        write_table(directory / "geometry.parquet", [r.to_dict() for r in result.rows])
+        write_table(directory / "predictors.parquet", [p.to_dict() for p in result.predictors])
         write_table(directory / "resamples.parquet", result.resamples or {
             "resample": [], "layer": [], "norm": [], **{k: [] for k in NAMES}})
         write_table(directory / "positions.parquet", {
@@ -183,12 +184,12 @@ class Geometry(Artifact):
             "j": [-1] * len(anchors) + pairs[:, 1].tolist()})
         atomic_write_bytes(directory / "proxies.png", result.plot_png)
 
-    def rows(self) -> list[dict]:
-        return read_rows(self.path("geometry.parquet"))
+    def rows(self) -> list[GeometryRow]:
+        return [GeometryRow.from_dict(r) for r in read_rows(self.path("geometry.parquet"))]
 
-    def predictor_rows(self) -> list[dict]:
+    def predictor_rows(self) -> list[PredictorRow]:
         """The rival predictors of each candidate layer (dihal.locate.predictors)."""
-        return read_rows(self.path("predictors.parquet"))
+        return [PredictorRow.from_dict(r) for r in read_rows(self.path("predictors.parquet"))]
 
     def resamples(self) -> dict[str, list]:
         """The proxies' token-bootstrap replicates, as columns."""
@@ -201,30 +202,32 @@ class Geometry(Artifact):
         first = manifest.config["normalizations"][0]
         rivals = self.predictor_rows()
         return {**super().metadata(manifest), "plot": Plot(self.path("proxies.png"), "proxies"),
-                "table": Table([r for r in self.rows() if r["norm"] == first],
+                "table": Table([r.to_dict() for r in self.rows() if r.norm == first],
                                ["layer", *NAMES]),
-                "rival_predictors": Table(rivals, list(rivals[0]) if rivals else ["layer"])}
+                "rival_predictors": Table([r.to_dict() for r in rivals],
+                                          list(PredictorRow.__dataclass_fields__) if rivals
+                                          else ["layer"])}
 
 
 class LayerScore(Artifact):
     files = ("layer_score.parquet", "score.png")
 
     def _write_files(self, directory: Path, result: LayerScoreResult) -> None:
-        write_table(directory / "layer_score.parquet", result.rows)
+        write_table(directory / "layer_score.parquet", [r.to_dict() for r in result.rows])
         atomic_write_bytes(directory / "score.png", result.plot_png)
 
-    def rows(self) -> list[dict]:
-        return read_rows(self.path("layer_score.parquet"))
+    def rows(self) -> list[ScoreRow]:
+        return [ScoreRow.from_dict(r) for r in read_rows(self.path("layer_score.parquet"))]
 
     def plot(self) -> bytes:
         return self.path("score.png").read_bytes()
 
     def metadata(self, manifest: Manifest) -> dict[str, Any]:
-        rows = [r for r in self.rows() if r["candidate"]]
-        norms = sorted({r["norm"] for r in rows})
-        s = {(r["norm"], r["layer"]): r["S"] for r in rows}
+        rows = [r for r in self.rows() if r.candidate]
+        norms = sorted({r.norm for r in rows})
+        s = {(r.norm, r.layer): r.S for r in rows}
         table = [{"layer": ll, **{f"S ({n})": s[(n, ll)] for n in norms}}
-                 for ll in sorted({r["layer"] for r in rows})]
+                 for ll in sorted({r.layer for r in rows})]
         return {**super().metadata(manifest), "plot": Plot(self.path("score.png"), "S_l"),
                 "scores": Table(table, ["layer"] + [f"S ({n})" for n in norms])}
 

@@ -256,9 +256,9 @@ def test_the_ridge_control_and_layer_drop_answer_the_same_calls(hybrid, tiny_bac
 def test_locate_on_texts_returns_the_proxies_the_score_and_l_star(tiny_backbone):
     texts = [" ".join(WORDS[i:i + 40]) for i in range(0, 120, 20)]
     located = locate(tiny_backbone, texts, seq_len=32)
-    assert [r["layer"] for r in located.rows] == list(range(tiny_backbone.n_layers))
-    best = min((r for r in located.rows if r["candidate"]), key=lambda r: r["rank"])
-    assert located.l_star == best["layer"] == located.selected["none"]
+    assert [r.layer for r in located.rows] == list(range(tiny_backbone.n_layers))
+    best = min((r for r in located.rows if r.candidate), key=lambda r: r.rank)
+    assert located.l_star == best.layer == located.selected["none"]
     stream = sum(len(t.split()) + 1 for t in texts)  # a token a word, an EOS a text
     assert located.n_sequences == stream // 31 and located.n_tokens == 31 * (stream // 31)
     table = located.table()

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from dihal.errors import CorruptArtifactError, MissingArtifactError, StaleArtifactError
+from dihal.inputs import GeometryRow
 from dihal.results import (
     BridgeMetrics,
     EvalResult,
@@ -93,7 +94,8 @@ def test_a_current_artifact_whose_manifest_lacks_the_version_is_stamped_not_rema
 
 
 def test_geometry_writes_tables_plot_and_display_metadata(tmp_path):
-    rows = [{"layer": ll, "norm": n, "m_curv": 1.0 + ll, "m_mono": 0.5, "k_eff": 3.0}
+    rows = [GeometryRow(ll, n, m_curv=1.0 + ll, m_mono=0.5, m_mono_median=0.5, m_mono_q05=0.1,
+                        m_mono_min_eig=0.05, k_eff=3.0, tr_sigma=6.0, lambda_max=2.0)
             for ll in range(3) for n in ("none", "rms")]
     res = GeometryResult(rows, np.array([[0, 1], [1, 3]]), np.array([0]), np.array([[0, 1]]), 1.5,
                          plot_png=PNG)

@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from dihal.inputs import GeometryRow
 from dihal.locate.geometry import (
     NORMALIZATIONS,
     ROBUST_CLIP,
@@ -476,7 +477,7 @@ def test_geometry_on_the_cpu_device_is_bitwise_the_plain_cpu_path():
     for layer in range(3):
         x = torch.from_numpy(states[layer][pos[:, 0], pos[:, 1]].astype(np.float64))
         rows, reps = layer_proxies_resampled(x, plan, cfg, weights)
-        want_rows += [{"layer": layer, **r} for r in rows]
+        want_rows += [GeometryRow(layer=layer, **r) for r in rows]
         want_reps += [reps[n]["m_curv"].tolist() for n in cfg.normalizations]
     assert got.rows == want_rows  # exact floats, not approximately
     curv = got.resamples["m_curv"]

@@ -23,22 +23,26 @@ from dihal.inputs import (
     BackboneInfo,
     BackboneSummary,
     BridgeabilitySummary,
-    GeometryRow,
     GeometrySettings,
     LayerScoreSummary,
-    LocateInputs,
     OracleWorst,
     Picks,
     ReplaceInputs,
-    ScoreRow,
     SeedSpread,
     StageConfigs,
     SweepLayer,
 )
 from dihal.report.build import build_report
+from dihal.report.inputs import ReportInputs
 from dihal.rows import ABSENT
 from dihal.uncertainty import PRIMARY_UNDECIDABLE
-from tests.tiny import curve_point, report_inputs, report_raw, report_raw_with_cost
+from tests.tiny import (
+    curve_point,
+    geometry_row,
+    report_inputs,
+    report_raw,
+    report_raw_with_cost,
+)
 
 
 def test_layer_score_summary_without_the_stability_checks():
@@ -82,14 +86,12 @@ def test_layer_score_info_reads_the_stability_checks():
         {"l_star_a": 2, "l_star_b": 3, "agree": False}]
 
 
-def test_locate_inputs_from_the_tables():
+def test_locate_inputs_from_the_report_inputs():
     raw = report_raw()
-    raw["score_rows"][0].pop("S")  # layer 0 of an older table: no score column
-    loc = LocateInputs.from_dicts(raw["geometry_rows"], [{"layer": 1, "cond_cka": 0.5}],
-                                  raw["score_rows"], raw["score"])
-    assert loc.geometry[1] == GeometryRow(1, "none", {"m_curv": 0.1, "m_mono": 0.2, "k_eff": 3.0})
-    assert loc.scores[0] == ScoreRow(0, "none", None) and loc.scores[2].S == 1.0
-    assert loc.predictors == [{"layer": 1, "cond_cka": 0.5}]
+    loc = ReportInputs.from_dicts(**raw).locate
+    assert loc.geometry[1] == geometry_row(1, "none", m_curv=0.1, m_mono=0.2)
+    assert loc.scores[0].candidate is False and loc.scores[2].S == 1.0
+    assert loc.predictors == []
     assert loc.score.selected == {"none": 1, "robust": 2}
 
 

@@ -7,20 +7,15 @@ import math
 import numpy as np
 import pytest
 
+from dihal.inputs import GeometryRow
 from dihal.locate.score import depth_control, layer_scores, select_layer, spearman, zscore
 
 Z1 = math.sqrt(1.5)  # z-score of the ends of (1, 2, 3): (3 - 2) / sqrt(2/3)
 
 
-def row(layer, m_curv, m_mono, k_eff, norm="none", **extra):
-    return {
-        "layer": layer,
-        "norm": norm,
-        "m_curv": m_curv,
-        "m_mono": m_mono,
-        "k_eff": k_eff,
-        **extra,
-    }
+def row(layer, m_curv, m_mono, k_eff, norm="none", tr_sigma=2.0):
+    return GeometryRow(layer, norm, m_curv, m_mono, m_mono_median=m_mono, m_mono_q05=0.5,
+                       m_mono_min_eig=0.25, k_eff=k_eff, tr_sigma=tr_sigma, lambda_max=1.0)
 
 
 def toy_table():
@@ -55,20 +50,20 @@ def test_zscore_rejects_bad_input():
 
 def test_layer_scores_hand_computed():
     out = layer_scores(toy_table(), candidate_layers=[1, 2, 3])
-    by_layer = {r["layer"]: r for r in out}
+    by_layer = {r.layer: r for r in out}
     # z_curv = (-Z1, 0, Z1); m_mono constant -> 0; z_keff = (Z1, 0, -Z1); S = 2 * (-Z1, 0, Z1)
     for layer, sign in ((1, -1), (2, 0), (3, 1)):
         r = by_layer[layer]
-        assert r["z_curv"] == pytest.approx(sign * Z1)
-        assert r["z_mono"] == 0.0
-        assert r["z_keff"] == pytest.approx(-sign * Z1)
-        assert r["S"] == pytest.approx(2 * sign * Z1)
-        assert r["candidate"] is True
-    assert [by_layer[layer]["rank"] for layer in (1, 2, 3)] == [3, 2, 1]
+        assert r.z_curv == pytest.approx(sign * Z1)
+        assert r.z_mono == 0.0
+        assert r.z_keff == pytest.approx(-sign * Z1)
+        assert r.S == pytest.approx(2 * sign * Z1)
+        assert r.candidate is True
+    assert [by_layer[layer].rank for layer in (1, 2, 3)] == [3, 2, 1]
     ref = by_layer[0]
-    assert ref["candidate"] is False and ref["rank"] is None
-    assert all(math.isnan(ref[key]) for key in ("z_curv", "z_mono", "z_keff", "S"))
-    assert ref["tr_sigma"] == 1.0  # other keys pass through
+    assert ref.candidate is False and ref.rank is None
+    assert all(math.isnan(getattr(ref, key)) for key in ("z_curv", "z_mono", "z_keff", "S"))
+    assert ref.tr_sigma == 1.0 and ref.m_mono_q05 == 0.5  # the geometry columns pass through
     assert select_layer(out, "none") == 3
 
 
@@ -80,27 +75,27 @@ def test_layer_scores_are_per_normalization():
         row(3, 1.0, 1.0, 1.0, norm="rms"),
     ]
     out = layer_scores(toy_table() + rms, candidate_layers=(3, 1, 2))
-    assert [(r["norm"], r["layer"]) for r in out] == [
+    assert [(r.norm, r.layer) for r in out] == [
         ("none", 0), ("none", 1), ("none", 2), ("none", 3),
         ("rms", 0), ("rms", 1), ("rms", 2), ("rms", 3),
     ]  # fmt: skip
     assert select_layer(out, "none") == 3
     assert select_layer(out, "rms") == 1
-    rms_rows = {r["layer"]: r for r in out if r["norm"] == "rms"}
-    assert rms_rows[1]["S"] == pytest.approx(Z1)
+    rms_rows = {r.layer: r for r in out if r.norm == "rms"}
+    assert rms_rows[1].S == pytest.approx(Z1)
 
 
 def test_ties_go_to_the_shallower_layer():
     rows = [row(1, 1.0, 0.0, 0.0), row(2, 1.0, 0.0, 0.0), row(3, 0.0, 0.0, 0.0)]
     out = layer_scores(rows, [1, 2, 3])
-    assert {r["layer"]: r["rank"] for r in out} == {1: 1, 2: 2, 3: 3}
+    assert {r.layer: r.rank for r in out} == {1: 1, 2: 2, 3: 3}
     assert select_layer(out, "none") == 1
 
 
 def test_all_constant_columns_give_zero_scores():
     rows = [row(layer, 1.0, 2.0, 3.0) for layer in (1, 2, 3)]
     out = layer_scores(rows, [1, 2, 3])
-    assert all(r["S"] == 0.0 for r in out)
+    assert all(r.S == 0.0 for r in out)
     assert select_layer(out, "none") == 1
 
 
@@ -109,8 +104,6 @@ def test_layer_scores_rejects_bad_tables():
         layer_scores(toy_table(), [1, 2, 4])
     with pytest.raises(ValueError, match="duplicate"):
         layer_scores(toy_table() + [row(2, 0.0, 0.0, 0.0)], [1, 2, 3])
-    with pytest.raises(ValueError, match="lacks keys"):
-        layer_scores([{"layer": 1, "norm": "none", "m_curv": 1.0}], [1])
     with pytest.raises(ValueError, match="empty"):
         layer_scores(toy_table(), [])
     with pytest.raises(ValueError, match="duplicates"):

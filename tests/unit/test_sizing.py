@@ -26,6 +26,7 @@ from dihal.replace.sizing import (
     settings_grid,
 )
 from dihal.results import BridgeMetrics
+from tests.tiny import score_row
 
 LAYERS = list(range(1, 9))
 
@@ -40,8 +41,8 @@ def metrics(layer: int, nll: float, select: float | None = None) -> BridgeMetric
                          hybrid_nll_judge=nll)
 
 
-SCORE = [{"norm": "none", "layer": ll, "S": -float(ll) + 3 * math.sin(ll), "candidate": True}
-         for ll in LAYERS] + [{"norm": "none", "layer": 0, "S": 0.0, "candidate": False}]
+SCORE = [score_row(ll, -float(ll) + 3 * math.sin(ll))
+         for ll in LAYERS] + [score_row(0, 0.0, candidate=False)]
 
 
 def measured(nll: dict[int, float], control: dict[int, float], setting=None) -> Measured:

@@ -18,6 +18,7 @@ from dihal.uncertainty import (
     resample_indices,
     spearman_interval,
 )
+from tests.tiny import predictor_row, score_row
 
 
 def test_spearman_interval_matches_scipy_and_is_seeded():
@@ -76,11 +77,11 @@ def test_bridgeability_table_rivals_orientation_and_standing_against_depth():
     layers = list(range(1, 11))
     losses = {ll: 0.1 * ll for ll in layers}  # deeper is harder: depth is a perfect predictor
     rng = np.random.default_rng(6)
-    score = [{"norm": "none", "layer": ll, "S": float(s), "candidate": True}
+    score = [score_row(ll, float(s))
              for ll, s in zip(layers, rng.normal(size=10), strict=True)]
     # rivals: cond_distance grows with depth (oriented: -cond_distance, perfect), the others noise
-    rivals = [{"layer": ll, **{name: float(rng.normal()) for name in ORIENTATION},
-               "cond_distance": 0.05 * ll} for ll in layers]
+    rivals = [predictor_row(ll, **{**{name: float(rng.normal()) for name in ORIENTATION},
+                                   "cond_distance": 0.05 * ll}) for ll in layers]
     table = bridgeability_table(_layers(losses), score, rivals, n_boot=500)
     rows = {r.predictor: r.of("val_loss") for r in table["rows"]}
     assert set(rows) == {"S_l (none)", DEPTH, *(("-" if s < 0 else "") + n
@@ -115,7 +116,7 @@ def test_bridgeability_table_rivals_orientation_and_standing_against_depth():
 
 
 def _score(values, norm="none"):
-    return [{"norm": norm, "layer": ll, "S": float(v), "candidate": True}
+    return [score_row(ll, float(v), norm)
             for ll, v in enumerate(values, start=1)]
 
 
@@ -709,8 +710,8 @@ def test_primary_standing_through_the_bridgeability_table():
     every = list(range(1, 30))
     s_all = {ll: v for ll, v in zip(every, _issue_score(every), strict=True)}
     s_all.update({ll: -float(ll) + 4 * math.sin(ll) for ll in every if ll > 4})
-    score = [{"norm": "none", "layer": ll, "S": s_all[ll], "candidate": True} for ll in every]
-    score += [{"norm": "rms", "layer": ll, "S": float(ll), "candidate": True} for ll in every]
+    score = [score_row(ll, s_all[ll]) for ll in every]
+    score += [score_row(ll, float(ll), "rms") for ll in every]
     rows = [{"layer": ll, "val_loss": 1.0, "recon_error": 0.5 + 0.01 * ll,
              "hybrid_nll": -s_all[ll]} for ll in SWEPT10]
     rows[0]["val_loss"] = 0.5
@@ -750,7 +751,7 @@ def test_partial_spearman_reports_its_undefined_resamples_and_suppresses_a_biase
     assert far["undefined_share"] <= MAX_UNDEFINED and not far["suppressed"]
     assert far["low"] <= far["partial"] <= far["high"]
     # through the bridgeability table: the share is in the row, the interval is not
-    score = [{"norm": "none", "layer": ll, "S": v, "candidate": True}
+    score = [score_row(ll, v)
              for ll, v in zip(SWEPT10, x, strict=True)]
     rows = [{"layer": ll, "val_loss": -v, "recon_error": -v, "hybrid_nll": -v}
             for ll, v in zip(SWEPT10, y, strict=True)]

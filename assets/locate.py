@@ -72,7 +72,7 @@ def locate_assets(backbone: str) -> list:
         def compute():
             ids, bb = stored(seqs.token_ids(), cfg), run.model()
             writer = out.writer(state_spec(bb, up.info["revision"], ids, cfg), tokens=ids,
-                                attrs=bb.info())
+                                attrs=bb.info().to_dict())
             return dump_hidden_states(bb, ids, writer, cfg, progress=run.throttled())
 
         return run.produce(out, cfg, [seqs], compute, dtype=str(run.resources.compute.torch_dtype()))

@@ -347,7 +347,7 @@ def _estimates(check: Check, bb, val: np.ndarray, sizes: dict) -> dict:
     cfg = bb.model.config
     seq = SequenceConfig(seq_len=val.shape[1], n_train=1, n_val=len(val))
     facts = Facts(backbone=bb.spec.name, n_layers=bb.n_layers, hidden=bb.hidden_size,
-                  intermediate=cfg.intermediate_size, n_params=bb.info()["n_parameters"],
+                  intermediate=cfg.intermediate_size, n_params=bb.info().n_parameters,
                   weight_bytes=2, device="cuda", workers=1, swept_layers=bb.n_layers - 1,
                   doc_lengths=None, host_available=0, disk_free=0, vocab=cfg.vocab_size)
     est = gpu_step_bytes(facts, seq, ExtractConfig(batch_size=sizes["extract_batch"]),
@@ -808,7 +808,7 @@ def _load(args, tmp: Path, store: dict) -> dict:
     t = time.perf_counter()
     bb, train, val, sizes = world(args, tmp)
     store["world"] = (bb, train, val, sizes)
-    return {"backbone": bb.info(), "load_and_tokenise_s": time.perf_counter() - t,
+    return {"backbone": bb.info().to_dict(), "load_and_tokenise_s": time.perf_counter() - t,
             "tokenise_s": sizes["tokenise_s"], "train_sequences": len(train),
             "val_sequences": len(val), "seq_len": int(train.shape[1])}
 

@@ -47,7 +47,7 @@ def made_dump(backbone: str, folder: Path) -> Located:
     if not final.exists():
         ids = stored(seqs, extract)
         writer = StateWriter(folder / "work", state_spec(bb, bb.weights.revision, ids, extract),
-                             "benchmark", tokens=ids, attrs=bb.info())
+                             "benchmark", tokens=ids, attrs=bb.info().to_dict())
         extract_hidden_states(bb, ids, writer, extract)
         writer.finalize(final)
     return Located(reader=StateReader(final), train_ids=seqs["train"], extract=extract,

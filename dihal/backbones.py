@@ -25,6 +25,7 @@ from dihal.environment import DEVICE_MAPS, env_text
 from dihal.errors import BackboneNotFoundError, LayerIndexError, ModelLoadError
 from dihal.gguf import dequantise_gguf_to_cache, gemma_weights, made_once
 from dihal.identity import check_weight_files, folder_revision
+from dihal.inputs import BackboneInfo
 from dihal.locate.extract import stack_on_one_device
 from dihal.registry import (  # noqa: F401 (re-exported)
     BACKBONES,
@@ -252,20 +253,14 @@ class Backbone:
         tid = self.tokenizer.eos_token_id
         return int(tid if tid is not None else self.bos_id)
 
-    def info(self) -> dict[str, Any]:
-        cfg = self.model.config
-        return {
-            "backbone": self.spec.name,
-            "hf_id": self.spec.hf_id,
-            "revision": self.weights.revision,
-            "origin": self.weights.origin,
-            "architecture": type(self.model).__name__,
-            "n_layers": self.n_layers,
-            "hidden_size": self.hidden_size,
-            "vocab_size": cfg.vocab_size,
-            "n_parameters": sum(p.numel() for p in self.model.parameters()),
-            "device_map": self.placement(),
-        }
+    def info(self) -> BackboneInfo:
+        return BackboneInfo(
+            backbone=self.spec.name, hf_id=self.spec.hf_id, revision=self.weights.revision,
+            origin=self.weights.origin, architecture=type(self.model).__name__,
+            n_layers=self.n_layers, hidden_size=self.hidden_size,
+            vocab_size=self.model.config.vocab_size,
+            n_parameters=sum(p.numel() for p in self.model.parameters()),
+            device_map=self.placement())
 
     def placement(self) -> dict[str, Any] | None:
         """Where a device_map put the decoder blocks: {"mode", "blocks": device -> count};

@@ -417,15 +417,24 @@ class ReplaceInputs:
 
 @dataclass(frozen=True)
 class BackboneInfo:
-    """The backbone as the hidden-state dump recorded it (Backbone.info()): what the report
-    names and sizes it by."""
+    """A loaded backbone as Backbone.info() describes it and the hidden-state dump records it
+    (its manifest and the Zarr store's attributes): what the report names and sizes it by."""
 
+    backbone: str  # the registry's name
     hf_id: str
+    revision: str
+    origin: str  # where its weights came from (dihal.identity)
     architecture: str
     n_layers: int
     hidden_size: int
-    revision: str
+    vocab_size: int
     n_parameters: int
+    # where a device_map put the decoder blocks ({"mode", "blocks": device -> count}); None
+    # for a model on one device
+    device_map: dict[str, Any] | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> BackboneInfo:

@@ -14,6 +14,7 @@ from typing import Any
 
 from dihal.generation_inputs import CostTable, CurvePoint, FullTrainingRow, SamplerChoice
 from dihal.inputs import (
+    BackboneInfo,
     BridgeabilitySummary,
     GeometryRow,
     LayerScoreSummary,
@@ -116,13 +117,16 @@ class StateSpec:
     def n_batches(self, split: str) -> int:
         return -(-self.n_seq[split] // self.batch_size)
 
+    def to_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
 
 @dataclass(frozen=True)
 class HiddenStatesResult:
     """What the dump holds (the states themselves are written batch by batch to Zarr)."""
 
-    backbone: dict[str, Any]  # Backbone.info()
-    spec: dict[str, Any]  # StateSpec fields
+    backbone: BackboneInfo  # Backbone.info()
+    spec: StateSpec
     dtype: str
     tokens_per_s: float
     batches_resumed: int
@@ -130,13 +134,13 @@ class HiddenStatesResult:
     fp16_headroom: float
 
     def info(self) -> dict:
-        return {"backbone": self.backbone, "spec": self.spec}
+        return {"backbone": self.backbone.to_dict(), "spec": self.spec.to_dict()}
 
     def metadata(self) -> dict:
         s = self.spec
-        return {"backbone_id": self.backbone["hf_id"], "revision": self.backbone["revision"],
-                **{f"shape_{split}": str((s["n_layers"], n, s["seq_len"], s["hidden"]))
-                   for split, n in s["n_seq"].items()},
+        return {"backbone_id": self.backbone.hf_id, "revision": self.backbone.revision,
+                **{f"shape_{split}": str((s.n_layers, n, s.seq_len, s.hidden))
+                   for split, n in s.n_seq.items()},
                 "dtype": self.dtype, "tokens_per_s": round(self.tokens_per_s, 1),
                 "batches_resumed": self.batches_resumed, "max_abs_state": round(self.max_abs, 1),
                 "fp16_headroom": round(self.fp16_headroom, 2)}

@@ -239,7 +239,7 @@ def state_writer(path, bb, seqs, batch, fp="fp-1"):
 
     spec = StateSpec(n_layers=bb.n_layers, seq_len=seqs["train"].shape[1], hidden=bb.hidden_size,
                      n_seq={s: len(v) for s, v in seqs.items()}, batch_size=batch)
-    return StateWriter(path, spec, fp, tokens=seqs, attrs=bb.info())
+    return StateWriter(path, spec, fp, tokens=seqs, attrs=bb.info().to_dict())
 
 
 def dump_states(bb, seqs, path, batch=2):
@@ -357,9 +357,10 @@ def report_raw(*, spearman=None, regression=(), comparison=None, latency=2.0,
            "latency_vs_backbone": 1.0, **setting}]
     image = png()
     return dict(
-        backbone="tiny", backbone_info={"hf_id": "t/tiny", "architecture": "llama",
-                                        "n_layers": 4, "hidden_size": 32, "revision": "abc",
-                                        "n_parameters": 123_456},
+        backbone="tiny", backbone_info={"backbone": "tiny", "hf_id": "t/tiny", "revision": "abc",
+                                        "origin": "hub", "architecture": "llama", "n_layers": 4,
+                                        "hidden_size": 32, "vocab_size": 100,
+                                        "n_parameters": 123_456, "device_map": None},
         configs={"layer_score": {"primary_norm": "robust"},
                  "geometry": {"n_tokens": 64, "n_anchors": 8, "k_neighbors": 4, "n_pairs": 10,
                               "n_resamples": 20},

@@ -179,7 +179,7 @@ def dump_hidden_states(backbone, sequences: dict[str, np.ndarray], writer, cfg: 
     """The hidden_states stage: extract (resuming what `writer` holds) and summarise."""
     report = extract_hidden_states(backbone, sequences, writer, cfg, progress)
     return HiddenStatesResult(
-        backbone=backbone.info(), spec=dict(writer.spec.__dict__), dtype=cfg.dtype,
+        backbone=backbone.info(), spec=writer.spec, dtype=cfg.dtype,
         tokens_per_s=report.tokens_per_s, batches_resumed=report.batches_skipped,
         max_abs=report.max_abs, fp16_headroom=DTYPE_MAX["float16"] / max(report.max_abs, 1e-9))
 

@@ -44,7 +44,7 @@ def _dump(bb, seqs, folder, dtype: str):
     """A finalised dump of `seqs` with every layer stored in `dtype`; its reader."""
     cfg = ExtractConfig(batch_size=2, dtype=dtype)
     w = StateWriter(folder / "work", state_spec(bb, bb.weights.revision, seqs, cfg), "fp-1",
-                    tokens=seqs, attrs=bb.info())
+                    tokens=seqs, attrs=bb.info().to_dict())
     extract_hidden_states(bb, seqs, w, cfg)
     w.finalize(folder / "final")
     return StateReader(folder / "final")

@@ -685,3 +685,17 @@ def serving(command: list[str], log: Path, *, env: dict | None = None, cwd: Path
             yield served
         finally:
             _stop_group(proc, grace_s)
+
+
+class ArrayReader:
+    """A hidden-state dump in memory, one array of every layer ((n_layers, n_tokens, d) or
+    (n_layers, n_seq, seq_len, d)) for any split, read as storage.states.StateReader reads one."""
+
+    def __init__(self, layers):
+        self.layers = layers
+
+    def shape(self, split):
+        return self.layers.shape
+
+    def layer(self, split, layer):
+        return self.layers[layer]

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import torch
@@ -19,6 +18,7 @@ from dihal.proxies import PROXIES
 from dihal.run.stages import CODE_VERSIONS
 from storage import Manifest
 from storage.artifacts.locate import Geometry, LayerScore
+from tests.tiny import ArrayReader
 
 GEOMETRY_COLUMNS = ["layer", "norm", "m_curv", "m_mono", "m_mono_median", "m_mono_q05",
                     "m_mono_min_eig", "k_eff", "tr_sigma", "lambda_max"]
@@ -27,22 +27,11 @@ PREDICTOR_COLUMNS = ["layer", "cond_distance", "cond_cka", "block_influence", "r
                      "twonn_id", "massive_share"]
 
 
-class _Reader:
-    def __init__(self, layers: np.ndarray):
-        self.layers = layers
-
-    def shape(self, split):
-        return self.layers.shape
-
-    def layer(self, split, layer):
-        return self.layers[layer]
-
-
 @pytest.fixture(scope="module")
 def located():
     g = torch.Generator().manual_seed(0)
     layers = torch.randn(4, 6, 17, 8, generator=g) * torch.arange(1, 5).view(4, 1, 1, 1)
-    reader = _Reader(layers.to(torch.float16).numpy())
+    reader = ArrayReader(layers.to(torch.float16).numpy())
     cfg = GeometryConfig(n_tokens=80, n_anchors=20, k_neighbors=5, n_pairs=100)
     geometry = compute_geometry(reader, cfg, backbone="t")
     return geometry, score_layers(geometry.rows, LayerScoreConfig(), backbone="t")

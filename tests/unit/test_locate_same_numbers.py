@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pytest
 import torch
 
 import dihal.locate.predictors as predictors
 import dihal.locate.stage as stage
 from dihal.config import GeometryConfig
+from tests.tiny import ArrayReader
 
 # --- the replaced implementations ---------------------------------------------------------------
 
@@ -127,23 +127,12 @@ def test_the_condition_normaliser_is_made_once():
     assert torch.equal(first, torch.linalg.matrix_norm(centred.T @ centred))
 
 
-class _Reader:
-    def __init__(self, layers: np.ndarray):
-        self.layers = layers
-
-    def shape(self, split):
-        return self.layers.shape
-
-    def layer(self, split, layer):
-        return self.layers[layer]
-
-
 def test_geometry_stage_is_bitwise_the_replaced_code(monkeypatch):
     """compute_geometry (proxies, token bootstrap, rival predictors of every candidate layer)
     against the same stage run on the replaced predictors."""
     layers = [states(10 * 33, 32, 7 + layer).reshape(10, 33, 32) * (1 + 0.3 * layer)
               for layer in range(5)]
-    reader = _Reader(torch.stack(layers).to(torch.float16).numpy())  # as a dump stores them
+    reader = ArrayReader(torch.stack(layers).to(torch.float16).numpy())  # as a dump stores them
     cfg = GeometryConfig(n_tokens=200, n_anchors=60, k_neighbors=6, n_pairs=250, n_resamples=9)
     got = stage.compute_geometry(reader, cfg, backbone="b")
     monkeypatch.setattr(stage, "layer_predictors", ref_layer_predictors)

@@ -19,6 +19,7 @@ from dihal.locate.stability import (
     split_half_l_star,
     split_halves,
 )
+from tests.tiny import ArrayReader
 
 
 def test_resample_sequences_and_split_halves():
@@ -95,19 +96,6 @@ def test_split_half_known_answer_and_agreement():
         split_half_l_star(_array_picker(values), 4, n_splits=0)
 
 
-class _Reader:
-    """A hidden-state dump in memory: (n_layers, n_seq, seq_len, d)."""
-
-    def __init__(self, states):
-        self.states = states
-
-    def shape(self, split):
-        return self.states.shape
-
-    def layer(self, split, layer):
-        return self.states[layer]
-
-
 _CFG = GeometryConfig(n_tokens=96, n_anchors=32, k_neighbors=6, n_pairs=200,
                       normalizations=("none",), n_resamples=0)
 _LOW = np.r_[4.0, np.full(7, 0.2)]  # variance on one direction: low effective rank
@@ -123,7 +111,7 @@ def _dump(per_layer, seed=0):
         x[:6] *= a
         x[6:] *= b
         layers.append(x)
-    return _Reader(np.stack(layers).astype(np.float32))
+    return ArrayReader(np.stack(layers).astype(np.float32))
 
 
 def test_geometry_pick_layers_clear_case_matches_locate_and_never_moves():

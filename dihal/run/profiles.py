@@ -14,6 +14,7 @@ recorded in every artifact's manifest, fingerprint and materialization metadata.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import os
@@ -208,6 +209,13 @@ def chosen_preset() -> tuple[str, str]:
     return "cpu", "the default"
 
 
+def _near(name: str, fields) -> list[str]:
+    """The fields a mistyped or shortened `name` may mean: those it is a word of
+    (`steps` -> `sampler_steps`), else the closest spellings."""
+    words = [f for f in fields if name in f.split("_")]
+    return words or difflib.get_close_matches(name, list(fields), 1, 0.6)
+
+
 def resolve_preset(name: str | None = None, source: str = "--profile") -> Preset:
     """The preset `name` (given by a door), else the chosen one (chosen_preset). Every override
     is checked by building its stage's config with it (a ValueError names the field)."""
@@ -238,7 +246,10 @@ def _check(name: str, profile: dict) -> None:
         fields = STAGE_CONFIGS[stage].__dataclass_fields__
         bad = sorted(set(overrides) - set(fields))
         if bad:
-            raise ValueError(f"preset {name}: {stage} has no fields {bad}")
+            close = {b: m[0] for b in bad if (m := _near(b, fields))}
+            raise ValueError(f"preset {name}: {stage} has no fields {bad}" + (
+                f" (did you mean {', '.join(f'{v} for {k}' for k, v in close.items())}?)"
+                if close else ""))
         try:
             STAGE_CONFIGS[stage](**{k: tuple(v) if isinstance(v, list) else v
                                     for k, v in overrides.items()})

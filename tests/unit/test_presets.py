@@ -99,3 +99,18 @@ def test_two_json_presets_of_one_file_name_are_labelled_by_their_content(tmp_pat
     assert a.label == c.label and a.name != c.name
     assert len(a.label) == len("p.json@") + profiles.LABEL_DIGEST_CHARS
     assert resolve_preset("tiny").label == "tiny"  # a built-in preset keeps its name
+
+
+@pytest.mark.parametrize("field, says", [
+    ("steps", "has no fields ['steps'] (did you mean sampler_steps for steps?)"),  # a word of it
+    ("epoch", "has no fields ['epoch'] (did you mean epochs for epoch?)"),  # a spelling
+    ("zzz", "has no fields ['zzz']"),  # nothing near: no guess
+])
+def test_a_presets_unknown_field_is_refused_with_the_field_it_may_mean(tmp_path, field, says):
+    import json
+
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({"bridge_sweep": {field: 8}}))
+    with pytest.raises(ValueError) as err:
+        resolve_preset(str(path))
+    assert str(err.value).endswith(says), err.value

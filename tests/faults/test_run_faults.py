@@ -72,9 +72,10 @@ def test_the_drivers_profile_and_workers_win_over_a_running_daemons(
 
     for layer in (1, 2, 3):  # the sweep runs again, under the driver's protocol
         shutil.rmtree(SweepBridge(world.root, "llama", layer).directory)
-    # each sweep step keeps its device 5 s (tests.tiny_location): the three partitions' runs
-    # overlap when they run at once
-    env = {**_env(tmp_path, tiny_llama_dir, world.root), "DIHAL_TINY_HOLD_S": "5"}
+    # each sweep step keeps its device 30 s (tests.tiny_location): the three partitions' runs
+    # overlap when they run at once, though a loaded daemon makes the backfills' runs 10-30 s
+    # apart
+    env = {**_env(tmp_path, tiny_llama_dir, world.root), "DIHAL_TINY_HOLD_S": "30"}
     # the daemon: the tiny profile as the fault world made it, one run at a time
     daemon_profile = tiny_profile(tmp_path / "daemon.json", world.shard)
     foreign_daemon({**env, "DIHAL_PROFILE": str(daemon_profile), "DIHAL_WORKERS": "1"},

@@ -69,8 +69,8 @@ def test_embedded_smollm2_loads_from_cache_and_replays(tmp_path_factory):
     cache = Path(".dihal/artifacts/cache/models")  # shared with the pipeline: dequantise once
     bb = load_backbone("smollm2", cache_dir=cache)
     info = bb.info()
-    assert (info["n_layers"], info["hidden_size"], info["n_parameters"]) == (30, 576, 134_515_008)
-    assert "sha256=b179c952" in info["revision"]
+    assert (info.n_layers, info.hidden_size, info.n_parameters) == (30, 576, 134_515_008)
+    assert "sha256=b179c952" in info.revision
     ids = bb.tokenizer("Geometry tells where diffusion can enter.", return_tensors="pt").input_ids
     ids = torch.cat([torch.tensor([[bb.bos_id]]), ids], 1)
     full = bb.model(ids).logits
@@ -87,7 +87,7 @@ def test_embedded_gemma3_loads_replays_and_needs_float32_states():
 
     bb = load_backbone("gemma3", cache_dir=Path(".dihal/artifacts/cache/models"))
     info = bb.info()
-    assert (info["architecture"], info["n_layers"], info["hidden_size"]) == ("Gemma3ForCausalLM", 18, 640)
+    assert (info.architecture, info.n_layers, info.hidden_size) == ("Gemma3ForCausalLM", 18, 640)
     assert get_spec("gemma3").judge == "smollm2" and get_spec("gemma3").state_dtype == "float32"
     text = "Geometry tells where diffusion can enter a language model. " * 4
     ids = bb.tokenizer(text, return_tensors="pt").input_ids

@@ -42,6 +42,7 @@ from dihal.evaluate.metrics import (  # noqa: E402
     wilson,
 )
 from dihal.generation_inputs import FullTrainingRow  # noqa: E402
+from dihal.generation_rows import EVAL_ROW, GenerationRow
 from dihal.labels import (  # noqa: E402
     BACKBONE,
     BASELINE,
@@ -52,7 +53,7 @@ from dihal.labels import (  # noqa: E402
     PROTOCOL_K,
 )
 from dihal.registry import BASELINES  # noqa: E402
-from dihal.rows import EVAL_ROW, ROLE_PAIRS, GenerationRow  # noqa: E402
+from dihal.rows import ROLE_PAIRS
 from dihal.run.profiles import resolve_preset  # noqa: E402
 from dihal.uncertainty import LEVEL  # noqa: E402
 

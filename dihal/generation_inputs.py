@@ -10,17 +10,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from dihal.generation_rows import (
+    FULL_TRAINING_GENERATION,
+    GENERATION_COLUMNS,
+    GenerationRow,
+    generation_rows,
+)
 from dihal.inputs import SeedSpread
 from dihal.rows import (
     ABSENT,
-    FULL_TRAINING_GENERATION,
-    GENERATION_COLUMNS,
     PAIR_STATS,
     ROLE_PAIRS,
     Absent,
     ByColumns,
-    GenerationRow,
-    generation_rows,
     number,
     or_none,
     pair_column,

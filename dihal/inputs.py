@@ -12,13 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from dihal.generation_rows import GenerationRow, generation_rows
 from dihal.rows import (
     ByColumns,
-    GenerationRow,
     PrimaryTest,
     RegressionRow,
     SpearmanRow,
-    generation_rows,
     regression_rows,
     spearman_rows,
 )

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dihal.generation_inputs import CostTable, CurvePoint, FullTrainingRow, SamplerChoice
+from dihal.generation_rows import GenerationRow
 from dihal.inputs import (
     BackboneInfo,
     BridgeabilitySummary,
@@ -21,12 +22,7 @@ from dihal.inputs import (
     PredictorRow,
     ScoreRow,
 )
-from dihal.rows import (
-    TARGETS,
-    BudgetGenerationRow,
-    BudgetPoint,
-    GenerationRow,
-)
+from dihal.rows import TARGETS, BudgetGenerationRow, BudgetPoint
 
 
 def _round(v: Any) -> Any:
@@ -292,7 +288,7 @@ class BridgeabilityResult:
 
 @dataclass(frozen=True)
 class EvalResult:
-    # one row per model (dihal.rows.EVAL_ROW: model, role dihal | backbone | ..., gen_ppl,
+    # one row per model (dihal.generation_rows.EVAL_ROW: model, role dihal | backbone | ..., gen_ppl,
     # diversity, repetition, mean_length, latency): the hybrid first, then the backbone
     rows: list[GenerationRow]
     samples: list[dict]  # {"model", "index", "seed", "text"}

@@ -421,7 +421,7 @@ def with_eval_rows(x, rows: list[dict]):
     from dataclasses import replace
 
     from dihal.generation_inputs import SamplingSetting
-    from dihal.rows import generation_rows
+    from dihal.generation_rows import generation_rows
 
     return replace(x, evaluate=replace(x.evaluate, rows=generation_rows(rows),
                                        setting=SamplingSetting.from_dict(rows[0])))

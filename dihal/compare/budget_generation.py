@@ -36,6 +36,7 @@ from dihal.compare.baselines.base import Budget
 from dihal.compare.stage import baseline
 from dihal.config import BaselineRunConfig, BridgeProtocol, BudgetGenerationConfig, EvalConfig
 from dihal.evaluate.generation import sample_and_score
+from dihal.generation_rows import GenerationRow
 from dihal.replace.budget import (
     BudgetPlan,
     TrainingTokens,
@@ -48,7 +49,7 @@ from dihal.replace.budget import (
 )
 from dihal.replace.hybrid import Hybrid
 from dihal.replace.stage import LayerData, train_layer_bridge
-from dihal.rows import GENERATION_MODELS, BudgetGenerationRow, GenerationRow
+from dihal.rows import GENERATION_MODELS, BudgetGenerationRow
 
 DIHAL, CODAR = GENERATION_MODELS
 Samples = list[dict]  # {"model", "steps", "index", "text"}

@@ -27,6 +27,19 @@ from dihal.generation_inputs import (
     SamplerChoice,
     filled_pairs,
 )
+from dihal.generation_rows import (
+    BASELINE_ROW,
+    BUDGET_COLUMNS,
+    COMPARISON_ROW,
+    EVAL_ROW,
+    FRONTIER_POINT,
+    FULL_TRAINING_GENERATION,
+    GENERATION_COLUMNS,
+    GENERATION_KEYS,
+    LENGTH_KEYS,
+    GenerationRow,
+    filled,
+)
 from dihal.inputs import BridgeabilitySummary, SeedSpread
 from dihal.labels import (
     BASELINE,
@@ -46,20 +59,7 @@ from dihal.results import (
     FullTrainingResult,
     TrainedBridge,
 )
-from dihal.rows import (
-    BASELINE_ROW,
-    BUDGET_COLUMNS,
-    COMPARISON_ROW,
-    EVAL_ROW,
-    FRONTIER_POINT,
-    FULL_TRAINING_GENERATION,
-    GENERATION_COLUMNS,
-    GENERATION_KEYS,
-    LENGTH_KEYS,
-    ROLE_PAIRS,
-    GenerationRow,
-    filled,
-)
+from dihal.rows import ROLE_PAIRS
 from dihal.seeds import derive_seed
 from dihal.training import sample_budget, train_model
 from dihal.uncertainty import holm, paired_verdict, seed_spread

@@ -10,7 +10,7 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 
-from dihal.rows import EVAL_ROW, FRONTIER_POINT, POINT_KEYS, GenerationRow
+from dihal.generation_rows import EVAL_ROW, FRONTIER_POINT, POINT_KEYS, GenerationRow
 
 
 def point(model: str, role: str, temperature: float | None, metrics: GenerationRow, *,

@@ -29,9 +29,10 @@ from dihal.evaluate.metrics import (
 )
 from dihal.evaluate.ppl_difference import log_ppl_difference
 from dihal.generation_inputs import CostTable, SamplerChoice
+from dihal.generation_rows import EVAL_ROW, GenerationRow, filled
 from dihal.labels import CHOSEN_K, CONTROL
 from dihal.results import EvalResult, TrainedBridge
-from dihal.rows import EVAL_ROW, Estimate, GenerationRow, filled
+from dihal.rows import Estimate
 
 if TYPE_CHECKING:
     from dihal.replace.control_hybrids import BuiltBridge

@@ -23,6 +23,7 @@ from typing import Any
 
 from dihal.evaluate.ppl_difference import samples_for_effect
 from dihal.generation_inputs import FullTrainingRow
+from dihal.generation_rows import GenerationRow
 from dihal.labels import BACKBONE, BASELINE, DIHAL
 from dihal.report.common import BRIDGEABILITY, COST, FULL, GENERATION, LOCATE
 from dihal.report.cost import timed_row, timing_text
@@ -30,7 +31,7 @@ from dihal.report.document import Document
 from dihal.report.generation import fails_more, generation_pairs
 from dihal.report.inputs import ReportInputs
 from dihal.report.paper import PaperClaims, load_paper_claims
-from dihal.rows import DEPTH, Estimate, GenerationRow, or_none
+from dihal.rows import DEPTH, Estimate, or_none
 
 CLAIMS = "paper-claims"  # the section's anchor
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import math
 
+from dihal.generation_rows import GenerationRow
 from dihal.labels import CHOSEN_K, CONTROL, DIHAL
 from dihal.report.common import CONTROLS
 from dihal.report.document import Document
 from dihal.report.generation import EMPTY, GEN_PPL, empty_text
 from dihal.report.inputs import ReportInputs
-from dihal.rows import GenerationRow
 
 
 def against_dihal(row: GenerationRow) -> tuple[float, float, float] | None:

@@ -8,12 +8,13 @@ from dihal.evaluate.frontier import (
     measured_temperatures,
     on_frontier,
 )
+from dihal.generation_rows import GenerationRow
 from dihal.plots import plot_frontier
 from dihal.report.common import FRONTIER
 from dihal.report.document import Document
 from dihal.report.generation import temperature
 from dihal.report.inputs import ReportInputs
-from dihal.rows import GenerationRow, number
+from dihal.rows import number
 from dihal.run.profiles import PROFILES, WHOLE_FRONTIER_PRESET
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from dihal.generation_inputs import SEED_MEASURES, FullTrainingRow, SamplerChoice
+from dihal.generation_rows import GenerationRow
 from dihal.inputs import OracleBy
 from dihal.labels import CONTROL
 from dihal.report.bridgeability import seed_cell
@@ -13,7 +14,7 @@ from dihal.report.controls import against_dihal
 from dihal.report.document import Document
 from dihal.report.generation import generation_columns, generation_table
 from dihal.report.inputs import ReportInputs
-from dihal.rows import ROLE_PAIRS, GenerationRow, number, or_none
+from dihal.rows import ROLE_PAIRS, number, or_none
 
 
 def _full_training_summary(x: ReportInputs) -> str:

@@ -8,13 +8,14 @@ from dihal.config import DEFAULT_SAMPLER_RULE
 from dihal.evaluate.metrics import MAUVE_RESULT_SAMPLES, rate_difference, wilson
 from dihal.evaluate.ppl_difference import log_ppl_difference, samples_for_effect
 from dihal.generation_inputs import CostRow
+from dihal.generation_rows import GenerationRow
 from dihal.labels import BACKBONE, BASELINE, DIHAL, NATIVE_ROLE
 from dihal.plots import plot_quality_diversity
 from dihal.report.common import GENERATION, SAMPLER, SAMPLES, key_value
 from dihal.report.cost import timed_row, timing_text
 from dihal.report.document import Document
 from dihal.report.inputs import ReportInputs
-from dihal.rows import ABOVE, BELOW, GenerationRow, number, or_none
+from dihal.rows import ABOVE, BELOW, number, or_none
 from dihal.uncertainty import holm, paired_verdict
 
 

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from dihal.errors import CorruptArtifactError, MissingArtifactError, StaleArtifactError
+from dihal.generation_rows import BASELINE_ROW, GenerationRow, generation_rows
 from dihal.inputs import GeometryRow
 from dihal.results import (
     BridgeMetrics,
@@ -17,7 +18,6 @@ from dihal.results import (
     SequencesResult,
     TrainedBridge,
 )
-from dihal.rows import BASELINE_ROW, GenerationRow, generation_rows
 from dihal.run.stages import CODE_VERSIONS
 from storage import (
     Bridge,

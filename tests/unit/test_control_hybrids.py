@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from dihal.bridge.data import BridgeData, Standardizer
+from dihal.generation_rows import GenerationRow
 from dihal.replace.control_hybrids import (
     BuiltBridge,
     bridge_hybrid,
@@ -19,7 +20,6 @@ from dihal.replace.control_hybrids import (
     ridge_hybrid,
 )
 from dihal.replace.hybrid import next_token_nll
-from dihal.rows import GenerationRow
 from tests.tiny import trained_bridge
 
 LAYER = 2

@@ -15,7 +15,8 @@ from dihal.evaluate.frontier import (
     on_frontier,
     point,
 )
-from dihal.rows import BASELINE_ROW, EVAL_ROW, Estimate, GenerationRow, generation_rows
+from dihal.generation_rows import BASELINE_ROW, EVAL_ROW, GenerationRow, generation_rows
+from dihal.rows import Estimate
 
 
 def _p(model, role, t, ppl, div, **extra):

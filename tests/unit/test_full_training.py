@@ -116,7 +116,7 @@ def test_a_failed_full_budget_regression_control_says_what_to_run(tmp_path):
 def test_full_training_takes_l_stars_rows_from_the_eval_where_it_drew_them(tiny_backbone):
     """The eval sampled this bridge at l* with the same config: its rows, not new samples (no
     judge is needed); at the chosen K too, where that is not the protocol's."""
-    from dihal.rows import GENERATION_KEYS
+    from dihal.generation_rows import GENERATION_KEYS
 
     def row(role, steps, rule, ppl):
         return {"model": role, "role": role, "layer": LAYER, "steps": steps, "rule": rule,

@@ -1,4 +1,4 @@
-"""The generation tables' rows (dihal.rows.GenerationRow, dihal.generation_inputs
+"""The generation tables' rows (dihal.generation_rows.GenerationRow, dihal.generation_inputs
 .FullTrainingRow) as each writer makes them: to_dict -> from_dict -> to_dict gives back the same
 columns, values and order; a column a row has not stays absent, a stored None stays None."""
 
@@ -11,11 +11,7 @@ import pytest
 from dihal.compare.stage import baseline_frontier, comparison, paired_roles
 from dihal.evaluate.frontier import anchor_point, point
 from dihal.generation_inputs import FullTrainingRow, RolePair, filled_pairs
-from dihal.inputs import SeedSpread
-from dihal.labels import BASELINE, NATIVE_ROLE
-from dihal.results import BridgeMetrics, ComparisonResult, EvalResult
-from dihal.rows import (
-    ABSENT,
+from dihal.generation_rows import (
     BASELINE_ROW,
     COMPARISON_ROW,
     EVAL_ROW,
@@ -23,10 +19,13 @@ from dihal.rows import (
     FULL_TRAINING_GENERATION,
     GENERATION_COLUMNS,
     TEXT_METRICS,
-    Estimate,
     GenerationRow,
     filled,
 )
+from dihal.inputs import SeedSpread
+from dihal.labels import BASELINE, NATIVE_ROLE
+from dihal.results import BridgeMetrics, ComparisonResult, EvalResult
+from dihal.rows import ABSENT, Estimate
 
 
 def _same(a: dict, b: dict) -> bool:

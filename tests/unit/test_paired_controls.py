@@ -7,7 +7,7 @@ import math
 import pytest
 
 from dihal.evaluate.generation import MemoJudge, paired_against_first
-from dihal.rows import EVAL_ROW, PAIRED_COLUMNS, GenerationRow
+from dihal.generation_rows import EVAL_ROW, PAIRED_COLUMNS, GenerationRow
 
 
 class CountingJudge:

@@ -6,6 +6,7 @@ import re
 import pytest
 
 from dihal.generation_inputs import FullTrainingInputs, FullTrainingRow, SamplerChoice
+from dihal.generation_rows import GenerationRow, generation_rows
 from dihal.inputs import OracleBy, SeedInfo
 from dihal.report.bridgeability import answer_bridge_vs_regression, answer_geometry_vs_depth
 from dihal.report.build import ANSWERS, build_report
@@ -14,15 +15,7 @@ from dihal.report.controls import answer_controls
 from dihal.report.cost import answer_break_even, answer_cost
 from dihal.report.generation import answer_generation
 from dihal.report.locate import answer_l_star
-from dihal.rows import (
-    DEPTH,
-    GenerationRow,
-    PrimaryTest,
-    RegressionRow,
-    Spearman,
-    SpearmanRow,
-    generation_rows,
-)
+from dihal.rows import DEPTH, PrimaryTest, RegressionRow, Spearman, SpearmanRow
 from tests.tiny import gen_row as _gen
 from tests.tiny import png, report_raw, report_raw_with_cost, with_bridgeability, with_eval_rows
 from tests.tiny import report_inputs as inputs

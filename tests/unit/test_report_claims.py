@@ -11,6 +11,7 @@ from dataclasses import replace
 import pytest
 
 from dihal.generation_inputs import CostRow, CostTable, OrderInK
+from dihal.generation_rows import GenerationRow
 from dihal.inputs import SequenceStability
 from dihal.registry import BASELINES
 from dihal.report.build import build_report
@@ -32,7 +33,7 @@ from dihal.report.claims import (
     gen_ppl_part,
 )
 from dihal.report.paper import PAPER_CLAIMS, PaperClaimsError, load_paper_claims
-from dihal.rows import DEPTH, GenerationRow
+from dihal.rows import DEPTH
 from tests.tiny import gen_row, spearman_row
 from tests.tiny import report_inputs as inputs
 

@@ -3,16 +3,9 @@ them back."""
 
 import math
 
+from dihal.generation_rows import COMPARISON_ROW, GenerationRow
 from dihal.results import BridgeMetrics
-from dihal.rows import (
-    ABSENT,
-    COMPARISON_ROW,
-    Estimate,
-    GenerationRow,
-    RegressionRow,
-    SpearmanRow,
-    number,
-)
+from dihal.rows import ABSENT, Estimate, RegressionRow, SpearmanRow, number
 
 
 def _metrics(layer, nll, recon):

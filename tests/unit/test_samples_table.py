@@ -2,8 +2,8 @@
 and a row per sample index, so that the samples drawn with the same seed and uniforms sit
 together; cells cut, their newlines and pipes made safe for Markdown."""
 
+from dihal.generation_rows import generation_rows
 from dihal.results import EvalResult
-from dihal.rows import generation_rows
 from dihal.run.stages import CODE_VERSIONS
 from storage import Evaluation, Markdown
 from storage.artifacts.base import samples_table

@@ -94,6 +94,13 @@ def clearly_dominates(a: dict, b: dict, cap: float | None = None) -> bool:
     return pa_hi < pb_lo or _capped(da_lo, cap) > _capped(db_hi, cap)
 
 
+# clearly_dominates in words: the report prints it beside the points it marks
+CLEAR_RULE = ("dominated only where another point dominates it as points, a lower Gen.PPL at "
+              "equal or higher diversity or a higher diversity at equal or lower Gen.PPL, and "
+              "beyond the intervals too: its Gen.PPL interval wholly below, or its diversity "
+              "interval wholly above; a conservative test")
+
+
 def on_frontier(points: Iterable[dict], *, clearly: bool = False) -> list[bool]:
     """For each point: no point (of any model, at any temperature, the held-out text's
     included) dominates it (with `clearly`: dominates it and beyond both intervals,
@@ -251,9 +258,8 @@ def _clear_reading(points: list[dict], flags: list[bool], mine: str | None,
     beyond = [p for p, f, c in zip(points, flags, clear, strict=True)
               if not f and not c and _finite(p)]
     named = ", ".join(f"{p['model']} (T = {_t(p['temperature'])})" for p in beyond)
-    line = ("Read with the 95 % intervals (dominated only where another point's Gen.PPL "
-            "interval lies wholly below at a diversity interval not wholly below, or the "
-            f"mirror; a conservative test), {len(beyond)} of the {len(off)} dominated points "
+    line = (f"Read with the 95 % intervals ({CLEAR_RULE}), {len(beyond)} of the {len(off)} "
+            "dominated points "
             "stay dominated" + (f": {named}" if beyond else
                                 ": every domination above is within sampling noise"))
     if mine is not None and not any(f for p, f in zip(points, flags, strict=True)

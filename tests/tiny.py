@@ -699,3 +699,59 @@ class ArrayReader:
 
     def layer(self, split, layer):
         return self.layers[layer]
+
+
+# ------------------------------------------------------------ hand-made budget-study points
+BUDGET_STEPS = (128, 512, 2048)
+
+
+def budget_point(model: str, layer: int, steps: int, nll: float):
+    """One point of the budget study (dihal.rows.BudgetPoint) with made-up side measures."""
+    from dihal.rows import BudgetPoint
+
+    trains = model in ("bridge", "residual")
+    return BudgetPoint(layer=layer, steps=steps, tokens=steps * 64,
+                       distinct_tokens=min(steps * 64, 32768), model=model,
+                       val_loss=0.5 if trains else None, t1_loss=0.7 if trains else None,
+                       recon_error=0.3, hybrid_nll=nll, seconds=1.0)
+
+
+def budget_study(bridge: dict[int, dict[int, float]], ridge: dict[int, float] | None = None,
+                 residual: dict[int, dict[int, float]] | None = None, backbone: float = 3.0,
+                 network: float | None = 4.5) -> list:
+    """Bridge curves per layer; a ridge map of one NLL per layer at each of the bridge's
+    budgets; the variant's curves; one backbone point per layer."""
+    pts = []
+    for layer, curve in bridge.items():
+        pts += [budget_point("bridge", layer, s, v) for s, v in curve.items()]
+        if ridge and layer in ridge:
+            pts += [budget_point("ridge", layer, s, ridge[layer]) for s in curve]
+        if network is not None:
+            pts += [budget_point("network", layer, s, network) for s in curve]
+        pts.append(budget_point("backbone", layer, 0, backbone))
+    for layer, curve in (residual or {}).items():
+        pts += [budget_point("residual", layer, s, v) for s, v in curve.items()]
+    return pts
+
+
+def budget_curve(*values: float) -> dict[int, float]:
+    """Hybrid NLLs at BUDGET_STEPS, in order (fewer values: the first budgets only)."""
+    return dict(zip(BUDGET_STEPS, values, strict=False))
+
+
+# ---------------------------------------------------------------- hand-made frontier points
+def frontier_point(model, role, t, ppl, div, **extra) -> dict:
+    """A frontier point (dihal.evaluate.frontier.point) with a +-10 % Gen.PPL interval."""
+    from dihal.evaluate.frontier import point
+    from dihal.generation_rows import EVAL_ROW, GenerationRow
+
+    metrics = GenerationRow.from_dict({"gen_ppl": ppl, "gen_ppl_low": ppl * 0.9,
+                                       "gen_ppl_high": ppl * 1.1, "diversity": div,
+                                       "diversity_spacy": div, "mean_judge_length": 20.0}, EVAL_ROW)
+    return {**point(model, role, t, metrics, sampled=True).to_dict(), **extra}
+
+
+def frontier_point_with_intervals(model, role, t, ppl, lo, hi, div, dlo, dhi) -> dict:
+    """A frontier point with both its intervals given."""
+    return {**frontier_point(model, role, t, ppl, div), "gen_ppl_low": lo, "gen_ppl_high": hi,
+            "diversity_low": dlo, "diversity_high": dhi}

@@ -190,6 +190,38 @@ def frontier_sentence(points: list[dict], first: str = "dihal") -> str:
     return line + ". " + read + _clear_reading(points, flags, mine, one)
 
 
+def frontier_answer(points: list[dict], first: str = "dihal") -> str:
+    """frontier_sentence in one short sentence: whether the model of role `first` lies on the
+    frontier (and if not, whether beyond the 95 % intervals), and how many models do."""
+    if not points:
+        return "No temperature frontier was measured (frontier_temperatures is empty)."
+    flags, clear = on_frontier(points), on_frontier(points, clearly=True)
+    models = list(dict.fromkeys(p["model"] for p in points if p.get("role") != ANCHOR_ROLE))
+    on = [m for m in models if any(f for p, f in zip(points, flags, strict=True)
+                                   if p["model"] == m)]
+    count = (f"{len(on)} of {len(models)} models lie on it" + (
+        f" ({', '.join(on)})" if 0 < len(on) <= 5 else ""))
+    mine = next((p["model"] for p in points if p.get("role") == first), None)
+    if mine is None:
+        return (count.replace("lie on it", "lie on the Gen.PPL/diversity frontier")
+                + f"; no {first} point was measured.")
+
+    def temps(marks: list[bool]) -> list[str]:
+        return [_t(p["temperature"]) for p, f in zip(points, marks, strict=True)
+                if f and p["model"] == mine]
+
+    one = len(measured_temperatures(points)) == 1
+    if at := temps(flags):
+        return (f"{mine} lies on the Gen.PPL/diversity frontier at T = {', '.join(at)}; "
+                f"{count}.")
+    if maybe := temps(clear):
+        return (f"{mine} is off the Gen.PPL/diversity frontier, but within the 95 % intervals "
+                f"it may lie on it (T = {', '.join(maybe)}); {count}.")
+    where = "at the one temperature measured" if one else "at every temperature measured"
+    return (f"{mine} is off the Gen.PPL/diversity frontier beyond the 95 % intervals {where}; "
+            f"{count}.")
+
+
 def _one_temperature_reading(points: list[dict], ref: dict | None) -> str:
     """What a frontier at one temperature cannot show (what a lower temperature buys, each
     model's Gen.PPL at the held-out text's diversity: at_matched_diversity needs two points of

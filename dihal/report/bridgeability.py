@@ -143,16 +143,19 @@ def _bridgeability_head(x: ReportInputs) -> str:
 
 
 def _exploratory_summary(x: ReportInputs) -> str:
-    """The other predictors' standings, labelled exploratory where the sentence starts (the
-    primary test is read before it): the highest Spearman against -val loss, then per target
-    which predictors the paired test puts above or below depth; "" where there is none."""
+    """The other predictors' standings, labelled exploratory where the paragraph starts (the
+    primary test is read before it): S_l's standing against depth on -val loss and who is above
+    depth on any target (_exploratory), then the highest Spearman against -val loss and, per
+    target, how many predictors the paired test puts above or below depth."""
     typed = x.bridges.info.spearman
     rows = {r.predictor: r for r in typed}
+    geo = rows.get(f"S_l ({x.configs.primary_norm})")
+    text = _exploratory(rows, geo, _family(typed))
     depth = rows.pop(DEPTH, None)
     rho = {k: number(r.of().rho) for k, r in rows.items() if r.of()}
     rho = {k: v for k, v in rho.items() if v is not None}
     if not rho or depth is None:
-        return ""
+        return text + "."
     best = max(rho, key=rho.get)
     parts = []
     for target, label in (("val_loss", "-val loss"), ("hybrid_nll", "-hybrid NLL")):
@@ -161,10 +164,8 @@ def _exploratory_summary(x: ReportInputs) -> str:
         parts.append(f"against {label}, " + (f"{len(above)} above depth ({', '.join(above)})"
                                              if above else "none above depth")
                      + f", {len(below)} below it")
-    return ("Exploratory, not the primary test (two-sided paired difference from depth, 95 %, "
-            f"Holm-corrected over {_family(typed)} predictor x target tests): against -val loss "
-            f"the highest Spearman is {best}'s, {rho[best]:.2f}; depth's is "
-            f"{number(depth.of().rho) or float('nan'):.2f}; " + "; ".join(parts) + ".")
+    return (text + f". The highest Spearman against -val loss is {best}'s, {rho[best]:.2f}; "
+            f"depth's is {number(depth.of().rho) or float('nan'):.2f}; " + "; ".join(parts) + ".")
 
 
 def _spearman_table(rows: list[SpearmanRow]) -> list[dict]:
@@ -276,37 +277,58 @@ def _exploratory(rows: dict[str, SpearmanRow], geo: SpearmanRow | None, family: 
                if above else "; no predictor above depth on any target"))
 
 
+def primary_answer(t: PrimaryTest, n: int) -> str:
+    """The primary test's verdict in one sentence, with its key numbers: the Spearmans, the
+    difference and its one-sided lower bound, p and the smallest p the design allows."""
+    numbers = (f"Spearman {t.rho:.2f} against depth's {t.rho_reference:.2f}, difference "
+               f"{t.diff:+.2f} (one-sided {1 - t.alpha:.0%} lower bound {t.low:+.2f}), p = "
+               f"{t.p:.3g}, smallest attainable {t.p_min:.2g}")
+    if t.verdict == PRIMARY_BETTER:
+        return (f"Yes: geometry predicts the bridges' hybrid NLL better than depth over {n} "
+                f"layers (pre-registered test: {numbers})")
+    if t.verdict != PRIMARY_UNDECIDABLE:
+        return (f"Not shown: geometry does not predict the bridges' hybrid NLL significantly "
+                f"better than depth over {n} layers, though the design could have shown it "
+                f"(pre-registered test: {numbers})")
+    more = ("" if t.p_min_all is None else
+            f"; {t.layers_needed} evenly spread layers could" if t.layers_needed is not None
+            else "; no sweep of this backbone could")
+    return (f"Undecided: at these {n} layers no outcome could tell geometry from depth "
+            f"(pre-registered test: {numbers}{more})")
+
+
 def answer_geometry_vs_depth(x: ReportInputs) -> tuple[str, str]:
     """Does the geometry score (primary normalisation) predict bridgeability better than
     depth? Answered by the pre-registered primary test (one-sided, -hybrid NLL), with the
-    smallest p its design could reach; the other standings are exploratory."""
-    primary = x.configs.primary_norm
-    typed = x.bridges.info.spearman
-    rows = {r.predictor: r for r in typed}
-    geo = rows.get(f"S_l ({primary})")
-    n = len(x.bridges.info.swept_layers)
+    smallest p its design could reach; the exploratory standings are its section's."""
     t = x.bridges.info.primary
-    explore = _exploratory(rows, geo, _family(typed))
-    return f"{primary_sentence(t, n)}. {explore}.", BRIDGEABILITY
+    return primary_answer(t, len(x.bridges.info.swept_layers)) + ".", BRIDGEABILITY
 
 
 def answer_bridge_vs_regression(x: ReportInputs) -> tuple[str, str]:
-    """Does the diffusion bridge beat its regression control (hybrid NLL), at how many layers?"""
+    """Does the diffusion bridge beat its regression control (hybrid NLL), at how many layers;
+    the two hybrid NLLs at l* where it has a control."""
     rows = x.bridges.info.regression
     if not rows:
         return ("Whether the diffusion bridge beats its regression control is not settled: no "
                 "control was trained for the swept layers.", REGRESSION)
     wins = [r.layer for r in rows if r.bridge_better_nll]
     n = len(rows)
+    ridge = "the ridge map (closed-form, a context-free linear lower bar)"
     if len(wins) == n:
-        verdict = f"The diffusion bridge beats its regression control at all {n} layers"
+        verdict = f"Yes: the diffusion bridge beats {ridge} on hybrid NLL at all {n} layers"
     elif not wins:
-        verdict = f"The regression control is at least as good as the diffusion bridge at all {n} layers"
+        verdict = (f"No: {ridge} is at least as good as the diffusion bridge on hybrid NLL at "
+                   f"all {n} layers, so the bridges are undertrained or too small")
     else:
-        verdict = (f"The diffusion bridge beats its regression control at {len(wins)} of {n} "
-                   f"layers ({', '.join(map(str, wins))}), not everywhere")
-    return verdict + " (lower hybrid NLL; the control: the closed-form ridge map per layer).", \
-        REGRESSION
+        listed = f" ({', '.join(map(str, wins))})" if len(wins) <= 6 else ""
+        verdict = (f"Not everywhere: the diffusion bridge beats {ridge} on hybrid NLL at "
+                   f"{len(wins)} of {n} layers{listed}")
+    l_star = x.bridges.info.l_star
+    at = next((r for r in rows if r.layer == l_star), None)
+    numbers = ("" if at is None else f"; at l* = {l_star}, {at.bridge_hybrid_nll:.3f} against "
+               f"{at.regression_hybrid_nll:.3f}")
+    return f"{verdict}{numbers}.", REGRESSION
 
 
 def bridgeability_section(r: Document, x: ReportInputs) -> None:

@@ -538,13 +538,18 @@ def answer_budget(points: Sequence[BudgetPoint], l_star: int) -> tuple[str, str]
     index = index_points(points)
     head = f"The budget study has no bridge at l* = {l_star}"
     if (BRIDGE, l_star) in index:
-        c = crossing(l_star, index[(BRIDGE, l_star)], index.get((RIDGE, l_star), {}))
+        bridge, ridge = index[(BRIDGE, l_star)], index.get((RIDGE, l_star), {})
+        c = crossing(l_star, bridge, ridge)
         head = "At l* the bridge " + (
             f"crosses the ridge map at {c.at:,} steps" if c.kind == "crosses" else {
                 "unmeasured": "has no ridge map to compare with",
                 "below throughout": "is below the ridge map from the smallest budget on",
                 "mixed": "goes below the ridge map and back to or above it",
                 "not crossed": "stays at or above the ridge map at every budget measured"}[c.kind])
+        if shared := sorted(set(bridge) & set(ridge)):
+            top = shared[-1]
+            head += (f" (hybrid NLL at {top:,} steps {bridge[top]:.3f} against the ridge "
+                     f"map's {ridge[top]:.3f})")
     layers, orders = rankings(index)
     kind, at = settled(orders) if len(layers) > 1 else ("one layer", None)
     tail = (f"the layer ranking settles from {at:,} steps" if kind == "settles" else {

@@ -13,12 +13,12 @@ from dihal.report.bridgeability import (
     bridgeability_section,
     regression_section,
 )
-from dihal.report.budget import BUDGET, budget_section
+from dihal.report.budget import BUDGET, answer_budget, budget_section
 from dihal.report.budget_generation import budget_generation_section
-from dihal.report.claims import claims_section
+from dihal.report.claims import answer_claims, claims_section
 from dihal.report.common import CONFIG
 from dihal.report.controls import answer_controls, controls_section
-from dihal.report.cost import answer_break_even, answer_cost, cost_section
+from dihal.report.cost import answer_cost, cost_section
 from dihal.report.cross_backbone import cross_backbone_section
 from dihal.report.document import Document
 from dihal.report.frontier import answer_frontier, frontier_section
@@ -33,8 +33,22 @@ from dihal.report.inputs import ReportInputs
 from dihal.report.locate import answer_l_star, locate_section
 from dihal.results import ReportResult
 
+STUDY_COMMAND = "python -m pipeline.budget --backbone {backbone}"
+
+
+def answer_budget_study(x: ReportInputs) -> tuple[str, str]:
+    """How the answers move with the training budget (the study's answer at l*), or that the
+    study was not run, with its command."""
+    if not x.budget:
+        return ("Not measured: the training-budget study was not run on these hidden states "
+                f"(`{STUDY_COMMAND.format(backbone=x.backbone)}`).", BUDGET)
+    return answer_budget(x.budget, x.locate.score.l_star)
+
+
 ANSWERS = (answer_l_star, answer_geometry_vs_depth, answer_bridge_vs_regression,
-           answer_generation, answer_frontier, answer_cost, answer_controls, answer_break_even)
+           answer_budget_study, answer_generation, answer_frontier, answer_cost,
+           answer_controls, answer_claims)
+MAX_ANSWER_WORDS = 50  # each answer: its verdict, its key number, the link to its evidence
 
 
 def _answers_section(r: Document, x: ReportInputs) -> None:
@@ -58,9 +72,6 @@ def _configuration_section(r: Document, x: ReportInputs) -> None:
     r.p("The artifacts this report was built from, by fingerprint:")
     r.table([{"artifact": name, "fingerprint": fp[:16]} for name, fp in x.fingerprints.items()],
             ["artifact", "fingerprint"])
-
-
-STUDY_COMMAND = "python -m pipeline.budget --backbone {backbone}"
 
 
 def _budget_section(r: Document, x: ReportInputs) -> None:

@@ -512,6 +512,17 @@ def claim_rows(x: ReportInputs, paper: PaperClaims | None = None) -> list[ClaimR
             claim_full_training(x, p, ev), claim_latency(x, p)]
 
 
+def answer_claims(x: ReportInputs, paper: PaperClaims | None = None) -> tuple[str, str]:
+    """How many of the paper's claims hold at this run's scale, how many do not, and how many
+    the design cannot decide or did not measure (the scorecard's verdicts counted)."""
+    rows = claim_rows(x, paper)
+    held = [c.claim for c in rows if c.verdict == HOLDS]
+    tally = {v: sum(c.verdict == v for c in rows) for v in PRECEDENCE}
+    counts = ", ".join(f"{n} {v}" for v, n in tally.items() if n)
+    return (f"Of the paper's {len(rows)} claims, at this run's scale: {counts}"
+            + (f" (holding: {'; '.join(held)})" if 0 < len(held) <= 2 else "") + ".", CLAIMS)
+
+
 def claims_section(r: Document, x: ReportInputs, paper: PaperClaims | None = None) -> None:
     """The paper's claims against this run: the table, the parts each verdict combines, and
     the two scales."""

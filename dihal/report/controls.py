@@ -33,25 +33,50 @@ def _control_phrase(row: GenerationRow) -> str:
     return f"{ratio:.2f}x {row.model}'s [{lo:.2f}, {hi:.2f}], {verdict}"
 
 
-def answer_controls(x: ReportInputs) -> tuple[str, str]:
-    """DiHAL's Gen.PPL against its control hybrids' (regression, layer-drop, ridge) and its
-    own at the K chosen on validation, each as a ratio with a paired interval; which wins."""
+NO_CONTROLS = ("Whether DiHAL beats its control hybrids is not settled: the evaluation has no "
+               "control rows (materialise eval and comparison again).")
 
+
+def _standing(x: ReportInputs):
+    """DiHAL's row, its controls' (and its own at the K chosen on validation), the row of the
+    lowest Gen.PPL, and the controls DiHAL is below and above beyond the paired interval."""
     rows = x.comparison.rows
     dihal = next(r for r in rows if r.role == DIHAL)
     others = [r for r in rows if r.role in (CONTROL, CHOSEN_K)]
-    if not others:
-        return ("Whether DiHAL beats its control hybrids is not settled: the evaluation has no "
-                "control rows (materialise eval and comparison again).", CONTROLS)
     best = min([dihal, *others], key=lambda r: math.nan if r.gen_ppl.value is None
                else r.gen_ppl.value)
     beaten = [r.model for r in others if r.vs_dihal_verdict == "below"]
     lost = [r.model for r in others if r.vs_dihal_verdict == "above"]
-    head = ("DiHAL has the lowest Gen.PPL of itself and its controls" if best is dihal else
+    return dihal, others, best, beaten, lost
+
+
+def _head(dihal: GenerationRow, best: GenerationRow) -> str:
+    return ("DiHAL has the lowest Gen.PPL of itself and its controls" if best is dihal else
             f"{best.model} has the lowest Gen.PPL of DiHAL and its controls")
-    return (f"{head}: DiHAL's Gen.PPL is " + "; ".join(_control_phrase(r) for r in others)
+
+
+def controls_sentence(x: ReportInputs) -> str:
+    """DiHAL's Gen.PPL against its control hybrids' (regression, layer-drop, ridge) and its
+    own at the K chosen on validation, each as a ratio with a paired interval; which wins."""
+    if not any(r.role in (CONTROL, CHOSEN_K) for r in x.comparison.rows):
+        return NO_CONTROLS
+    dihal, others, best, beaten, lost = _standing(x)
+    return (f"{_head(dihal, best)}: DiHAL's Gen.PPL is "
+            + "; ".join(_control_phrase(r) for r in others)
             + f" (DiHAL lower beyond the paired interval than {len(beaten)}, higher than "
-            f"{len(lost)} of {len(others)}).", CONTROLS)
+            f"{len(lost)} of {len(others)}).")
+
+
+def answer_controls(x: ReportInputs) -> tuple[str, str]:
+    """Which of DiHAL and its controls has the lowest Gen.PPL (DiHAL's ratio to it, with its
+    paired interval), and against how many controls DiHAL is lower or higher beyond it; every
+    ratio is the section's."""
+    if not any(r.role in (CONTROL, CHOSEN_K) for r in x.comparison.rows):
+        return NO_CONTROLS, CONTROLS
+    dihal, others, best, beaten, lost = _standing(x)
+    ratio = "" if best is dihal else f" (DiHAL's Gen.PPL is {_control_phrase(best)})"
+    return (f"{_head(dihal, best)}{ratio}; DiHAL is lower beyond the paired 95 % interval than "
+            f"{len(beaten)} of its {len(others)} controls, higher than {len(lost)}.", CONTROLS)
 
 
 def controls_section(r: Document, x: ReportInputs) -> None:
@@ -59,7 +84,7 @@ def controls_section(r: Document, x: ReportInputs) -> None:
 
     r.h2("3a. DiHAL against its control hybrids", CONTROLS)
     shown = [row for row in x.comparison.rows if row.role in (DIHAL, CHOSEN_K, CONTROL)]
-    r.p(answer_controls(x)[0])
+    r.p(controls_sentence(x))
     notes = x.evaluate.controls
     r.p("Each control replaces layers 0..l-1 as DiHAL does and keeps the upper layers and the "
         "head: the regression hybrid (the regression control of that layer trained with the "

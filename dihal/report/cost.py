@@ -5,7 +5,7 @@ from __future__ import annotations
 from dihal.generation_inputs import CostRow
 from dihal.labels import DIHAL
 from dihal.plots import plot_cost_quality
-from dihal.report.common import COST, GENERATION
+from dihal.report.common import COST
 from dihal.report.document import Document
 from dihal.report.inputs import ReportInputs
 
@@ -31,7 +31,7 @@ def timing_text(x: ReportInputs) -> str:
             f"median of {cost.repeats} rounds" if cost else "not timed")
 
 
-def answer_cost(x: ReportInputs) -> tuple[str, str]:
+def timing_sentence(x: ReportInputs) -> str:
     """What generating with the hybrid costs against the backbone (the cost table's one timing
     of each), and what the bridge cost."""
     dihal = next(r for r in x.comparison.rows if r.role == "dihal")
@@ -47,8 +47,7 @@ def answer_cost(x: ReportInputs) -> tuple[str, str]:
                   f"against the backbone's {ref.ms_per_token:.2f} ({ratio:.2f}x the "
                   f"backbone's time: {pace}; {timing_text(x)})")
     return (f"{timing}; its bridge has {dihal.denoiser_parameters:,} parameters, was trained on "
-            f"{dihal.train_tokens:,} tokens and samples in {dihal.sampler_steps} step(s).",
-            GENERATION)
+            f"{dihal.train_tokens:,} tokens and samples in {dihal.sampler_steps} step(s).")
 
 
 def _cost_model(x: ReportInputs):
@@ -65,14 +64,40 @@ def _cheaper_layers(model, layers: list[int], steps: int) -> list[int]:
     return [b["layer"] for b in break_even(model, layers, [steps]) if b["cheaper"]]
 
 
-def answer_break_even(x: ReportInputs) -> tuple[str, str]:
+NO_COST = ("What the replacement costs per token is not settled: the evaluation has no cost "
+           "table (materialise eval again).")
+
+
+def answer_cost(x: ReportInputs) -> tuple[str, str]:
+    """What DiHAL at l* costs per generated token against the backbone, in counted FLOPs and
+    measured time, and where a hybrid would be cheaper (the section has the whole reading)."""
+    model = _cost_model(x)
+    if model is None:
+        return NO_COST, COST
+    dihal = next(r for r in x.comparison.rows if r.role == DIHAL)
+    l_star, k0 = int(x.bridges.info.l_star), int(dihal.sampler_steps)
+    hyb, ref = timed_row(x, steps=k0), timed_row(x, name="backbone")
+    most = model.max_cheaper_steps(l_star)
+    k_sweep = x.bridges.sweep_steps(k0)
+    layers = sorted(x.bridges.info.swept_layers)
+    cheaper = _cheaper_layers(model, layers, k_sweep)
+    return (f"DiHAL at l* = {l_star}, K = {k0} costs "
+            f"{model.hybrid(l_star, k0) / model.backbone():.2f}x the backbone's FLOPs per "
+            "generated token" + (f" and {hyb.ms_per_token / ref.ms_per_token:.2f}x its "
+                                 "measured time" if hyb and ref else "")
+            + (f"; at l* it is cheaper only for K <= {most}" if most else
+               "; at l* it is never cheaper")
+            + f"; at the sweep's K = {k_sweep}, cheaper at {len(cheaper)} of {len(layers)} "
+            "swept layers.", COST)
+
+
+def break_even_sentence(x: ReportInputs) -> str:
     """What replacing the lower layers costs per generated token, in FLOPs counted from the
     shapes (and measured time): DiHAL at l* against the backbone, and at which swept layers
     and K a hybrid is cheaper than the backbone (dihal.evaluate.cost.break_even)."""
     model = _cost_model(x)
     if model is None:
-        return ("What the replacement costs per token is not settled: the evaluation has no "
-                "cost table (materialise eval again).", COST)
+        return NO_COST
     dihal = next(r for r in x.comparison.rows if r.role == DIHAL)
     l_star, k0 = int(x.bridges.info.l_star), int(dihal.sampler_steps)
     ratio = model.hybrid(l_star, k0) / model.backbone()
@@ -88,7 +113,7 @@ def answer_break_even(x: ReportInputs) -> tuple[str, str]:
             + f". At the sweep's K = {k_sweep} a hybrid is cheaper than the backbone at "
             + (f"{len(cheaper)} of {len(layers)} swept layers ({', '.join(map(str, cheaper))})"
                if cheaper else f"none of the {len(layers)} swept layers"))
-    return line + ".", COST
+    return line + "."
 
 
 def _cost_points(x: ReportInputs, model) -> list[dict]:
@@ -115,9 +140,10 @@ def cost_section(r: Document, x: ReportInputs) -> None:
 
     r.h2("3b. Cost per generated token", COST)
     model = _cost_model(x)
-    r.p(answer_break_even(x)[0])
+    r.p(break_even_sentence(x))
     if model is None:
         return
+    r.p(timing_sentence(x))
     cost = x.evaluate.cost
     r.p(f"{cost.note} ({cost.flop_length} tokens); ms per token "
         f"measured over {timing_text(x)} that go round the models (a load change falls on all "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dihal.evaluate.frontier import (
     ANCHOR_ROLE,
+    frontier_answer,
     frontier_sentence,
     measured_temperatures,
     on_frontier,
@@ -34,13 +35,10 @@ def whole_frontier_command(x: ReportInputs) -> str:
 
 
 def answer_frontier(x: ReportInputs) -> tuple[str, str]:
-    """Who lies on the Gen.PPL/diversity frontier across the decoding temperatures measured
-    (dihal.evaluate.frontier.frontier_sentence over the comparison's frontier points); at one
-    temperature, the command for the whole frontier after it."""
-
-    line = frontier_sentence(x.comparison.frontier_points())
-    command = whole_frontier_command(x)
-    return (f"{line} {command}" if command else line), FRONTIER
+    """Whether DiHAL lies on the Gen.PPL/diversity frontier across the decoding temperatures
+    measured, and how many models do (dihal.evaluate.frontier.frontier_answer); the whole
+    reading and the command for more temperatures are the section's."""
+    return frontier_answer(x.comparison.frontier_points()), FRONTIER
 
 
 def frontier_table(points: list[GenerationRow]) -> list[dict]:

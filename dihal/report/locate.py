@@ -85,21 +85,17 @@ def _sequence_summary(seq: SequenceStability, primary: str) -> str:
 
 
 def answer_l_star(x: ReportInputs) -> tuple[str, str]:
-    """Which layer geometry selects, and how firmly (over the token bootstrap)."""
+    """Which layer geometry selects, and how firmly: over resampled whole sequences where they
+    were resampled, else over the token bootstrap (which overstates it; the section has both
+    and the split halves)."""
     primary, score = x.configs.primary_norm, x.locate.score
     line = f"Geometry selects l* = {score.l_star} (S_l under {primary})"
-    if st := score.stability.get(primary):
-        line += (f"; {st.same:.0%} of {st.replicates} bootstrap resamples of the tokens "
-                 f"pick it again, 95 % range [{st.low}, {st.high}]")
-    seq = score.sequence_stability
-    if b := seq.bootstrap:
-        line += (f"; {b.same:.0%} of {b.replicates} resamples of whole sequences, "
-                 f"95 % range [{b.low}, {b.high}]")
-    if seq.split_half:
-        agree = seq.split_half.agreement
-        line += ("; two disjoint halves of the sequences " + (
-            "agree on it" if agree == 1 else "disagree" if agree == 0 else
-            f"agree in {agree:.0%} of splits"))
+    if b := score.sequence_stability.bootstrap:
+        line += (f"; {b.same:.0%} of {b.replicates} resamples of whole sequences pick it "
+                 f"again (95 % range [{b.low}, {b.high}])")
+    elif st := score.stability.get(primary):
+        line += (f"; {st.same:.0%} of {st.replicates} bootstrap resamples of the tokens pick "
+                 f"it again (95 % range [{st.low}, {st.high}]; tokens only, which overstates it)")
     return line + ".", LOCATE
 
 

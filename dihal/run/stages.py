@@ -49,7 +49,7 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
     Stage("baseline", "6", "BaselineRun", "BaselineRunConfig", "BaselineRunConfig"),
     Stage("comparison", "8", "Comparison"),
     Stage("full_training", "9", "FullTraining"),
-    Stage("report", "19", "Report"),
+    Stage("report", "20", "Report"),
     Stage("budget", "1", "BudgetStudy", "BudgetConfig", "BudgetRunConfig"),
     Stage("budget_generation", "1", "BudgetGeneration", "BudgetGenerationConfig",
           "BudgetGenerationRunConfig"),

@@ -87,11 +87,17 @@ def test_a_lower_gen_ppl_with_more_failures_is_not_counted_as_better():
     text, _ = answer_generation(x)
     # ld4lg's Gen.PPL is higher, but DiHAL fails on 30 of 64 samples against none; codar fails
     # as often as DiHAL: only codar counts as beaten
-    assert "it is lower than 1 of 2 baselines' (codar)" in text
-    assert ("empty samples, each a failure (Gen.PPL is over the rest): dihal 30 of 64 (47 %), "
-            "backbone 0 of 64 (0 %), ld4lg 0 of 64 (0 %), codar 31 of 64 (48 %)") in text
-    assert "DiHAL's lower Gen.PPL than ld4lg comes with more failures" in text
+    assert "lower than 1 of 2 baselines' (codar)" in text
+    assert text.endswith("; over 34 of 64 samples (30 empty; a lower Gen.PPL on more "
+                         "failures does not count).")
     md = build_report(x).markdown
+    assert ("empty samples, each a failure (Gen.PPL is over the rest): dihal 30 of 64 (47 %), "
+            "backbone 0 of 64 (0 %), ld4lg 0 of 64 (0 %), codar 31 of 64 (48 %)") in md
+    assert "DiHAL's lower Gen.PPL than ld4lg comes with more failures" in md
+    # without failures the answer says nothing of them
+    clean = [_row("dihal", "dihal", 50.0, 0, **budget), _row("backbone", "backbone", 30.0, 0),
+             _row("ld4lg", "baseline", 80.0, 0)]
+    assert "samples" not in answer_generation(inputs(comparison=clean))[0]
     assert "| dihal | not recorded | 30 of 64 (47 %) [35, 59 %] | 50.0 [45.0, 55.0] |" in md
     assert "| 32 of 64 |" in md  # samples reaching L, out of every sample
     assert "An empty sample (the model ends it at once) is a failure" in md

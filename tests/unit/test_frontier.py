@@ -11,19 +11,14 @@ from dihal.compare.stage import baseline_frontier
 from dihal.evaluate.frontier import (
     clearly_dominates,
     dominates,
+    frontier_answer,
     frontier_sentence,
     on_frontier,
-    point,
 )
-from dihal.generation_rows import BASELINE_ROW, EVAL_ROW, GenerationRow, generation_rows
+from dihal.generation_rows import BASELINE_ROW, GenerationRow, generation_rows
 from dihal.rows import Estimate
-
-
-def _p(model, role, t, ppl, div, **extra):
-    metrics = GenerationRow.from_dict({"gen_ppl": ppl, "gen_ppl_low": ppl * 0.9,
-                                       "gen_ppl_high": ppl * 1.1, "diversity": div,
-                                       "diversity_spacy": div, "mean_judge_length": 20.0}, EVAL_ROW)
-    return {**point(model, role, t, metrics, sampled=True).to_dict(), **extra}
+from tests.tiny import frontier_point as _p
+from tests.tiny import frontier_point_with_intervals as _ci
 
 
 def _metrics(**columns) -> GenerationRow:
@@ -137,7 +132,7 @@ def test_the_reports_opening_answers_read_the_frontier():
 
     x = report_inputs()
     with_points = replace(x, comparison=replace(x.comparison, frontier=generation_rows(DIHAL_ON)))
-    for got, says in ((with_points, "DiHAL lies on it at T = 1"),
+    for got, says in ((with_points, "DiHAL lies on the Gen.PPL/diversity frontier at T = 1"),
                       (x, "No temperature frontier was measured")):
         md = build_report(got).markdown
         answers = md[md.index("What this run shows"):md.index("3c. Gen.PPL against")]
@@ -171,9 +166,27 @@ def test_the_frontier_read_with_its_intervals_each_way(points, says):
         "DiHAL does not" in text)
 
 
-def _ci(model, role, t, ppl, lo, hi, div, dlo, dhi):
-    return {**_p(model, role, t, ppl, div), "gen_ppl_low": lo, "gen_ppl_high": hi,
-            "diversity_low": dlo, "diversity_high": dhi}
+@pytest.mark.parametrize(("points", "says"), [
+    (DIHAL_ON, "DiHAL lies on the Gen.PPL/diversity frontier at T = 1; 2 of 3 models lie on it "
+               "(DiHAL, backbone)."),
+    (DIHAL_OFF, "DiHAL is off the Gen.PPL/diversity frontier beyond the 95 % intervals at every "
+                "temperature measured; 1 of 2 models lie on it (backbone)."),
+    ([_p("DiHAL", "dihal", 1.0, 60.0, 0.5), _p("backbone", "backbone", 1.0, 20.0, 0.6)],
+     "DiHAL is off the Gen.PPL/diversity frontier beyond the 95 % intervals at the one "
+     "temperature measured; 1 of 2 models lie on it (backbone)."),
+    ([_p("DiHAL", "dihal", 1.0, 22.0, 0.6), _p("backbone", "backbone", 1.0, 20.0, 0.6)],
+     "DiHAL is off the Gen.PPL/diversity frontier, but within the 95 % intervals it may lie on "
+     "it (T = 1); 1 of 2 models lie on it (backbone)."),
+    (DIHAL_ON[2:], "1 of 2 models lie on the Gen.PPL/diversity frontier (backbone); no dihal "
+                   "point was measured."),
+    ([], "No temperature frontier was measured (frontier_temperatures is empty)."),
+])
+def test_the_frontier_answer_each_way(points, says):
+    """The opening answer in short: it agrees with the long reading's standing of DiHAL."""
+    assert frontier_answer(points) == says
+    long = frontier_sentence(points)
+    assert ("DiHAL lies on it" in long) is says.startswith("DiHAL lies on")
+    assert ("may lie on it" in long) is ("may lie on it" in says)
 
 
 def test_a_less_diverse_point_never_clearly_dominates_and_one_dominator_serves_both_tests():
@@ -313,8 +326,8 @@ def test_the_default_frontier_samples_nothing_again():
 
 def test_the_report_at_one_temperature_gives_the_command_for_the_whole_frontier():
     """The default report's frontier section says what one temperature shows and names the
-    driver's command that draws the whole frontier; its answer carries the command too. With
-    several temperatures neither does."""
+    driver's command that draws the whole frontier (the answer stays one short sentence and
+    links to it). With several temperatures it does not."""
     from dihal.report.build import build_report
     from tests.tiny import report_inputs
 
@@ -336,7 +349,7 @@ def test_the_report_at_one_temperature_gives_the_command_for_the_whole_frontier(
                  "preset, with its larger samples (128 per model): " + command,
                  "Gen.PPL against diversity at T = 1", "| on the frontier |"):
         assert says in section, (says, section[:3000])
-    assert command in answers and "#temperature-frontier" in answers
+    assert command not in answers and "#temperature-frontier" in answers
     section, answers = section_and_answers(DIHAL_ON)
     assert "--profile study" not in section and "--profile study" not in answers
     assert "A lower temperature can buy a lower Gen.PPL" in section

@@ -11,8 +11,8 @@ from dihal.inputs import OracleBy, SeedInfo
 from dihal.report.bridgeability import answer_bridge_vs_regression, answer_geometry_vs_depth
 from dihal.report.build import ANSWERS, build_report
 from dihal.report.common import BRIDGEABILITY, CONTROLS, COST, GENERATION, LOCATE, REGRESSION
-from dihal.report.controls import answer_controls
-from dihal.report.cost import answer_break_even, answer_cost
+from dihal.report.controls import answer_controls, controls_sentence
+from dihal.report.cost import answer_cost, break_even_sentence, timing_sentence
 from dihal.report.generation import answer_generation
 from dihal.report.locate import answer_l_star
 from dihal.rows import DEPTH, PrimaryTest, RegressionRow, Spearman, SpearmanRow
@@ -35,13 +35,14 @@ def test_l_star_with_and_without_its_stability():
     firm = {"robust": {"l_star": 2, "same": 0.95, "replicates": 20, "low": 2, "high": 3,
                        "picks": {2: 0.95}}}
     text, _ = answer_l_star(inputs(stability=firm))
-    assert "95% of 20 bootstrap resamples of the tokens pick it again, 95 % range [2, 3]" in text
+    assert ("95% of 20 bootstrap resamples of the tokens pick it again (95 % range [2, 3]; "
+            "tokens only, which overstates it)") in text
 
 
 @pytest.mark.parametrize(("agreement", "says"), [
-    (1.0, "two disjoint halves of the sequences agree on it"),
-    (0.0, "two disjoint halves of the sequences disagree"),
-    (0.5, "two disjoint halves of the sequences agree in 50% of splits"),
+    (1.0, "on two disjoint halves of the sequences l* is 2 and 2 (the halves agree)"),
+    (0.0, "on two disjoint halves of the sequences l* is 2 and 3 (the halves disagree)"),
+    (0.5, "(agreeing in 50% of splits)"),
 ])
 def test_l_star_over_resampled_sequences_and_split_halves(agreement, says):
 
@@ -56,8 +57,12 @@ def test_l_star_over_resampled_sequences_and_split_halves(agreement, says):
            "split_half": {"splits": splits, "agreement": agreement}}
     x = inputs(score={**report_raw(stability=firm)["score"], "sequence_stability": seq})
     text, _ = answer_l_star(x)
-    assert "; 60% of 10 resamples of whole sequences, 95 % range [1, 3]" in text and says in text
+    # the answer reads the whole-sequence resamples (not the token bootstrap); the section
+    # has the split halves
+    assert text == ("Geometry selects l* = 2 (S_l under robust); 60% of 10 resamples of whole "
+                    "sequences pick it again (95 % range [1, 3]).")
     md = build_report(x).markdown
+    assert says in md[md.index("## 1. Locate"):]
     assert "| whole sequences resampled (of 8; all recomputed) | 2 | 10 | 60% | [1, 3] |" in md
     assert "| tokens resampled (neighbourhoods, preconditioner fixed) | 2 | 20 | 95% |" in md
     assert "| split halves of the sequences | 2 |" in md
@@ -81,35 +86,46 @@ def _with_primary(x, primary):
     return with_bridgeability(x, primary=PrimaryTest.from_dict(primary))
 
 
-@pytest.mark.parametrize(("p", "p_min", "says", "never"), [
-    (0.004, 0.001, "geometry predicts the bridges' hybrid NLL better than depth does (p < 0.05)",
-     "cannot"),
-    (0.30, 0.001, "geometry and depth cannot be told apart at these 3 layers (p >= 0.05), though "
-                  "the design could have told them apart (its smallest p is under 0.05)",
+@pytest.mark.parametrize(("p", "p_min", "answer", "says", "never"), [
+    (0.004, 0.001, "Yes: geometry predicts the bridges' hybrid NLL better than depth over 3 "
+                   "layers", "geometry predicts the bridges' hybrid NLL better than depth does "
+                   "(p < 0.05)", "cannot"),
+    (0.30, 0.001, "Not shown: geometry does not predict the bridges' hybrid NLL significantly "
+                  "better than depth over 3 layers, though the design could have shown it",
+     "geometry and depth cannot be told apart at these 3 layers (p >= 0.05), though "
+     "the design could have told them apart (its smallest p is under 0.05)",
      "design cannot decide"),
-    (0.43, 0.43, "the design cannot decide: at these 3 swept layers no outcome could have told "
-                 "geometry and depth apart (smallest attainable p >= 0.05); over all 29 "
-                 "candidate layers the floor is 0.0006, and 14 evenly spread swept layers bring "
-                 "it under 0.05", "cannot be told apart"),
+    (0.43, 0.43, "Undecided: at these 3 layers no outcome could tell geometry from depth",
+     "the design cannot decide: at these 3 swept layers no outcome could have told "
+     "geometry and depth apart (smallest attainable p >= 0.05); over all 29 "
+     "candidate layers the floor is 0.0006, and 14 evenly spread swept layers bring "
+     "it under 0.05", "cannot be told apart"),
 ])
-def test_geometry_against_depth_each_way_of_the_primary_test(p, p_min, says, never):
+def test_geometry_against_depth_each_way_of_the_primary_test(p, p_min, answer, says, never):
     """The answer is the pre-registered primary test's, with the smallest p its design can
-    reach; "cannot be told apart" only where the design could have told them apart."""
+    reach; "not shown" only where the design could have shown it. The section reads it out
+    whole."""
     x = _with_primary(inputs(), _primary(p, p_min))
     text, anchor = answer_geometry_vs_depth(x)
-    assert says in text and never not in text and anchor == BRIDGEABILITY
-    assert (f"p = {p:.3g}; the smallest p these layers allow is {p_min:.3g} (in 43% of "
-            "resamples S_l (robust) and depth rank the drawn layers alike") in text
-    assert "Exploratory, not the primary test" in text
+    assert text.startswith(answer) and anchor == BRIDGEABILITY
+    assert (f"Spearman 0.90 against depth's 0.70, difference +0.20 (one-sided 95% lower bound "
+            f"+0.05), p = {p:.3g}, smallest attainable {p_min:.2g}") in text
+    assert "Exploratory" not in text
+    assert (text.endswith("14 evenly spread layers could).")) is (p_min >= 0.05)
     md = build_report(x).markdown
+    section = md[md.index("## 2. Does the score"):]
+    assert says in section and never not in section[:section.index("Exploratory")]
+    assert (f"p = {p:.3g}; the smallest p these layers allow is {p_min:.3g} (in 43% of "
+            "resamples S_l (robust) and depth rank the drawn layers alike") in section
     assert (f"| S_l (robust) | -hybrid_nll | 0.900 | 0.700 | +0.200 | +0.050 | {p:.3g} | "
             f"{p_min:.3g} | 43.0% | 0.0006 (29 layers) |") in md
 
 
 def test_primary_test_says_when_no_sweep_of_the_backbone_can_decide():
     x = _with_primary(inputs(), _primary(0.5, 0.4, p_min_all=0.2, needed=None))
+    assert answer_geometry_vs_depth(x)[0].endswith("; no sweep of this backbone could).")
     assert ("over all 29 candidate layers the floor is 0.2, still not under 0.05: no sweep of "
-            "this backbone can decide it") in answer_geometry_vs_depth(x)[0]
+            "this backbone can decide it") in build_report(x).markdown
 
 
 def _paired_spearman(predictor, rho, verdicts, diff=0.3, p_holm=0.01):
@@ -127,13 +143,13 @@ def test_the_paired_tests_are_read_as_exploratory(standing):
                 "hybrid_nll": "below" if standing == "above" else "above"}
     x = _with_primary(inputs(spearman=[_paired_spearman("S_l (robust)", 0.6, verdicts),
                                        _spearman(DEPTH, 0.4, 0.1, 0.7)]), _primary(0.3, 0.001))
-    text, _ = answer_geometry_vs_depth(x)
+    md = build_report(x).markdown
+    text = md[md.index("## 2. Does the score"):]
     assert (f"Exploratory, not the primary test (two-sided, Holm over 3 predictor x target "
             f"tests): against -val loss S_l (robust) is {standing} depth (difference +0.30 "
             "[+0.20, +0.40])") in text
     assert "above depth on some target: S_l (robust)" in text
-    md = build_report(x).markdown
-    assert "Holm-corrected over 3 predictor x target tests" in md
+    assert "Holm's correction over all 3 predictor x target tests" in md
     assert ("| S_l (robust) | -val_loss | 0.60 [0.40, 0.70] | +0.30 [+0.20, +0.40] | 0.00333 | "
             f"0.01 | {standing} | +0.40 [+0.10, +0.70] |") in md
     above = "1 above depth (S_l (robust))" if standing == "above" else "none above depth"
@@ -170,19 +186,27 @@ def test_geometry_against_depth_names_rivals_above_depth():
     x = inputs(spearman=[_spearman("S_l (robust)", 0.5, 0.2, 0.8, "not distinguishable"),
                          _spearman("-cond_distance", 0.9, 0.85, 0.95, "above"),
                          _spearman(DEPTH, 0.4, 0.1, 0.7)])
-    assert "above depth on some target: -cond_distance." in answer_geometry_vs_depth(x)[0]
+    assert "above depth on some target: -cond_distance." in build_report(x).markdown
 
 
 @pytest.mark.parametrize(("nlls", "says"), [
-    ([(1, 2.0, 3.0), (2, 2.0, 3.0)], "The diffusion bridge beats its regression control at all 2 layers"),
-    ([(1, 3.0, 2.0), (2, 3.0, 2.0)], "The regression control is at least as good as the diffusion "
-                                     "bridge at all 2 layers"),
-    ([(1, 2.0, 3.0), (2, 3.0, 2.0)], "beats its regression control at 1 of 2 layers (1), not everywhere"),
+    ([(1, 2.0, 3.0), (2, 2.0, 3.0)], "Yes: the diffusion bridge beats the ridge map (closed-form, "
+                                     "a context-free linear lower bar) on hybrid NLL at all 2 "
+                                     "layers; at l* = 2, 2.000 against 3.000."),
+    ([(1, 3.0, 2.0), (2, 3.0, 2.0)], "No: the ridge map (closed-form, a context-free linear lower "
+                                     "bar) is at least as good as the diffusion bridge on hybrid "
+                                     "NLL at all 2 layers, so the bridges are undertrained or too "
+                                     "small"),
+    ([(1, 2.0, 3.0), (3, 3.0, 2.0)], "Not everywhere: the diffusion bridge beats the ridge map "
+                                     "(closed-form, a context-free linear lower bar) on hybrid NLL "
+                                     "at 1 of 2 layers (1)."),
     ([], "Whether the diffusion bridge beats its regression control is not settled"),
 ])
 def test_bridge_against_regression_each_way(nlls, says):
     text, anchor = answer_bridge_vs_regression(inputs(regression=[_regression(*n) for n in nlls]))
     assert says in text and anchor == REGRESSION
+    # the two hybrid NLLs at l* (2) where it has a control
+    assert ("at l* = 2, " in text) is any(n[0] == 2 for n in nlls)
 
 
 def text_of(comparison):
@@ -192,17 +216,17 @@ def text_of(comparison):
 def test_generation_against_backbone_and_baselines_each_way():
     text, anchor = answer_generation(inputs())
     assert anchor == GENERATION
-    assert "DiHAL's Gen.PPL is 50.0 [45.0, 55.0], higher than the backbone's 30.0 [28.0, 32.0] " \
-           "(the intervals are separated)" in text
-    assert "; at the matched budget it is lower than 2 of 2 baselines' (sed, codar), beyond " \
-           "the intervals for 1 of them." in text
+    assert "DiHAL's Gen.PPL 50.0 [45.0, 55.0] is higher than the backbone's 30.0 [28.0, 32.0] " \
+           "(told apart by the intervals)" in text
+    assert "; at a matched budget, lower than 2 of 2 baselines' (sed, codar), 1 of them told " \
+           "apart." in text
     worse = [_gen("dihal", "dihal", 90.0, 85.0, 95.0), _gen("backbone", "backbone", 30.0, 28.0, 32.0),
              _gen("sed", "baseline", 80.0, 70.0, 90.0)]
-    assert text_of(worse).endswith("; at the matched budget it is lower than none of the 1 "
+    assert text_of(worse).endswith("; at a matched budget, lower than none of the 1 "
                                    "baselines'.")
     close = [_gen("dihal", "dihal", 29.0, 20.0, 40.0), _gen("backbone", "backbone", 30.0, 28.0, 32.0)]
     text, _ = answer_generation(inputs(comparison=close))
-    assert "lower than the backbone's" in text and "(the intervals overlap)" in text
+    assert "lower than the backbone's" in text and "(not told apart by the intervals)" in text
     assert "no baseline was compared" in text
 
 
@@ -215,14 +239,15 @@ def test_cost_each_way(ratio, pace):
     raw = report_raw_with_cost(15.0)
     raw["evaluation"]["cost"]["rows"][1].update(ms_per_token=2.0 * ratio)
     x = ReportInputs.from_dicts(**raw)
-    text, anchor = answer_cost(x)
+    text = timing_sentence(x)
     assert f"({ratio:.2f}x the backbone's time: {pace}; a cached decode" in text
-    assert anchor == GENERATION
     assert f"{2.0 * ratio:.2f} ms per token against the backbone's 2.00" in text
     assert "12,345 parameters, was trained on 65,536 tokens and samples in 4 step(s)" in text
+    assert text in build_report(x).markdown  # the cost section's
+    assert f"and {ratio:.2f}x its measured time" in answer_cost(x)[0]
     # no cost table: not measured, said so
     untimed = replace(x, evaluate=replace(x.evaluate, cost=None))
-    assert "time per token is not measured" in answer_cost(untimed)[0]
+    assert "time per token is not measured" in timing_sentence(untimed)
 
 
 def test_report_opens_on_its_answers_and_splits_the_proxies_by_normalisation():
@@ -279,10 +304,9 @@ def test_generation_pairs_decide_by_the_log_ppl_difference_and_give_a_power_coun
     counts = [p["power"]["n"] for p in pairs.values()]
     assert max(counts) < 2 * min(counts)
     text, _ = answer_generation(inputs(comparison=comparison))
-    assert ("higher than the backbone's" in text and "(told apart by the difference of log "
-            "Gen.PPL)" in text)
-    assert ("lower than 1 of 2 baselines' (sed), beyond the difference of log Gen.PPL (Holm "
-            "over the pairs) for 1 of them") in text
+    assert ("higher than the backbone's" in text and "(told apart by the log-difference "
+            "test)" in text)
+    assert "lower than 1 of 2 baselines' (sed), 1 of them told apart." in text
     md = build_report(inputs(comparison=comparison)).markdown
     assert "told apart from 2 of the 3 other models (backbone, sed)" in md
     assert ("Planned ahead, this test (Holm over the 3 pairs, at its strictest step) would "
@@ -293,7 +317,7 @@ def test_generation_pairs_decide_by_the_log_ppl_difference_and_give_a_power_coun
             "model for 80% power at a Gen.PPL ratio of 1.25 (alpha 0.0167) |") in md
     # a DiHAL indistinguishable from the backbone says so
     same = [dihal, _scored("backbone", "backbone", 4.0, seed=5)]
-    assert "(not told apart by the difference of log Gen.PPL)" in answer_generation(
+    assert "(not told apart by the log-difference test)" in answer_generation(
         inputs(comparison=same))[0]
 
 
@@ -385,26 +409,35 @@ def test_controls_each_way():
     text, anchor = answer_controls(inputs())
     assert anchor == CONTROLS and text.startswith("Whether DiHAL beats its control hybrids is "
                                                   "not settled")
+    assert controls_sentence(inputs()) == text
     # DiHAL lower than the ridge beyond the paired interval, the layer-drop not distinguishable
     x = _with_controls(_control("ridge (l=2)", 80.0, math.log(0.625), -0.6, -0.3, "below"),
                        _control("layer-drop (l=2)", 52.0, -0.04, -0.2, 0.1, "not distinguishable"))
-    text, _ = answer_controls(x)
+    assert answer_controls(x)[0] == (
+        "DiHAL has the lowest Gen.PPL of itself and its controls; DiHAL is lower beyond the "
+        "paired 95 % interval than 1 of its 2 controls, higher than 0.")
+    text = controls_sentence(x)  # the section's, with every ratio
     assert text.startswith("DiHAL has the lowest Gen.PPL of itself and its controls: ")
     assert "0.62x ridge (l=2)'s [0.55, 0.74], lower beyond the paired 95 % interval" in text
     assert "0.96x layer-drop (l=2)'s [0.82, 1.11], not distinguishable at the paired 95 % level" in text
     assert text.endswith("(DiHAL lower beyond the paired interval than 1, higher than 0 of 2).")
+    assert text in build_report(x).markdown
     # the regression hybrid wins beyond the interval; DiHAL at the chosen K is a row too
     x = _with_controls(_control("regression (l=2)", 20.0, math.log(2.5), 0.7, 1.1, "above"),
                        _control("DiHAL (l=2, K=2 marginal, chosen on validation)", 45.0,
                                 math.log(50 / 45), 0.0, 0.2, "not distinguishable",
                                 role="dihal (chosen K)"))
-    text, _ = answer_controls(x)
+    assert answer_controls(x)[0] == (
+        "regression (l=2) has the lowest Gen.PPL of DiHAL and its controls (DiHAL's Gen.PPL is "
+        "2.50x regression (l=2)'s [2.01, 3.00], higher beyond the paired 95 % interval); DiHAL "
+        "is lower beyond the paired 95 % interval than 0 of its 2 controls, higher than 1.")
+    text = controls_sentence(x)
     assert text.startswith("regression (l=2) has the lowest Gen.PPL of DiHAL and its controls: ")
-    assert "2.50x regression (l=2)'s [2.01, 3.00], higher beyond the paired 95 % interval" in text
     assert text.endswith("(DiHAL lower beyond the paired interval than 0, higher than 1 of 2).")
     # a row with too few paired samples has no interval, and says so
-    x = _with_controls(_control("ridge (l=2)", 80.0, float("nan"), float("nan"), float("nan"),
+    x = _with_controls(_control("ridge (l=2)", 20.0, float("nan"), float("nan"), float("nan"),
                                 "not distinguishable"))
+    assert "ridge (l=2): no paired difference" in controls_sentence(x)
     assert "ridge (l=2): no paired difference" in answer_controls(x)[0]
     md = build_report(x).markdown
     assert "## 3a. DiHAL against its control hybrids" in md and "ridge (l=2)" in md
@@ -412,21 +445,30 @@ def test_controls_each_way():
 
 def test_break_even_each_way():
     # no cost table: not settled
-    text, anchor = answer_break_even(inputs())
+    text, anchor = answer_cost(inputs())
     assert anchor == COST and text.startswith("What the replacement costs per token is not settled")
+    assert break_even_sentence(inputs()) == text
     # a step of 15 MFLOPs: DiHAL at l* = 2, K = 4 costs (25 + 60) / 45 = 1.89x; cheaper at l*
     # only for K <= 1; at the sweep's K = 4 at no swept layer
-    text, _ = answer_break_even(_with_cost(15.0))
+    assert answer_cost(_with_cost(15.0))[0] == (
+        "DiHAL at l* = 2, K = 4 costs 1.89x the backbone's FLOPs per generated token and 1.50x "
+        "its measured time; at l* it is cheaper only for K <= 1; at the sweep's K = 4, cheaper "
+        "at 0 of 3 swept layers.")
+    text = break_even_sentence(_with_cost(15.0))
     assert text == ("Per generated token the backbone costs 45 MFLOPs; DiHAL at l* = 2 with K = 4 "
                     "costs 1.89x that (1.50x in measured time), and at l* it is cheaper only for "
                     "K <= 1. At the sweep's K = 4 a hybrid is cheaper than the backbone at none "
                     "of the 3 swept layers.")
     # a step of 3 MFLOPs: cheaper at layers 2 and 3 (37 and 27 < 45), not at 1 (47)
-    text, _ = answer_break_even(_with_cost(3.0, timed=False))
+    text = break_even_sentence(_with_cost(3.0, timed=False))
     assert "costs 0.82x that, and at l* it is cheaper only for K <= 6." in text
     assert text.endswith("cheaper than the backbone at 2 of 3 swept layers (2, 3).")
+    assert answer_cost(_with_cost(3.0, timed=False))[0] == (
+        "DiHAL at l* = 2, K = 4 costs 0.82x the backbone's FLOPs per generated token; at l* it is "
+        "cheaper only for K <= 6; at the sweep's K = 4, cheaper at 2 of 3 swept layers.")
     # a step that costs more than the layers saved at l*: never cheaper there
-    assert "cheaper only for K <= 0 (never)" in answer_break_even(_with_cost(30.0))[0]
+    assert "cheaper only for K <= 0 (never)" in break_even_sentence(_with_cost(30.0))
+    assert "; at l* it is never cheaper;" in answer_cost(_with_cost(30.0))[0]
     md = build_report(_with_cost(3.0)).markdown
     assert "## 3b. Cost per generated token" in md and "| l | max K cheaper |" in md
     assert "data:image/png;base64," in build_report(_with_cost(3.0)).html

@@ -7,39 +7,9 @@ import pytest
 
 from dihal.report import budget as rb
 from dihal.report.document import Document
-from dihal.rows import BudgetPoint
-
-STEPS = (128, 512, 2048)
-
-
-def point(model: str, layer: int, steps: int, nll: float) -> BudgetPoint:
-    trains = model in ("bridge", "residual")
-    return BudgetPoint(layer=layer, steps=steps, tokens=steps * 64,
-                       distinct_tokens=min(steps * 64, 32768), model=model,
-                       val_loss=0.5 if trains else None, t1_loss=0.7 if trains else None,
-                       recon_error=0.3, hybrid_nll=nll, seconds=1.0)
-
-
-def study(bridge: dict[int, dict[int, float]], ridge: dict[int, float] | None = None,
-          residual: dict[int, dict[int, float]] | None = None, backbone: float = 3.0,
-          network: float | None = 4.5) -> list[BudgetPoint]:
-    """Bridge curves per layer; a ridge map of one NLL per layer at each of the bridge's
-    budgets; the variant's curves; one backbone point per layer."""
-    pts = []
-    for layer, curve in bridge.items():
-        pts += [point("bridge", layer, s, v) for s, v in curve.items()]
-        if ridge and layer in ridge:
-            pts += [point("ridge", layer, s, ridge[layer]) for s in curve]
-        if network is not None:
-            pts += [point("network", layer, s, network) for s in curve]
-        pts.append(point("backbone", layer, 0, backbone))
-    for layer, curve in (residual or {}).items():
-        pts += [point("residual", layer, s, v) for s, v in curve.items()]
-    return pts
-
-
-def curve(*values: float) -> dict[int, float]:
-    return dict(zip(STEPS, values, strict=False))
+from tests.tiny import budget_curve as curve
+from tests.tiny import budget_point as point
+from tests.tiny import budget_study as study
 
 
 def sentence(bridge_curve: dict[int, float], ridge: float | None = 4.2, l_star: int = 1) -> str:
@@ -307,18 +277,22 @@ def test_the_answer_each_way():
     crosses = study({1: curve(4.6, 4.3, 4.0), 2: curve(4.7, 4.5, 4.3), 3: curve(5.0, 4.9, 4.8)},
                     {1: 4.2})
     assert rb.answer_budget(crosses, l_star=1) == (
-        "At l* the bridge crosses the ridge map at 2,048 steps; the layer ranking is the same "
-        "at every budget.", "training-budget")
+        "At l* the bridge crosses the ridge map at 2,048 steps (hybrid NLL at 2,048 steps 4.000 "
+        "against the ridge map's 4.200); the layer ranking is the same at every budget.",
+        "training-budget")
     above = study({1: curve(4.6, 4.5, 4.6), 2: curve(4.7, 4.4, 4.7)}, {1: 4.2})
     assert rb.answer_budget(above, l_star=1)[0] == (
-        "At l* the bridge stays at or above the ridge map at every budget measured; the layer ranking "
-        "is unsettled in the range measured.")
+        "At l* the bridge stays at or above the ridge map at every budget measured (hybrid NLL at "
+        "2,048 steps 4.600 against the ridge map's 4.200); the layer ranking is unsettled in the "
+        "range measured.")
     assert rb.answer_budget(above, l_star=7)[0].startswith("The budget study has no bridge at l* = 7")
 
 
 @pytest.mark.parametrize("bridge,ridge,head", [
-    (curve(4.1, 4.0, 3.9), {1: 4.2}, "At l* the bridge is below the ridge map from the smallest budget on"),
-    (curve(4.0, 4.5, 4.1), {1: 4.2}, "At l* the bridge goes below the ridge map and back to or above it"),
+    (curve(4.1, 4.0, 3.9), {1: 4.2}, "At l* the bridge is below the ridge map from the smallest "
+     "budget on (hybrid NLL at 2,048 steps 3.900 against the ridge map's 4.200)"),
+    (curve(4.0, 4.5, 4.1), {1: 4.2}, "At l* the bridge goes below the ridge map and back to or "
+     "above it (hybrid NLL at 2,048 steps 4.100 against the ridge map's 4.200)"),
     (curve(4.1, 4.0, 3.9), None, "At l* the bridge has no ridge map to compare with"),
 ])
 def test_the_answer_on_the_other_crossings(bridge, ridge, head):
@@ -332,8 +306,9 @@ def test_the_answer_on_the_other_rankings():
         "; the layer ranking settles from 512 steps.")
     one = study({1: {128: 4.0}, 2: {128: 4.5}}, {1: 4.2})
     assert rb.answer_budget(one, l_star=1)[0] == (
-        "At l* the bridge is below the ridge map from the smallest budget on; one budget only, "
-        "so the layer ranking's movement is not read.")
+        "At l* the bridge is below the ridge map from the smallest budget on (hybrid NLL at 128 "
+        "steps 4.000 against the ridge map's 4.200); one budget only, so the layer ranking's "
+        "movement is not read.")
     alone = study({1: curve(4.6, 4.3, 4.0)}, {1: 4.2})
     assert rb.answer_budget(alone, l_star=1)[0].endswith(
         "; fewer than 2 layers were measured at every budget, so there is no ranking.")

@@ -8,8 +8,8 @@ from dihal.evaluate.frontier import CLEAR_RULE, clearly_dominates, dominates, fr
 from dihal.report.bridgeability import LOSING_TO_THE_BAR, RIDGE_BAR, _regression_summary
 from dihal.report.build import build_report
 from dihal.rows import RegressionRow
+from tests.tiny import frontier_point_with_intervals as _ci
 from tests.tiny import report_inputs as inputs
-from tests.unit.test_frontier import _ci
 
 
 def _regression(layer, bridge_nll, control_nll):
@@ -47,8 +47,8 @@ def test_the_primary_test_comes_before_the_exploratory_standings_which_say_so_wh
     explored = section.index("Exploratory, not the primary test")
     assert primary < explored
     # the exploratory winner is named only after the label
-    assert "the highest Spearman is" in section
-    assert section.index("the highest Spearman is") > explored
+    assert "The highest Spearman against -val loss is" in section
+    assert section.index("The highest Spearman against -val loss is") > explored
     opening = section[:primary]
     assert "Spearman" not in opening and "Exploratory" not in opening
 

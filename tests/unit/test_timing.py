@@ -7,7 +7,7 @@ import pytest
 
 from dihal.evaluate.cost import CostSubject, cost_rows
 from dihal.report.build import build_report
-from dihal.report.cost import answer_break_even, answer_cost
+from dihal.report.cost import answer_cost, break_even_sentence, timing_sentence
 from dihal.report.inputs import ReportInputs
 from tests.tiny import report_raw_with_cost
 
@@ -60,11 +60,12 @@ def test_the_report_quotes_one_time_per_model():
                                               for r in raw["sampler_curve"]["rows"]]}
     x = ReportInputs.from_dicts(**{**raw, "evaluation": {**raw["evaluation"], "rows": ev},
                                    "sampler_curve": curve})
-    text, _ = answer_cost(x)
+    text = timing_sentence(x)
+    assert "and 1.50x its measured time" in answer_cost(x)[0]
     assert text.startswith("DiHAL at K = 4 generates at 3.00 ms per token against the "
                            "backbone's 2.00 (1.50x the backbone's time: slower; a cached "
                            "decode of 2 x 16 tokens in one batch, the median of 3 rounds)")
-    assert "(1.50x in measured time)" in answer_break_even(x)[0]
+    assert "(1.50x in measured time)" in break_even_sentence(x)
     md = build_report(x).markdown
     assert "Generation costs 3.0 ms per token at K = 4" in md
     for other in ("15.0", "119.4", "4.00x", "3.75"):

@@ -56,6 +56,8 @@ BACKFILL_TAG = "dagster/backfill"  # Dagster's tag of a backfill's runs
 # names it on the failed run (AUTO_RETRY)
 WILL_RETRY, AUTO_RETRY = "dagster/will_retry", "dagster/auto_retry_run_id"
 RETRY_WAIT_S = 120.0  # how long the driver waits for the daemon to make a retry it announced
+# the statuses (by name) of a backfill whose daemon may still make runs for it
+BACKFILL_GOING = ("REQUESTED", "CANCELING", "FAILING")
 RANGE_TAGS = ("dagster/asset_partition_range_start", "dagster/asset_partition_range_end")
 
 LAUNCH_RUN = """
@@ -163,6 +165,16 @@ def _merged(base: dict, over: dict) -> dict:
     return out
 
 
+def only_location(workspace):
+    """The one code location of the driver's workspace (the one it started), or a clear error
+    where it failed to load."""
+    (name,) = workspace.code_location_names
+    if workspace.has_code_location_error(name):
+        raise RuntimeError(f"code location {name} failed to load: "
+                           f"{workspace.get_code_location_error(name)}")
+    return workspace.get_code_location(name)
+
+
 class Launcher:
     """Named jobs of one code location, submitted to the instance's run queue, each run with its
     full run config (full_run_config: the driver's profile, its artifact root and its
@@ -174,23 +186,20 @@ class Launcher:
     def __init__(self, instance: dg.DagsterInstance, workspace, *, workers: int = 1,
                  tags: dict[str, str] | None = None, ops: dict[str, dict] | None = None,
                  process=None):
-        from dagster._cli.workspace.cli_target import (
-            get_code_location_from_workspace,
-            get_remote_repository_from_code_location,
-        )
-
         self.instance, self.workspace, self.process = instance, workspace, process
-        self.location = get_code_location_from_workspace(workspace, None)
-        self.repo = get_remote_repository_from_code_location(self.location, None)
+        self.location = only_location(workspace)
+        (self.repo,) = self.location.get_repositories().values()  # one Definitions object
         self.workers, self.tags = workers, dict(tags or {})
         self.ops = dict(ops or {})  # op -> run config merged over the defaults (driver flags)
         self.revive: Callable[[], bool] | None = None  # starts a daemon where the used one died
         self.tags.setdefault("dihal/driver", driver_tag())
 
     def _job(self, name: str):
-        from dagster._cli.workspace.cli_target import get_remote_job_from_remote_repo
-
-        return get_remote_job_from_remote_repo(self.repo, name)
+        jobs = {job.name: job for job in self.repo.get_all_jobs()}
+        if name not in jobs:
+            raise RuntimeError(f"code location {self.location.name} has no job {name!r}; its "
+                               f"jobs: {', '.join(sorted(jobs))}")
+        return jobs[name]
 
     def run_config(self, job, workers: int | None = None) -> dict:
         """The run config every run of `job` is submitted with (full_run_config), with
@@ -322,8 +331,6 @@ class Launcher:
         `backfills` until they end), saying when each starts and ends and passing on the
         steps' own log lines. Ctrl-C (KeyboardInterrupt) cancels the backfills and the runs not
         finished, waits for them to stop, and is raised again."""
-        from dagster._core.events import DagsterEventType
-
         todo = {rid: Followed(rid, label) for label, rid in runs.items()}
         cursors: dict[str, str | None] = dict.fromkeys(todo)
         done: list[Followed] = []
@@ -354,15 +361,15 @@ class Launcher:
                         if event is None:
                             if entry.user_message:
                                 say(f"  {f.label}: {entry.user_message}")
-                        elif event.event_type == DagsterEventType.RUN_START:
+                        elif event.event_type == dg.DagsterEventType.RUN_START:
                             f.started = entry.timestamp
                             say(f"  {f.label}: started (run {rid[:8]})")
-                        elif event.event_type == DagsterEventType.ASSET_CHECK_EVALUATION:
+                        elif event.event_type == dg.DagsterEventType.ASSET_CHECK_EVALUATION:
                             check = event.event_specific_data
                             if not check.passed:  # the science checks do not stop the chain
                                 f.failed_checks.append(check_failure(check))
                                 say(f"  {f.label}: {f.failed_checks[-1]}")
-                        elif event.event_type == DagsterEventType.ASSET_MATERIALIZATION:
+                        elif event.event_type == dg.DagsterEventType.ASSET_MATERIALIZATION:
                             meta = event.step_materialization_data.materialization.metadata
                             if meta.get("cached") is not None and meta["cached"].value:
                                 f.cached.append(event.asset_key.to_user_string())
@@ -419,11 +426,8 @@ class Launcher:
     def _backfill_over(self, backfill_id: str) -> bool:
         """The daemon creates no more runs for this backfill (it completed, failed or was
         canceled)."""
-        from dagster._core.execution.backfill import BulkActionStatus
-
         backfill = self.instance.get_backfill(backfill_id)
-        return backfill is None or backfill.status not in (
-            BulkActionStatus.REQUESTED, BulkActionStatus.CANCELING, BulkActionStatus.FAILING)
+        return backfill is None or backfill.status.value not in BACKFILL_GOING
 
     def _backfill_error(self, backfill_id: str) -> str | None:
         """Why the daemon gave up a backfill outside its runs (a run it could not create)."""

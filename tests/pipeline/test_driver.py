@@ -399,3 +399,16 @@ def test_the_driver_follows_the_retry_dagster_makes_of_a_failed_run(tags, ended_
     # without run_retries in the instance, a failed run is never waited on
     launcher.instance = SimpleNamespace(run_retries_enabled=False)
     assert launcher._retry_of(run, f, said.append) is None
+
+
+def test_the_backfill_statuses_the_driver_waits_on_are_dagsters():
+    """The driver reads a backfill's status by name (no private import): each name it waits on
+    is one of Dagster's, and its finished statuses are not among them."""
+    from dagster._core.execution.backfill import BulkActionStatus
+
+    import pipeline.launch as launch
+
+    names = {s.value for s in BulkActionStatus}
+    assert set(launch.BACKFILL_GOING) <= names
+    assert not {"COMPLETED", "COMPLETED_SUCCESS", "COMPLETED_FAILED", "FAILED",
+                "CANCELED"} & set(launch.BACKFILL_GOING)

@@ -12,7 +12,7 @@ import os
 import time
 from pathlib import Path
 
-from dagster._core.events import DagsterEventType
+from dagster import DagsterEventType
 from dagster._core.launcher import CheckRunHealthResult, WorkerStatus
 from dagster._core.launcher.default_run_launcher import DefaultRunLauncher
 

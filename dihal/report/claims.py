@@ -518,9 +518,15 @@ def answer_claims(x: ReportInputs, paper: PaperClaims | None = None) -> tuple[st
     rows = claim_rows(x, paper)
     held = [c.claim for c in rows if c.verdict == HOLDS]
     tally = {v: sum(c.verdict == v for c in rows) for v in PRECEDENCE}
-    counts = ", ".join(f"{n} {v}" for v, n in tally.items() if n)
-    return (f"Of the paper's {len(rows)} claims, at this run's scale: {counts}"
+    counts = ", ".join(f"{n} {TALLY_WORDS[v][n != 1]}" for v, n in tally.items() if n)
+    return (f"Of the paper's {len(rows)} claims at this run's scale, {counts}"
             + (f" (holding: {'; '.join(held)})" if 0 < len(held) <= 2 else "") + ".", CLAIMS)
+
+
+# each verdict counted in words (one claim, several)
+TALLY_WORDS = {HOLDS: ("holds", "hold"), FAILS: ("does not hold", "do not hold"),
+               UNDECIDED: ("the design cannot decide", "the design cannot decide"),
+               MISSING: ("was not measured", "were not measured")}
 
 
 def claims_section(r: Document, x: ReportInputs, paper: PaperClaims | None = None) -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from dihal.generation_rows import generation_rows
 from dihal.report.build import ANSWERS, MAX_ANSWER_WORDS, answer_budget_study, build_report
-from dihal.report.claims import CLAIMS, answer_claims, claim_rows
+from dihal.report.claims import CLAIMS, HOLDS, TALLY_WORDS, answer_claims, claim_rows
 from dihal.rows import RegressionRow
 from tests.tiny import budget_curve as curve
 from tests.tiny import budget_study as study
@@ -93,14 +93,15 @@ def test_the_budget_bullet_gives_the_command_where_the_study_was_not_run():
     assert anchor == "training-budget"
 
 
-@pytest.mark.parametrize("make", [inputs, _crowded])
+@pytest.mark.parametrize("make", [inputs, _crowded, lambda: report_inputs_with_cost(15.0)],
+                         ids=["bare", "crowded", "with cost"])
 def test_the_claims_bullet_counts_the_scorecards_verdicts(make):
     x = make()
     rows = claim_rows(x)
     text, anchor = answer_claims(x)
     assert anchor == CLAIMS and text.startswith(f"Of the paper's {len(rows)} claims")
-    counts = re.findall(r"(\d+) (holds|does not hold|not measured|the design cannot decide)",
-                        text)
-    assert sum(int(n) for n, _ in counts) == len(rows)
-    for n, verdict in counts:
-        assert sum(r.verdict.startswith(verdict) for r in rows) == int(n)
+    said = {verdict: int(n) for verdict, words in TALLY_WORDS.items() for form in set(words)
+            for n in re.findall(rf"(\d+) {form}\b", text)}
+    assert said == {v: n for v in TALLY_WORDS if (n := sum(r.verdict == v for r in rows))}
+    held = [r.claim for r in rows if r.verdict == HOLDS]
+    assert (f"(holding: {'; '.join(held)})" in text) is (0 < len(held) <= 2)

@@ -28,7 +28,7 @@ from dihal.labels import BACKBONE, BASELINE, DIHAL
 from dihal.report.common import BRIDGEABILITY, COST, FULL, GENERATION, LOCATE
 from dihal.report.cost import timed_row, timing_text
 from dihal.report.document import Document
-from dihal.report.generation import fails_more, generation_pairs
+from dihal.report.generation import fails_more, generation_pairs, samples_over
 from dihal.report.inputs import ReportInputs
 from dihal.report.paper import PaperClaims, load_paper_claims
 from dihal.rows import DEPTH, Estimate, or_none
@@ -325,6 +325,8 @@ def gen_ppl_part(ev: GenerationEvidence, name: str, ratio: float) -> Part:
         apart = dihal.gen_ppl.separated_from(row.gen_ppl)
         lower, higher = apart and dihal.gen_ppl.below(row.gen_ppl), apart and row.gen_ppl.below(
             dihal.gen_ppl)
+    if (a := samples_over(dihal)) and (b := samples_over(row)):
+        run += f"; over {a} and {b} samples (the rest empty)"
     if lower and fails_more(dihal, row):
         return Part(label, run, FAILS, "lower only with more empty samples beyond their interval")
     if lower or higher:

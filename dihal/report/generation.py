@@ -92,6 +92,13 @@ def empty_text(r: GenerationRow) -> str:
     return f"{k} of {n} ({100 * k / n:.0f} %) [{100 * lo:.0f}, {100 * hi:.0f} %]"
 
 
+def samples_over(r: GenerationRow) -> str:
+    """"50 of 64": the non-empty samples a row's Gen.PPL is over, of all its samples; "" where
+    the row did not record them."""
+    k, n = or_none(r.empty_samples), n_samples(r)
+    return "" if k is None or not n else f"{n - int(k)} of {n}"
+
+
 def fails_more(a: GenerationRow, b: GenerationRow) -> bool:
     """Row `a` has more empty samples than row `b` beyond the 95 % interval of the difference
     of their rates (metrics.rate_difference); False where either did not record them."""

@@ -191,6 +191,7 @@ def test_gen_ppl_by_the_generation_sections_test_each_way(shift, spread, n, verd
             _scored("codar", "baseline", 4.0, spread, n, 1 if shift == 0 else 3)]
     part = gen_ppl_part(_evidence(rows), "codar", PAPER.gen_ppl_ratio)
     assert part.outcome == verdict and "p (Holm)" in part.run
+    assert "samples (the rest empty)" not in part.run  # these rows record no empty count
     if shift == 0:
         assert "samples per model give 80 % power at the paper's gap 1.065x" in part.why
         assert f"the run has {n}" in part.why
@@ -210,6 +211,7 @@ def test_a_lower_gen_ppl_with_more_failures_does_not_hold_and_a_missing_baseline
             _row("codar", "baseline", 80.0, 0.5, n_samples=100, empty_samples=0)]
     part = gen_ppl_part(_evidence(rows), "codar", PAPER.gen_ppl_ratio)
     assert part.outcome == FAILS and "more empty samples" in part.why
+    assert part.run.endswith("; over 50 of 100 and 100 of 100 samples (the rest empty)")
     part = gen_ppl_part(_evidence(rows), "sed", PAPER.gen_ppl_ratio)
     assert part.outcome == MISSING and part.run == "sed was not run"
 

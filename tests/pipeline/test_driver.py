@@ -412,3 +412,21 @@ def test_the_backfill_statuses_the_driver_waits_on_are_dagsters():
     assert set(launch.BACKFILL_GOING) <= names
     assert not {"COMPLETED", "COMPLETED_SUCCESS", "COMPLETED_FAILED", "FAILED",
                 "CANCELED"} & set(launch.BACKFILL_GOING)
+
+
+def test_the_launcher_names_a_code_location_that_failed_to_load_and_an_unknown_job():
+    from types import SimpleNamespace
+
+    import pipeline.launch as launch
+
+    broken = SimpleNamespace(code_location_names=["dihal"],
+                             has_code_location_error=lambda name: True,
+                             get_code_location_error=lambda name: "ImportError: no module x")
+    with pytest.raises(RuntimeError, match="code location dihal failed to load: ImportError"):
+        launch.only_location(broken)
+    lau = launch.Launcher.__new__(launch.Launcher)
+    lau.location = SimpleNamespace(name="dihal")
+    lau.repo = SimpleNamespace(get_all_jobs=lambda: [SimpleNamespace(name="locate_tiny")])
+    assert lau._job("locate_tiny").name == "locate_tiny"
+    with pytest.raises(RuntimeError, match="has no job 'sweep_tiny'; its jobs: locate_tiny"):
+        lau._job("sweep_tiny")

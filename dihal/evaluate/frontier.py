@@ -199,12 +199,17 @@ def frontier_answer(points: list[dict], first: str = "dihal") -> str:
     models = list(dict.fromkeys(p["model"] for p in points if p.get("role") != ANCHOR_ROLE))
     on = [m for m in models if any(f for p, f in zip(points, flags, strict=True)
                                    if p["model"] == m)]
-    count = (f"{len(on)} of {len(models)} models lie on it" + (
-        f" ({', '.join(on)})" if 0 < len(on) <= 5 else ""))
+    def count(it: str = "it") -> str:
+        if not on:
+            return f"no model lies on {it}" + (": the held-out text dominates every point"
+                                               if anchor_of(points) is not None else "")
+        return (f"{len(on)} of {len(models)} models lie on {it}"
+                + (f" ({', '.join(on)})" if len(on) <= 5 else ""))
+
     mine = next((p["model"] for p in points if p.get("role") == first), None)
     if mine is None:
-        return (count.replace("lie on it", "lie on the Gen.PPL/diversity frontier")
-                + f"; no {first} point was measured.")
+        text = count("the Gen.PPL/diversity frontier")
+        return f"{text[0].upper()}{text[1:]}; no {first} point was measured."
 
     def temps(marks: list[bool]) -> list[str]:
         return [_t(p["temperature"]) for p, f in zip(points, marks, strict=True)
@@ -213,13 +218,13 @@ def frontier_answer(points: list[dict], first: str = "dihal") -> str:
     one = len(measured_temperatures(points)) == 1
     if at := temps(flags):
         return (f"{mine} lies on the Gen.PPL/diversity frontier at T = {', '.join(at)}; "
-                f"{count}.")
+                f"{count()}.")
     if maybe := temps(clear):
         return (f"{mine} is off the Gen.PPL/diversity frontier, but within the 95 % intervals "
-                f"it may lie on it (T = {', '.join(maybe)}); {count}.")
+                f"it may lie on it (T = {', '.join(maybe)}); {count()}.")
     where = "at the one temperature measured" if one else "at every temperature measured"
     return (f"{mine} is off the Gen.PPL/diversity frontier beyond the 95 % intervals {where}; "
-            f"{count}.")
+            f"{count()}.")
 
 
 def _one_temperature_reading(points: list[dict], ref: dict | None) -> str:

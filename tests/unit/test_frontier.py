@@ -179,6 +179,11 @@ def test_the_frontier_read_with_its_intervals_each_way(points, says):
      "it (T = 1); 1 of 2 models lie on it (backbone)."),
     (DIHAL_ON[2:], "1 of 2 models lie on the Gen.PPL/diversity frontier (backbone); no dihal "
                    "point was measured."),
+    # the held-out text dominates every model's point
+    ([_p("DiHAL", "dihal", 1.0, 60.0, 0.5), _p("backbone", "backbone", 1.0, 20.0, 0.6),
+      _p("held-out text", "reference", None, 10.0, 0.7)],
+     "DiHAL is off the Gen.PPL/diversity frontier beyond the 95 % intervals at the one "
+     "temperature measured; no model lies on it: the held-out text dominates every point."),
     ([], "No temperature frontier was measured (frontier_temperatures is empty)."),
 ])
 def test_the_frontier_answer_each_way(points, says):

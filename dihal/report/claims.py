@@ -325,7 +325,8 @@ def gen_ppl_part(ev: GenerationEvidence, name: str, ratio: float) -> Part:
         apart = dihal.gen_ppl.separated_from(row.gen_ppl)
         lower, higher = apart and dihal.gen_ppl.below(row.gen_ppl), apart and row.gen_ppl.below(
             dihal.gen_ppl)
-    if (a := samples_over(dihal)) and (b := samples_over(row)):
+    if (or_none(dihal.empty_samples) or or_none(row.empty_samples)) and (
+            a := samples_over(dihal)) and (b := samples_over(row)):
         run += f"; over {a} and {b} samples (the rest empty)"
     if lower and fails_more(dihal, row):
         return Part(label, run, FAILS, "lower only with more empty samples beyond their interval")
@@ -378,9 +379,8 @@ def claim_generation(x: ReportInputs, p: PaperClaims, ev: GenerationEvidence) ->
     dihal = ev.dihal
     run = (f"DiHAL Gen.PPL {dihal.gen_ppl.text()}, diversity {dihal.diversity.text('.3f')}"
            if dihal else "no DiHAL row in the comparison")
-    counts = {v: sum(q.outcome == v for q in parts) for v in PRECEDENCE}
     why = (f"of {len(parts)} parts (Gen.PPL and diversity against each baseline): "
-           + ", ".join(f"{counts[v]} {v}" for v in PRECEDENCE if counts[v])
+           + tally_text([q.outcome for q in parts])
            + (f"; not run: {', '.join(ev.missing)}" if ev.missing else ""))
     backbone = p.backbones[p.generation_backbone]
     paper = (f"lowest Gen.PPL and highest diversity of {len(p.baselines) + 1} "
@@ -519,9 +519,8 @@ def answer_claims(x: ReportInputs, paper: PaperClaims | None = None) -> tuple[st
     the design cannot decide or did not measure (the scorecard's verdicts counted)."""
     rows = claim_rows(x, paper)
     held = [c.claim for c in rows if c.verdict == HOLDS]
-    tally = {v: sum(c.verdict == v for c in rows) for v in PRECEDENCE}
-    counts = ", ".join(f"{n} {TALLY_WORDS[v][n != 1]}" for v, n in tally.items() if n)
-    return (f"Of the paper's {len(rows)} claims at this run's scale, {counts}"
+    return (f"Of the paper's {len(rows)} claims at this run's scale, "
+            f"{tally_text([c.verdict for c in rows])}"
             + (f" (holding: {'; '.join(held)})" if 0 < len(held) <= 2 else "") + ".", CLAIMS)
 
 
@@ -531,17 +530,23 @@ TALLY_WORDS = {HOLDS: ("holds", "hold"), FAILS: ("does not hold", "do not hold")
                MISSING: ("was not measured", "were not measured")}
 
 
+def tally_text(verdicts: list[str]) -> str:
+    """"2 do not hold, 1 holds": how many of `verdicts` are each verdict, in PRECEDENCE's
+    order, those with none left out."""
+    counts = {v: verdicts.count(v) for v in PRECEDENCE}
+    return ", ".join(f"{n} {TALLY_WORDS[v][n != 1]}" for v, n in counts.items() if n)
+
+
 def claims_section(r: Document, x: ReportInputs, paper: PaperClaims | None = None) -> None:
     """The paper's claims against this run: the table, the parts each verdict combines, and
     the two scales."""
     p = paper or load_paper_claims()
     rows = claim_rows(x, p)
     r.h2("The paper's claims at this run's scale", CLAIMS)
-    tally = {v: sum(c.verdict == v for c in rows) for v in PRECEDENCE}
     r.p(f"Each claim of the paper ({p.source}; its figures from data/paper_claims.json, "
         "where a figure the paper's quoted text does not give is left unstated) against this "
         "run's own measurement, with its interval, and a verdict computed from the numbers: "
-        + ", ".join(f"{n} {v}" for v, n in tally.items() if n)
+        + tally_text([c.verdict for c in rows])
         + ". A claim the tests here cannot tell apart does not hold where the run could "
         "have seen a gap as large as the paper's (enough samples for 80 % power, or "
         "intervals narrower than it) and is left undecided where it could not; the scales "

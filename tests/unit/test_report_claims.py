@@ -212,6 +212,9 @@ def test_a_lower_gen_ppl_with_more_failures_does_not_hold_and_a_missing_baseline
     part = gen_ppl_part(_evidence(rows), "codar", PAPER.gen_ppl_ratio)
     assert part.outcome == FAILS and "more empty samples" in part.why
     assert part.run.endswith("; over 50 of 100 and 100 of 100 samples (the rest empty)")
+    full = [_dihal(n_samples=100, empty_samples=0), BACKBONE_ROW,
+            _row("codar", "baseline", 80.0, 0.5, n_samples=100, empty_samples=0)]
+    assert "samples" not in gen_ppl_part(_evidence(full), "codar", PAPER.gen_ppl_ratio).run
     part = gen_ppl_part(_evidence(rows), "sed", PAPER.gen_ppl_ratio)
     assert part.outcome == MISSING and part.run == "sed was not run"
 

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import combinations
 
+from dihal.report.common import layers_text
 from dihal.report.document import Document
 from dihal.rows import BUDGET_MODELS, BudgetPoint
 from dihal.uncertainty import spearman_interval
@@ -525,8 +526,8 @@ def intro_sentence(points: Sequence[BudgetPoint], index: Index) -> str:
              and repeats <= 1 else f"each training token is seen {repeats:.1f} times on "
              f"average at {budgets[-1]:,} steps" if repeats is not None
              else "how often training tokens repeat was not recorded")
-    return (f"Bridges trained for {steps_text(budgets)} optimiser steps at layers "
-            f"{', '.join(map(str, layers))}, under the sweep's protocol otherwise; beside each, "
+    return (f"Bridges trained for {steps_text(budgets)} optimiser steps at "
+            f"{layers_text(layers)}, under the sweep's protocol otherwise; beside each, "
             "the ridge map fitted in closed form on the same tokens, the network regression "
             f"control and the backbone (the floor); {fresh}. The ridge-started bridge is "
             f"{VARIANT}: its own lines and table, never in the paper's rows.")

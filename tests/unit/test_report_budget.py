@@ -255,6 +255,8 @@ def test_the_section_renders_every_part():
     assert "## How the answers move with the training budget" in md
     assert "![Held-out hybrid NLL against optimiser steps" in md and "figure-1.png" in md
     assert "Bridges trained for 128, 512, 2,048 optimiser steps at layers 1, 2, 3" in md
+    alone = _section(study({1: curve(4.6, 4.3, 4.0)}, {1: 4.2})).markdown()
+    assert "optimiser steps at layer 1, under the sweep's protocol" in alone
     assert "each training token is seen 4.0 times on average at 2,048 steps" in md
     assert "Layer 1 (l*): the bridge crosses the ridge map at 2,048 steps" in md
     assert "Layer 2: the bridge stays at or above the ridge map" in md

@@ -584,8 +584,9 @@ def budget_section(r: Document, points: Sequence[BudgetPoint], *, l_star: int,
     r.p(" ".join(crossing_sentence(c, l_star) for c in crossings(index)))
     r.h3("Does the layer ranking move with the budget?")
     r.p(ranking_sentence(index))
+    ranked = len(rankings(index)[0])  # the layers measured at every budget
     pairs = ranking_pairs(index)
-    if pairs:
+    if pairs and ranked > 1:  # one layer: its sentence says there is no ranking
         r.table(pairs, list(pairs[0]))
     r.h3("Geometry vs depth at each budget")
     missing = missing_scores(index, scores)
@@ -594,7 +595,7 @@ def budget_section(r: Document, points: Sequence[BudgetPoint], *, l_star: int,
             "columns are left out.")
         scores = None
     r.p(geometry_sentence(index, scores, l_star))
-    if len(rankings(index)[0]) >= 1:
+    if ranked > 1:
         rows = geometry_rows(index, scores, l_star)
         r.table(rows, list(rows[0]))
     r.h3(f"The ridge-started bridge: {VARIANT}")

@@ -257,6 +257,9 @@ def test_the_section_renders_every_part():
     assert "Bridges trained for 128, 512, 2,048 optimiser steps at layers 1, 2, 3" in md
     alone = _section(study({1: curve(4.6, 4.3, 4.0)}, {1: 4.2})).markdown()
     assert "optimiser steps at layer 1, under the sweep's protocol" in alone
+    # one layer: the sentences say there is no ranking, and no table of n/a rows follows
+    assert "there is no layer ranking to follow" in alone and "n/a (fewer than 3" not in alone
+    assert "| budgets (steps) |" in md and "| steps | layers by hybrid NLL" in md
     assert "each training token is seen 4.0 times on average at 2,048 steps" in md
     assert "Layer 1 (l*): the bridge crosses the ridge map at 2,048 steps" in md
     assert "Layer 2: the bridge stays at or above the ridge map" in md

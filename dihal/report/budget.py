@@ -533,34 +533,6 @@ def intro_sentence(points: Sequence[BudgetPoint], index: Index) -> str:
             f"{VARIANT}: its own lines and table, never in the paper's rows.")
 
 
-def answer_budget(points: Sequence[BudgetPoint], l_star: int) -> tuple[str, str]:
-    """The one-line answer (sentence, anchor): does the bridge at l* cross the ridge map, and
-    does the layer ranking settle within the budgets measured."""
-    index = index_points(points)
-    head = f"The budget study has no bridge at l* = {l_star}"
-    if (BRIDGE, l_star) in index:
-        bridge, ridge = index[(BRIDGE, l_star)], index.get((RIDGE, l_star), {})
-        c = crossing(l_star, bridge, ridge)
-        head = "At l* the bridge " + (
-            f"crosses the ridge map at {c.at:,} steps" if c.kind == "crosses" else {
-                "unmeasured": "has no ridge map to compare with",
-                "below throughout": "is below the ridge map from the smallest budget on",
-                "mixed": "goes below the ridge map and back to or above it",
-                "not crossed": "stays at or above the ridge map at every budget measured"}[c.kind])
-        if shared := sorted(set(bridge) & set(ridge)):
-            top = shared[-1]
-            head += (f" (hybrid NLL at {top:,} steps {bridge[top]:.3f} against the ridge "
-                     f"map's {ridge[top]:.3f})")
-    layers, orders = rankings(index)
-    kind, at = settled(orders) if len(layers) > 1 else ("one layer", None)
-    tail = (f"the layer ranking settles from {at:,} steps" if kind == "settles" else {
-        "one budget": "one budget only, so the layer ranking's movement is not read",
-        "one layer": "fewer than 2 layers were measured at every budget, so there is no ranking",
-        "stable": "the layer ranking is the same at every budget",
-        "unsettled": "the layer ranking is unsettled in the range measured"}[kind])
-    return f"{head}; {tail}.", BUDGET
-
-
 def budget_section(r: Document, points: Sequence[BudgetPoint], *, l_star: int,
                    scores: dict[int, float] | None = None, backbone: str = "") -> None:
     """The section "How the answers move with the training budget". `scores`: S_l of the

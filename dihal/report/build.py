@@ -5,7 +5,7 @@ layer reads them through storage)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from dihal.report.bridgeability import (
     answer_bridge_vs_regression,
@@ -13,7 +13,16 @@ from dihal.report.bridgeability import (
     bridgeability_section,
     regression_section,
 )
-from dihal.report.budget import BUDGET, answer_budget, budget_section
+from dihal.report.budget import (
+    BRIDGE,
+    BUDGET,
+    RIDGE,
+    budget_section,
+    crossing,
+    index_points,
+    rankings,
+    settled,
+)
 from dihal.report.budget_generation import budget_generation_section
 from dihal.report.claims import answer_claims, claims_section
 from dihal.report.common import CONFIG
@@ -32,8 +41,37 @@ from dihal.report.generation import (
 from dihal.report.inputs import ReportInputs
 from dihal.report.locate import answer_l_star, locate_section
 from dihal.results import ReportResult
+from dihal.rows import BudgetPoint
 
 STUDY_COMMAND = "python -m pipeline.budget --backbone {backbone}"
+
+
+def answer_budget(points: Sequence[BudgetPoint], l_star: int) -> tuple[str, str]:
+    """The one-line answer (sentence, anchor): does the bridge at l* cross the ridge map, and
+    does the layer ranking settle within the budgets measured."""
+    index = index_points(points)
+    head = f"The budget study has no bridge at l* = {l_star}"
+    if (BRIDGE, l_star) in index:
+        bridge, ridge = index[(BRIDGE, l_star)], index.get((RIDGE, l_star), {})
+        c = crossing(l_star, bridge, ridge)
+        head = "At l* the bridge " + (
+            f"crosses the ridge map at {c.at:,} steps" if c.kind == "crosses" else {
+                "unmeasured": "has no ridge map to compare with",
+                "below throughout": "is below the ridge map from the smallest budget on",
+                "mixed": "goes below the ridge map and back to or above it",
+                "not crossed": "stays at or above the ridge map at every budget measured"}[c.kind])
+        if shared := sorted(set(bridge) & set(ridge)):
+            top = shared[-1]
+            head += (f" (hybrid NLL at {top:,} steps {bridge[top]:.3f} against the ridge "
+                     f"map's {ridge[top]:.3f})")
+    layers, orders = rankings(index)
+    kind, at = settled(orders) if len(layers) > 1 else ("one layer", None)
+    tail = (f"the layer ranking settles from {at:,} steps" if kind == "settles" else {
+        "one budget": "one budget only, so the layer ranking's movement is not read",
+        "one layer": "fewer than 2 layers were measured at every budget, so there is no ranking",
+        "stable": "the layer ranking is the same at every budget",
+        "unsettled": "the layer ranking is unsettled in the range measured"}[kind])
+    return f"{head}; {tail}.", BUDGET
 
 
 def answer_budget_study(x: ReportInputs) -> tuple[str, str]:

@@ -6,6 +6,7 @@ import math
 import pytest
 
 from dihal.report import budget as rb
+from dihal.report.build import answer_budget
 from dihal.report.document import Document
 from tests.tiny import budget_curve as curve
 from tests.tiny import budget_point as point
@@ -281,16 +282,16 @@ def test_the_section_without_points_or_with_scores_missing_a_layer():
 def test_the_answer_each_way():
     crosses = study({1: curve(4.6, 4.3, 4.0), 2: curve(4.7, 4.5, 4.3), 3: curve(5.0, 4.9, 4.8)},
                     {1: 4.2})
-    assert rb.answer_budget(crosses, l_star=1) == (
+    assert answer_budget(crosses, l_star=1) == (
         "At l* the bridge crosses the ridge map at 2,048 steps (hybrid NLL at 2,048 steps 4.000 "
         "against the ridge map's 4.200); the layer ranking is the same at every budget.",
         "training-budget")
     above = study({1: curve(4.6, 4.5, 4.6), 2: curve(4.7, 4.4, 4.7)}, {1: 4.2})
-    assert rb.answer_budget(above, l_star=1)[0] == (
+    assert answer_budget(above, l_star=1)[0] == (
         "At l* the bridge stays at or above the ridge map at every budget measured (hybrid NLL at "
         "2,048 steps 4.600 against the ridge map's 4.200); the layer ranking is unsettled in the "
         "range measured.")
-    assert rb.answer_budget(above, l_star=7)[0].startswith("The budget study has no bridge at l* = 7")
+    assert answer_budget(above, l_star=7)[0].startswith("The budget study has no bridge at l* = 7")
 
 
 @pytest.mark.parametrize("bridge,ridge,head", [
@@ -301,21 +302,21 @@ def test_the_answer_each_way():
     (curve(4.1, 4.0, 3.9), None, "At l* the bridge has no ridge map to compare with"),
 ])
 def test_the_answer_on_the_other_crossings(bridge, ridge, head):
-    text, _ = rb.answer_budget(study({1: bridge, 2: curve(5.0, 4.9, 4.8)}, ridge), l_star=1)
+    text, _ = answer_budget(study({1: bridge, 2: curve(5.0, 4.9, 4.8)}, ridge), l_star=1)
     assert text == head + "; the layer ranking is the same at every budget."
 
 
 def test_the_answer_on_the_other_rankings():
     settles = study({1: curve(5.0, 4.0, 3.9), 2: curve(4.7, 4.5, 4.3)}, {1: 4.2})
-    assert rb.answer_budget(settles, l_star=1)[0].endswith(
+    assert answer_budget(settles, l_star=1)[0].endswith(
         "; the layer ranking settles from 512 steps.")
     one = study({1: {128: 4.0}, 2: {128: 4.5}}, {1: 4.2})
-    assert rb.answer_budget(one, l_star=1)[0] == (
+    assert answer_budget(one, l_star=1)[0] == (
         "At l* the bridge is below the ridge map from the smallest budget on (hybrid NLL at 128 "
         "steps 4.000 against the ridge map's 4.200); one budget only, so the layer ranking's "
         "movement is not read.")
     alone = study({1: curve(4.6, 4.3, 4.0)}, {1: 4.2})
-    assert rb.answer_budget(alone, l_star=1)[0].endswith(
+    assert answer_budget(alone, l_star=1)[0].endswith(
         "; fewer than 2 layers were measured at every budget, so there is no ranking.")
 
 

@@ -68,21 +68,27 @@ NO_COST = ("What the replacement costs per token is not settled: the evaluation 
            "table (materialise eval again).")
 
 
+def _break_even(x: ReportInputs, model):
+    """What the cost answer and the break-even sentence read: l*, DiHAL's K, its FLOPs over the
+    backbone's, the sweep's K, the swept layers and those where a hybrid at that K is cheaper."""
+    dihal = next(r for r in x.comparison.rows if r.role == DIHAL)
+    l_star, k0 = int(x.bridges.info.l_star), int(dihal.sampler_steps)
+    k_sweep = x.bridges.sweep_steps(k0)
+    layers = sorted(x.bridges.info.swept_layers)
+    return (l_star, k0, model.hybrid(l_star, k0) / model.backbone(), k_sweep, layers,
+            _cheaper_layers(model, layers, k_sweep))
+
+
 def answer_cost(x: ReportInputs) -> tuple[str, str]:
     """What DiHAL at l* costs per generated token against the backbone, in counted FLOPs and
     measured time, and where a hybrid would be cheaper (the section has the whole reading)."""
     model = _cost_model(x)
     if model is None:
         return NO_COST, COST
-    dihal = next(r for r in x.comparison.rows if r.role == DIHAL)
-    l_star, k0 = int(x.bridges.info.l_star), int(dihal.sampler_steps)
+    l_star, k0, ratio, k_sweep, layers, cheaper = _break_even(x, model)
     hyb, ref = timed_row(x, steps=k0), timed_row(x, name="backbone")
     most = model.max_cheaper_steps(l_star)
-    k_sweep = x.bridges.sweep_steps(k0)
-    layers = sorted(x.bridges.info.swept_layers)
-    cheaper = _cheaper_layers(model, layers, k_sweep)
-    return (f"DiHAL at l* = {l_star}, K = {k0} costs "
-            f"{model.hybrid(l_star, k0) / model.backbone():.2f}x the backbone's FLOPs per "
+    return (f"DiHAL at l* = {l_star}, K = {k0} costs {ratio:.2f}x the backbone's FLOPs per "
             "generated token" + (f" and {hyb.ms_per_token / ref.ms_per_token:.2f}x its "
                                  "measured time" if hyb and ref else "")
             + (f"; at l* it is cheaper only for K <= {most}" if most else
@@ -98,13 +104,8 @@ def break_even_sentence(x: ReportInputs) -> str:
     model = _cost_model(x)
     if model is None:
         return NO_COST
-    dihal = next(r for r in x.comparison.rows if r.role == DIHAL)
-    l_star, k0 = int(x.bridges.info.l_star), int(dihal.sampler_steps)
-    ratio = model.hybrid(l_star, k0) / model.backbone()
+    l_star, k0, ratio, k_sweep, layers, cheaper = _break_even(x, model)
     timed = x.evaluate.cost.dihal(k0, l_star)
-    k_sweep = x.bridges.sweep_steps(k0)
-    layers = sorted(x.bridges.info.swept_layers)
-    cheaper = _cheaper_layers(model, layers, k_sweep)
     line = (f"Per generated token the backbone costs {model.backbone() / 1e6:.3g} MFLOPs; DiHAL "
             f"at l* = {l_star} with K = {k0} costs {ratio:.2f}x that"
             + (f" ({timed.ms_vs_backbone:.2f}x in measured time)" if timed else "")

@@ -328,7 +328,7 @@ def _failures_in_short(dihal: GenerationRow, bases: list[GenerationRow]) -> str:
     k, n = or_none(dihal.empty_samples), n_samples(dihal)
     if not k or not n:
         return ""  # without failures of its own, DiHAL never fails more than a baseline
-    line = f"; over {n - int(k)} of {n} samples ({k} empty"
+    line = f"; over {samples_over(dihal)} samples ({k} empty"
     if any(dihal.gen_ppl.below(r.gen_ppl) and fails_more(dihal, r) for r in bases):
         line += "; a lower Gen.PPL on more failures does not count"
     return line + ")"

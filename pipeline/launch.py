@@ -392,7 +392,8 @@ class Launcher:
         except (KeyboardInterrupt, QueueStuck):  # a stuck queue: its runs are dropped too
             for backfill_id in backfills:
                 self.cancel_backfill(backfill_id)
-            self.cancel(list(todo))
+            for rid, why in self.cancel(list(todo)).items():
+                say(f"  {todo[rid].label}: run {rid[:8]} canceled by force: {why}")
             raise
         for backfill_id in backfills:
             if error := self._backfill_error(backfill_id):
@@ -449,27 +450,53 @@ class Launcher:
                   if e.dagster_event is not None]
         return failure_causes(events)
 
-    def cancel(self, run_ids: list[str], wait_s: float = 60.0, again_s: float = 5.0) -> None:
+    def cancel(self, run_ids: list[str], wait_s: float = 60.0, again_s: float = 5.0
+               ) -> dict[str, str]:
         """Cancel runs (queued: dropped; started: the step is interrupted, the run marked
         canceled) and wait for them to stop, so that their locks are free. The queued ones go
         first: canceling a running one frees its slot of the pool, and the daemon would launch a
         queued one into it before its own cancel. A run that started meanwhile (a cancel that
         reached it while its worker was starting is lost) is canceled again every `again_s`
-        while waiting."""
+        while waiting. A run still not stopped after `wait_s` is stopped by force
+        (`force_canceled`): {run id: what was done} for those."""
         cancel_in_order(self.instance, run_ids)
         deadline = again = time.monotonic()
         deadline += wait_s
-        while time.monotonic() < deadline:
+        while True:
             live = [r for rid in run_ids
                     if (r := self.instance.get_run_by_id(rid)) is not None and not r.is_finished]
             if not live:
-                return
+                return {}
+            if time.monotonic() >= deadline:
+                return {r.run_id: force_canceled(self.instance, r, wait_s) for r in live}
             if time.monotonic() - again >= again_s:
                 for r in live:
                     if r.status in (dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED):
                         self.instance.run_coordinator.cancel_run(r.run_id)
                 again = time.monotonic()
             time.sleep(0.5)
+
+
+def force_canceled(instance: dg.DagsterInstance, run: dg.DagsterRun, waited_s: float) -> str:
+    """Stop a run that a cancel did not stop within `waited_s`: its worker process is ended
+    (SIGTERM, then SIGKILL), which frees the locks it holds, and only then is the run marked
+    canceled, so that a canceled run never has a worker still writing. What was done, in words.
+    (Dagster's own run monitoring marks such a run canceled after its cancel timeout without
+    ending its worker, and only while a daemon runs.)"""
+    from pipeline.run_launcher import process_alive, stop_process, worker_pid
+
+    pid = worker_pid(instance, run.run_id)
+    if pid is not None and process_alive(pid):
+        stop_process(pid, grace_s=10.0)
+        done = f"its worker (pid {pid}) was ended"
+    else:
+        done = "it had no worker left" if pid is not None else "its worker had not started"
+    why = f"it did not stop within {waited_s:.0f} s of its cancel; {done}"
+    now = instance.get_run_by_id(run.run_id)
+    if now is not None and now.is_finished:  # it ended meanwhile, by itself
+        return f"{why}, and the run ended {now.status.value}"
+    instance.report_run_canceled(now or run, message=f"Canceled by the driver: {why}.")
+    return why
 
 
 def cancel_in_order(instance: dg.DagsterInstance, run_ids: list[str]) -> list[str]:

@@ -367,6 +367,45 @@ def test_a_run_caught_starting_is_canceled_again_while_the_driver_waits():
     assert all(runs.status[r] == dg.DagsterRunStatus.CANCELED for r in "ab")
 
 
+def test_a_run_that_a_cancel_does_not_stop_has_its_worker_ended_before_it_is_marked_canceled():
+    """A run still CANCELING when the driver's wait ends (its worker ignores the interrupt, or
+    the cancel was lost) is stopped by force: the worker process first, so that its locks are
+    free, and only then the run marked canceled. A run that ended by itself meanwhile keeps its
+    own status."""
+    import signal
+    import subprocess
+    import sys
+
+    from dagster._core.events import EngineEventData
+
+    from pipeline.launch import force_canceled
+    from pipeline.run_launcher import STARTED, process_alive
+
+    stubborn = subprocess.Popen([sys.executable, "-c", (
+        "import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); time.sleep(300)")])
+    with dg.DagsterInstance.ephemeral() as instance:
+        run = instance.add_run(dg.DagsterRun(job_name="sweep", run_id="c" * 36,
+                                             status=dg.DagsterRunStatus.CANCELING))
+        instance.report_engine_event(
+            f"{STARTED}{stubborn.pid}).", run, EngineEventData(
+                metadata={"pid": dg.MetadataValue.int(stubborn.pid)}))
+        try:
+            why = force_canceled(instance, run, 60.0)
+            assert stubborn.wait(timeout=30) in (-signal.SIGTERM, -signal.SIGKILL)
+        finally:
+            stubborn.kill()
+        assert why == (f"it did not stop within 60 s of its cancel; its worker (pid "
+                       f"{stubborn.pid}) was ended")
+        assert not process_alive(stubborn.pid)
+        assert instance.get_run_by_id(run.run_id).status == dg.DagsterRunStatus.CANCELED
+        # one that ended by itself just before is not marked again
+        done = instance.add_run(dg.DagsterRun(job_name="sweep", run_id="d" * 36,
+                                              status=dg.DagsterRunStatus.SUCCESS))
+        assert force_canceled(instance, done, 60.0).endswith(
+            "its worker had not started, and the run ended SUCCESS")
+        assert instance.get_run_by_id(done.run_id).status == dg.DagsterRunStatus.SUCCESS
+
+
 @pytest.mark.parametrize("tags, ended_ago, want", [
     ({}, 5.0, False),  # failed: whether it is retried is not written yet
     ({}, 500.0, None),  # never written

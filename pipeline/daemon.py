@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -79,6 +78,12 @@ def load_target(module: str):
 
     return ModuleTarget(module_name=module, attribute=None, working_directory=os.getcwd(),
                         location_name=location_name(module))
+
+
+def daemon_command(workspace: Path) -> list[str]:
+    """The command of the daemon a driver starts: Dagster's `dagster-daemon run` over
+    `workspace`, with the backfill daemon's interval of pipeline.dagster_daemon."""
+    return [sys.executable, "-m", "pipeline.dagster_daemon", "run", "-w", str(workspace)]
 
 
 def workspace_file(instance: dg.DagsterInstance, module: str) -> Path:
@@ -209,13 +214,11 @@ class DaemonLease:
             self._start()
 
     def _start(self) -> None:
-        exe = shutil.which("dagster-daemon", path=str(Path(sys.executable).parent)
-                           ) or "dagster-daemon"
         log = self.home / "dihal-daemon.log"
         self.instance.wipe_daemon_heartbeats()  # a dead daemon's last beat must not count
         with open(log, "ab") as out:
             proc = subprocess.Popen(
-                [exe, "run", "-w", str(workspace_file(self.instance, self.module))],
+                daemon_command(workspace_file(self.instance, self.module)),
                 env=cli_env(), stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         tmp = self.record.with_name(f".{self.record.name}.{os.getpid()}.tmp")
         tmp.write_text(json.dumps({"pid": proc.pid, "started_by": self.tag}))

@@ -256,12 +256,14 @@ def build_parser() -> argparse.ArgumentParser:
                          "default: one device). Recorded in the dump's backbone info and "
                          "carried in every run's config")
     from pipeline.daemon import project_location
+    from pipeline.dagster_daemon import backfill_interval_s
 
     ap.add_argument("--module", default=project_location()[0],
                     help="the Dagster code location (a Python module defining `defs`; default: "
                          "pyproject's [tool.dagster], which `dagster dev` and `dg dev` serve)")
     try:  # the defaults taken from the environment, refused like a wrong argument (--help too)
         ap.set_defaults(workers=environment.workers(), device_map=environment.device_map())
+        backfill_interval_s()  # the daemon's, which the driver may start
     except SettingError as exc:
         ap.error(str(exc))
     return ap

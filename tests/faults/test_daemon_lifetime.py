@@ -100,7 +100,7 @@ def test_a_daemon_that_never_starts_is_reported_with_its_log_not_restarted_for_e
     broken = tmp_path / "dagster-daemon"
     broken.write_text("#!/bin/sh\necho 'Error: the daemon cannot load its code' >&2\nexit 2\n")
     broken.chmod(0o755)
-    monkeypatch.setattr("pipeline.daemon.shutil.which", lambda *a, **k: str(broken))
+    monkeypatch.setattr("pipeline.daemon.daemon_command", lambda ws: [str(broken), "run"])
     lease = DaemonLease(instance, "pipeline.definitions", lambda m: None, "driver-a")
     lease.join()
     deadline = time.monotonic() + 30

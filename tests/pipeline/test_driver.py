@@ -469,3 +469,45 @@ def test_the_launcher_names_a_code_location_that_failed_to_load_and_an_unknown_j
     assert lau._job("locate_tiny").name == "locate_tiny"
     with pytest.raises(RuntimeError, match="has no job 'sweep_tiny'; its jobs: locate_tiny"):
         lau._job("sweep_tiny")
+
+
+def test_the_drivers_daemon_looks_for_backfill_work_every_few_seconds(monkeypatch):
+    """The daemon a driver starts is Dagster's, run by pipeline.dagster_daemon with the backfill
+    daemon's interval set (Dagster's 30 s otherwise delays each backfill at both ends); a
+    Dagster without the constant is said, not failed; a bad interval is refused by name."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from dagster._daemon import backfill, controller
+
+    import pipeline.dagster_daemon as dd
+    from dihal.errors import SettingError
+    from pipeline.daemon import daemon_command
+
+    assert daemon_command(Path("/h/ws.yaml")) == [
+        sys.executable, "-m", "pipeline.dagster_daemon", "run", "-w", "/h/ws.yaml"]
+    # the loop reads the constant each time it sleeps, so setting it before the CLI starts works
+    loop = backfill.execute_backfill_iteration_loop.__code__
+    assert "DEFAULT_DAEMON_INTERVAL_SECONDS" in loop.co_names
+    monkeypatch.setattr(controller, "DEFAULT_DAEMON_INTERVAL_SECONDS", 30)
+    monkeypatch.delenv(dd.BACKFILL_INTERVAL_ENV, raising=False)
+    assert dd.set_backfill_interval(dd.backfill_interval_s())
+    assert controller.DEFAULT_DAEMON_INTERVAL_SECONDS == dd.BACKFILL_INTERVAL_S == 5
+    monkeypatch.setenv(dd.BACKFILL_INTERVAL_ENV, "12")
+    assert dd.backfill_interval_s() == 12
+    for bad in ("0", "31", "2.5", "x"):
+        monkeypatch.setenv(dd.BACKFILL_INTERVAL_ENV, bad)
+        with pytest.raises(SettingError, match=f"DIHAL_BACKFILL_INTERVAL_S='{bad}' in the "
+                                               "environment"):
+            dd.backfill_interval_s()
+        with pytest.raises(SystemExit):  # the driver refuses it before any work
+            driver.build_parser()
+    monkeypatch.delattr(controller, "DEFAULT_DAEMON_INTERVAL_SECONDS")
+    assert not dd.set_backfill_interval(5)
+    # the command line is Dagster's daemon's
+    monkeypatch.delenv(dd.BACKFILL_INTERVAL_ENV)
+    out = subprocess.run([sys.executable, "-m", "pipeline.dagster_daemon", "run", "--help"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "Run any daemons configured on the DagsterInstance" in (
+        out.stdout), out.stderr[-2000:]

@@ -389,6 +389,8 @@ class BudgetGenerationRow:
     sample_nll: list[float] = field(repr=False)  # the judge's NLL of each non-empty sample
     sample_tokens: list[int] = field(repr=False)  # ... and its judge tokens
     seconds: float          # training, sampling and scoring
+    cpu_threads: int        # the CPU threads it was sampled with (0: on a GPU); with the
+    cpu_kernels: str        # CPU's kernels they decide DiHAL's samples bit for bit
 
     @property
     def repeats(self) -> float:

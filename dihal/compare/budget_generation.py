@@ -35,7 +35,7 @@ from dihal.bridge import BrownianBridge
 from dihal.compare.baselines.base import Budget
 from dihal.compare.stage import baseline
 from dihal.config import BaselineRunConfig, BridgeProtocol, BudgetGenerationConfig, EvalConfig
-from dihal.evaluate.generation import sample_and_score
+from dihal.evaluate.generation import cpu_setting, sample_and_score
 from dihal.generation_rows import GenerationRow
 from dihal.replace.budget import (
     BudgetPlan,
@@ -73,8 +73,9 @@ def codar_config(cfg: BudgetGenerationConfig) -> BaselineRunConfig:
 
 def row_of(metrics: GenerationRow, *, layer: int, model: str, plan: BudgetPlan,
            distinct_tokens: int, parameters: int, sampler_steps: int, temperature: float,
-           seconds: float) -> BudgetGenerationRow:
-    """The row of one model at one budget from its metrics (its eval or baseline row)."""
+           seconds: float, setting: tuple[int, str]) -> BudgetGenerationRow:
+    """The row of one model at one budget from its metrics (its eval or baseline row), sampled
+    under `setting` (dihal.evaluate.generation.cpu_setting)."""
     ppl, div = metrics.gen_ppl, metrics.diversity
     return BudgetGenerationRow(
         layer=layer, model=model, steps=plan.steps, tokens=plan.tokens,
@@ -85,7 +86,8 @@ def row_of(metrics: GenerationRow, *, layer: int, model: str, plan: BudgetPlan,
         diversity_low=float(div.stored_low), diversity_high=float(div.stored_high),
         n_samples=int(metrics.n_samples), empty_samples=int(metrics.empty_samples),
         sample_nll=[float(v) for v in metrics.sample_nll],
-        sample_tokens=[int(v) for v in metrics.sample_tokens], seconds=round(seconds, 2))
+        sample_tokens=[int(v) for v in metrics.sample_tokens], seconds=round(seconds, 2),
+        cpu_threads=int(setting[0]), cpu_kernels=str(setting[1]))
 
 
 def _stepped(say: Callable[[str], None], what: str, steps: int) -> Callable[[dict], None]:
@@ -130,7 +132,8 @@ def dihal_at_budget(backbone, judge, data: LayerData, protocol: BridgeProtocol,
         judge, ecfg, say)
     row = row_of(rows[0], layer=layer, model=DIHAL, plan=plan, distinct_tokens=distinct_tokens,
                  parameters=denoiser.param_count(), sampler_steps=proto.sampler_steps,
-                 temperature=ecfg.temperature, seconds=time.monotonic() - t0)
+                 temperature=ecfg.temperature, seconds=time.monotonic() - t0,
+                 setting=cpu_setting(backbone))
     return row, [{"model": DIHAL, "steps": plan.steps, "index": s["index"], "text": s["text"]}
                  for s in samples]
 
@@ -159,7 +162,7 @@ def codar_at_budget(backbone, judge, ids: np.ndarray, protocol: BridgeProtocol, 
     out = row_of(row, layer=layer, model=CODAR, plan=plan, distinct_tokens=distinct,
                  parameters=row.budget["denoiser_parameters"],
                  sampler_steps=row.budget["sampler_steps"], temperature=bcfg.temperature,
-                 seconds=time.monotonic() - t0)
+                 seconds=time.monotonic() - t0, setting=cpu_setting(backbone))
     return out, [{"model": CODAR, "steps": plan.steps, "index": i, "text": t}
                  for i, t in enumerate(made.texts)]
 

@@ -451,6 +451,14 @@ def controls_cost(bridge: BuiltBridge, controls: list[tuple[str, Any, int]], *,
                      seed=seed, timed_length=timed_length or COST_TIMED_LENGTH)
 
 
+def cpu_setting(backbone) -> tuple[int, str]:
+    """(CPU threads, CPU kernels) that `backbone`'s samples are drawn with: on the CPU they
+    depend on both (sample_eval); (0, "n/a (GPU)") on a GPU."""
+    if backbone.device.type != "cpu":
+        return 0, "n/a (GPU)"
+    return torch.get_num_threads(), torch.backends.cpu.get_cpu_capability()
+
+
 def sample_and_score(backbone, models: list[tuple[str, str, Callable]], judge, cfg: EvalConfig,
                      progress: Callable[[str], None] | None = None, *,
                      reference=None) -> tuple[list[GenerationRow], list[dict]]:
@@ -461,9 +469,7 @@ def sample_and_score(backbone, models: list[tuple[str, str, Callable]], judge, c
     dihal.replace.control_hybrids); every model's texts are cut at EOS and scored by the same judge
     and metric code, with the timing and the CPU threads and kernels of the run."""
     rows, samples = [], []
-    on_cpu = backbone.device.type == "cpu"
-    threads = torch.get_num_threads() if on_cpu else 0
-    kernels = torch.backends.cpu.get_cpu_capability() if on_cpu else "n/a (GPU)"
+    threads, kernels = cpu_setting(backbone)
     # the unconditional start token every sample is drawn from (the backbone's BOS; an Instruct
     # model's may be a chat-turn opener such as SmolLM2's <|im_start|>): the report states it
     start = {"start_token": backbone.tokenizer.convert_ids_to_tokens(int(backbone.bos_id)),

@@ -185,6 +185,23 @@ def table_rows(index: Index) -> list[dict]:
     return out
 
 
+def setting_text(threads: int, kernels: str) -> str:
+    return ("on a GPU" if threads == 0
+            else f"with {threads} CPU thread{'s' * (threads != 1)} ({kernels})")
+
+
+def sampling_sentence(index: Index) -> str:
+    """What the rows were sampled with: on the CPU the thread count and the kernels decide
+    DiHAL's samples bit for bit, so rows sampled under other ones are not the same draw."""
+    settings = sorted({(x.cpu_threads, x.cpu_kernels) for x in index.values()})
+    if len(settings) == 1:
+        return (f"Every row was sampled {setting_text(*settings[0])}; the same config "
+                "sampled with other CPU threads or kernels draws other samples.")
+    return ("The rows were not all sampled alike (column \"sampled\"): on the CPU the "
+            "thread count and the kernels decide the samples, so rows sampled under other ones "
+            "are other draws, and their differences include that.")
+
+
 def budget_generation_section(r: Document, rows: Sequence[BudgetGenerationRow], *,
                               backbone: str) -> None:
     """The sub-section: the table and both sentences where the rows exist, else that it was
@@ -206,6 +223,12 @@ def budget_generation_section(r: Document, rows: Sequence[BudgetGenerationRow], 
         f"then sampled as the eval samples ({first.n_samples} samples at temperature "
         f"{first.temperature:g}) and scored by the same judge.")
     rows_ = table_rows(index)
+    settings = {(x.cpu_threads, x.cpu_kernels) for x in index.values()}
+    if len(settings) > 1:  # the column only where the rows differ in it
+        for shown, x in zip(rows_, sorted(index.values(), key=lambda x: (
+                x.steps, GENERATION_MODELS.index(x.model))), strict=True):
+            shown["sampled"] = setting_text(x.cpu_threads, x.cpu_kernels)
     r.table(rows_, list(rows_[0]))
+    r.p(sampling_sentence(index))
     r.p(versus_sentence(index, layer))
     r.p(budget_sentence(index))

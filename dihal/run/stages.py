@@ -49,9 +49,9 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
     Stage("baseline", "6", "BaselineRun", "BaselineRunConfig", "BaselineRunConfig"),
     Stage("comparison", "8", "Comparison"),
     Stage("full_training", "9", "FullTraining"),
-    Stage("report", "20", "Report"),
+    Stage("report", "21", "Report"),
     Stage("budget", "1", "BudgetStudy", "BudgetConfig", "BudgetRunConfig"),
-    Stage("budget_generation", "1", "BudgetGeneration", "BudgetGenerationConfig",
+    Stage("budget_generation", "2", "BudgetGeneration", "BudgetGenerationConfig",
           "BudgetGenerationRunConfig"),
 )}
 

@@ -41,9 +41,11 @@ def foreign_daemon(tmp_path):
 
     def start(env: dict, monkeypatch) -> subprocess.Popen:
         instance = _instance(env, monkeypatch)  # its storage made before the daemon opens it
-        exe = str(Path(sys.executable).parent / "dagster-daemon")
+        # the daemon another driver would have left (`dagster-daemon` with the backfill
+        # interval of the drivers' daemons)
+        exe = [sys.executable, "-m", "pipeline.dagster_daemon"]
         with open(tmp_path / "daemon.log", "w") as out:
-            procs.append(subprocess.Popen([exe, "run", "-m", "tests.tiny_location"], cwd=ROOT,
+            procs.append(subprocess.Popen([*exe, "run", "-m", "tests.tiny_location"], cwd=ROOT,
                                           env=env, stdout=out, stderr=subprocess.STDOUT,
                                           start_new_session=True))
         from pipeline.daemon import daemon_alive

@@ -93,7 +93,7 @@ def test_every_field_of_the_config_refuses_a_bad_value_by_name():
 
 def test_a_row_round_trips_and_refuses_a_stranger():
     row = BudgetGenerationRow(2, "codar", 4, 128, 64, 27232, 4, 1.0, 30.0, 20.0, 45.0, 0.5, 0.4,
-                              0.6, 3, 1, [5.0, 6.0], [4, 3], 1.5)
+                              0.6, 3, 1, [5.0, 6.0], [4, 3], 1.5, 2, "AVX512")
     assert BudgetGenerationRow.from_dict(row.to_dict()) == row and row.repeats == 2.0
     with pytest.raises(ValueError, match="must be one of"):
         BudgetGenerationRow.from_dict({**row.to_dict(), "model": "sed"})

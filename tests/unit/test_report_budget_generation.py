@@ -29,7 +29,8 @@ def row(model: str, steps: int, rate: float | None, *, n: int = 40, seed: int = 
                                gen_ppl_high=g[2], diversity=diversity[0],
                                diversity_low=diversity[1], diversity_high=diversity[2],
                                n_samples=n, empty_samples=0, sample_nll=nll,
-                               sample_tokens=tokens, seconds=1.0)
+                               sample_tokens=tokens, seconds=1.0, cpu_threads=2,
+                               cpu_kernels="AVX512")
 
 
 def versus(dihal_rate: float, codar_rate: float, seed: int = 0) -> str:
@@ -142,6 +143,32 @@ def test_the_section_shows_the_table_and_both_sentences():
     assert "trained at 128 and 2,048 optimiser steps" in md and "40 samples" in md
     assert "DiHAL at l* = 1 against CoDAR at the same budget" in md
     assert "From 128 to 2,048 steps: DiHAL improves" in md
+    assert "Every row was sampled with 2 CPU threads (AVX512)" in md
+    assert "| sampled |" not in md  # no column where all are alike
+
+
+def test_rows_sampled_under_other_threads_kernels_or_a_gpu_are_named():
+    from dataclasses import replace
+
+    rows = [row("dihal", LO, 3.0), row("codar", LO, 3.0), row("dihal", HI, 2.0),
+            row("codar", HI, 2.9)]
+    for other, text in (({"cpu_threads": 1}, "with 1 CPU thread (AVX512)"),
+                        ({"cpu_kernels": "AVX2"}, "with 2 CPU threads (AVX2)"),
+                        ({"cpu_threads": 0, "cpu_kernels": "n/a (GPU)"}, "on a GPU")):
+        r = Document("t")
+        rg.budget_generation_section(r, [*rows[:3], replace(rows[3], **other)],
+                                     backbone="smollm2")
+        md = r.markdown()
+        assert "The rows were not all sampled alike" in md and "Every row" not in md
+        assert "| sampled |" in md
+        table = [ln for ln in md.splitlines() if ln.startswith("| CoDAR | 2048 |")]
+        assert table and table[0].rstrip(" |").endswith(text), table
+        assert [ln for ln in md.splitlines() if ln.startswith("| CoDAR | 128 |")][0].rstrip(
+            " |").endswith("with 2 CPU threads (AVX512)")
+    r = Document("t")
+    rg.budget_generation_section(r, [replace(x, cpu_threads=0, cpu_kernels="n/a (GPU)")
+                                     for x in rows], backbone="smollm2")
+    assert "Every row was sampled on a GPU" in r.markdown()
 
 
 def test_the_section_says_when_it_was_not_made_and_gives_the_command():

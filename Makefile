@@ -32,7 +32,7 @@ run: setup
 # average): TEST_WORKERS pytest processes (pytest-xdist) run test files side by side, each file
 # whole in one of them (its module fixtures built once). TEST_WORKERS=0 runs them one by one.
 TEST_WORKERS ?= 3
-XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 
 test: setup
 	. ./env.sh && python -m pytest $(XDIST)

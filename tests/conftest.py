@@ -17,6 +17,19 @@ import torch  # noqa: E402
 from dihal.atomic import one_at_a_time  # noqa: E402
 from tests.tiny import LOCATE, SWEPT, build_model, copy_world, make_world  # noqa: E402
 
+# The files that take longest (`benchmarks/suite_cpu.py`), first and in this order: under
+# `make test` pytest-xdist hands each process two files at the start (`--no-loadscope-reorder`
+# keeps this order; its own puts the files with the most tests first, so these few-test files
+# came last and the suite ended on one of them alone)
+LONGEST_FIRST = ("tests/pipeline/test_scale_out.py", "tests/faults/test_run_faults.py",
+                 "tests/pipeline/test_doors.py", "tests/pipeline/test_doors_schedule.py",
+                 "tests/faults/test_interrupt.py", "tests/faults/test_daemon_lifetime.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
+
 
 def shared(tmp_path_factory, name: str, build) -> Path:
     """The folder `name`, made by `build(folder)` once per test session: under `make test` the

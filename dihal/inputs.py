@@ -14,7 +14,7 @@ from typing import Any
 
 from dihal.generation_rows import GenerationRow, generation_rows
 from dihal.rows import (
-    ByColumns,
+    BridgeMetrics,
     PrimaryTest,
     RegressionRow,
     SpearmanRow,
@@ -370,39 +370,19 @@ class BridgeabilitySummary:
 
 
 @dataclass(frozen=True)
-class SweepLayer(ByColumns):
-    """One swept layer's bridge (BridgeMetrics as the sweep table holds it); a measure an
-    older table lacks is None."""
-
-    layer: int
-    init_val_loss: float | None = None
-    val_loss: float | None = None
-    t1_loss: float | None = None
-    recon_error: float | None = None
-    hybrid_nll: float | None = None
-    backbone_nll: float | None = None
-    top1_agreement: float | None = None
-    train_steps: int | None = None
-    seconds: float | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in self.__dataclass_fields__}
-
-
-@dataclass(frozen=True)
 class ReplaceInputs:
     """The Replace family: bridgeability's summary, every swept layer's bridge, and the
     protocol the sweep trained them under (the oracle's config, shown as it is)."""
 
     info: BridgeabilitySummary
-    layers: list[SweepLayer]
+    layers: list[BridgeMetrics]
     protocol: dict[str, Any]
 
     @classmethod
-    def from_dicts(cls, bridgeability: dict[str, Any], sweep_layers: list[dict],
+    def from_dicts(cls, bridgeability: dict[str, Any], sweep_layers: list[BridgeMetrics],
                    sweep_protocol: dict[str, Any]) -> ReplaceInputs:
-        return cls(BridgeabilitySummary.from_dict(bridgeability),
-                   [SweepLayer.from_dict(r) for r in sweep_layers], dict(sweep_protocol))
+        return cls(BridgeabilitySummary.from_dict(bridgeability), list(sweep_layers),
+                   dict(sweep_protocol))
 
     def sweep_steps(self, default: int) -> int:
         """The sampler steps K the sweep's bridges were measured at (`default` where the

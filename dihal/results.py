@@ -22,7 +22,7 @@ from dihal.inputs import (
     PredictorRow,
     ScoreRow,
 )
-from dihal.rows import TARGETS, BudgetGenerationRow, BudgetPoint
+from dihal.rows import TARGETS, BridgeMetrics, BudgetGenerationRow, BudgetPoint
 
 
 def _round(v: Any) -> Any:
@@ -190,40 +190,6 @@ class LayerScoreResult:
 
 
 @dataclass(frozen=True)
-class BridgeMetrics:
-    """Bridgeability of one trained bridge and what its training consumed."""
-
-    layer: int
-    val_loss: float
-    recon_error: float
-    hybrid_nll: float
-    backbone_nll: float
-    top1_agreement: float
-    hybrid_ppl: float
-    backbone_ppl: float
-    init_val_loss: float  # the validation loss of the untrained denoiser: training must beat it
-    train_loss: float | None
-    train_steps: int  # the optimiser steps taken
-    train_tokens: int  # sequences consumed x sequence length: what baselines are matched to
-    seconds: float
-    resumed_from_step: int
-    denoiser_parameters: int
-    # the validation loss at t = 1 alone (x_1 = the condition): the bridge's own endpoint error;
-    # None in metrics saved before it was measured
-    t1_loss: float | None = None
-    # the hybrid NLL on the first half of the held-out sequences (which chooses the oracle and
-    # the worst layer) and on the second half (which judges that choice); None in metrics
-    # saved before they were measured
-    hybrid_nll_select: float | None = None
-    hybrid_nll_judge: float | None = None
-
-    def to_dict(self) -> dict:
-        from dataclasses import asdict
-
-        return asdict(self)
-
-
-@dataclass(frozen=True)
 class TrainedBridge:
     """A bridge as saved: weights (denoiser state dict, standardisers, pinned BOS state),
     hyper-parameters, bridgeability metrics and the training curve."""
@@ -256,9 +222,12 @@ class BridgeabilityResult:
     (`summary`, its manifest's info; its Spearman and regression tables as Parquet too) and
     the scatter of S_l against bridgeability."""
 
-    layer_rows: list[dict]  # BridgeMetrics.to_dict() of each swept layer, by layer
+    layers: list[BridgeMetrics]  # each swept layer's bridge, by layer
     summary: BridgeabilitySummary
     plot_png: bytes = field(repr=False, default=b"")
+
+    def layer_columns(self) -> list[dict]:
+        return [m.to_dict() for m in self.layers]
 
     def spearman_columns(self) -> list[dict]:
         return [r.to_dict() for r in self.summary.spearman]

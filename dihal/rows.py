@@ -419,3 +419,49 @@ class BudgetGenerationRow:
                              f"got {d['model']!r}")
         return cls(**{**d, "sample_nll": [float(v) for v in d["sample_nll"]],
                       "sample_tokens": [int(v) for v in d["sample_tokens"]]})
+
+
+@dataclass(frozen=True)
+class BridgeMetrics:
+    """Bridgeability of one trained bridge and what its training consumed."""
+
+    layer: int
+    val_loss: float
+    recon_error: float
+    hybrid_nll: float
+    backbone_nll: float
+    top1_agreement: float
+    hybrid_ppl: float
+    backbone_ppl: float
+    init_val_loss: float  # the validation loss of the untrained denoiser: training must beat it
+    train_loss: float | None
+    train_steps: int  # the optimiser steps taken
+    train_tokens: int  # sequences consumed x sequence length: what baselines are matched to
+    seconds: float
+    resumed_from_step: int
+    denoiser_parameters: int
+    # the validation loss at t = 1 alone (x_1 = the condition): the bridge's own endpoint error;
+    # None in metrics saved before it was measured
+    t1_loss: float | None = None
+    # the hybrid NLL on the first half of the held-out sequences (which chooses the oracle and
+    # the worst layer) and on the second half (which judges that choice); None in metrics
+    # saved before they were measured
+    hybrid_nll_select: float | None = None
+    hybrid_nll_judge: float | None = None
+
+    def to_dict(self) -> dict:
+        from dataclasses import asdict
+
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> BridgeMetrics:
+        """The metrics of `to_dict`'s dict (a row of the bridgeability stage's layer table); a
+        missing or unknown field is refused by name."""
+        from dataclasses import fields
+
+        names = {f.name for f in fields(cls)}
+        if set(d) != names:
+            raise ValueError(f"a BridgeMetrics needs exactly the fields {sorted(names)}: "
+                             f"missing {sorted(names - set(d))}, unknown {sorted(set(d) - names)}")
+        return cls(**d)

@@ -59,7 +59,7 @@ def report_inputs(layout: ArtifactLayout, backbone: str) -> ReportInputs:
         geometry_rows=arts["geometry"].rows(), predictor_rows=arts["geometry"].predictor_rows(),
         score_rows=arts["layer_score"].rows(),
         score=m["layer_score"].info, bridgeability=bness,
-        sweep_layers=arts["bridgeability"].layer_rows(),
+        sweep_layers=arts["bridgeability"].layers(),
         sweep_protocol=SweepBridge(layout, backbone, bness["oracle"]).require().config,
         comparison=cmp_, evaluation=m["eval"].info, full_training=m["full_training"].info["rows"],
         full_training_sampler=m["full_training"].info.get("sampler", {}),

@@ -452,8 +452,20 @@ def report_raw_with_cost(step_mflops, timed=True) -> dict:
             "note": "FLOPs counted", "timing": "one timing of each model",
             "order_in_k": {"K": [4] if timed else [], "monotone": True, "within_noise": True,
                            "inversions": []}}
-    sweep = [{"layer": ll, "hybrid_nll": 3.0 + ll, "backbone_nll": 2.5} for ll in (1, 2, 3)]
+    sweep = [bridge_metrics(ll, hybrid_nll=3.0 + ll, backbone_nll=2.5) for ll in (1, 2, 3)]
     return {**raw, "evaluation": {**raw["evaluation"], "cost": cost}, "sweep_layers": sweep}
+
+
+def bridge_metrics(layer: int, **measured):
+    """A swept layer's BridgeMetrics with every field given (`measured` replacing some)."""
+    from dihal.rows import BridgeMetrics
+
+    return BridgeMetrics(**{
+        "layer": layer, "val_loss": 0.3, "recon_error": 0.5, "hybrid_nll": 3.0,
+        "backbone_nll": 2.0, "top1_agreement": 0.7, "hybrid_ppl": 9.0, "backbone_ppl": 7.0,
+        "init_val_loss": 1.0, "train_loss": 0.2, "train_steps": 4, "train_tokens": 64,
+        "seconds": 1.0, "resumed_from_step": 0, "denoiser_parameters": 100, "t1_loss": 0.6,
+        "hybrid_nll_select": 3.0, "hybrid_nll_judge": 3.0, **measured})
 
 
 # -- the tiny world: a tiny llama's graph through Dagster ---------------------------------

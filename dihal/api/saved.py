@@ -23,7 +23,8 @@ from typing import Any
 from dihal.api.identity import backbone_identity
 from dihal.atomic import atomic_dir, atomic_write_json, file_sha256
 from dihal.errors import SavedHybridError
-from dihal.results import BridgeMetrics, TrainedBridge
+from dihal.results import TrainedBridge
+from dihal.rows import BridgeMetrics
 
 FORMAT = "dihal-hybrid/1"
 WEIGHTS = "weights.safetensors"

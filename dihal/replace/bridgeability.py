@@ -13,11 +13,12 @@ from dihal.inputs import BridgeabilitySummary, OracleBy, PredictorRow, ScoreRow,
 from dihal.locate.predictors import ORIENTATION
 from dihal.plots import plot_bridgeability
 from dihal.replace.stage import default_sweep_layers
-from dihal.results import BridgeabilityResult, BridgeMetrics
+from dihal.results import BridgeabilityResult
 from dihal.rows import (
     DEPTH,
     PRIMARY_TARGET,
     TARGETS,
+    BridgeMetrics,
     PrimaryTest,
     RegressionRow,
     Spearman,
@@ -245,7 +246,8 @@ def bridgeability(swept: list[BridgeMetrics], score_rows: list[ScoreRow], l_star
 
     if len(swept) < MIN_SWEPT_LAYERS:
         raise DihalError(f"bridgeability needs >= {MIN_SWEPT_LAYERS} swept layers, got {len(swept)}")
-    layer_rows = sorted((m.to_dict() for m in swept), key=lambda r: r["layer"])
+    layers = sorted(swept, key=lambda m: m.layer)
+    layer_rows = [m.to_dict() for m in layers]
     candidates = [r for r in score_rows if r.candidate]
     table = bridgeability_table(layer_rows, candidates, predictor_rows, l_star=l_star, seed_rows={
         ll: [m.to_dict() for m in ms] for ll, ms in (seed_metrics or {}).items()},
@@ -256,6 +258,6 @@ def bridgeability(swept: list[BridgeMetrics], score_rows: list[ScoreRow], l_star
         primary=table["primary"], oracle_by=OracleBy.from_dict(table["oracle_by"]),
         seeds=SeedInfo.from_dict(table["seeds"]))
     return BridgeabilityResult(
-        layer_rows=layer_rows, summary=summary,
+        layers=layers, summary=summary,
         plot_png=plot_bridgeability(layer_rows, candidates,
                                     f"{backbone}: score vs bridgeability (l* = {l_star})"))

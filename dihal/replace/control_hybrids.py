@@ -49,7 +49,8 @@ from dihal.replace.stage import (
     restore_bridge,
     standardise_pairs,
 )
-from dihal.results import BridgeMetrics, TrainedBridge
+from dihal.results import TrainedBridge
+from dihal.rows import BridgeMetrics
 
 RIDGE_LAMBDAS: tuple[float, ...] = (1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0)
 """The ridge penalties tried (per token, standardised units: mean squared error + lam ||W||^2);

@@ -45,8 +45,8 @@ from dihal.replace.stage import (
     measure_bridge,
     restore_bridge,
 )
-from dihal.results import BridgeMetrics, TrainedBridge
-from dihal.rows import PRIMARY_TARGET, PrimaryTest
+from dihal.results import TrainedBridge
+from dihal.rows import PRIMARY_TARGET, BridgeMetrics, PrimaryTest
 
 DEFAULT_AGREEMENT = 0.964
 """Spearman, over 7 layers of SmolLM2, between the hybrid-NLL layer rankings of the sweep's

@@ -38,7 +38,8 @@ from dihal.config import MIN_SWEPT_LAYERS, BridgeProtocol, ExtractConfig  # noqa
 from dihal.errors import LayerIndexError, TooFewError
 from dihal.locate.extract import layer_pairs
 from dihal.replace.hybrid import Hybrid, next_token_nll, top1_agreement
-from dihal.results import BridgeMetrics, TrainedBridge
+from dihal.results import TrainedBridge
+from dihal.rows import BridgeMetrics
 from dihal.seeds import derive_seed
 
 

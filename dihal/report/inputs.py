@@ -23,7 +23,7 @@ from dihal.inputs import (
     ScoreRow,
     StageConfigs,
 )
-from dihal.rows import BudgetGenerationRow, BudgetPoint
+from dihal.rows import BridgeMetrics, BudgetGenerationRow, BudgetPoint
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ class ReportInputs:
                    plots: dict[str, bytes], geometry_rows: list[GeometryRow],
                    predictor_rows: list[PredictorRow], score_rows: list[ScoreRow],
                    score: dict[str, Any], bridgeability: dict[str, Any],
-                   sweep_layers: list[dict], sweep_protocol: dict[str, Any],
+                   sweep_layers: list[BridgeMetrics], sweep_protocol: dict[str, Any],
                    evaluation: dict[str, Any], sampler_curve: dict[str, Any],
                    comparison: dict[str, Any], full_training: list[dict],
                    full_training_sampler: dict[str, Any] | None = None,

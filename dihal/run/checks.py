@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from dihal.results import BridgeMetrics
+from dihal.rows import BridgeMetrics
 
 MIN_LAYERS_FOR_SPEARMAN = 5  # a rank correlation over fewer layers says little
 

@@ -19,7 +19,7 @@ from dihal.results import (
     BudgetResult,
     TrainedBridge,
 )
-from dihal.rows import BudgetGenerationRow, BudgetPoint
+from dihal.rows import BridgeMetrics, BudgetGenerationRow, BudgetPoint
 from dihal.run.stages import asset_key
 from storage.artifacts.base import (
     Artifact,
@@ -62,8 +62,6 @@ class BridgeRun(WorkArtifact):
     def read(self) -> TrainedBridge:
         """The saved bridge (tensors on the CPU), with its metrics from the manifest."""
         from safetensors.torch import load_file
-
-        from dihal.results import BridgeMetrics
 
         m = self.require()
         try:
@@ -121,13 +119,14 @@ class Bridgeability(Artifact):
     files = ("layers.parquet", "spearman.parquet", "regression.parquet", "scatter.png")
 
     def _write_files(self, directory: Path, result: BridgeabilityResult) -> None:
-        write_table(directory / "layers.parquet", result.layer_rows)
+        write_table(directory / "layers.parquet", result.layer_columns())
         write_table(directory / "spearman.parquet", result.spearman_columns())
         write_table(directory / "regression.parquet", result.regression_columns())
         atomic_write_bytes(directory / "scatter.png", result.plot_png)
 
-    def layer_rows(self) -> list[dict]:
-        return read_rows(self.path("layers.parquet"))
+    def layers(self) -> list[BridgeMetrics]:
+        """Each swept layer's bridge, by layer, as the stage wrote it."""
+        return [BridgeMetrics.from_dict(r) for r in read_rows(self.path("layers.parquet"))]
 
     def plot(self) -> bytes:
         return self.path("scatter.png").read_bytes()
@@ -140,7 +139,8 @@ class Bridgeability(Artifact):
                 "bridge_vs_regression": Table(manifest.info.get("regression", []), [
                     "layer", "bridge_hybrid_nll", "regression_hybrid_nll", "bridge_recon_error",
                     "regression_recon_error"]),
-                "layers": Table(self.layer_rows(), ["layer", "val_loss", "recon_error",
+                "layers": Table([m.to_dict() for m in self.layers()], ["layer", "val_loss",
+                                                                        "recon_error",
                                                     "hybrid_nll", "top1_agreement"])}
 
 

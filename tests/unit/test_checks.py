@@ -2,7 +2,7 @@
 
 import json
 
-from dihal.results import BridgeMetrics
+from dihal.rows import BridgeMetrics
 from dihal.run.checks import (
     budgets_matched,
     enough_layers,

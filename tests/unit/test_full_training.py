@@ -8,7 +8,7 @@ import pytest
 
 from dihal.compare.stage import full_training
 from dihal.config import EvalConfig
-from dihal.results import BridgeMetrics
+from dihal.rows import BridgeMetrics
 from tests.tiny import trained_bridge
 
 LAYER = 2

@@ -24,8 +24,8 @@ from dihal.generation_rows import (
 )
 from dihal.inputs import SeedSpread
 from dihal.labels import BASELINE, NATIVE_ROLE
-from dihal.results import BridgeMetrics, ComparisonResult, EvalResult
-from dihal.rows import ABSENT, Estimate
+from dihal.results import ComparisonResult, EvalResult
+from dihal.rows import ABSENT, BridgeMetrics, Estimate
 
 
 def _same(a: dict, b: dict) -> bool:

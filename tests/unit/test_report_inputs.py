@@ -30,13 +30,13 @@ from dihal.inputs import (
     ReplaceInputs,
     SeedSpread,
     StageConfigs,
-    SweepLayer,
 )
 from dihal.report.build import build_report
 from dihal.report.inputs import ReportInputs
-from dihal.rows import ABSENT
+from dihal.rows import ABSENT, BridgeMetrics
 from dihal.uncertainty import PRIMARY_UNDECIDABLE
 from tests.tiny import (
+    bridge_metrics,
     curve_point,
     geometry_row,
     report_inputs,
@@ -107,16 +107,24 @@ def test_bridgeability_info_needs_its_primary_test_and_reads_one_seed_and_no_con
     for key in ("primary", "regression", "oracle_by", "seeds"):
         with pytest.raises(KeyError, match=key):
             BridgeabilitySummary.from_dict({k: v for k, v in raw.items() if k != key})
-    layers = [{"layer": 1, "val_loss": 0.5, "hybrid_nll": 3.0}]  # a sweep table before t1_loss
+    layers = [bridge_metrics(1, val_loss=0.5, hybrid_nll=3.0)]
     x = report_inputs(sweep_layers=layers)
-    assert x.bridges.layers == [SweepLayer(1, val_loss=0.5, hybrid_nll=3.0)]
+    assert x.bridges.layers == layers
+    # a sweep table row is the stage's BridgeMetrics, whole: one that lacks a measure (an
+    # older stage's, before t1_loss) or has a stranger is refused, not filled with None
+    row = layers[0].to_dict()
+    assert BridgeMetrics.from_dict(row) == layers[0]
+    for bad, word in (({k: v for k, v in row.items() if k != "t1_loss"}, "missing"),
+                      ({**row, "extra": 1}, "unknown")):
+        with pytest.raises(ValueError, match=f"{word} \\['(t1_loss|extra)'\\]"):
+            BridgeMetrics.from_dict(bad)
     md = build_report(x).markdown
     assert "The primary test, fixed before any bridge was trained" in md
     assert "trained under one seed" in md
     assert ("the oracle layer by hybrid NLL is 3 and the worst 1 (full training follows these; "
             "chosen and judged on the same held-out sequences: too few to split); by "
             "validation loss, 3 and 1: the measures agree") in md
-    assert "| 1 | n/a | 0.5 | n/a | n/a | 3 |" in md  # the sweep table: what it lacks is n/a
+    assert "| 1 | 1 | 0.5 | 0.6 | 0.5 | 3 | 2 | 0.7 | 4 | 1 |" in md  # the sweep table
 
 
 def test_bridgeability_info_reads_the_oracle_by_measure_and_the_seeds():

@@ -4,8 +4,7 @@ them back."""
 import math
 
 from dihal.generation_rows import COMPARISON_ROW, GenerationRow
-from dihal.results import BridgeMetrics
-from dihal.rows import ABSENT, Estimate, RegressionRow, SpearmanRow, number
+from dihal.rows import ABSENT, BridgeMetrics, Estimate, RegressionRow, SpearmanRow, number
 
 
 def _metrics(layer, nll, recon):

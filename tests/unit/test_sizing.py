@@ -25,7 +25,7 @@ from dihal.replace.sizing import (
     seed_agreement,
     settings_grid,
 )
-from dihal.results import BridgeMetrics
+from dihal.rows import BridgeMetrics
 from tests.tiny import score_row
 
 LAYERS = list(range(1, 9))

@@ -48,9 +48,11 @@ def set_backfill_interval(seconds: int) -> bool:
 
 def main() -> None:
     set_backfill_interval(backfill_interval_s())
-    from dagster._daemon.cli import main as dagster_daemon
+    from importlib.metadata import entry_points
 
-    dagster_daemon()
+    # Dagster's own `dagster-daemon` command, by the entry point its package declares
+    (command,) = entry_points(group="console_scripts", name="dagster-daemon")
+    command.load()()
 
 
 if __name__ == "__main__":

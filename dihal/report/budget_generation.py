@@ -170,8 +170,10 @@ def budget_sentence(index: Index) -> str:
 
 
 def table_rows(index: Index) -> list[dict]:
-    """One row per (budget, model), the budget's figures beside the metrics."""
+    """One row per (budget, model), the budget's figures beside the metrics, and what it was
+    sampled with where the rows differ in it."""
     out = []
+    differ = len({(x.cpu_threads, x.cpu_kernels) for x in index.values()}) > 1
     for (model, steps), r in sorted(index.items(), key=lambda kv: (
             kv[0][1], GENERATION_MODELS.index(kv[0][0]))):
         out.append({"model": NAMES[model] + (f" (l* = {r.layer})" if model == DIHAL else ""),
@@ -182,6 +184,8 @@ def table_rows(index: Index) -> list[dict]:
                     "diversity [95 %]": f"{r.diversity:.3f} [{r.diversity_low:.3f}, "
                                         f"{r.diversity_high:.3f}]",
                     "samples": r.n_samples, "empty": r.empty_samples})
+        if differ:
+            out[-1]["sampled"] = setting_text(r.cpu_threads, r.cpu_kernels)
     return out
 
 
@@ -223,11 +227,6 @@ def budget_generation_section(r: Document, rows: Sequence[BudgetGenerationRow], 
         f"then sampled as the eval samples ({first.n_samples} samples at temperature "
         f"{first.temperature:g}) and scored by the same judge.")
     rows_ = table_rows(index)
-    settings = {(x.cpu_threads, x.cpu_kernels) for x in index.values()}
-    if len(settings) > 1:  # the column only where the rows differ in it
-        for shown, x in zip(rows_, sorted(index.values(), key=lambda x: (
-                x.steps, GENERATION_MODELS.index(x.model))), strict=True):
-            shown["sampled"] = setting_text(x.cpu_threads, x.cpu_kernels)
     r.table(rows_, list(rows_[0]))
     r.p(sampling_sentence(index))
     r.p(versus_sentence(index, layer))

@@ -184,7 +184,7 @@ def test_a_run_whose_worker_was_killed_is_failed_within_a_minute_and_retried_onc
         _failed_within(instance, run.run_id, 60)
         t0 = time.monotonic()
         while not (retry := instance.get_run_by_id(run.run_id).tags.get("dagster/auto_retry_run_id")):
-            assert time.monotonic() - t0 < 120, "no retry of the failed run"
+            assert time.monotonic() - t0 < 120, _no_retry(instance, run.run_id, env)
             time.sleep(0.5)
         retry_pid = _computing(instance, retry, child)
         for p in [retry_pid, *code_servers(daemon)]:
@@ -203,6 +203,22 @@ def test_a_run_whose_worker_was_killed_is_failed_within_a_minute_and_retried_onc
     assert says in err, err[-3000:] + "\n".join(
         f"{e.dagster_event.event_type_value if e.dagster_event else 'LOG'}: {e.message}"
         for e in instance.all_logs(retry)[-6:])
+
+
+def _no_retry(instance, run_id: str, env: dict) -> str:
+    """Why a failed run has no retry, as far as the instance tells: its tags, its backfill's
+    status, its last events and what the daemon's log says of retries and backfills."""
+    log = Path(env["DAGSTER_HOME"]) / "dihal-daemon.log"
+    said = [line for line in (log.read_text(errors="replace") if log.exists() else "").splitlines()
+            if re.search(r"retr|[Bb]ackfill|EVENT_LOG", line)][-15:]
+    run = instance.get_run_by_id(run_id)
+    backfill = instance.get_backfill(run.tags.get("dagster/backfill", ""))
+    events = "\n".join(
+        f"{e.dagster_event.event_type_value if e.dagster_event else 'LOG'}: {e.message}"
+        for e in instance.all_logs(run_id)[-6:])
+    return (f"no retry of the failed run {run_id}; its tags {dict(run.tags)}; its backfill "
+            f"{backfill.status if backfill else None}; its last events:\n{events}\nthe daemon's log:\n"
+            + "\n".join(said))
 
 
 def _failed_within(instance, run_id: str, within_s: float) -> None:

@@ -1,6 +1,7 @@
 """The driver checks its arguments before any work, and a failed step ends with its cause."""
 
 import json
+import time
 
 import dagster as dg
 import pytest
@@ -511,3 +512,54 @@ def test_the_drivers_daemon_looks_for_backfill_work_every_few_seconds(monkeypatc
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "Run any daemons configured on the DagsterInstance" in (
         out.stdout), out.stderr[-2000:]
+
+
+def test_the_drivers_daemon_keeps_a_backfill_open_until_a_failed_runs_retry_is_decided(
+        monkeypatch):
+    """Dagster stores a run's FAILURE a moment before its retry decision (`dagster/will_retry`);
+    a backfill iteration in between completed the backfill, and Dagster then refused the retry
+    (seen under load in the killed-worker story). The drivers' daemon waits for the decision,
+    for the retry it announces, and for that retry's end; not for a decision that never comes,
+    nor where retries are off."""
+    import logging
+
+    from dagster._core.execution import asset_backfill
+    from dagster._core.storage.tags import AUTO_RETRY_RUN_ID_TAG, BACKFILL_ID_TAG, WILL_RETRY_TAG
+
+    import pipeline.dagster_daemon as dd
+
+    log = logging.getLogger("test")
+    dagsters_own = asset_backfill.backfill_runs_are_complete
+
+    def instance_with(retries: bool, *runs: tuple[str, dg.DagsterRunStatus, dict]):
+        instance = dg.DagsterInstance.ephemeral(settings={"run_retries": {"enabled": retries}})
+        for run_id, status, tags in runs:
+            instance.add_run(dg.DagsterRun(job_name="sweep", run_id=run_id, status=status,
+                                           tags={BACKFILL_ID_TAG: "bf", **tags}))
+        return instance
+
+    failed = dg.DagsterRunStatus.FAILURE
+    now = time.time()
+    undecided = instance_with(True, ("r1", failed, {}))
+    assert dagsters_own("bf", undecided, log)  # Dagster's own check completes it: the race
+    assert dd.retry_undecided(undecided, "bf", now) == ["r1"]
+    # a decision that never comes holds the backfill for DECISION_WAIT_S after the run's end
+    assert dd.retry_undecided(undecided, "bf", now + dd.DECISION_WAIT_S + 1) == []
+    assert dd.retry_undecided(instance_with(False, ("r1", failed, {})), "bf", now) == []
+    assert dd.retry_undecided(instance_with(True, ("r1", failed, {WILL_RETRY_TAG: "false"})),
+                              "bf", now) == []
+    announced = instance_with(True, ("r1", failed, {WILL_RETRY_TAG: "true"}))
+    assert dd.retry_undecided(announced, "bf", now) == ["r1"]
+    made = instance_with(True, ("r1", failed, {WILL_RETRY_TAG: "true", AUTO_RETRY_RUN_ID_TAG: "r2"}),
+                         ("r2", dg.DagsterRunStatus.NOT_STARTED, {}))
+    assert dd.retry_undecided(made, "bf", now) == ["r2"]
+    ended = instance_with(True, ("r1", failed, {WILL_RETRY_TAG: "true", AUTO_RETRY_RUN_ID_TAG: "r2"}),
+                          ("r2", dg.DagsterRunStatus.SUCCESS, {}))
+    assert dd.retry_undecided(ended, "bf", now) == []
+    # the daemon's entry point puts the wait into Dagster's completion check
+    monkeypatch.setattr(asset_backfill, "backfill_runs_are_complete", dagsters_own)
+    assert dd.wait_for_retry_decisions()
+    assert not asset_backfill.backfill_runs_are_complete("bf", undecided, log)
+    assert asset_backfill.backfill_runs_are_complete("bf", ended, log)
+    monkeypatch.delattr(asset_backfill, "backfill_runs_are_complete")
+    assert not dd.wait_for_retry_decisions()

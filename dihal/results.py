@@ -22,7 +22,7 @@ from dihal.inputs import (
     PredictorRow,
     ScoreRow,
 )
-from dihal.rows import TARGETS, BridgeMetrics, BudgetGenerationRow, BudgetPoint
+from dihal.rows import TARGETS, BridgeMetrics, BudgetGenerationRow, BudgetPoint, TrainingPoint
 
 
 def _round(v: Any) -> Any:
@@ -197,7 +197,7 @@ class TrainedBridge:
     tensors: dict[str, Any] = field(repr=False)  # name -> CPU tensor
     hparams: dict[str, Any]
     metrics: BridgeMetrics | None = None
-    curve: list[dict] = field(default_factory=list, repr=False)
+    curve: list[TrainingPoint] = field(default_factory=list, repr=False)
     # the metrics of the protocol's further training seeds (protocol.seeds - 1 replicates of
     # the same layer, not kept); empty with one seed
     seed_metrics: list[BridgeMetrics] = field(default_factory=list)

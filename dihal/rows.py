@@ -35,6 +35,40 @@ class ByColumns:
 
 
 @dataclass(frozen=True)
+class TrainingPoint:
+    """One entry of a training curve (dihal.training): the mean training loss over the steps
+    since the last entry, at optimiser step `step`, with that step's learning rate and
+    gradient norm. Kept in every checkpoint and in a trained bridge's curve table, as `to_dict`."""
+
+    step: int
+    loss: float
+    lr: float
+    grad_norm: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"step": self.step, "loss": self.loss, "lr": self.lr, "grad_norm": self.grad_norm}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TrainingPoint:
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True)
+class ValidationPoint:
+    """One validation of a training run: the held-out loss at optimiser step `step`."""
+
+    step: int
+    val_loss: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"step": self.step, "val_loss": self.val_loss}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ValidationPoint:
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True)
 class Spearman:
     """A predictor's Spearman correlation with one target over the swept layers, its 95 %
     bootstrap interval over layers, and where it stands against depth's: "above" / "below" /

@@ -42,6 +42,7 @@ from torch import Tensor, nn
 from dihal.checkpoint import latest_checkpoint, load_latest_good, runtime_warning, save_checkpoint
 from dihal.config import EPOCHS_WHY, MAX_TRAIN_STEPS, TRAIN_STEPS_WHY
 from dihal.errors import CheckpointMismatchError, TrainingBudgetError, TrainingError
+from dihal.rows import TrainingPoint, ValidationPoint
 from dihal.seeds import derive_seed
 
 if TYPE_CHECKING:
@@ -132,8 +133,8 @@ class TrainResult:
     completed: bool
     train_loss: float | None  # mean training loss of the last logged window
     val_loss: float | None  # the validation hook at the end, if completed (None without one)
-    curve: list[dict] = field(repr=False)  # {"step", "loss", "lr", "grad_norm"} every log_every
-    val_curve: list[dict] = field(repr=False)  # {"step", "val_loss"} every eval_every
+    curve: list[TrainingPoint] = field(repr=False)  # every log_every steps, and the last
+    val_curve: list[ValidationPoint] = field(repr=False)  # every eval_every steps, and the last
     checkpoint: Path | None
     resumed_from: int  # step of the checkpoint this call started from (0: fresh)
     wall_s: float
@@ -303,7 +304,9 @@ class Trainer:
         self.check_every = check_every or (1 if self.device.type == "cpu" else cfg.log_every)
         model.to(self.device).train()
         self.optimizer = make_optimizer(model, cfg)
-        self.step, self.curve, self.val_curve, self.window = 0, [], [], []
+        self.step, self.window = 0, []
+        self.curve: list[TrainingPoint] = []
+        self.val_curve: list[ValidationPoint] = []
         self.last_ckpt: Path | None = None
         self.resumed_from = 0
 
@@ -329,8 +332,9 @@ class Trainer:
             lambda state: check_resumable(state, self.cfg, self.protocol, self.n_steps),
             warn=self._warn)
         if path is not None:
-            self.step, self.curve, self.val_curve, self.window = (
-                saved["step"], saved["curve"], saved["val_curve"], saved["window"])
+            self.step, self.window = saved["step"], saved["window"]
+            self.curve = [TrainingPoint.from_dict(p) for p in saved["curve"]]
+            self.val_curve = [ValidationPoint.from_dict(p) for p in saved["val_curve"]]
         self.last_ckpt, self.resumed_from = path, self.step
 
     def train_step(self, prepared: nn.Module, opt) -> tuple[Tensor, float, Tensor]:
@@ -390,16 +394,16 @@ class Trainer:
         if self.step % self.cfg.log_every == 0 or self.step == self.n_steps:
             self.check_finite()
             self.window = _floats(self.window)
-            entry = {"step": self.step, "loss": sum(self.window) / len(self.window), "lr": lr,
-                     "grad_norm": float(grad_norm)}
+            entry = TrainingPoint(self.step, sum(self.window) / len(self.window), lr,
+                                  float(grad_norm))
             self.curve.append(entry)
             self.window = []
-            self._report(entry)
+            self._report(entry.to_dict())
 
     def record_validation(self) -> float:
         self.check_finite()
         v = self.validate()
-        self.val_curve.append({"step": self.step, "val_loss": v})
+        self.val_curve.append(ValidationPoint(self.step, v))
         self._report({"step": self.step, "val_loss": v})
         return v
 
@@ -410,8 +414,9 @@ class Trainer:
         self.window = _floats(self.window)
         if self.acc.is_main_process:
             state = {"total_steps": self.n_steps, "done": self.step >= self.n_steps,
-                     "train_config": self.cfg.to_dict(), **self.protocol, "curve": self.curve,
-                     "val_curve": self.val_curve, "window": self.window}
+                     "train_config": self.cfg.to_dict(), **self.protocol,
+                     "curve": [p.to_dict() for p in self.curve],
+                     "val_curve": [p.to_dict() for p in self.val_curve], "window": self.window}
             self.last_ckpt = save_checkpoint(self.ckpt_dir, self.step, self.model,
                                              self.optimizer, state, keep=self.cfg.keep_checkpoints)
         self.acc.wait_for_everyone()
@@ -425,7 +430,7 @@ class Trainer:
         completed = self.step >= self.n_steps
         val_loss = None
         if completed and self.validate is not None:
-            if self.val_curve and self.val_curve[-1]["step"] == self.step:
+            if self.val_curve and self.val_curve[-1].step == self.step:
                 val_loss = self.validate()
             else:
                 val_loss = self.record_validation()
@@ -433,7 +438,7 @@ class Trainer:
             self.checkpoint()
         return TrainResult(
             step=self.step, total_steps=self.n_steps, completed=completed,
-            train_loss=self.curve[-1]["loss"] if self.curve else None, val_loss=val_loss,
+            train_loss=self.curve[-1].loss if self.curve else None, val_loss=val_loss,
             curve=self.curve, val_curve=self.val_curve,
             checkpoint=latest_checkpoint(self.ckpt_dir) if self.acc.is_main_process
             else self.last_ckpt,

@@ -40,7 +40,8 @@ def weights_digest(model: torch.nn.Module) -> str:
 
 
 def curve_digest(result) -> str:
-    return hashlib.sha256(json.dumps([result.curve, result.val_curve], sort_keys=True)
+    return hashlib.sha256(json.dumps([[p.to_dict() for p in result.curve],
+                                       [p.to_dict() for p in result.val_curve]], sort_keys=True)
                           .encode()).hexdigest()
 
 

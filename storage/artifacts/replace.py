@@ -51,7 +51,8 @@ class BridgeRun(WorkArtifact):
         atomic_write_bytes(directory / "bridge.safetensors",
                            save({k: v.contiguous() for k, v in result.tensors.items()}))
         atomic_write_json(directory / "hparams.json", result.hparams)
-        write_table(directory / "curve.parquet", result.curve or [{"step": 0, "loss": float("nan")}])
+        write_table(directory / "curve.parquet",
+                    [p.to_dict() for p in result.curve] or [{"step": 0, "loss": float("nan")}])
 
     def always_digested(self, rel: str) -> bool:
         """Every file, on every reuse however recent the last check: a bridge is a few MB read

@@ -18,6 +18,7 @@ from dihal.results import (
     SequencesResult,
     TrainedBridge,
 )
+from dihal.rows import TrainingPoint
 from dihal.run.stages import CODE_VERSIONS
 from storage import (
     Bridge,
@@ -121,7 +122,7 @@ def _trained(layer=3):
                             resumed_from_step=0, denoiser_parameters=1234)
     tensors = {"denoiser.w": torch.arange(6.0).reshape(2, 3), "cond_std.mean": torch.zeros(3)}
     return TrainedBridge(tensors, {"layer": layer, "protocol": {"sampler_steps": 4}}, metrics,
-                         [{"step": 5, "loss": 1.0}, {"step": 10, "loss": 0.6}])
+                         [TrainingPoint(5, 1.0, 1e-3, 0.5), TrainingPoint(10, 0.6, 5e-4, 0.25)])
 
 
 def test_bridge_run_is_made_in_its_work_folder_and_reads_back_typed(tmp_path):

@@ -284,5 +284,5 @@ def test_bf16_autocast_runs_on_cpu(tmp_path):
     cfg = TrainConfig(lr=3e-3, batch_size=4, mixed_precision="bf16", log_every=1)
     result = train_model(model, baseline_loss(ids), len(ids), cfg, tmp_path)
     assert result.completed and autocast_seen == [True, True]
-    assert all(math.isfinite(e["loss"]) and math.isfinite(e["grad_norm"]) for e in result.curve)
+    assert all(math.isfinite(e.loss) and math.isfinite(e.grad_norm) for e in result.curve)
     assert all(p.dtype == torch.float32 for p in model.parameters())

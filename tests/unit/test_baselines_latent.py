@@ -81,7 +81,7 @@ def trained(request, tmp_path_factory):
 def test_loss_falls_on_a_toy_corpus(trained):
     model, result, train_tokens, before, after = trained
     assert result.step == 100 and train_tokens == 64 * 12.5 * T
-    curve = [c["loss"] for c in result.curve]
+    curve = [c.loss for c in result.curve]
     assert all(math.isfinite(c) for c in curve)
     assert curve[-1] < curve[0] / 3, curve
     read_out = "reconstruction" if model.name == "ld4lg" else "decoder"

@@ -82,8 +82,8 @@ def test_training_steps_read_nothing_from_the_device_between_the_hosts_looks(tmp
     # and it logs what the run that looks at every step logs, with the same weights
     ref_model = build_denoiser(CFG, 0)
     ref = train_bridge(ref_model, train, val, PROCESS, cfg, tmp_path / "ref")
-    assert [e["loss"] for e in result.curve] == [e["loss"] for e in ref.curve]
-    assert [e["grad_norm"] for e in result.curve] == [e["grad_norm"] for e in ref.curve]
+    assert [e.loss for e in result.curve] == [e.loss for e in ref.curve]
+    assert [e.grad_norm for e in result.curve] == [e.grad_norm for e in ref.curve]
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(),
                                                  ref_model.state_dict().values(), strict=True))
 

@@ -20,6 +20,7 @@ from dihal.bridge.train import (
     train_bridge,
 )
 from dihal.checkpoint import latest_checkpoint, list_checkpoints, load_into, read_state
+from dihal.rows import ValidationPoint
 from tests.tiny import TOY_D, TOY_T, toy_data, toy_denoiser_config
 
 D, T = TOY_D, TOY_T
@@ -47,8 +48,8 @@ def test_loss_falls_on_a_toy_problem(tmp_path):
     result = train_bridge(model, train, val, PROCESS, cfg, tmp_path, progress=seen.append)
     assert result.completed and result.step == result.total_steps == 32
     assert result.val_loss < before / 5
-    assert result.curve[-1]["loss"] < result.curve[0]["loss"] / 4
-    assert result.val_curve[-1] == {"step": 32, "val_loss": result.val_loss}
+    assert result.curve[-1].loss < result.curve[0].loss / 4
+    assert result.val_curve[-1] == ValidationPoint(32, result.val_loss)
     assert seen[-1]["val_loss"] == result.val_loss and seen[0]["total_steps"] == 32
     # the sampler reconstructs much better than the zero prediction (relative error 1)
     assert reconstruction_error(model, val, PROCESS, steps=4) < 0.5
@@ -194,7 +195,7 @@ def test_bf16_autocast_runs(tmp_path):
     cfg = TrainConfig(lr=3e-4, batch_size=4, mixed_precision="bf16", log_every=1)
     model = build_denoiser(CFG, 0)
     result = train_bridge(model, train, val, PROCESS, cfg, tmp_path)
-    assert result.completed and all(math.isfinite(e["loss"]) for e in result.curve)
+    assert result.completed and all(math.isfinite(e.loss) for e in result.curve)
     assert all(p.dtype == torch.float32 for p in model.parameters())
 
 

@@ -23,6 +23,9 @@ where a file embeds wall-clock measurements, which legitimately differ between a
   the generation latency (ms_per_token, ms_per_step, latency_vs_backbone, seconds...);
 - report.md quotes those times in its sentences and tables: its stable digest masks them, and
   report.html (rendered from the same document) takes report.md's;
+- verdicts on those times vary with them: the eval's order of the times in K (`order_in_k`),
+  and the claim that inference is slower than the backbone (its verdict and reason in the claims
+  table, and the claims' tally, are masked);
 - the model caches' folder-digests.json key each file's digest by its stat (size, mtime, ctime,
   inode): its stable digest keeps the digests by path.
 For those the stable digest is taken with the timing fields removed (JSON keys, Parquet
@@ -44,13 +47,18 @@ import sys
 from pathlib import Path
 
 TIMING = re.compile(r"seconds|ms_per_|tokens_per_s|latency|wall_s|elapsed_s|forward_s|"
-                    r"_vs_backbone|time_over_flops")
+                    r"_vs_backbone|time_over_flops|order_in_k")  # the last: a verdict on times
 # the report's measured times: the prose around them, and its tables' columns of times
 REPORT_TIMES = re.compile(r"\d[\d.,]*(?= m?s\b)|(?<=backbone's )\d[\d.]*|\d[\d.]*x(?= the backbone's "
-                          r"time| in measured time| at K =)|(?<=and )\d[\d.]*(?= at K =)|"
+                          r"time| in measured time| its measured time| at K =)|(?<=and )\d[\d.]*(?= at K =)|"
                           r"(?<=ms per token against )\d[\d.]*|"
                           r"(?<=rounds )[\d.]+-[\d.]+ against [\d.]+-[\d.]+")
 REPORT_TIME_COLUMNS = re.compile(r"ms|time|seconds|latency|tokens_per_s|vs backbone|round")
+# the claim whose figures and verdict come from measured times: in its row of the claims table
+# the times and the verdict with its reason are masked (its FLOPs are kept), and the claims'
+# tally (which counts the verdict) is masked whole
+TIMED_CLAIM = "inference is slower than the backbone"
+CLAIM_VERDICT = re.compile(r"\| (holds|does not hold|the design cannot decide at this scale) \|[^|]*\|")
 SWEEP_LAYERS = ("1", "2", "3")
 BASELINES = ("diffusion-lm", "sed", "ld4lg", "codar")
 # markers and folders that hold wall-clock times or host state, not results: when the digests
@@ -179,7 +187,9 @@ def _report_untimed(text: str) -> str:
     quote them, and the cells of the table columns that hold them."""
     out, masked = [], set()
     for line in text.splitlines():
-        if line.startswith("|"):
+        if TIMED_CLAIM in line and not line.startswith("|"):  # the claims' tally counts it
+            line = f"# the claims' tally, which counts the claim {TIMED_CLAIM!r}"
+        elif line.startswith("|"):
             cells = line.strip("|").split("|")
             if set(line) <= set("|-: "):
                 pass
@@ -190,6 +200,8 @@ def _report_untimed(text: str) -> str:
             else:  # a cell of prose may quote times too (the claims table's latency row)
                 line = "|".join("#" if i in masked else REPORT_TIMES.sub("#", c)
                                 for i, c in enumerate(cells))
+            if TIMED_CLAIM in line:  # its verdict and why, which follow the rounds
+                line = CLAIM_VERDICT.sub("#", line)
         else:
             masked = set()
             line = REPORT_TIMES.sub("#", line)

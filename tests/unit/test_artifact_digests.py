@@ -25,6 +25,34 @@ def test_the_claims_tables_latency_row_is_masked_but_not_its_flops():
         flops.replace("FLOPs 6.54x", "FLOPs 6.55x"))
 
 
+def test_the_timed_claims_verdict_and_tally_are_masked_and_the_other_claims_are_not():
+    """Its verdict follows the timing rounds (under load the rounds overlap and it reads
+    'cannot decide'), as does the tally that counts it; another claim's verdict is a result."""
+    row = CLAIM.format(ms="4.3", bb="1.77", x="2.43", r="2.63-5.05 against 1.46-2.48")
+    row += " slower by the rounds' ranges | 8B | 42k |"
+    undecided = row.replace("| holds | slower by the rounds' ranges |",
+                            "| the design cannot decide at this scale | the rounds overlap |")
+    assert digests._report_untimed(row) == digests._report_untimed(undecided)
+    tally = ("- Of the paper's 5 claims at this run's scale, {} (holding: inference is slower "
+             "than the backbone).")
+    assert digests._report_untimed(tally.format("1 holds")) == digests._report_untimed(
+        tally.format("2 hold"))
+    other = "| l* near the embedding | layer 3 | layer 1 | holds | why | 8B | 42k |"
+    assert digests._report_untimed(other) != digests._report_untimed(
+        other.replace("| holds |", "| does not hold |"))
+
+
+def test_the_evals_order_of_times_in_k_is_masked_in_its_manifest(tmp_path):
+    """A verdict on the measured times (inversions appear under load)."""
+    def manifest(inversions: list) -> str:
+        path = tmp_path / "manifest.json"
+        path.write_text(json.dumps({"info": {"cost": {"n": 4, "order_in_k": {
+            "K": [1, 2, 4], "inversions": inversions, "monotone": not inversions}}}}))
+        return digests.stable_digest(path, {})
+
+    assert manifest([]) == manifest([[2, 4]])
+
+
 def _cache(path, stat: str, sha: str):
     path.write_text(json.dumps({"files": {"/m/config.json": {stat: sha}}}))
     return digests.stable_digest(path, {})

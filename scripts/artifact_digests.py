@@ -52,7 +52,10 @@ TIMING = re.compile(r"seconds|ms_per_|tokens_per_s|latency|wall_s|elapsed_s|forw
 REPORT_TIMES = re.compile(r"\d[\d.,]*(?= m?s\b)|(?<=backbone's )\d[\d.]*|\d[\d.]*x(?= the backbone's "
                           r"time| in measured time| its measured time| at K =)|(?<=and )\d[\d.]*(?= at K =)|"
                           r"(?<=ms per token against )\d[\d.]*|"
-                          r"(?<=rounds )[\d.]+-[\d.]+ against [\d.]+-[\d.]+")
+                          r"(?<=rounds )[\d.]+-[\d.]+ against [\d.]+-[\d.]+|"
+                          # verdicts on the times: faster or slower, the order in K
+                          r"(?<=backbone's time: )(?:slower|faster|as fast)|"
+                          r"(?<=time per token over K = )[\d, ]+: .*")
 REPORT_TIME_COLUMNS = re.compile(r"ms|time|seconds|latency|tokens_per_s|vs backbone|round")
 # the claim whose figures and verdict come from measured times: in its row of the claims table
 # the times and the verdict with its reason are masked (its FLOPs are kept), and the claims'

@@ -42,6 +42,17 @@ def test_the_timed_claims_verdict_and_tally_are_masked_and_the_other_claims_are_
         other.replace("| holds |", "| does not hold |"))
 
 
+def test_the_reports_sentences_on_the_order_of_times_are_masked():
+    pace = ("DiHAL at K = 4 generates at 1.2 ms per token against the backbone's 0.9 (1.3x the "
+            "backbone's time: {}; a cached decode); its bridge has 93,344 parameters.")
+    assert digests._report_untimed(pace.format("slower")) == digests._report_untimed(
+        pace.format("faster"))
+    assert "93,344 parameters" in digests._report_untimed(pace.format("slower"))
+    order = "DiHAL's time per token over K = 1, 2, 4: {}"
+    assert digests._report_untimed(order.format("rises with K.")) == digests._report_untimed(
+        order.format("falls from K = 2 to 4, within the spread of the rounds."))
+
+
 def test_the_evals_order_of_times_in_k_is_masked_in_its_manifest(tmp_path):
     """A verdict on the measured times (inversions appear under load)."""
     def manifest(inversions: list) -> str:

@@ -256,3 +256,72 @@ def filled(rows: list[GenerationRow]) -> list[GenerationRow]:
 
 def generation_rows(rows: list[dict]) -> list[GenerationRow]:
     return [GenerationRow.from_dict(r) for r in rows]
+
+
+# ------------------------------------------------------------------ the samples
+@dataclass(frozen=True)
+class Sample:
+    """One generated text, as the eval keeps it (samples.jsonl): the model that drew it, its
+    index in that model's draw (models drawn with one seed draw sample i alike, so samples pair
+    up by index), the draw's seed and the text."""
+
+    model: str
+    index: int
+    seed: int
+    text: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"model": self.model, "index": self.index, "seed": self.seed, "text": self.text}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Sample:
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True)
+class RoleSample:
+    """A sample of one role of full training (l*, the oracle, the worst layer) at one of its
+    samplers, with the judge's NLL of it and its token count (None for an empty text, which the
+    judge cannot score)."""
+
+    role: str
+    layer: int
+    sampler: str
+    sample: Sample
+    nll: float | None = None
+    tokens: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"role": self.role, "layer": self.layer, "sampler": self.sampler,
+                **self.sample.to_dict(), "nll": self.nll, "tokens": self.tokens}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RoleSample:
+        return cls(d["role"], d["layer"], d["sampler"], Sample.from_dict(d), d["nll"], d["tokens"])
+
+
+@dataclass(frozen=True)
+class BudgetSample:
+    """A sample of the generation at the training budget's ends: the model, the optimiser steps
+    it was trained for, its index in that model's draw and the text."""
+
+    model: str
+    steps: int
+    index: int
+    text: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"model": self.model, "steps": self.steps, "index": self.index, "text": self.text}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> BudgetSample:
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__})
+
+
+def texts_by_model(samples) -> dict[str, list[str]]:
+    """Each model's texts, in the samples' order (Sample, RoleSample's sample, BudgetSample)."""
+    out: dict[str, list[str]] = {}
+    for s in samples:
+        s = s.sample if isinstance(s, RoleSample) else s
+        out.setdefault(s.model, []).append(s.text)
+    return out

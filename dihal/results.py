@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dihal.generation_inputs import CostTable, CurvePoint, FullTrainingRow, SamplerChoice
-from dihal.generation_rows import GenerationRow
+from dihal.generation_rows import BudgetSample, GenerationRow, RoleSample, Sample
 from dihal.inputs import (
     BackboneInfo,
     BridgeabilitySummary,
@@ -260,7 +260,7 @@ class EvalResult:
     # one row per model (dihal.generation_rows.EVAL_ROW: model, role dihal | backbone | ..., gen_ppl,
     # diversity, repetition, mean_length, latency): the hybrid first, then the backbone
     rows: list[GenerationRow]
-    samples: list[dict]  # {"model", "index", "seed", "text"}
+    samples: list[Sample]
     judge: dict[str, Any]  # Judge.info()
     layer: int
     # the controls' settings (dihal.evaluate.generation.evaluate_with_controls): the protocol's K, the
@@ -355,9 +355,8 @@ class FullTrainingResult:
     rows: list[FullTrainingRow]
     # the protocol's K, the (rule, K) chosen on validation, whether they are the same sampler
     sampler: SamplerChoice | None = None
-    # every role's samples: {"role", "layer", "sampler", "model", "index", "seed", "text",
-    # "nll", "tokens"} (the judge's NLL and token count; None for an empty text)
-    samples: list[dict] = field(default_factory=list, repr=False)
+    # every role's samples, each with the judge's NLL and token count
+    samples: list[RoleSample] = field(default_factory=list, repr=False)
 
     def info(self) -> dict:
         return {"rows": [r.to_dict() for r in self.rows],
@@ -403,12 +402,12 @@ class BudgetResult:
 @dataclass(frozen=True)
 class BudgetGenerationResult:
     """Generation at the training budget's ends (dihal.replace.budget_generation): one row per
-    (model, budget), DiHAL's first at each budget; every sample ({"model", "steps", "index",
-    "text"}); the estimate made before it started."""
+    (model, budget), DiHAL's first at each budget; every sample; the estimate made before it
+    started."""
 
     layer: int
     rows: tuple[BudgetGenerationRow, ...]
-    samples: list[dict] = field(default_factory=list, repr=False)
+    samples: list[BudgetSample] = field(default_factory=list, repr=False)
     estimate: dict[str, Any] = field(default_factory=dict)
 
     def info(self) -> dict:

@@ -59,8 +59,11 @@ REPORT_TIMES = re.compile(r"\d[\d.,]*(?= m?s\b)|(?<=backbone's )\d[\d.]*|\d[\d.]
 REPORT_TIME_COLUMNS = re.compile(r"ms|time|seconds|latency|tokens_per_s|vs backbone|round")
 # the claim whose figures and verdict come from measured times: in its row of the claims table
 # the times and the verdict with its reason are masked (its FLOPs are kept), and the claims'
-# tally (which counts the verdict) is masked whole
+# tally is masked (the claims' rows, which it counts, are compared one by one)
 TIMED_CLAIM = "inference is slower than the backbone"
+CLAIMS_TALLY = re.compile(r"\d+ (?:do not hold|does not hold|the design cannot decide|holds?|"
+                          r"(?:are )?not measured)(?:, \d+ [^,.()]*?(?=,|\.| \())*"
+                          r"(?: \((?:holding|undecided|not measured)[^)]*\))?")
 CLAIM_VERDICT = re.compile(r"\| (holds|does not hold|the design cannot decide at this scale) \|[^|]*\|")
 SWEEP_LAYERS = ("1", "2", "3")
 BASELINES = ("diffusion-lm", "sed", "ld4lg", "codar")
@@ -190,9 +193,8 @@ def _report_untimed(text: str) -> str:
     quote them, and the cells of the table columns that hold them."""
     out, masked = [], set()
     for line in text.splitlines():
-        if TIMED_CLAIM in line and not line.startswith("|"):  # the claims' tally counts it
-            line = f"# the claims' tally, which counts the claim {TIMED_CLAIM!r}"
-        elif line.startswith("|"):
+        line = CLAIMS_TALLY.sub("#", line)
+        if line.startswith("|"):
             cells = line.strip("|").split("|")
             if set(line) <= set("|-: "):
                 pass

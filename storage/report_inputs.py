@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from dihal.generation_rows import texts_by_model
 from dihal.inputs import BackboneSummary
 from dihal.report.inputs import ReportInputs
 from storage.artifacts import (
@@ -18,7 +19,6 @@ from storage.artifacts import (
     SamplerCurve,
     Sequences,
     SweepBridge,
-    by_model,
 )
 from storage.layout import ArtifactLayout
 from storage.lineage import current_budget_generation, current_budget_studies, other_backbones
@@ -44,7 +44,7 @@ def report_inputs(layout: ArtifactLayout, backbone: str) -> ReportInputs:
         SamplerCurve, Comparison, FullTraining))}
     m = {stage: a.require() for stage, a in arts.items()}
     bness, cmp_ = m["bridgeability"].info, m["comparison"].info
-    samples = by_model(arts["eval"].samples())
+    samples = texts_by_model(arts["eval"].samples())
     studies = current_budget_studies(layout, backbone)
     generated = current_budget_generation(layout, backbone)
     made = [*studies, *([generated] if generated is not None else [])]

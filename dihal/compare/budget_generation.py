@@ -36,7 +36,7 @@ from dihal.compare.baselines.base import Budget
 from dihal.compare.stage import baseline
 from dihal.config import BaselineRunConfig, BridgeProtocol, BudgetGenerationConfig, EvalConfig
 from dihal.evaluate.generation import cpu_setting, sample_and_score
-from dihal.generation_rows import GenerationRow
+from dihal.generation_rows import BudgetSample, GenerationRow
 from dihal.replace.budget import (
     BudgetPlan,
     TrainingTokens,
@@ -52,7 +52,7 @@ from dihal.replace.stage import LayerData, train_layer_bridge
 from dihal.rows import GENERATION_MODELS, BudgetGenerationRow
 
 DIHAL, CODAR = GENERATION_MODELS
-Samples = list[dict]  # {"model", "steps", "index", "text"}
+Samples = list[BudgetSample]
 OnRow = Callable[[BudgetGenerationRow, Samples], None]
 
 
@@ -134,8 +134,7 @@ def dihal_at_budget(backbone, judge, data: LayerData, protocol: BridgeProtocol,
                  parameters=denoiser.param_count(), sampler_steps=proto.sampler_steps,
                  temperature=ecfg.temperature, seconds=time.monotonic() - t0,
                  setting=cpu_setting(backbone))
-    return row, [{"model": DIHAL, "steps": plan.steps, "index": s["index"], "text": s["text"]}
-                 for s in samples]
+    return row, [BudgetSample(DIHAL, plan.steps, s.index, s.text) for s in samples]
 
 
 def codar_at_budget(backbone, judge, ids: np.ndarray, protocol: BridgeProtocol, layer: int,
@@ -163,8 +162,7 @@ def codar_at_budget(backbone, judge, ids: np.ndarray, protocol: BridgeProtocol, 
                  parameters=row.budget["denoiser_parameters"],
                  sampler_steps=row.budget["sampler_steps"], temperature=bcfg.temperature,
                  seconds=time.monotonic() - t0, setting=cpu_setting(backbone))
-    return out, [{"model": CODAR, "steps": plan.steps, "index": i, "text": t}
-                 for i, t in enumerate(made.texts)]
+    return out, [BudgetSample(CODAR, plan.steps, i, t) for i, t in enumerate(made.texts)]
 
 
 def generation_plans(cfg: BudgetGenerationConfig, batch_size: int,

@@ -38,6 +38,8 @@ from dihal.generation_rows import (
     GENERATION_KEYS,
     LENGTH_KEYS,
     GenerationRow,
+    RoleSample,
+    Sample,
     filled,
 )
 from dihal.inputs import BridgeabilitySummary, SeedSpread
@@ -274,7 +276,7 @@ def full_training(roles: dict[str, int], bridge_at: Callable[[int], TrainedBridg
                   judge, cfg, progress: Callable[[str], None] | None = None, *,
                   reference_texts: list[str] | None = None, chosen: dict | None = None,
                   from_eval: list[dict] | None = None,
-                  eval_samples: list[dict] | None = None) -> FullTrainingResult:
+                  eval_samples: list[Sample] | None = None) -> FullTrainingResult:
     """The full_training stage: the full-budget bridge of each role's layer (`bridge_at` reuses
     or trains it, with the bridge stage's training seeds), evaluated like the bridge at l*
     (bridgeability, with the spread over seeds, and generation) at the protocol's K and at the
@@ -305,10 +307,10 @@ def full_training(roles: dict[str, int], bridge_at: Callable[[int], TrainedBridg
             made = evaluate_generation(bridge, judge, cfg, progress=progress,
                                        with_backbone=False, reference=reference, extra=extra)
             hybrids, drawn = made.rows, made.samples
-        samples += [{"role": role, "layer": layer, "sampler": label, **s}
+        samples += [RoleSample(role, layer, label, s)
                     for hybrid, label in zip(hybrids, (PROTOCOL_K, CHOSEN_ON_VALIDATION),
                                              strict=False)
-                    for s in drawn if s["model"] == hybrid.model]
+                    for s in drawn if s.model == hybrid.model]
         rows += [FullTrainingRow(role, layer, **_bridge_columns(trained),
                                  from_eval=reused is not None, sampler=label, steps=hybrid.steps,
                                  rule=hybrid.rule, generation=hybrid.select(
@@ -321,19 +323,16 @@ def full_training(roles: dict[str, int], bridge_at: Callable[[int], TrainedBridg
     return FullTrainingResult(rows, sampler=SamplerChoice.from_dict(sampler), samples=samples)
 
 
-def _scored(samples: list[dict], judge) -> list[dict]:
+def _scored(samples: list[RoleSample], judge) -> list[RoleSample]:
     """Each sample with its judge NLL and token count (`nll`, `tokens`; None for an empty
     text, which the judge cannot score)."""
-    texts = [s["text"] for s in samples if s["text"].strip()]
+    texts = [s.sample.text for s in samples if s.sample.text.strip()]
     each = iter(judge.nll_each(texts) if texts else [])
-    out = []
-    for s in samples:
-        nll, tokens = next(each) if s["text"].strip() else (None, None)
-        out.append({**s, "nll": nll, "tokens": tokens})
-    return out
+    return [replace(s, nll=nll, tokens=tokens) for s in samples
+            for nll, tokens in [next(each) if s.sample.text.strip() else (None, None)]]
 
 
-def paired_roles(rows: list[FullTrainingRow], samples: list[dict], *, seed: int = 0
+def paired_roles(rows: list[FullTrainingRow], samples: list[RoleSample], *, seed: int = 0
                  ) -> list[FullTrainingRow]:
     """The rows with the paired generation test of l*, the oracle and the worst layer at the
     protocol's K: log Gen.PPL(first) - log Gen.PPL(second), token-weighted, over the samples both scored,
@@ -344,8 +343,8 @@ def paired_roles(rows: list[FullTrainingRow], samples: list[dict], *, seed: int 
     is not tested (NaN, "not distinguishable"). Covered by test_paired_roles_*."""
 
     def scored(role: str) -> dict[int, tuple[float, int]]:
-        return {s["index"]: (s["nll"], s["tokens"]) for s in samples
-                if s["role"] == role and s["sampler"] == PROTOCOL_K and s.get("tokens")}
+        return {s.sample.index: (s.nll, s.tokens) for s in samples
+                if s.role == role and s.sampler == PROTOCOL_K and s.tokens}
 
     target = {r.role: i for i, r in enumerate(rows) if r.sampler == PROTOCOL_K}
     tests = []

@@ -29,7 +29,7 @@ from dihal.evaluate.metrics import (
 )
 from dihal.evaluate.ppl_difference import log_ppl_difference
 from dihal.generation_inputs import CostTable, SamplerChoice
-from dihal.generation_rows import EVAL_ROW, GenerationRow, filled
+from dihal.generation_rows import EVAL_ROW, GenerationRow, Sample, filled
 from dihal.labels import CHOSEN_K, CONTROL
 from dihal.results import EvalResult, TrainedBridge
 from dihal.rows import Estimate
@@ -257,7 +257,7 @@ class ScoreMemo(MemoJudge):
         return [(float(t.sum()), int(t.numel())) for t in tokens]
 
 
-def paired_against_first(rows: list[GenerationRow], samples: list[dict], judge, *,
+def paired_against_first(rows: list[GenerationRow], samples: list[Sample], judge, *,
                          seed: int = 0) -> list[GenerationRow]:
     """The rows, each after the first with log Gen.PPL(first) - log Gen.PPL(row) (token-weighted)
     with a paired bootstrap interval and p-value over the samples both scored (dihal.evaluate
@@ -267,9 +267,9 @@ def paired_against_first(rows: list[GenerationRow], samples: list[dict], judge, 
     distinguishable"; NaN and "not distinguishable" where fewer than 2 samples pair up."""
 
     def scored(model: str) -> dict[int, tuple[float, int]]:
-        mine = [s for s in samples if s["model"] == model and s["text"].strip()]
-        each = judge.nll_each([s["text"] for s in mine])
-        return {s["index"]: e for s, e in zip(mine, each, strict=True) if e[1] > 0}
+        mine = [s for s in samples if s.model == model and s.text.strip()]
+        each = judge.nll_each([s.text for s in mine])
+        return {s.index: e for s, e in zip(mine, each, strict=True) if e[1] > 0}
 
     first, out = scored(rows[0].model), rows[:1]
     for row in rows[1:]:
@@ -461,7 +461,7 @@ def cpu_setting(backbone) -> tuple[int, str]:
 
 def sample_and_score(backbone, models: list[tuple[str, str, Callable]], judge, cfg: EvalConfig,
                      progress: Callable[[str], None] | None = None, *,
-                     reference=None) -> tuple[list[GenerationRow], list[dict]]:
+                     reference=None) -> tuple[list[GenerationRow], list[Sample]]:
     """(rows, samples) of each (name, role, decode) in `models`: `decode()` returns a
     dihal.replace.hybrid.Generation of cfg.n_samples x cfg.length tokens (e.g. `lambda:
     model.decode(cfg.n_samples, cfg.length, temperature=cfg.temperature, seed=cfg.seed,
@@ -489,6 +489,5 @@ def sample_and_score(backbone, models: list[tuple[str, str, Callable]], judge, c
              "ms_per_token": timing["ms_per_token"], "ms_per_step": timing["ms_per_step"],
              "n_samples": cfg.n_samples, "length": cfg.length, "temperature": cfg.temperature,
              **start, "cpu_threads": threads, "cpu_kernels": kernels}, EVAL_ROW))
-        samples += [{"model": name, "index": i, "seed": cfg.seed, "text": t}
-                    for i, t in enumerate(texts)]
+        samples += [Sample(name, i, cfg.seed, t) for i, t in enumerate(texts)]
     return rows, samples

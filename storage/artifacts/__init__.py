@@ -14,7 +14,6 @@ from storage.artifacts.base import (
     RowsArtifact,
     Table,
     WorkArtifact,
-    by_model,
     preview,
 )
 from storage.artifacts.compare import BaselineRun, Comparison, FullTraining, FullTrainingBridge
@@ -38,5 +37,5 @@ __all__ = [
     "FullTrainingBridge",
     "Geometry", "HiddenStates", "LayerScore", "Markdown", "Plot", "RegressionControl", "Report",
     "RowsArtifact", "SamplerCurve", "Sequences", "SweepBridge", "Table", "WorkArtifact",
-    "by_model", "preview",
+    "preview",
 ]

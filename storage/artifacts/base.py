@@ -36,6 +36,7 @@ from dihal.errors import (
     StaleArtifactError,
     UnsafePathError,
 )
+from dihal.generation_rows import Sample
 from dihal.run.stages import CODE_VERSIONS, STAGES, asset_key, stage_of_kind
 from storage.layout import ArtifactLayout
 from storage.manifest import Manifest, check_files, digest_files, read_manifest, write_manifest
@@ -402,13 +403,6 @@ class WorkArtifact(Artifact):
 
 
 
-def by_model(samples: list[dict]) -> dict[str, list[str]]:
-    out: dict[str, list[str]] = {}
-    for s in samples:
-        out.setdefault(s["model"], []).append(s["text"])
-    return out
-
-
 def preview(by_model: dict[str, list[str]], n: int = 5) -> str:
     """Markdown: the first samples of each model."""
     return "\n\n".join(f"**{model}**\n\n" + "\n".join(
@@ -416,13 +410,13 @@ def preview(by_model: dict[str, list[str]], n: int = 5) -> str:
         for model, texts in by_model.items())
 
 
-def samples_table(samples: list[dict], n: int = 4, chars: int = 160) -> str:
+def samples_table(samples: list[Sample], n: int = 4, chars: int = 160) -> str:
     """Markdown: a table with one column per model and a row per sample index (the first `n`),
     so that the models' samples drawn with the same seed and uniforms sit side by side; each
     cell cut to `chars` characters, its newlines shown as " / " and its pipes escaped."""
-    models = list(dict.fromkeys(s["model"] for s in samples))
-    texts = {(s["model"], s["index"]): s["text"] for s in samples}
-    indices = sorted({s["index"] for s in samples})[:n]
+    models = list(dict.fromkeys(s.model for s in samples))
+    texts = {(s.model, s.index): s.text for s in samples}
+    indices = sorted({s.index for s in samples})[:n]
 
     def cell(text: str | None) -> str:
         if text is None:

@@ -11,6 +11,7 @@ from dihal.atomic import (
     atomic_write_json,
     atomic_write_text,
 )
+from dihal.generation_rows import RoleSample
 from dihal.results import (
     BaselineResult,
     ComparisonResult,
@@ -95,11 +96,12 @@ class FullTraining(RowsArtifact):
     def _write_files(self, directory: Path, result: FullTrainingResult) -> None:
         write_table(directory / self.files[0], [r.to_dict() for r in result.rows])
         atomic_write_text(directory / "samples.jsonl",
-                          "".join(json.dumps(s) + "\n" for s in result.samples))
+                          "".join(json.dumps(s.to_dict()) + "\n" for s in result.samples))
 
-    def samples(self) -> list[dict]:
+    def samples(self) -> list[RoleSample]:
         """Every role's samples as written, with their judge NLL and tokens."""
-        return [json.loads(x) for x in self.path("samples.jsonl").read_text().splitlines()]
+        return [RoleSample.from_dict(json.loads(x))
+                for x in self.path("samples.jsonl").read_text().splitlines()]
 
 
 class FullTrainingBridge(LayerMadeUnder):

@@ -8,13 +8,13 @@ from pathlib import Path
 from typing import Any
 
 from dihal.atomic import atomic_write_text
+from dihal.generation_rows import Sample, texts_by_model
 from dihal.results import EvalResult, SamplerCurveResult
 from storage.artifacts.base import (
     Artifact,
     Markdown,
     RowsArtifact,
     Table,
-    by_model,
     preview,
     samples_table,
 )
@@ -49,14 +49,14 @@ class Evaluation(Artifact):
     def _write_files(self, directory: Path, result: EvalResult) -> None:
         write_table(directory / "eval.parquet", [r.to_dict() for r in result.rows])
         atomic_write_text(directory / "samples.jsonl",
-                          "".join(json.dumps(s) + "\n" for s in result.samples))
+                          "".join(json.dumps(s.to_dict()) + "\n" for s in result.samples))
 
     def sample_lines(self) -> list[str]:
         """The samples file as written: one JSON object a line."""
         return self.path("samples.jsonl").read_text().splitlines()
 
-    def samples(self) -> list[dict]:
-        return [json.loads(x) for x in self.sample_lines()]
+    def samples(self) -> list[Sample]:
+        return [Sample.from_dict(json.loads(x)) for x in self.sample_lines()]
 
     def metadata(self, manifest: Manifest) -> dict[str, Any]:
         samples = self.samples()
@@ -65,7 +65,7 @@ class Evaluation(Artifact):
                                                        "repetition", "mean_length", "ms_per_token"]),
                 **({"frontier": Table(manifest.info["frontier"], FRONTIER_COLUMNS)}
                    if manifest.info.get("frontier") else {}),
-                "samples": Markdown(preview(by_model(samples))),
+                "samples": Markdown(preview(texts_by_model(samples))),
                 # the first samples of every model side by side (sample i: the same seed and
                 # uniforms)
                 "samples_side_by_side": Markdown(samples_table(samples))}

@@ -13,6 +13,7 @@ from dihal.atomic import (
     atomic_write_text,
 )
 from dihal.errors import CorruptArtifactError, MissingArtifactError
+from dihal.generation_rows import BudgetSample
 from dihal.results import (
     BridgeabilityResult,
     BudgetGenerationResult,
@@ -27,7 +28,6 @@ from storage.artifacts.base import (
     Plot,
     Table,
     WorkArtifact,
-    by_model,
     preview,
 )
 from storage.manifest import Manifest
@@ -218,14 +218,15 @@ class BudgetGeneration(WorkArtifact):
     def _kept(self) -> Path:
         return self.workdir / "kept.jsonl"
 
-    def keep(self, row: BudgetGenerationRow, samples: list[dict]) -> None:
+    def keep(self, row: BudgetGenerationRow, samples: list[BudgetSample]) -> None:
         """Add a finished row and its samples to the work directory (written whole,
         atomically)."""
         kept = self.kept() + [(row, samples)]
         atomic_write_text(self._kept, "".join(
-            json.dumps({"row": r.to_dict(), "samples": s}) + "\n" for r, s in kept))
+            json.dumps({"row": r.to_dict(), "samples": [x.to_dict() for x in s]}) + "\n"
+            for r, s in kept))
 
-    def kept(self) -> list[tuple[BudgetGenerationRow, list[dict]]]:
+    def kept(self) -> list[tuple[BudgetGenerationRow, list[BudgetSample]]]:
         """The rows (with their samples) kept in the work directory of the current claim (none:
         a fresh start); the claim is under the artifact's fingerprint, so these were made
         under the same config and upstream."""
@@ -233,7 +234,8 @@ class BudgetGeneration(WorkArtifact):
             return []
         try:
             lines = [json.loads(x) for x in self._kept.read_text().splitlines() if x.strip()]
-            return [(BudgetGenerationRow.from_dict(x["row"]), list(x["samples"])) for x in lines]
+            return [(BudgetGenerationRow.from_dict(x["row"]),
+                     [BudgetSample.from_dict(s) for s in x["samples"]]) for x in lines]
         except (ValueError, TypeError, KeyError) as exc:
             raise CorruptArtifactError(
                 f"the kept rows {self._kept} cannot be read ({exc}): delete {self.workdir} and "
@@ -242,7 +244,7 @@ class BudgetGeneration(WorkArtifact):
     def _write_files(self, directory: Path, result: BudgetGenerationResult) -> None:
         write_table(directory / "generation.parquet", [r.to_dict() for r in result.rows])
         atomic_write_text(directory / "samples.jsonl",
-                          "".join(json.dumps(s) + "\n" for s in result.samples))
+                          "".join(json.dumps(s.to_dict()) + "\n" for s in result.samples))
         (directory / "kept.jsonl").unlink(missing_ok=True)
 
     def rows(self) -> list[BudgetGenerationRow]:
@@ -250,12 +252,14 @@ class BudgetGeneration(WorkArtifact):
         self.require()
         return [BudgetGenerationRow.from_dict(r) for r in read_rows(self.path("generation.parquet"))]
 
-    def samples(self) -> list[dict]:
-        return [json.loads(x) for x in self.path("samples.jsonl").read_text().splitlines()]
+    def samples(self) -> list[BudgetSample]:
+        return [BudgetSample.from_dict(json.loads(x))
+                for x in self.path("samples.jsonl").read_text().splitlines()]
 
     def metadata(self, manifest: Manifest) -> dict[str, Any]:
-        texts = by_model([{**s, "model": f"{s['model']} @ {s['steps']} steps"}
-                          for s in self.samples()])
+        texts: dict[str, list[str]] = {}
+        for s in self.samples():
+            texts.setdefault(f"{s.model} @ {s.steps} steps", []).append(s.text)
         return {**super().metadata(manifest),
                 "rows": Table(manifest.info["rows"], [
                     "model", "steps", "tokens", "distinct_tokens", "gen_ppl", "gen_ppl_low",

@@ -121,7 +121,7 @@ def test_dihal_is_the_studys_bridge_codar_its_budget_and_a_resume_makes_only_the
         d, c = by[("dihal", steps)], by[("codar", steps)]
         assert abs(c.denoiser_parameters - d.denoiser_parameters) <= 0.1 * d.denoiser_parameters
         assert (c.tokens, c.distinct_tokens) == (d.tokens, d.distinct_tokens)
-    assert sorted({(s["model"], s["steps"]) for s in samples}) == sorted(by)
+    assert sorted({(s.model, s.steps) for s in samples}) == sorted(by)
     assert len(samples) == len(rows) * CFG.n_samples
     assert any("DiHAL (l=2) @ 16 steps: step" in m for m in said)  # the training's progress
     # DiHAL's bridge is the budget study's bridge point (same training): its held-out NLL

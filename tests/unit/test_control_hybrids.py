@@ -181,7 +181,7 @@ def test_controls_are_sampled_and_scored_by_the_eval_code(tiny_backbone, tiny_ll
     assert [r["model"] for r in rows] == ["DiHAL", "layer-drop"]
     assert rows[0].keys() == rows[1].keys() and all(r["n_samples"] == 3 for r in rows)
     assert all(r["gen_ppl"] > 0 and r["ms_per_token"] > 0 for r in rows)
-    assert len(samples) == 6 and {s["model"] for s in samples} == {"DiHAL", "layer-drop"}
+    assert len(samples) == 6 and {s.model for s in samples} == {"DiHAL", "layer-drop"}
 
 
 def test_a_built_bridge_is_restored_once_and_sampled_at_any_k_as_a_fresh_restore(

@@ -8,6 +8,7 @@ import pytest
 
 from dihal.compare.stage import full_training
 from dihal.config import EvalConfig
+from dihal.generation_rows import RoleSample, Sample
 from dihal.rows import BridgeMetrics
 from tests.tiny import trained_bridge
 
@@ -136,13 +137,13 @@ def test_full_training_keeps_every_roles_samples_and_tests_the_roles_paired(tiny
     compared paired by sample index: two roles on the same bridge draw the same samples, so
     their difference is exactly 0 and not told apart."""
     res = _run(tiny_backbone, judge, {"rule": "ancestral", "steps": 4, "hybrid_nll": 3.9})
-    assert {(s["role"], s["sampler"]) for s in res.samples} == {(r, "protocol") for r in ROLES}
-    assert sorted(s["index"] for s in res.samples if s["role"] == "oracle") == [0, 1, 2]
+    assert {(s.role, s.sampler) for s in res.samples} == {(r, "protocol") for r in ROLES}
+    assert sorted(s.sample.index for s in res.samples if s.role == "oracle") == [0, 1, 2]
     for s in res.samples:
-        assert (s["tokens"] is None) == (not s["text"].strip())
-        assert s["seed"] == 0 and s["layer"] == LAYER and s["model"].startswith("DiHAL")
+        assert (s.tokens is None) == (not s.sample.text.strip())
+        assert s.sample.seed == 0 and s.layer == LAYER and s.sample.model.startswith("DiHAL")
     oracle = next(r for r in _stored(res) if r["role"] == "oracle")
-    scored = sum(1 for s in res.samples if s["role"] == "oracle" and s["tokens"])
+    scored = sum(1 for s in res.samples if s.role == "oracle" and s.tokens)
     assert oracle["pairs_vs_l_star"] == scored
     if scored >= 2:
         assert oracle["log_ppl_diff_vs_l_star"] == 0.0
@@ -159,9 +160,9 @@ def test_paired_roles_pair_samples_by_index_not_by_position():
     from dihal.generation_inputs import FullTrainingRow
 
     def samples(role, nll_per_token, empty=()):
-        return [{"role": role, "sampler": "protocol", "index": i, "text": "" if i in empty else "x",
-                 "nll": None if i in empty else nll_per_token[i] * 10,
-                 "tokens": None if i in empty else 10} for i in range(len(nll_per_token))]
+        return [RoleSample(role, LAYER, "protocol", Sample("DiHAL", i, 0, "" if i in empty else "x"),
+                           nll=None if i in empty else nll_per_token[i] * 10,
+                           tokens=None if i in empty else 10) for i in range(len(nll_per_token))]
 
     a = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
     b = [v + 0.5 for v in a]  # every paired sample 0.5 nats per token worse

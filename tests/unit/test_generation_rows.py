@@ -20,6 +20,8 @@ from dihal.generation_rows import (
     GENERATION_COLUMNS,
     TEXT_METRICS,
     GenerationRow,
+    RoleSample,
+    Sample,
     filled,
 )
 from dihal.inputs import SeedSpread
@@ -202,8 +204,8 @@ def _full_training_rows() -> list[FullTrainingRow]:
             for role, layer in (("geometry l*", 2), ("oracle", 3), ("worst", 1))
             for sampler, steps, rule in (("protocol", 4, "ancestral"),
                                          ("chosen on validation", 2, "marginal"))]
-    samples = [{"role": r, "sampler": "protocol", "index": i, "nll": 10.0 + i + k,
-                "tokens": 5} for k, r in enumerate(("geometry l*", "oracle", "worst"))
+    samples = [RoleSample(r, 1, "protocol", Sample("DiHAL", i, 0, "x"), nll=10.0 + i + k,
+                          tokens=5) for k, r in enumerate(("geometry l*", "oracle", "worst"))
                for i in range(4)]
     return filled_pairs(paired_roles(rows, samples, seed=0))
 

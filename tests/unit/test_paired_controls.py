@@ -7,7 +7,7 @@ import math
 import pytest
 
 from dihal.evaluate.generation import MemoJudge, paired_against_first
-from dihal.generation_rows import EVAL_ROW, PAIRED_COLUMNS, GenerationRow
+from dihal.generation_rows import EVAL_ROW, PAIRED_COLUMNS, GenerationRow, Sample
 
 
 class CountingJudge:
@@ -22,8 +22,7 @@ class CountingJudge:
 
 
 def _samples(model, costs):
-    return [{"model": model, "index": i, "seed": 0, "text": f"{c} w w" if c else ""}
-            for i, c in enumerate(costs)]
+    return [Sample(model, i, 0, f"{c} w w" if c else "") for i, c in enumerate(costs)]
 
 
 def _rows(*models):
@@ -73,7 +72,7 @@ def test_the_paired_comparison_reuses_the_metrics_judge_pass(tiny_llama_dir, tmp
     for model, got in texts.items():
         text_metrics(got, memo, seed=0)
         rows.append(GenerationRow(EVAL_ROW, model=model))
-        samples += [{"model": model, "index": i, "seed": 0, "text": t} for i, t in enumerate(got)]
+        samples += [Sample(model, i, 0, t) for i, t in enumerate(got)]
     passes = []
     real = judge._forward
     judge._forward = lambda seqs, **kw: passes.append(len(seqs)) or real(seqs, **kw)

@@ -2,7 +2,7 @@
 and a row per sample index, so that the samples drawn with the same seed and uniforms sit
 together; cells cut, their newlines and pipes made safe for Markdown."""
 
-from dihal.generation_rows import generation_rows
+from dihal.generation_rows import Sample, generation_rows
 from dihal.results import EvalResult
 from dihal.run.stages import CODE_VERSIONS
 from storage import Evaluation, Markdown
@@ -10,9 +10,8 @@ from storage.artifacts.base import samples_table
 from storage.manifest import Manifest
 
 
-def _samples(models: list[str], n: int) -> list[dict]:
-    return [{"model": m, "index": i, "seed": 0, "text": f"{m} sample {i}"}
-            for m in models for i in range(n)]
+def _samples(models: list[str], n: int) -> list[Sample]:
+    return [Sample(m, i, 0, f"{m} sample {i}") for m in models for i in range(n)]
 
 
 def test_a_row_per_sample_index_and_a_column_per_model():
@@ -28,10 +27,10 @@ def test_a_row_per_sample_index_and_a_column_per_model():
 
 def test_samples_are_aligned_by_index_and_cells_made_safe():
     samples = [
-        {"model": "a", "index": 1, "seed": 0, "text": "second of a"},
-        {"model": "b", "index": 0, "seed": 0, "text": "x | y\n\nnext line"},
-        {"model": "a", "index": 0, "seed": 0, "text": ""},
-        {"model": "b", "index": 1, "seed": 0, "text": "w" * 300},
+        Sample("a", 1, 0, "second of a"),
+        Sample("b", 0, 0, "x | y\n\nnext line"),
+        Sample("a", 0, 0, ""),
+        Sample("b", 1, 0, "w" * 300),
     ]
     lines = samples_table(samples, chars=20).splitlines()
     assert lines[0] == "| sample | a | b |"

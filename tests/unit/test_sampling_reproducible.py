@@ -142,7 +142,7 @@ def main(model_dir: str, cache_dir: str, disturb: str, threads: str) -> None:
                                       EvalConfig(seed=seed, **cfg))
             rows = [r.to_dict() for r in res.rows]
             results[str(seed)].append({
-                "texts": {r["role"]: [s["text"] for s in res.samples if s["model"] == r["model"]]
+                "texts": {r["role"]: [s.text for s in res.samples if s.model == r["model"]]
                           for r in rows},
                 # float.hex: equal only when equal to the last bit
                 "metrics": {r["role"]: {k: float(r[k]).hex() for k in

@@ -7,6 +7,7 @@ library only.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -14,6 +15,7 @@ from dihal.generation_rows import (
     FULL_TRAINING_GENERATION,
     GENERATION_COLUMNS,
     GenerationRow,
+    JudgeInfo,
     generation_rows,
 )
 from dihal.inputs import SeedSpread
@@ -125,13 +127,70 @@ class OrderInK:
 
 
 @dataclass(frozen=True)
+class FlopModel:
+    """FLOPs per generated token of a backbone's parts and of one denoising step of a bridge.
+
+    block_flops[i]: decoder block i; head_flops: the LM head; other_flops: whatever else the
+    backbone's own decode counts (0 where the embedding is a lookup); denoiser_step_flops: one
+    step of the bridge sampler (one denoiser pass per position), None without a bridge.
+    """
+
+    block_flops: tuple[float, ...]
+    head_flops: float
+    other_flops: float = 0.0
+    denoiser_step_flops: float | None = None
+
+    @property
+    def n_layers(self) -> int:
+        return len(self.block_flops)
+
+    def _check_layer(self, layer: int) -> None:
+        if not 0 <= layer <= self.n_layers - 1:
+            raise ValueError(f"layer {layer} is out of range 0..{self.n_layers - 1}")
+
+    def backbone(self) -> float:
+        return sum(self.block_flops) + self.head_flops + self.other_flops
+
+    def upper(self, layer: int) -> float:
+        """Blocks layer..N-1 and the head: what every hybrid at `layer` runs."""
+        self._check_layer(layer)
+        return sum(self.block_flops[layer:]) + self.head_flops
+
+    def hybrid(self, layer: int, steps: int, map_flops: float = 0.0) -> float:
+        """A hybrid at `layer`: `steps` denoising steps (0 for a map-only control) plus
+        `map_flops` per token (a ridge map: 2 d^2), then the upper part."""
+        if steps < 0:
+            raise ValueError(f"steps must be >= 0, got {steps}")
+        if steps and self.denoiser_step_flops is None:
+            raise ValueError("this FlopModel has no bridge (denoiser_step_flops is None)")
+        return steps * (self.denoiser_step_flops or 0.0) + map_flops + self.upper(layer)
+
+    def max_cheaper_steps(self, layer: int) -> int:
+        """The largest K at which the hybrid at `layer` costs fewer FLOPs per token than the
+        backbone (0: no K is cheaper)."""
+        saved = self.backbone() - self.upper(layer)
+        if self.denoiser_step_flops is None or self.denoiser_step_flops <= 0:
+            raise ValueError("max_cheaper_steps needs a bridge with denoiser_step_flops > 0")
+        return max(0, math.ceil(saved / self.denoiser_step_flops) - 1)
+
+    def to_dict(self) -> dict[str, Any]:
+        """As the eval's cost table stores it."""
+        return {"block_flops": list(self.block_flops), "head_flops": self.head_flops,
+                "other_flops": self.other_flops, "denoiser_step_flops": self.denoiser_step_flops}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> FlopModel:
+        return cls(tuple(d["block_flops"]), d["head_flops"], d["other_flops"],
+                   d["denoiser_step_flops"])
+
+
+@dataclass(frozen=True)
 class CostTable:
-    """The eval's cost table (dihal.evaluate.cost.eval_cost): the FLOP model (as stored, for
-    dihal.evaluate.cost.flop_model_of), the rows, how the times were measured (n x length
+    """The eval's cost table (dihal.evaluate.cost.eval_cost): the FLOP model, the rows, how the times were measured (n x length
     tokens, the median of `repeats` rounds, said in `timing`), the FLOP count's note and
     length, and DiHAL's order in K."""
 
-    flop_model: dict[str, Any]
+    flop_model: FlopModel
     rows: list[CostRow]
     n: int
     length: int
@@ -145,12 +204,13 @@ class CostTable:
     def from_dict(cls, d: dict[str, Any] | None) -> CostTable | None:
         if not d:
             return None
-        return cls(dict(d["flop_model"]), [CostRow.from_dict(r) for r in d["rows"]], d["n"],
+        return cls(FlopModel.from_dict(d["flop_model"]), [CostRow.from_dict(r) for r in d["rows"]],
+                   d["n"],
                    d["length"], d["repeats"], d["note"], d["flop_length"],
                    OrderInK.from_dict(d["order_in_k"]), d["timing"])
 
     def to_dict(self) -> dict[str, Any]:
-        return {"flop_model": self.flop_model, "rows": [r.to_dict() for r in self.rows],
+        return {"flop_model": self.flop_model.to_dict(), "rows": [r.to_dict() for r in self.rows],
                 "n": self.n, "length": self.length, "flop_length": self.flop_length,
                 "repeats": self.repeats, "note": self.note, "timing": self.timing,
                 "order_in_k": self.order_in_k.to_dict()}
@@ -208,12 +268,11 @@ class CurvePoint:
 
 @dataclass(frozen=True)
 class EvaluateInputs:
-    """The Evaluate family: the eval's generation rows (typed views), its judge (Judge.info(),
-    shown as it is), how it sampled, its control hybrids' sampler and note, its cost table
+    """The Evaluate family: the eval's generation rows (typed views), its judge, how it sampled, its control hybrids' sampler and note, its cost table
     (None: not measured), and the sampler-steps curve at `curve_layer`."""
 
     rows: list[GenerationRow]
-    judge: dict[str, Any]
+    judge: JudgeInfo
     setting: SamplingSetting
     controls: SamplerChoice
     cost: CostTable | None
@@ -225,7 +284,7 @@ class EvaluateInputs:
                    ) -> EvaluateInputs:
         """From EvalResult.info() and SamplerCurveResult.info()."""
         rows = evaluation["rows"]
-        return cls(generation_rows(rows), dict(evaluation["judge"]),
+        return cls(generation_rows(rows), JudgeInfo.from_dict(evaluation["judge"]),
                    SamplingSetting.from_dict(rows[0]),
                    SamplerChoice.from_dict(evaluation.get("controls")),
                    CostTable.from_dict(evaluation.get("cost")),

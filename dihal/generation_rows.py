@@ -261,7 +261,7 @@ def generation_rows(rows: list[dict]) -> list[GenerationRow]:
 # ------------------------------------------------------------------ the samples
 @dataclass(frozen=True)
 class Sample:
-    """One generated text, as the eval keeps it (samples.jsonl): the model that drew it, its
+    """One generated text, as the eval keeps it (its samples file): the model that drew it, its
     index in that model's draw (models drawn with one seed draw sample i alike, so samples pair
     up by index), the draw's seed and the text."""
 
@@ -316,6 +316,29 @@ class BudgetSample:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> BudgetSample:
         return cls(**{k: d[k] for k in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True)
+class JudgeInfo:
+    """The judge LM that scored a generation (Gen.PPL, MAUVE's features), as the eval records
+    it: its name (a model id or a folder, `judge` in the record), its revision (a local
+    folder's is its content digest), architecture, vocabulary size and the chunk of tokens it
+    scores at a time."""
+
+    name: str
+    revision: str
+    architecture: str
+    vocab_size: int
+    chunk_size: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"judge": self.name, "revision": self.revision, "architecture": self.architecture,
+                "vocab_size": self.vocab_size, "chunk_size": self.chunk_size}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> JudgeInfo:
+        return cls(d["judge"], d["revision"], d["architecture"], d["vocab_size"],
+                   d["chunk_size"])
 
 
 def texts_by_model(samples) -> dict[str, list[str]]:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dihal.generation_inputs import CostTable, CurvePoint, FullTrainingRow, SamplerChoice
-from dihal.generation_rows import BudgetSample, GenerationRow, RoleSample, Sample
+from dihal.generation_rows import BudgetSample, GenerationRow, JudgeInfo, RoleSample, Sample
 from dihal.inputs import (
     BackboneInfo,
     BridgeabilitySummary,
@@ -261,7 +261,7 @@ class EvalResult:
     # diversity, repetition, mean_length, latency): the hybrid first, then the backbone
     rows: list[GenerationRow]
     samples: list[Sample]
-    judge: dict[str, Any]  # Judge.info()
+    judge: JudgeInfo
     layer: int
     # the controls' settings (dihal.evaluate.generation.evaluate_with_controls): the protocol's K, the
     # (rule, K) chosen on validation, and why a control has no row
@@ -273,7 +273,7 @@ class EvalResult:
     frontier: list[GenerationRow] = field(default_factory=list)
 
     def info(self) -> dict:
-        return {"rows": [r.to_dict() for r in self.rows], "judge": self.judge,
+        return {"rows": [r.to_dict() for r in self.rows], "judge": self.judge.to_dict(),
                 **({"controls": self.controls.to_dict()} if self.controls else {}),
                 **({"cost": self.cost.to_dict()} if self.cost else {}),
                 **({"frontier": [p.to_dict() for p in self.frontier]} if self.frontier else {})}
@@ -285,7 +285,7 @@ class EvalResult:
                    for r in self.rows for k, v in (
                        ("gen_ppl", r.gen_ppl.stored), ("diversity", r.diversity.stored),
                        ("repetition", r.repetition), ("ms_per_token", r.ms_per_token))}
-        return {"layer": self.layer, "judge": self.judge["judge"], **numbers,
+        return {"layer": self.layer, "judge": self.judge.name, **numbers,
                 "latency_vs_backbone": self.rows[0].latency_vs_backbone}
 
 

@@ -62,6 +62,9 @@ def build_tokenizer(path: Path):
     return fast
 
 
+# the record of the judge that scored a made-up eval (dihal.generation_rows.JudgeInfo)
+TINY_JUDGE_INFO = {"judge": "t/tiny", "revision": "local:t/tiny@sha256=0", "architecture": "Tiny",
+                   "vocab_size": 64, "chunk_size": 64}
 FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "olmo2")
 REFUSED = ("gpt2", "gpt_neox")  # another layout: refused by name (dihal.registry)
 
@@ -379,7 +382,7 @@ def report_raw(*, spearman=None, regression=(), comparison=None, latency=2.0,
                                      "worst_disagree": False}},
         sweep_layers=[], sweep_protocol={"sampler_steps": 4},
         comparison={"rows": comparison, "missing": []},
-        evaluation={"rows": ev, "judge": {"judge": "t/tiny"}},
+        evaluation={"rows": ev, "judge": TINY_JUDGE_INFO},
         full_training=[],
         sampler_curve={"layer": 2, "rows": [curve_point()]},
         samples={"dihal": ["a b c"]}, plots={"proxies": image, "score": image, "scatter": image},

@@ -16,7 +16,6 @@ is cheaper than its backbone. Pure compute, no Dagster.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -25,6 +24,8 @@ from typing import Any
 import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode, sdpa_flop_count
+
+from dihal.generation_inputs import FlopModel
 
 FLOP_NOTE = ("FLOPs counted by torch.utils.flop_counter while decoding (2 per multiply-add of "
              "matmuls, linear layers and attention; element-wise ops not counted), per generated "
@@ -48,54 +49,6 @@ def count_flops(fn: Callable[[], Any]) -> tuple[int, dict[str, int]]:
 
 
 # ---------------------------------------------------------------- the FLOP model
-
-
-@dataclass(frozen=True)
-class FlopModel:
-    """FLOPs per generated token of a backbone's parts and of one denoising step of a bridge.
-
-    block_flops[i]: decoder block i; head_flops: the LM head; other_flops: whatever else the
-    backbone's own decode counts (0 where the embedding is a lookup); denoiser_step_flops: one
-    step of the bridge sampler (one denoiser pass per position), None without a bridge.
-    """
-
-    block_flops: tuple[float, ...]
-    head_flops: float
-    other_flops: float = 0.0
-    denoiser_step_flops: float | None = None
-
-    @property
-    def n_layers(self) -> int:
-        return len(self.block_flops)
-
-    def _check_layer(self, layer: int) -> None:
-        if not 0 <= layer <= self.n_layers - 1:
-            raise ValueError(f"layer {layer} is out of range 0..{self.n_layers - 1}")
-
-    def backbone(self) -> float:
-        return sum(self.block_flops) + self.head_flops + self.other_flops
-
-    def upper(self, layer: int) -> float:
-        """Blocks layer..N-1 and the head: what every hybrid at `layer` runs."""
-        self._check_layer(layer)
-        return sum(self.block_flops[layer:]) + self.head_flops
-
-    def hybrid(self, layer: int, steps: int, map_flops: float = 0.0) -> float:
-        """A hybrid at `layer`: `steps` denoising steps (0 for a map-only control) plus
-        `map_flops` per token (a ridge map: 2 d^2), then the upper part."""
-        if steps < 0:
-            raise ValueError(f"steps must be >= 0, got {steps}")
-        if steps and self.denoiser_step_flops is None:
-            raise ValueError("this FlopModel has no bridge (denoiser_step_flops is None)")
-        return steps * (self.denoiser_step_flops or 0.0) + map_flops + self.upper(layer)
-
-    def max_cheaper_steps(self, layer: int) -> int:
-        """The largest K at which the hybrid at `layer` costs fewer FLOPs per token than the
-        backbone (0: no K is cheaper)."""
-        saved = self.backbone() - self.upper(layer)
-        if self.denoiser_step_flops is None or self.denoiser_step_flops <= 0:
-            raise ValueError("max_cheaper_steps needs a bridge with denoiser_step_flops > 0")
-        return max(0, math.ceil(saved / self.denoiser_step_flops) - 1)
 
 
 def break_even(model: FlopModel, layers: Sequence[int], steps: Sequence[int]) -> list[dict]:
@@ -277,17 +230,6 @@ PRICED_NOTE = ("; the rows of the backbone and of DiHAL at each K are priced by 
                "to counting each decode), the control hybrids' counted over their own decode")
 
 
-def flop_model_dict(model: FlopModel) -> dict:
-    return {"block_flops": list(model.block_flops), "head_flops": model.head_flops,
-            "other_flops": model.other_flops, "denoiser_step_flops": model.denoiser_step_flops}
-
-
-def flop_model_of(d: dict) -> FlopModel:
-    """The FlopModel of `flop_model_dict`'s output."""
-    return FlopModel(tuple(d["block_flops"]), d["head_flops"], d.get("other_flops", 0.0),
-                     d.get("denoiser_step_flops"))
-
-
 def eval_cost(backbone, denoiser: nn.Module, subjects: Sequence[CostSubject], *,
               length: int = COST_LENGTH, n: int = COST_N, repeats: int = COST_REPEATS,
               seed: int = 0, timed_length: int = COST_TIMED_LENGTH) -> dict:
@@ -301,7 +243,7 @@ def eval_cost(backbone, denoiser: nn.Module, subjects: Sequence[CostSubject], *,
     model = with_bridge(backbone_flop_model(backbone, length), denoiser, length)
     rows = cost_rows(subjects, n=n, length=timed_length, seed=seed, repeats=repeats,
                      model=model, flop_length=length)
-    return {"flop_model": flop_model_dict(model), "rows": rows, "n": n,
+    return {"flop_model": model.to_dict(), "rows": rows, "n": n,
             "length": timed_length, "flop_length": length, "repeats": repeats,
             "note": FLOP_NOTE + PRICED_NOTE,
             "timing": TIMING_NOTE.format(n=n, length=timed_length, repeats=repeats),

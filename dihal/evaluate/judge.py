@@ -15,7 +15,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -29,6 +28,7 @@ from dihal.backbones import (
     resolve_weights,
 )
 from dihal.errors import DihalError, ModelLoadError
+from dihal.generation_rows import JudgeInfo
 from dihal.gguf import (  # noqa: F401 (re-exported)
     DEFAULT_JUDGE,
     GEMMA_HF_ID,
@@ -79,14 +79,9 @@ class Judge:
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
-    def info(self) -> dict[str, Any]:
-        return {
-            "judge": self.name,
-            "revision": self.revision,
-            "architecture": type(self.model).__name__,
-            "vocab_size": self.model.config.vocab_size,
-            "chunk_size": self.chunk_size,
-        }
+    def info(self) -> JudgeInfo:
+        return JudgeInfo(self.name, self.revision, type(self.model).__name__,
+                         self.model.config.vocab_size, self.chunk_size)
 
     def encode(self, text: str) -> list[int]:
         """Judge token ids of `text`, starting with the judge's BOS where it has one."""

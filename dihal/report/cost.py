@@ -52,10 +52,8 @@ def timing_sentence(x: ReportInputs) -> str:
 
 def _cost_model(x: ReportInputs):
     """The FLOP model the eval stage counted, None where the evaluation has none."""
-    from dihal.evaluate.cost import flop_model_of
-
     cost = x.evaluate.cost
-    return flop_model_of(cost.flop_model) if cost else None
+    return cost.flop_model if cost else None
 
 
 def _cheaper_layers(model, layers: list[int], steps: int) -> list[int]:

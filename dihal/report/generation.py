@@ -396,7 +396,7 @@ def generation_section(r: Document, x: ReportInputs) -> None:
 def _judge_and_latency(r: Document, x: ReportInputs) -> None:
     ev_cfg, first = x.configs.eval, x.evaluate.setting
     r.p("Samples are scored by the judge below, the same for every model:")
-    r.table(key_value({**x.evaluate.judge, "samples": ev_cfg.n_samples,
+    r.table(key_value({**x.evaluate.judge.to_dict(), "samples": ev_cfg.n_samples,
                         "length": ev_cfg.length, "temperature": ev_cfg.temperature,
                         "seed": ev_cfg.seed,
                         "CPU threads while sampling (0: GPU)": first.cpu_threads,

@@ -158,10 +158,10 @@ def test_baselines_comparison_full_training_report(located):
     assert [r["dihal_verdict"] for r in written][1:] == [r["dihal_verdict"] for r in ev_info["rows"][1:]]
     # the cost table: the backbone, DiHAL at each K of the curve, the controls; the FLOP model
     # counted from the parts prices each hybrid as the direct count of its decode does
-    from dihal.evaluate.cost import flop_model_of
+    from dihal.generation_inputs import FlopModel
 
     cost = ev_info["cost"]
-    model = flop_model_of(cost["flop_model"])
+    model = FlopModel.from_dict(cost["flop_model"])
     assert [c["model"] for c in cost["rows"]] == ["backbone"] + [
         f"DiHAL (l={bridge['layer']}, K={k})" for k in (1, 2, 4)] + controls
     assert cost["rows"][0]["flops_per_token"] == pytest.approx(model.backbone(), rel=1e-9)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from dihal.errors import CorruptArtifactError, MissingArtifactError, StaleArtifactError
-from dihal.generation_rows import BASELINE_ROW, GenerationRow, Sample, generation_rows
+from dihal.generation_rows import BASELINE_ROW, GenerationRow, JudgeInfo, Sample, generation_rows
 from dihal.inputs import GeometryRow
 from dihal.results import (
     BridgeMetrics,
@@ -159,7 +159,7 @@ def test_evaluation_samples_round_trip(tmp_path):
                "repetition": 0.2, "ms_per_token": 1.0, "latency_vs_backbone": 0.5}
               for name, ppl in (("ridge", 12.0), ("layer-drop", 90.0)))]
     samples = [Sample(r["model"], 0, 0, f"text of {r['role']}") for r in rows]
-    res = EvalResult(generation_rows(rows), samples, {"judge": "tiny-judge", "revision": "x"}, 2)
+    res = EvalResult(generation_rows(rows), samples, JudgeInfo("tiny-judge", "x", "Tiny", 32, 64), 2)
     art = Evaluation(tmp_path, "llama")
     art.write(_manifest(art, res), res)
     assert art.samples() == samples

@@ -20,6 +20,7 @@ from dihal.generation_rows import (
     GENERATION_COLUMNS,
     TEXT_METRICS,
     GenerationRow,
+    JudgeInfo,
     RoleSample,
     Sample,
     filled,
@@ -28,6 +29,7 @@ from dihal.inputs import SeedSpread
 from dihal.labels import BASELINE, NATIVE_ROLE
 from dihal.results import ComparisonResult, EvalResult
 from dihal.rows import ABSENT, BridgeMetrics, Estimate
+from tests.tiny import TINY_JUDGE_INFO
 
 
 def _same(a: dict, b: dict) -> bool:
@@ -114,7 +116,7 @@ def test_storage_writes_the_rows_columns_in_their_order(tmp_path):
                         info={**result.info(), "metadata": result.metadata()})
 
     rows = _eval_rows()
-    res = EvalResult(rows, [], {"judge": "tiny-judge"}, 2)
+    res = EvalResult(rows, [], JudgeInfo.from_dict({**TINY_JUDGE_INFO, "judge": "tiny-judge"}), 2)
     art = Evaluation(tmp_path, "llama")
     art.write(_manifest(art, res), res)
     assert pq.read_schema(art.path("eval.parquet")).names == list(rows[0].to_dict())

@@ -136,8 +136,9 @@ def test_gen_ppl_skips_and_counts_empty_texts(tiny_judge):
 
 def test_judge_records_what_was_loaded(tiny_judge, tiny_llama_dir):
     info = tiny_judge.info()
-    assert info["revision"] == folder_revision(tiny_llama_dir)  # the folder by its content
-    assert info["architecture"] == "LlamaForCausalLM"
+    assert info.revision == folder_revision(tiny_llama_dir)  # the folder by its content
+    assert info.architecture == "LlamaForCausalLM"
+    assert type(info).from_dict(info.to_dict()) == info  # as the eval records it
 
 
 def test_missing_judge_names_the_id_and_the_fix(tmp_path):

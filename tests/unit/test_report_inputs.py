@@ -36,6 +36,7 @@ from dihal.report.inputs import ReportInputs
 from dihal.rows import ABSENT, BridgeMetrics
 from dihal.uncertainty import PRIMARY_UNDECIDABLE
 from tests.tiny import (
+    TINY_JUDGE_INFO,
     bridge_metrics,
     curve_point,
     geometry_row,
@@ -155,7 +156,7 @@ def test_evaluate_inputs_read_how_the_eval_sampled_and_an_eval_without_its_cost_
     setting = {"cpu_threads": 2, "cpu_kernels": "AVX2", "start_token": "<s>", "start_token_id": 1}
     ev = {"rows": [{"model": "dihal", "role": "dihal", "gen_ppl": 50.0, **setting},
                    {"model": "backbone", "role": "backbone", "gen_ppl": 30.0, **setting}],
-          "judge": {"judge": "t/tiny"}}
+          "judge": TINY_JUDGE_INFO}
     curve = {"layer": 2, "rows": [curve_point()]}
     e = EvaluateInputs.from_dicts(ev, curve)
     assert (e.cost, e.controls, e.curve_layer) == (None, SamplerChoice(), 2)

@@ -2,7 +2,7 @@
 and a row per sample index, so that the samples drawn with the same seed and uniforms sit
 together; cells cut, their newlines and pipes made safe for Markdown."""
 
-from dihal.generation_rows import Sample, generation_rows
+from dihal.generation_rows import JudgeInfo, Sample, generation_rows
 from dihal.results import EvalResult
 from dihal.run.stages import CODE_VERSIONS
 from storage import Evaluation, Markdown
@@ -46,7 +46,7 @@ def test_the_eval_assets_metadata_shows_them_side_by_side(tmp_path):
              "ms_per_token": 2.0, "latency_vs_backbone": 1.0}
             for m, r in (("DiHAL (l=2)", "dihal"), ("backbone (AR reference)", "backbone"))]
     res = EvalResult(generation_rows(rows), _samples([r["model"] for r in rows], 8),
-                     {"judge": "tiny-judge", "revision": "x"}, 2)
+                     JudgeInfo("tiny-judge", "x", "Tiny", 32, 64), 2)
     art = Evaluation(tmp_path, "llama")
     art.write(Manifest(stage=art.stage, backbone="llama", fingerprint="e" * 64, config={},
                        code_version=CODE_VERSIONS[art.stage],

@@ -14,6 +14,28 @@ from typing import Any
 
 from dihal.rows import ABSENT, Absent, Estimate, or_none
 
+
+@dataclass(frozen=True)
+class Budget:
+    """The figures a comparison holds fixed across methods (dihal.compare.baselines.base
+    .check_budget): the denoiser's parameters, the training tokens, the sampler's steps and
+    the sequence length."""
+
+    denoiser_parameters: int
+    train_tokens: int
+    sampler_steps: int
+    seq_len: int
+
+    def to_dict(self) -> dict[str, int]:
+        return {"denoiser_parameters": self.denoiser_parameters,
+                "train_tokens": self.train_tokens, "sampler_steps": self.sampler_steps,
+                "seq_len": self.seq_len}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Budget:
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__})
+
+
 # ------------------------------------------------------------------ the generation rows
 # The kinds of generation row, each a table's row with its own columns in its own order (the
 # order its writer gives them, which Parquet keeps): the eval's rows (DiHAL, the backbone, the
@@ -156,11 +178,10 @@ class GenerationRow:
     sampled: bool | Absent = ABSENT
     sample_seconds: float | Absent = ABSENT
     # a baseline's row: its row at the recipe's own temperature (BASELINE_ROW, without model
-    # and role), its frontier points, its budget (dihal.compare.baselines.base.Budget) and
-    # training figures
+    # and role), its frontier points, its budget and training figures
     native: GenerationRow | Absent = ABSENT
     frontier: list[GenerationRow] | Absent = ABSENT
-    budget: dict[str, int] | Absent = ABSENT
+    budget: Budget | Absent = ABSENT
     total_parameters: int | Absent = ABSENT
     train_seconds: float | Absent = ABSENT
     final_loss: float | Absent = ABSENT
@@ -201,6 +222,8 @@ class GenerationRow:
                 out[f] = v.to_dict()
             elif f == "frontier" and v is not ABSENT:
                 out[f] = [p.to_dict() for p in v]
+            elif f == "budget" and v is not ABSENT:
+                out[f] = v.to_dict()
             else:
                 out[f] = v
         return out
@@ -232,6 +255,8 @@ class GenerationRow:
                 given[f] = cls.from_dict(d[f], BASELINE_ROW)
             elif f == "frontier" and f in d:
                 given[f] = [cls.from_dict(p, FRONTIER_POINT) for p in d[f]]
+            elif f == "budget" and d.get(f) is not None:
+                given[f] = Budget.from_dict(d[f])
             else:
                 given[f] = d.get(f, ABSENT)
         return cls(kind, **given)

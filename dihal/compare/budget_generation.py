@@ -32,11 +32,10 @@ import numpy as np
 import torch
 
 from dihal.bridge import BrownianBridge
-from dihal.compare.baselines.base import Budget
 from dihal.compare.stage import baseline
 from dihal.config import BaselineRunConfig, BridgeProtocol, BudgetGenerationConfig, EvalConfig
 from dihal.evaluate.generation import cpu_setting, sample_and_score
-from dihal.generation_rows import BudgetSample, GenerationRow
+from dihal.generation_rows import Budget, BudgetSample, GenerationRow
 from dihal.replace.budget import (
     BudgetPlan,
     TrainingTokens,
@@ -159,8 +158,8 @@ def codar_at_budget(backbone, judge, ids: np.ndarray, protocol: BridgeProtocol, 
     # its own sample order (its seed), as DiHAL's distinct tokens are counted by DiHAL's
     distinct = seen_distinct_tokens(ids, replace(proto, seed=bcfg.seed), plan)
     out = row_of(row, layer=layer, model=CODAR, plan=plan, distinct_tokens=distinct,
-                 parameters=row.budget["denoiser_parameters"],
-                 sampler_steps=row.budget["sampler_steps"], temperature=bcfg.temperature,
+                 parameters=row.budget.denoiser_parameters,
+                 sampler_steps=row.budget.sampler_steps, temperature=bcfg.temperature,
                  seconds=time.monotonic() - t0, setting=cpu_setting(backbone))
     return out, [BudgetSample(CODAR, plan.steps, i, t) for i, t in enumerate(made.texts)]
 

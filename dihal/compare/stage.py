@@ -10,7 +10,7 @@ import torch
 
 from dihal.bridge.train import loop_config
 from dihal.compare.baselines import build_baseline
-from dihal.compare.baselines.base import Budget, baseline_loss, check_budget
+from dihal.compare.baselines.base import baseline_loss, check_budget
 from dihal.config import DEFAULT_SAMPLER_RULE, BaselineRunConfig, BridgeProtocol
 from dihal.evaluate.frontier import point, points_at
 from dihal.evaluate.generation import (
@@ -37,6 +37,7 @@ from dihal.generation_rows import (
     GENERATION_COLUMNS,
     GENERATION_KEYS,
     LENGTH_KEYS,
+    Budget,
     GenerationRow,
     RoleSample,
     Sample,
@@ -118,7 +119,7 @@ def baseline(
     texts, metrics = _samples_and_metrics(name, model, backbone, space, cfg, reference, judge,
                                           features, device)
     total = getattr(model, "total_parameters", lambda: sum(p.numel() for p in model.parameters()))()
-    row = replace(metrics, model=name, role=BASELINE, budget=budget.to_dict(),
+    row = replace(metrics, model=name, role=BASELINE, budget=budget,
                   total_parameters=int(total), train_steps=trained.step,
                   train_seconds=trained.wall_s,
                   final_loss=(trained.train_loss if trained.train_loss is not None
@@ -258,11 +259,11 @@ def comparison(eval_rows: list[dict], bridge: BridgeMetrics, sampler_steps: int,
             for r in (GenerationRow.from_dict(d, EVAL_ROW) for d in eval_rows)]
     runs = {n: GenerationRow.from_dict(d, BASELINE_ROW) for n, d in baselines.items()}
     for n, r in runs.items():
-        rows.append(replace(measured(r), model=n, role=BASELINE, **r.budget))
+        rows.append(replace(measured(r), model=n, role=BASELINE, **r.budget.to_dict()))
         if r.native:  # the recipe's own temperature: an extra row, labelled, not ranked
             rows.append(replace(measured(r.native),
                                 model=f"{n} (native T={r.native.temperature:g})",
-                                role=NATIVE_ROLE, **r.budget))
+                                role=NATIVE_ROLE, **r.budget.to_dict()))
     rows = filled(rows)  # every row has every column
     seq_len = next((r.seq_len for r in rows if r.seq_len), None)
     rows = [replace(r, seq_len=seq_len) if r.role in (DIHAL, CHOSEN_K, CONTROL) and r.train_tokens

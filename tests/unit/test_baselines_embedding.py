@@ -10,7 +10,7 @@ from dihal.bridge.denoiser import DenoiserConfig, build_denoiser
 from dihal.checkpoint import latest_checkpoint, list_checkpoints, load_into
 from dihal.compare.baselines import build_baseline, common, sed
 from dihal.compare.baselines import diffusion_lm as dlm
-from dihal.compare.baselines.base import Budget, BudgetMismatchError, baseline_loss, check_budget
+from dihal.compare.baselines.base import BudgetMismatchError, baseline_loss, check_budget
 from dihal.compare.baselines.schedules import (
     CosineSchedule,
     SqrtSchedule,
@@ -21,6 +21,7 @@ from dihal.compare.baselines.schedules import (
     x0_from_v,
 )
 from dihal.errors import CheckpointMismatchError, TrainingError
+from dihal.generation_rows import Budget
 from dihal.training import TrainConfig, sample_budget, train_model
 
 V, D, T = 50, 16, 8

@@ -19,6 +19,7 @@ from dihal.generation_rows import (
     FULL_TRAINING_GENERATION,
     GENERATION_COLUMNS,
     TEXT_METRICS,
+    Budget,
     GenerationRow,
     JudgeInfo,
     RoleSample,
@@ -141,8 +142,8 @@ def _baseline_row(name: str, native: float | None) -> GenerationRow:
     frontier = baseline_frontier(name, native is not None, (0.7, 1.0), measured,
                                  lambda t: at(t, 70.0))
     return replace(metrics, frontier=frontier, model=name, role="baseline",
-                   budget={"denoiser_parameters": 10, "train_tokens": 256, "sampler_steps": 4,
-                           "seq_len": 16},
+                   budget=Budget(denoiser_parameters=10, train_tokens=256, sampler_steps=4,
+                                 seq_len=16),
                    total_parameters=12, train_steps=8, train_seconds=3.0, final_loss=math.nan,
                    vocab_size=50)
 

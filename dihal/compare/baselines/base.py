@@ -8,30 +8,17 @@ A baseline is an nn.Module that keeps the `Baseline` contract below. Training on
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
 from typing import Protocol
 
 import torch
 from torch import Tensor, nn
 
 from dihal.errors import DihalError
+from dihal.generation_rows import Budget
 
 
 class BudgetMismatchError(DihalError):
     pass
-
-
-@dataclass(frozen=True)
-class Budget:
-    """The figures a comparison must hold fixed across methods."""
-
-    denoiser_parameters: int
-    train_tokens: int
-    sampler_steps: int
-    seq_len: int
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def check_budget(reference: Budget, candidate: Budget, name: str, param_tol: float = 0.10) -> None:

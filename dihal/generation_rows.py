@@ -222,7 +222,7 @@ class GenerationRow:
                 out[f] = v.to_dict()
             elif f == "frontier" and v is not ABSENT:
                 out[f] = [p.to_dict() for p in v]
-            elif f == "budget" and v is not ABSENT:
+            elif f == "budget" and isinstance(v, Budget):  # None stays None, as stored
                 out[f] = v.to_dict()
             else:
                 out[f] = v

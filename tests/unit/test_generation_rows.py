@@ -158,6 +158,10 @@ def test_a_baselines_row_comes_back_with_its_native_row_and_frontier():
     assert [p.kind for p in codar.frontier] == [FRONTIER_POINT] * 2
     assert [(p["temperature"], p["sampled"]) for p in codar.to_dict()["frontier"]] == [
         (0.7, False), (1.0, False)]
+    assert codar.budget == Budget(denoiser_parameters=10, train_tokens=256, sampler_steps=4,
+                                  seq_len=16)  # typed, stored as its four columns
+    assert GenerationRow.from_dict({"model": "m", "budget": None}, BASELINE_ROW).to_dict() == {
+        "model": "m", "budget": None}  # a budget stored as None reads back as stored
 
 
 def _comparison() -> ComparisonResult:

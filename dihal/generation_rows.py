@@ -366,10 +366,9 @@ class JudgeInfo:
                    d["chunk_size"])
 
 
-def texts_by_model(samples) -> dict[str, list[str]]:
-    """Each model's texts, in the samples' order (Sample, RoleSample's sample, BudgetSample)."""
+def texts_by_model(samples: list[Sample]) -> dict[str, list[str]]:
+    """Each model's texts, in the samples' order."""
     out: dict[str, list[str]] = {}
     for s in samples:
-        s = s.sample if isinstance(s, RoleSample) else s
         out.setdefault(s.model, []).append(s.text)
     return out

@@ -329,8 +329,11 @@ def _scored(samples: list[RoleSample], judge) -> list[RoleSample]:
     text, which the judge cannot score)."""
     texts = [s.sample.text for s in samples if s.sample.text.strip()]
     each = iter(judge.nll_each(texts) if texts else [])
-    return [replace(s, nll=nll, tokens=tokens) for s in samples
-            for nll, tokens in [next(each) if s.sample.text.strip() else (None, None)]]
+    out = []
+    for s in samples:
+        nll, tokens = next(each) if s.sample.text.strip() else (None, None)
+        out.append(replace(s, nll=nll, tokens=tokens))
+    return out
 
 
 def paired_roles(rows: list[FullTrainingRow], samples: list[RoleSample], *, seed: int = 0

@@ -79,18 +79,17 @@ def study_of(run: StageRun, out: BudgetStudy, layer: int, cfg, protocol):
     return compute
 
 
-def l_star_protocol(run: StageRun):
+def l_star_protocol(run: StageRun, cfg):
     """(l*, as the layer score picks it and the budget study takes it; l*'s sweep bridge; its
-    protocol with one training seed, as the study trains its bridges)."""
-    from dataclasses import replace
-
-    from dihal.config import BridgeProtocol
+    protocol with one training seed, as the study trains its bridges, sampled at cfg's K where
+    set)."""
+    from dihal.replace.budget import study_protocol
 
     (score,) = run.require(run.art(LayerScore))
     layer = int(score.info["l_star"])
     sweep = run.art(SweepBridge, layer)
     (swept,) = run.require(sweep)
-    return layer, sweep, replace(BridgeProtocol(**swept.config), seeds=1, seed_layers=())
+    return layer, sweep, study_protocol(swept.config, cfg)
 
 
 def generation_of(run: StageRun, out: BudgetGeneration, layer: int, cfg, protocol):
@@ -137,16 +136,15 @@ def budget_assets(backbone: str, n_layers: int) -> list:
         on the same tokens, each measured as the sweep measures its bridges; the backbone's
         NLL is the floor. Each point is kept as soon as it exists: an interrupted study
         resumes."""
-        from dataclasses import replace
-
-        from dihal.config import BridgeProtocol
+        from dihal.replace.budget import study_protocol
 
         run, layer, cfg = StageRun(context, backbone), int(context.partition_key), config.to_dihal()
-        # the protocol of this layer's sweep bridge, one training seed: the study's axis is the
-        # budget (its first budget of one pass over the sweep's sequences is the sweep's bridge)
+        # the protocol of this layer's sweep bridge, one training seed, measured at the study's
+        # setting: the study's axis is the budget (its first budget of one pass over the sweep's
+        # sequences is the sweep's bridge)
         sweep, out = run.art(SweepBridge, layer), run.art(BudgetStudy, layer)
         (swept,) = run.require(sweep)
-        protocol = replace(BridgeProtocol(**swept.config), seeds=1, seed_layers=())
+        protocol = study_protocol(swept.config, cfg)
         return run.produce(out, {**cfg.__dict__, "protocol": protocol},
                            [run.art(HiddenStates), run.art(Sequences), run.art(Corpus), sweep],
                            study_of(run, out, layer, cfg, protocol), layer=layer)
@@ -165,7 +163,7 @@ def budget_assets(backbone: str, n_layers: int) -> list:
         from dihal.compare.baselines import VERSIONS
 
         run, cfg = StageRun(context, backbone), config.to_dihal()
-        layer, sweep, protocol = l_star_protocol(run)
+        layer, sweep, protocol = l_star_protocol(run, cfg)
         out = run.art(BudgetGeneration)
         return run.produce(out, {**cfg.__dict__, "protocol": protocol, "layer": layer},
                            [run.art(HiddenStates), run.art(Sequences), run.art(Corpus),

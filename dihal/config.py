@@ -98,6 +98,16 @@ def _at_most(obj: object, name: str, limit: int, why: str) -> None:
         raise _invalid(obj, name, f"at most {limit:,} ({why})")
 
 
+def _measurement(obj: object) -> None:
+    """The optional measurement fields a study sets apart from the sweep bridge's protocol
+    (`eval_sequences`, where the class has it, and `sampler_steps`): None or an int >= 1, K
+    at most MAX_SAMPLER_STEPS."""
+    _ints(obj, 1, *(n for n in ("eval_sequences", "sampler_steps") if hasattr(obj, n)),
+          optional=True)
+    if obj.sampler_steps is not None:
+        _at_most(obj, "sampler_steps", MAX_SAMPLER_STEPS, SAMPLER_STEPS_WHY)
+
+
 def is_positive(value: float) -> bool:  # also used by dihal.locate.geometry
     return math.isfinite(value) and value > 0
 
@@ -421,14 +431,19 @@ class BudgetConfig:
     control and (with `residual`) our ridge-started residual bridge each trained for every
     budget in `budgets` (optimiser steps), the ridge map fitted on the same tokens, all
     measured as the sweep measures its bridges. The default budgets are the sweep's 128 steps,
-    4x and 16x; the gpu preset adds 8,192."""
+    4x and 16x; the gpu preset adds 8,192. `eval_sequences` and `sampler_steps`: the held-out
+    sequences and the sampler's K each point is measured at; None, the sweep bridge's (the cpu
+    preset sizes the sweep's measurement to its layer ranking and sets the study's apart)."""
 
     budgets: tuple[int, ...] = (128, 512, 2048)
     residual: bool = True
+    eval_sequences: int | None = None
+    sampler_steps: int | None = None
 
     def __post_init__(self) -> None:
         _budgets(self, "budgets")
         _bools(self, "residual")
+        _measurement(self)
 
 
 @dataclass(frozen=True)
@@ -438,7 +453,8 @@ class BudgetGenerationConfig:
     study's, optimiser steps) on the study's training sequences, then sampled and scored as the
     eval samples (`n_samples`, `length`, `temperature`, `seed`, `batch_size`, `eta`: EvalConfig's
     defaults) and CoDAR trained as the baselines stage trains it (`lr`, `restrict_vocab`:
-    BaselineRunConfig's; `seed` seeds it too)."""
+    BaselineRunConfig's; `seed` seeds it too). `sampler_steps`: DiHAL's K (and CoDAR's budget's);
+    None, the sweep bridge's."""
 
     budgets: tuple[int, ...] = (128, 512, 2048)
     n_samples: int = 64
@@ -449,9 +465,11 @@ class BudgetGenerationConfig:
     eta: float = 0.0
     lr: float = 1e-3
     restrict_vocab: bool = True
+    sampler_steps: int | None = None
 
     def __post_init__(self) -> None:
         _budgets(self, "budgets")  # as the budget study's
+        _measurement(self)
         _ints(self, 1, "n_samples", "length", "batch_size")
         _ints(self, 0, "seed")
         _reals(self, "temperature", "lr", low=0.0, low_open=True)

@@ -68,10 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
 def plan(backbone: str, layers: list[int] | None, cfg) -> tuple[list[int], object]:
     """The study's layers (checked: each a candidate with its sweep bridge made on the current
     hidden states) and its estimate before the tokens are counted."""
-    from dataclasses import replace
-
-    from dihal.config import BridgeProtocol
-    from dihal.replace.budget import BudgetStudyConfig, default_study_layers
+    from dihal.replace.budget import BudgetStudyConfig, default_study_layers, study_protocol
     from dihal.run.estimates import estimate_study
     from pipeline.hybrids import layout_of
     from storage import HiddenStates, LayerScore, Sequences, SweepBridge
@@ -83,9 +80,9 @@ def plan(backbone: str, layers: list[int] | None, cfg) -> tuple[list[int], objec
     attrs = states.reader().attrs
     n_layers = int(attrs["n_layers"])
     layers = layers or list(default_study_layers(int(sm.info["l_star"]), n_layers))
-    protocols = [BridgeProtocol(**SweepBridge(layout, backbone, ll).require().config)
+    protocols = [study_protocol(SweepBridge(layout, backbone, ll).require().config, cfg)
                  for ll in layers]
-    protocol = replace(protocols[0], seeds=1, seed_layers=())
+    protocol = protocols[0]
     study = BudgetStudyConfig(layers=tuple(layers), budgets=cfg.budgets, residual=cfg.residual)
     estimate = estimate_study(study, protocol, n_layers=n_layers, hidden=int(attrs["hidden_size"]),
                               seq_len=int(qm.config["seq_len"]), available=None,
@@ -97,9 +94,7 @@ def plan(backbone: str, layers: list[int] | None, cfg) -> tuple[list[int], objec
 def plan_generation(backbone: str, cfg) -> tuple[int, object]:
     """(l*, as the study picks it, with its sweep bridge made on the current hidden states;
     the estimate of generation at the budget's ends before the tokens are counted)."""
-    from dataclasses import replace
-
-    from dihal.config import BridgeProtocol
+    from dihal.replace.budget import study_protocol
     from dihal.run.estimates import estimate_generation
     from pipeline.hybrids import layout_of
     from storage import HiddenStates, LayerScore, Sequences, SweepBridge
@@ -108,8 +103,7 @@ def plan_generation(backbone: str, cfg) -> tuple[int, object]:
     sm, hm, qm = (LayerScore(layout, backbone).require(), HiddenStates(layout, backbone).require(),
                   Sequences(layout, backbone).require())
     layer = int(sm.info["l_star"])
-    protocol = replace(BridgeProtocol(**SweepBridge(layout, backbone, layer).require().config),
-                       seeds=1, seed_layers=())
+    protocol = study_protocol(SweepBridge(layout, backbone, layer).require().config, cfg)
     estimate = estimate_generation(
         cfg, protocol, layer=layer, hidden=int(hm.info["backbone"]["hidden_size"]),
         vocab=int(hm.info["backbone"]["vocab_size"]), seq_len=int(qm.config["seq_len"]),

@@ -43,6 +43,8 @@ from dihal.config import (
     MAX_TRAIN_STEPS,
     TRAIN_STEPS_WHY,
     BridgeProtocol,
+    BudgetConfig,
+    BudgetGenerationConfig,
     ExtractConfig,
     SequenceConfig,
 )
@@ -281,6 +283,15 @@ def budget_data(data: LayerData, n_seq: int) -> LayerData:
     """The layer's data with its first n_seq training sequences (views, not copies)."""
     t = data.train
     return replace(data, train=BridgeData(t.cond[:n_seq], t.target[:n_seq], t.mask[:n_seq]))
+
+
+def study_protocol(swept: dict, cfg: BudgetConfig | BudgetGenerationConfig) -> BridgeProtocol:
+    """A sweep bridge's protocol (`swept`: its stored config) as the study trains it: one
+    training seed, measured (the study) or sampled (its generation) at cfg's `eval_sequences`
+    and `sampler_steps` where set. Neither changes what is trained."""
+    protocol = replace(BridgeProtocol(**swept), seeds=1, seed_layers=())
+    return replace(protocol, **{k: v for k in ("eval_sequences", "sampler_steps")
+                                if (v := getattr(cfg, k, None)) is not None})
 
 
 def budget_protocol(protocol: BridgeProtocol, layer: int, plan: BudgetPlan) -> BridgeProtocol:

@@ -34,7 +34,17 @@ _GPU_PROTOCOL = {
     "d_model": 272, "n_layers": 4, "n_heads": 4, "batch_size": 32, "eval_sequences": 128,
 }
 PROFILES: dict[str, dict[str, dict]] = {
-    "cpu": {},
+    # The sweep measures each bridge and ridge control on 8 held-out sequences with the sampler
+    # at K = 8: the smallest setting whose layer ranking agrees with the full (32, 16) one at
+    # least as well as two training seeds agree, with every verdict unchanged, measured on the
+    # 29 bridges of a SmolLM2 sweep (benchmarks/measure_sizing.py, dihal.replace.sizing;
+    # benchmarks/RESULTS.md). The budget study keeps the full measurement, and its generation
+    # the bridge's K, apart from the sweep's sizing.
+    "cpu": {
+        "bridge_sweep": {"eval_sequences": 8, "sampler_steps": 8},
+        "budget": {"eval_sequences": 32, "sampler_steps": 16},
+        "budget_generation": {"sampler_steps": 16},
+    },
     "gpu": {
         # 8192 x 128 = 1,048,576 training tokens; 576 held-out sequences hold 73,152 positions
         # after position 0, of which geometry samples 16,384, and give MAUVE its reference of
@@ -85,12 +95,12 @@ PROFILES["gpu-smollm2"] = {
 # What the default (cpu) run cannot decide, on the CPU at a few times its cost: replicate
 # training seeds on every swept layer (where the seed spread is larger than the gaps between
 # layers, the per-layer means need more than one seed; 3 as the gpu profile), twice the
-# held-out sequences (128: the sweep measures each bridge on 64 of them, the eval and the
-# baselines sample 128 each), with every candidate layer swept, and the whole temperature
-# frontier (the default draws the main temperature alone: what a lower temperature buys in
-# Gen.PPL for diversity, and each model's Gen.PPL at the held-out text's diversity, need two
-# or more). The protocol (network, budget, K) is the default's, so its layer ranking is
-# comparable with the default run's. Cost, extrapolated from the default run's per-step
+# held-out sequences (128: the sweep measures each bridge on 64 of them at K = 16, the
+# default's sweep on 8 at K = 8; the eval and the baselines sample 128 each), with every
+# candidate layer swept, and the whole temperature frontier (the default draws the main
+# temperature alone: what a lower temperature buys in Gen.PPL for diversity, and each model's
+# Gen.PPL at the held-out text's diversity, need two or more). What is trained (network,
+# budget, data) is the default's, so its layer ranking is comparable with the default run's. Cost, extrapolated from the default run's per-step
 # seconds (docs/configuration.md, "Presets").
 PROFILES["study"] = {
     "sequences": {"n_val": 128},

@@ -13,7 +13,8 @@ from storage import ArtifactLayout, BudgetGeneration, current_budget_generation,
 from storage.manifest import write_manifest
 from tests.tiny import PROTOCOL, copy_world
 
-CONFIG = PROFILES["tiny"]["budget_generation"]
+# DiHAL sampled at the tiny sweep bridge's K (None; the cpu preset in force sets the bridge's)
+CONFIG = {**PROFILES["tiny"]["budget_generation"], "sampler_steps": None}
 RUN = {"budget_generation_llama": {"config": CONFIG}}
 ASSET = ["budget_generation_llama"]
 

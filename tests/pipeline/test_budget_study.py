@@ -12,7 +12,10 @@ from storage import ArtifactLayout, BudgetStudy, read_manifest
 from tests.tiny import PROTOCOL, copy_world
 
 BUDGETS = [2, 4]
-RUN = {"budget_llama": {"config": {"budgets": BUDGETS, "residual": True}}}
+# measured as the tiny sweep measured its bridges (None: the sweep bridge's setting; the cpu
+# preset in force sets the full measurement, more held-out sequences than the tiny world has)
+RUN = {"budget_llama": {"config": {"budgets": BUDGETS, "residual": True,
+                                   "eval_sequences": None, "sampler_steps": None}}}
 
 
 @pytest.fixture

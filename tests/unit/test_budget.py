@@ -14,6 +14,8 @@ from dihal.bridge.denoiser import CausalDenoiser
 from dihal.config import (
     MAX_TRAIN_STEPS,
     BridgeProtocol,
+    BudgetConfig,
+    BudgetGenerationConfig,
     CorpusConfig,
     ExtractConfig,
     SequenceConfig,
@@ -59,6 +61,22 @@ def test_the_config_keeps_sorted_distinct_budgets_and_refuses_nonsense():
                 {"layers": "1"}, {"residual": "yes"}):
         with pytest.raises(ValueError, match="BudgetStudyConfig"):
             B.BudgetStudyConfig(**bad)
+
+
+def test_the_study_trains_the_sweep_bridges_protocol_measured_at_its_own_setting():
+    swept = replace(PROTOCOL, seeds=2, seed_layers=(2,), eval_sequences=3, sampler_steps=2)
+    stored = json.loads(json.dumps(swept.to_dict()))  # as a sweep manifest keeps it
+    same = B.study_protocol(stored, BudgetConfig())
+    assert same == replace(swept, seeds=1, seed_layers=())
+    apart = B.study_protocol(stored, BudgetConfig(eval_sequences=6, sampler_steps=4))
+    assert apart == replace(same, eval_sequences=6, sampler_steps=4)
+    sampled = B.study_protocol(stored, BudgetGenerationConfig(sampler_steps=5))
+    assert sampled == replace(same, sampler_steps=5)
+    # nothing that is trained moves: the same denoiser, loop and order at every setting
+    for p in (apart, sampled):
+        assert B.budget_protocol(p, LAYER, B.plan_budget(8, 2, 16, 8)) == replace(
+            B.budget_protocol(same, LAYER, B.plan_budget(8, 2, 16, 8)),
+            eval_sequences=p.eval_sequences, sampler_steps=p.sampler_steps)
 
 
 def test_a_plan_takes_fresh_sequences_where_there_are_and_counts_repeats_where_not():

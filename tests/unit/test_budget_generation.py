@@ -78,7 +78,8 @@ def test_the_config_generates_at_its_lowest_and_highest_budget_and_refuses_nonse
 
 BAD = {"budgets": [(), (0,), (4, 4), "16", (1.5,), (10**8,)], "n_samples": [0],
        "length": [0, 1.5], "temperature": [0.0, math.inf], "seed": [-1], "batch_size": [0],
-       "eta": [-0.1], "lr": [0, math.nan], "restrict_vocab": ["yes", 1]}
+       "eta": [-0.1], "lr": [0, math.nan], "restrict_vocab": ["yes", 1],
+       "sampler_steps": [0, 1.5, False, 10**4]}
 
 
 def test_every_field_of_the_config_refuses_a_bad_value_by_name():

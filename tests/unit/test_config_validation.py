@@ -49,6 +49,9 @@ BAD = {
     dc.SamplerCurveConfig: {"steps": [(), (0,), (2, 2), "16", (1.5,)], "n_samples": [0],
                             "length": [0], "seed": [-1],
                             "rules": [(), ("ddim",), ("marginal", "marginal"), "marginal"]},
+    dc.BudgetConfig: {"budgets": [(), (0,), (4, 4), "16"], "residual": [1, "yes"],
+                      "eval_sequences": [0, 1.5, True, "8"],
+                      "sampler_steps": [0, True, dc.MAX_SAMPLER_STEPS + 1]},
 }
 CASES = [(cls, name, value) for cls, fields in BAD.items() for name, values in fields.items()
          for value in values]

@@ -52,3 +52,25 @@ def test_the_whole_temperature_frontier_is_the_study_and_gpu_presets(profile, wh
     assert ev.frontier_temperatures == base.frontier_temperatures == want
     assert load_profile(WHOLE_FRONTIER_PRESET)[1]["eval"]["frontier_temperatures"] == list(
         FRONTIER_TEMPERATURES)
+
+
+def test_the_cpu_sweep_measures_at_its_sized_setting_and_nothing_else_follows_it():
+    """The cpu sweep measures its bridges on 8 held-out sequences at K = 8 (the sizing rule's
+    choice); the bridge at l*, the budget study and its generation keep the full measurement
+    and the bridge's K; the study preset measures its sweep in full."""
+    from dihal import config as dc
+    from dihal.replace.budget import study_protocol
+
+    _, cpu = load_profile("cpu")
+    sweep = dc.BridgeProtocol(**cpu.get("bridge_sweep", {}))
+    bridge = dc.BridgeProtocol(**cpu.get("bridge", {}))
+    assert (sweep.eval_sequences, sweep.sampler_steps) == (8, 8)
+    assert (bridge.eval_sequences, bridge.sampler_steps) == (32, 16)
+    for stage, cls in (("budget", dc.BudgetConfig),
+                       ("budget_generation", dc.BudgetGenerationConfig)):
+        study = study_protocol(sweep.to_dict(), cls(**cpu[stage]))
+        assert study.sampler_steps == bridge.sampler_steps, stage
+    assert study_protocol(sweep.to_dict(), dc.BudgetConfig(**cpu["budget"])).eval_sequences == 32
+    _, study = load_profile("study")
+    full = dc.BridgeProtocol(**study["bridge_sweep"])
+    assert (full.eval_sequences, full.sampler_steps) == (64, 16)

@@ -42,7 +42,7 @@ from dihal.evaluate.metrics import (  # noqa: E402
     wilson,
 )
 from dihal.generation_inputs import FullTrainingRow  # noqa: E402
-from dihal.generation_rows import EVAL_ROW, GenerationRow
+from dihal.generation_rows import EVAL_ROW, GenerationRow, RoleSample, Sample  # noqa: E402
 from dihal.labels import (  # noqa: E402
     BACKBONE,
     BASELINE,
@@ -222,7 +222,7 @@ def controls_verdict(ev: EvalConfig) -> Verdict:
         scores = {f"DiHAL {i}": s for i, s in enumerate(a)} | {f"ridge {i}": s
                                                                for i, s in enumerate(b)}
         rows = [GenerationRow(EVAL_ROW, model="DiHAL"), GenerationRow(EVAL_ROW, model="ridge")]
-        samples = [{"model": m, "index": i, "text": f"{m} {i}"} for m in ("DiHAL", "ridge")
+        samples = [Sample(m, i, ev.seed, f"{m} {i}") for m in ("DiHAL", "ridge")
                    for i in range(ev.n_samples)]
         ridge = paired_against_first(rows, samples, ProbeJudge(scores), seed=ev.seed)[1]
         v.reached.add(ridge.dihal_verdict)
@@ -251,8 +251,8 @@ def full_training_verdict(ev: EvalConfig) -> Verdict:
         same = per_text(ev.n_samples, mine, rng)
         rows = [FullTrainingRow(r, layer, sampler=PROTOCOL_K)
                 for layer, r in enumerate(FULL_TRAINING_ROLES, start=1)]
-        samples = [{"role": r, "sampler": PROTOCOL_K, "index": i, "nll": a, "tokens": b}
-                   for r in FULL_TRAINING_ROLES
+        samples = [RoleSample(r, layer, PROTOCOL_K, Sample(r, i, ev.seed, f"{r} {i}"), a, b)
+                   for layer, r in enumerate(FULL_TRAINING_ROLES, start=1)
                    for i, (a, b) in enumerate(same if mine == other else
                                               per_text(ev.n_samples, logs[r], rng))]
         by = {r.role: r for r in paired_roles(rows, samples, seed=ev.seed)}

@@ -47,6 +47,16 @@ def study_tokens(run: StageRun, layer: int, budgets, batch_size: int):
     return tokens, states.reader(), seq_cfg
 
 
+def _require(run: StageRun, estimate, weights: int) -> None:
+    """Refuse (before any training) what the disk or the host memory cannot hold. The models
+    are loaded already, so the memory free now, with what their weights hold, is set against
+    the estimate, which counts those weights."""
+    from dihal.run.preflight import available_memory, disk_free
+
+    estimate.require(disk_free=disk_free(run.layout.root),
+                     host_available=available_memory() + weights)
+
+
 def study_of(run: StageRun, out: BudgetStudy, layer: int, cfg, protocol):
     """The compute of the study at `layer`: its training sequences (the Sequences stage's,
     extended by fresh ones packed from the same verified corpus shards), its estimate (logged,
@@ -57,20 +67,21 @@ def study_of(run: StageRun, out: BudgetStudy, layer: int, cfg, protocol):
         from dihal.config import ExtractConfig
         from dihal.replace.budget import BudgetStudyConfig, study_layer
         from dihal.results import BudgetResult
-        from dihal.run.estimates import estimate_study
-        from dihal.run.preflight import available_memory, disk_free
+        from dihal.run.estimates import estimate_study, host_weight_bytes
 
         tokens, reader, seq_cfg = study_tokens(run, layer, cfg.budgets, protocol.batch_size)
         (dump,) = run.require(run.art(HiddenStates))
         study = BudgetStudyConfig(layers=(layer,), budgets=cfg.budgets, residual=cfg.residual)
+        model = run.model()
+        weights = host_weight_bytes(model.model)
         estimate = estimate_study(study, protocol, n_layers=int(reader.attrs["n_layers"]),
                                   hidden=int(reader.attrs["hidden_size"]), seq_len=seq_cfg.seq_len,
                                   available=tokens.capacity, sweep_sequences=seq_cfg.n_train,
-                                  stored="train" in reader.splits)
+                                  stored="train" in reader.splits, weights_bytes=weights)
         run.log(f"layer {layer}: {estimate.summary()}")
-        estimate.require(disk_free=disk_free(run.layout.root), host_available=available_memory())
+        _require(run, estimate, weights)
         points = study_layer(
-            run.model(), reader, layer, study, protocol, tokens, ExtractConfig(**dump.config),
+            model, reader, layer, study, protocol, tokens, ExtractConfig(**dump.config),
             out.checkpoints, device=run.device(), finished=out.kept_points(), say=run.log,
             on_point=out.keep_point,
             residual_factory=ridge_started_denoiser if cfg.residual else None)
@@ -101,21 +112,21 @@ def generation_of(run: StageRun, out: BudgetGeneration, layer: int, cfg, protoco
         from dihal.compare.budget_generation import generate_at_budgets
         from dihal.config import ExtractConfig
         from dihal.results import BudgetGenerationResult
-        from dihal.run.estimates import estimate_generation
-        from dihal.run.preflight import available_memory, disk_free
+        from dihal.run.estimates import estimate_generation, host_weight_bytes
 
         tokens, reader, seq_cfg = study_tokens(run, layer, cfg.budgets, protocol.batch_size)
         (dump,) = run.require(run.art(HiddenStates))
-        model = run.model()
+        model, judge = run.model(), run.judge()
+        weights = host_weight_bytes(model.model, judge.model)
         estimate = estimate_generation(
             cfg, protocol, layer=layer, hidden=int(reader.attrs["hidden_size"]),
             vocab=int(model.model.config.vocab_size), seq_len=seq_cfg.seq_len,
             available=tokens.capacity, sweep_sequences=seq_cfg.n_train,
-            stored="train" in reader.splits, bos_id=int(model.bos_id))
+            stored="train" in reader.splits, bos_id=int(model.bos_id), weights_bytes=weights)
         run.log(f"l* = {layer}: {estimate.summary()}")
-        estimate.require(disk_free=disk_free(run.layout.root), host_available=available_memory())
+        _require(run, estimate, weights)
         rows, samples = generate_at_budgets(
-            model, run.judge(), reader, layer, protocol, tokens, ExtractConfig(**dump.config),
+            model, judge, reader, layer, protocol, tokens, ExtractConfig(**dump.config),
             cfg, out.checkpoints, device=run.device(), finished=out.kept(), say=run.log,
             progress=run.throttled(), on_row=out.keep)
         return BudgetGenerationResult(layer, tuple(rows), samples, estimate.info())

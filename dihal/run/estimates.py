@@ -43,10 +43,11 @@ class BudgetEstimate:
 
     seconds: float
     disk_bytes: int
-    memory_bytes: int  # the peak: one layer's training and held-out pairs, float32
+    memory_bytes: int  # the peak: one layer's training and held-out pairs (float32), the weights
     plans: tuple[BudgetPlan, ...]
     seconds_by_layer: dict[int, float]
     notes: tuple[str, ...]  # the budgets that repeat tokens, how often
+    weights_bytes: int = 0  # of memory_bytes: the models' weights in host memory (0: not known)
 
     def refusals(self, *, max_seconds: float | None = None, disk_free: int | None = None,
                  host_available: int | None = None) -> list[Refusal]:
@@ -63,17 +64,47 @@ class BudgetEstimate:
         """The estimate in words: what a study says before it starts."""
         return (f"the study needs about {self.seconds / 60:.0f} min, {self.disk_bytes / GIB:.2f} "
                 f"GiB of disk and {self.memory_bytes / GIB:.2f} GiB of host memory"
+                + _memory_parts(self.memory_bytes, self.weights_bytes)
                 + "".join(f"; {n}" for n in self.notes))
 
     def info(self) -> dict:
         """What the study's manifest records of its estimate."""
         return {"seconds": round(self.seconds), "disk_bytes": self.disk_bytes,
-                "memory_bytes": self.memory_bytes, "notes": list(self.notes)}
+                "memory_bytes": self.memory_bytes, "weights_bytes": self.weights_bytes,
+                "notes": list(self.notes)}
 
     def require(self, **limits) -> None:
         """PreflightError listing every refusal, if any (the limits as `refusals`)."""
         if found := self.refusals(**limits):
             raise PreflightError("the budget study does not fit: " + "; ".join(map(str, found)))
+
+
+def _memory_parts(memory: int, weights: int) -> str:
+    """What the host memory of an estimate is made of, in words."""
+    if not weights:
+        return " (the pairs; the models' weights are counted once they are loaded)"
+    return f" ({(memory - weights) / GIB:.2f} of pairs, {weights / GIB:.2f} of weights)"
+
+
+def _bytes(value: int) -> int:
+    """weights_bytes, checked: an int >= 0."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"weights_bytes must be an int >= 0, got {value!r}")
+    return value
+
+
+def host_weight_bytes(*models) -> int:
+    """The bytes of the parameters and buffers that `models` (torch modules; each counted once,
+    however often given) hold in host memory: those on a device are not counted."""
+    seen, total = set(), 0
+    for model in models:
+        if id(model) in seen:
+            continue
+        seen.add(id(model))
+        for t in [*model.parameters(), *model.buffers()]:
+            if t.device.type == "cpu":
+                total += t.numel() * t.element_size()
+    return total
 
 
 def _positive(name: str, value: float) -> None:
@@ -84,7 +115,8 @@ def _positive(name: str, value: float) -> None:
 
 def estimate_study(cfg: BudgetStudyConfig, protocol: BridgeProtocol, *, n_layers: int,
                    hidden: int, seq_len: int, available: int | None, sweep_sequences: int,
-                   stored: bool = True, seconds_per_step: float = SECONDS_PER_STEP,
+                   stored: bool = True, weights_bytes: int = 0,
+                   seconds_per_step: float = SECONDS_PER_STEP,
                    seconds_per_token_block: float = SECONDS_PER_TOKEN_BLOCK,
                    seconds_per_measure: float = SECONDS_PER_MEASURE) -> BudgetEstimate:
     """The study's seconds, disk and memory, before it starts.
@@ -99,6 +131,8 @@ def estimate_study(cfg: BudgetStudyConfig, protocol: BridgeProtocol, *, n_layers
                  + |B| * (m + 1) * seconds_per_measure          (measuring the m and ridge)
       seconds    = sum over cfg.layers of seconds(l)
       memory     = 2 * (N + protocol.eval_sequences) * T * d * 4       (float32 pairs)
+                   + weights_bytes          (the backbone's weights in host memory; 0 where they
+                                             are on a device, or not known yet)
       disk       = |layers| * |B| * m * (4 P + k * 4 * 3 P)   (P denoiser parameters, k
                    kept checkpoints: dihal.run.capacity.training_disk_bytes)
     The defaults are CPU measurements (benchmarks/RESULTS.md); pass the device's own where it
@@ -125,10 +159,11 @@ def estimate_study(cfg: BudgetStudyConfig, protocol: BridgeProtocol, *, n_layers
     params = denoiser_parameters(hidden, protocol, seq_len)
     keep = loop_config(protocol, "cpu").keep_checkpoints
     disk = len(cfg.layers) * len(cfg.budgets) * m * training_disk_bytes(params, params, keep)
-    memory = pair_bytes((n + protocol.eval_sequences) * seq_len, hidden)
+    memory = pair_bytes((n + protocol.eval_sequences) * seq_len, hidden) + _bytes(weights_bytes)
     notes = tuple(f"{p.steps} steps: {p.sequences:,} distinct sequences, each seen "
                   f"{p.repeats:.2f} times" for p in plans if p.repeats > 1)
-    return BudgetEstimate(sum(by_layer.values()), disk, memory, plans, by_layer, notes)
+    return BudgetEstimate(sum(by_layer.values()), disk, memory, plans, by_layer, notes,
+                          weights_bytes)
 
 
 # ---------------------------------------------------------------- generation at the ends
@@ -158,6 +193,7 @@ class GenerationEstimate:
     plans: tuple[BudgetPlan, ...]
     parts: dict[str, float]  # seconds by part: pairs, DiHAL's and CoDAR's training, sampling
     notes: tuple[str, ...]  # the budgets that repeat tokens, how often
+    weights_bytes: int = 0  # of memory_bytes: the models' weights in host memory (0: not known)
 
     def refusals(self, *, max_seconds: float | None = None, disk_free: int | None = None,
                  host_available: int | None = None) -> list[Refusal]:
@@ -175,13 +211,14 @@ class GenerationEstimate:
         return (f"generation at {', '.join(f'{p.steps:,}' for p in self.plans)} steps needs "
                 f"about {self.seconds / 60:.0f} min ({parts}), {self.disk_bytes / GIB:.2f} GiB "
                 f"of disk and {self.memory_bytes / GIB:.2f} GiB of host memory"
+                + _memory_parts(self.memory_bytes, self.weights_bytes)
                 + "".join(f"; {n}" for n in self.notes))
 
     def info(self) -> dict:
         """What the manifest records of its estimate."""
         return {"seconds": round(self.seconds), "disk_bytes": self.disk_bytes,
-                "memory_bytes": self.memory_bytes, "notes": list(self.notes),
-                "parts": {k: round(v) for k, v in self.parts.items()}}
+                "memory_bytes": self.memory_bytes, "weights_bytes": self.weights_bytes,
+                "notes": list(self.notes), "parts": {k: round(v) for k, v in self.parts.items()}}
 
     def require(self, **limits) -> None:
         """PreflightError listing every refusal, if any (the limits as `refusals`)."""
@@ -193,7 +230,7 @@ class GenerationEstimate:
 def estimate_generation(cfg: BudgetGenerationConfig, protocol: BridgeProtocol, *, layer: int,
                         hidden: int, vocab: int, seq_len: int, available: int | None,
                         sweep_sequences: int, stored: bool = True, bos_id: int = 0,
-                        seconds_per_step: float = SECONDS_PER_STEP,
+                        weights_bytes: int = 0, seconds_per_step: float = SECONDS_PER_STEP,
                         codar_step_ratio: float = CODAR_STEP_RATIO,
                         seconds_per_token_block: float = SECONDS_PER_TOKEN_BLOCK,
                         seconds_per_hybrid_token: float = SECONDS_PER_HYBRID_TOKEN,
@@ -211,6 +248,8 @@ def estimate_generation(cfg: BudgetGenerationConfig, protocol: BridgeProtocol, *
       sampling = |E| * n * L * (seconds_per_hybrid_token + seconds_per_judged_token)   DiHAL
                + |E| * CODAR_TEMPERATURES * n * L * seconds_per_judged_token             CoDAR
       memory   = 2 * (N + protocol.eval_sequences) * T * d * 4            (float32 pairs)
+                 + weights_bytes       (the backbone's and the judge's weights in host memory;
+                                        0 where they are on a device, or not known yet)
       disk     = |E| * (training_disk_bytes(P, P, k) + training_disk_bytes(CoDAR's, k))
     (k kept checkpoints; CoDAR's parameters at the backbone's whole vocabulary `vocab`, an upper
     bound where restrict_vocab trims it). The defaults are CPU measurements."""
@@ -239,7 +278,8 @@ def estimate_generation(cfg: BudgetGenerationConfig, protocol: BridgeProtocol, *
     codar = baseline_parameters(CODAR, vocab, hidden, params, seq_len, bos_id)
     disk = len(plans) * (training_disk_bytes(params, params, keep)
                          + training_disk_bytes(*codar, keep))
-    memory = pair_bytes((n + protocol.eval_sequences) * seq_len, hidden)
+    memory = pair_bytes((n + protocol.eval_sequences) * seq_len, hidden) + _bytes(weights_bytes)
     notes = tuple(f"{p.steps} steps: {p.sequences:,} distinct sequences, each seen "
                   f"{p.repeats:.2f} times" for p in plans if p.repeats > 1)
-    return GenerationEstimate(sum(parts.values()), disk, memory, plans, parts, notes)
+    return GenerationEstimate(sum(parts.values()), disk, memory, plans, parts, notes,
+                              weights_bytes)

@@ -122,6 +122,38 @@ def test_the_estimate_follows_its_formula_and_refuses_what_does_not_fit():
         E.estimate_study(cfg, PROTOCOL, **kw | {"seconds_per_step": 0})
     with pytest.raises(ValueError, match="fewer than the sweep"):
         E.estimate_study(cfg, PROTOCOL, **kw | {"available": 4})
+    with pytest.raises(ValueError, match="weights_bytes"):
+        E.estimate_study(cfg, PROTOCOL, **kw | {"weights_bytes": -1})
+
+
+def test_the_estimates_memory_counts_the_loaded_weights_and_says_when_it_cannot():
+    cfg = B.BudgetStudyConfig(layers=(1,), budgets=(10,), residual=False)
+    kw = dict(n_layers=6, hidden=32, seq_len=16, available=150, sweep_sequences=8)
+    pairs = E.estimate_study(cfg, PROTOCOL, **kw)
+    assert "the models' weights are counted once they are loaded" in pairs.summary()
+    held = E.estimate_study(cfg, PROTOCOL, **kw, weights_bytes=3 * 2**30)
+    assert held.memory_bytes == pairs.memory_bytes + 3 * 2**30 and held.info()[
+        "weights_bytes"] == 3 * 2**30
+    assert "3.00 of weights" in held.summary() and "counted once" not in held.summary()
+    assert held.refusals(host_available=pairs.memory_bytes + 2**30)[0].check == "host memory"
+    gen = E.estimate_generation(BudgetGenerationConfig(budgets=(4, 16)), PROTOCOL, layer=2,
+                                hidden=32, vocab=64, seq_len=16, available=None,
+                                sweep_sequences=8, weights_bytes=2**20)
+    assert gen.memory_bytes == E.estimate_generation(
+        BudgetGenerationConfig(budgets=(4, 16)), PROTOCOL, layer=2, hidden=32, vocab=64,
+        seq_len=16, available=None, sweep_sequences=8).memory_bytes + 2**20
+
+
+def test_host_weight_bytes_counts_each_model_once_and_only_what_is_on_the_host():
+    import torch
+
+    a = torch.nn.Linear(4, 3)  # 12 weights + 3 biases, float32
+    b = torch.nn.Embedding(5, 2).to(torch.float16)  # 10 halves
+    b.register_buffer("kept", torch.zeros(4, dtype=torch.int64))
+    on_meta = torch.nn.Linear(1000, 1000, device="meta")
+    assert E.host_weight_bytes(a) == 15 * 4
+    assert E.host_weight_bytes(a, b, a) == 15 * 4 + 10 * 2 + 4 * 8
+    assert E.host_weight_bytes(on_meta) == 0
 
 
 # ---------------------------------------------------------------- a tiny world

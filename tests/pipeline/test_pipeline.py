@@ -115,14 +115,21 @@ def test_run_configs_mirror_the_dihal_dataclasses():
     from assets import configs
     from dihal import config as dc
 
-    pairs = [(configs.CorpusRunConfig, dc.CorpusConfig), (configs.SequencesRunConfig, dc.SequenceConfig),
-             (configs.ExtractRunConfig, dc.ExtractConfig), (configs.GeometryRunConfig, dc.GeometryConfig),
-             (configs.BridgeProtocolRunConfig, dc.BridgeProtocol), (configs.EvalRunConfig, dc.EvalConfig),
-             (configs.BaselineRunConfig, dc.BaselineRunConfig),
-             (configs.SamplerCurveRunConfig, dc.SamplerCurveConfig)]
-    for run_cls, cls in pairs:
+    pairs = [(configs.CorpusRunConfig, dc.CorpusConfig, "corpus"),
+             (configs.SequencesRunConfig, dc.SequenceConfig, "sequences"),
+             (configs.ExtractRunConfig, dc.ExtractConfig, "hidden_states"),
+             (configs.GeometryRunConfig, dc.GeometryConfig, "geometry"),
+             (configs.BridgeProtocolRunConfig, dc.BridgeProtocol, "bridge_sweep"),
+             (configs.EvalRunConfig, dc.EvalConfig, "eval"),
+             (configs.BaselineRunConfig, dc.BaselineRunConfig, "baseline"),
+             (configs.SamplerCurveRunConfig, dc.SamplerCurveConfig, "sampler_steps")]
+    # the defaults are the dataclass's under the preset in force (the cpu preset: its sweep
+    # measures on 8 held-out sequences at K = 8)
+    assert configs.PROFILE_NAME == "cpu"
+    assert configs.PROFILE["bridge_sweep"] == {"eval_sequences": 8, "sampler_steps": 8}
+    for run_cls, cls, stage in pairs:
         assert set(run_cls.model_fields) == {f.name for f in dataclasses.fields(cls)}, run_cls
-        assert run_cls().to_dihal() == cls(), run_cls
+        assert run_cls().to_dihal() == cls(**configs.PROFILE.get(stage, {})), run_cls
     full = configs.FullBridgeRunConfig().to_dihal()
     assert full == dataclasses.replace(dc.BridgeProtocol(), epochs=2.0)
     with pytest.raises(ValueError, match="on_malformed"):

@@ -12,11 +12,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from dihal.rows import ABSENT, Absent, Estimate, or_none
+from dihal.rows import ABSENT, Absent, Columns, Estimate, or_none
 
 
 @dataclass(frozen=True)
-class Budget:
+class Budget(Columns):
     """The figures a comparison holds fixed across methods (dihal.compare.baselines.base
     .check_budget): the denoiser's parameters, the training tokens, the sampler's steps and
     the sequence length."""
@@ -25,15 +25,6 @@ class Budget:
     train_tokens: int
     sampler_steps: int
     seq_len: int
-
-    def to_dict(self) -> dict[str, int]:
-        return {"denoiser_parameters": self.denoiser_parameters,
-                "train_tokens": self.train_tokens, "sampler_steps": self.sampler_steps,
-                "seq_len": self.seq_len}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Budget:
-        return cls(**{k: d[k] for k in cls.__dataclass_fields__})
 
 
 # ------------------------------------------------------------------ the generation rows
@@ -285,7 +276,7 @@ def generation_rows(rows: list[dict]) -> list[GenerationRow]:
 
 # ------------------------------------------------------------------ the samples
 @dataclass(frozen=True)
-class Sample:
+class Sample(Columns):
     """One generated text, as the eval keeps it (its samples file): the model that drew it, its
     index in that model's draw (models drawn with one seed draw sample i alike, so samples pair
     up by index), the draw's seed and the text."""
@@ -294,13 +285,6 @@ class Sample:
     index: int
     seed: int
     text: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"model": self.model, "index": self.index, "seed": self.seed, "text": self.text}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Sample:
-        return cls(**{k: d[k] for k in cls.__dataclass_fields__})
 
 
 @dataclass(frozen=True)
@@ -326,7 +310,7 @@ class RoleSample:
 
 
 @dataclass(frozen=True)
-class BudgetSample:
+class BudgetSample(Columns):
     """A sample of the generation at the training budget's ends: the model, the optimiser steps
     it was trained for, its index in that model's draw and the text."""
 
@@ -334,13 +318,6 @@ class BudgetSample:
     steps: int
     index: int
     text: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"model": self.model, "steps": self.steps, "index": self.index, "text": self.text}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> BudgetSample:
-        return cls(**{k: d[k] for k in cls.__dataclass_fields__})
 
 
 @dataclass(frozen=True)

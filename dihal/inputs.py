@@ -15,6 +15,7 @@ from typing import Any
 from dihal.generation_rows import GenerationRow, generation_rows
 from dihal.rows import (
     BridgeMetrics,
+    Columns,
     PrimaryTest,
     RegressionRow,
     SpearmanRow,
@@ -25,20 +26,8 @@ from dihal.rows import (
 # -------------------------------------------------------------------------------- Locate
 
 
-class _Columns:
-    """A table's row whose fields are its stored columns, in order: `to_dict` is what storage
-    writes, `from_dict` reads it back (every column required)."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in self.__dataclass_fields__}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]):
-        return cls(**{k: d[k] for k in cls.__dataclass_fields__})
-
-
 @dataclass(frozen=True)
-class GeometryRow(_Columns):
+class GeometryRow(Columns):
     """One layer's geometry proxies under one normalisation (the geometry table's row, as
     dihal.locate.stage.compute_geometry makes it from dihal.locate.geometry.layer_proxies): the
     proxies of the score (dihal.proxies.NAMES: m_curv, m_mono, k_eff), the other monotonicity
@@ -72,7 +61,7 @@ class ScoreRow(GeometryRow):
 
 
 @dataclass(frozen=True)
-class PredictorRow(_Columns):
+class PredictorRow(Columns):
     """The rival predictors of one candidate layer (dihal.locate.predictors.layer_predictors;
     their names are dihal.locate.predictors.PREDICTORS): the predictors table's row."""
 
@@ -388,7 +377,6 @@ class ReplaceInputs:
         """The sampler steps K the sweep's bridges were measured at (`default` where the
         protocol does not say)."""
         return int(self.protocol.get("sampler_steps", default))
-
 
 
 # ------------------------------------------------------------------------------ Backbones

@@ -34,8 +34,20 @@ class ByColumns:
         return cls(**{k: d.get(k) for k in cls.__dataclass_fields__})
 
 
+class Columns:
+    """A record whose fields are what it stores, in order: `to_dict` is what is written,
+    `from_dict` reads it back (every field required)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]):
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__})
+
+
 @dataclass(frozen=True)
-class TrainingPoint:
+class TrainingPoint(Columns):
     """One entry of a training curve (dihal.training): the mean training loss over the steps
     since the last entry, at optimiser step `step`, with that step's learning rate and
     gradient norm. Kept in every checkpoint and in a trained bridge's curve table, as `to_dict`."""
@@ -45,27 +57,13 @@ class TrainingPoint:
     lr: float
     grad_norm: float
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"step": self.step, "loss": self.loss, "lr": self.lr, "grad_norm": self.grad_norm}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> TrainingPoint:
-        return cls(**{k: d[k] for k in cls.__dataclass_fields__})
-
 
 @dataclass(frozen=True)
-class ValidationPoint:
+class ValidationPoint(Columns):
     """One validation of a training run: the held-out loss at optimiser step `step`."""
 
     step: int
     val_loss: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"step": self.step, "val_loss": self.val_loss}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> ValidationPoint:
-        return cls(**{k: d[k] for k in cls.__dataclass_fields__})
 
 
 @dataclass(frozen=True)

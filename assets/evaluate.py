@@ -64,7 +64,8 @@ def evaluate_assets(backbone: str, n_layers: int) -> list:
             run.model(), br.read(), run.judge(), cfg, progress=run.log,
             **held_out_reference(run, cfg.length), reader=states.reader(),
             train_pairs=pairs_of(run, layer), regression=control, regression_note=note,
-            chosen=choose_steps(points), cost_steps=[p.steps for p in points]), judge=run.judge_identity())
+            chosen=choose_steps(points), cost_steps=[p.sampler_steps for p in points]),
+            judge=run.judge_identity())
 
     @stage_asset(backbone, "sampler_steps", [key("bridge"), key("hidden_states")], kinds={"parquet"})
     def sampler_steps(context: dg.AssetExecutionContext,

@@ -62,8 +62,8 @@ def main() -> None:
 
     subjects = [CostSubject("backbone", functools.partial(decode_backbone, bb))]
     for k in args.steps:
-        h = Hybrid(bb, den, BrownianBridge(), *stds, layer=args.layer, steps=k)
-        subjects.append(CostSubject(f"DiHAL K={k}", h.decode, steps=k, layer=args.layer))
+        h = Hybrid(bb, den, BrownianBridge(), *stds, layer=args.layer, sampler_steps=k)
+        subjects.append(CostSubject(f"DiHAL K={k}", h.decode, sampler_steps=k, layer=args.layer))
     subjects.append(CostSubject("ridge", ridge_hybrid(bb, args.layer, ridge, *stds).decode,
                                 layer=args.layer))
     subjects.append(CostSubject("layer-drop", layer_drop_hybrid(bb, args.layer).decode,

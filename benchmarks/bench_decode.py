@@ -91,7 +91,8 @@ def main() -> None:
     denoiser = build_denoiser(cfg, seed=0)
     with torch.no_grad():  # a fresh denoiser outputs zeros; give it a non-trivial output layer
         torch.nn.init.normal_(denoiser.out_proj.weight, std=0.02)
-    hybrid = Hybrid(bb, denoiser, BrownianBridge(), *stds, layer=args.layer, steps=args.steps)
+    hybrid = Hybrid(bb, denoiser, BrownianBridge(), *stds, layer=args.layer,
+                    sampler_steps=args.steps)
 
     print(
         f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} CPUs, "

@@ -72,7 +72,8 @@ def bridge_passes(bb, den, data, protocol, repeats: int) -> dict:
 
     proc = BrownianBridge(sigma=protocol.sigma)
     hyb = Hybrid(bb, den, proc, data.cond_std, data.target_std, data.layer,
-                 steps=protocol.sampler_steps, first_state=data.first_state, noise_seed=protocol.seed)
+                 sampler_steps=protocol.sampler_steps, first_state=data.first_state,
+                 noise_seed=protocol.seed)
 
     def two():
         recon = reconstruction_error(den, data.val, proc, steps=protocol.sampler_steps,
@@ -142,7 +143,8 @@ def measure_layer(bb, reader, train_ids, extract, layer: int, protocol, *, repea
                                                              REGRESSION_T_GRID, seed=0))
         _, out["recon_s"] = _timed(lambda: reconstruction_error(den, data.val, proc,
                                                                 steps=protocol.sampler_steps, seed=0))
-        hyb = Hybrid(bb, den, proc, data.cond_std, data.target_std, layer, steps=protocol.sampler_steps,
+        hyb = Hybrid(bb, den, proc, data.cond_std, data.target_std, layer,
+                     sampler_steps=protocol.sampler_steps,
                      first_state=data.first_state)
         nll, out["hybrid_nll_s"] = _timed(lambda: held_out_nll(hyb, data.val_ids, data.reference))
         out["bridge_nll"] = nll["hybrid_nll"]

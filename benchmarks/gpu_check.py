@@ -587,7 +587,7 @@ def decode(check: Check, bb, sizes: dict, store: dict) -> dict:
 
     def hybrid(steps):
         return Hybrid(bb, net.to(bb.device), BrownianBridge(sigma=proto.sigma), cs, hs, layer,
-                      steps=steps, first_state=first)
+                      sampler_steps=steps, first_state=first)
 
     systems = {"dihal": hybrid(proto.sampler_steps).decode, "backbone": partial_backbone(bb),
                "regression": hybrid(1).decode,

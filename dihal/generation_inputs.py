@@ -40,15 +40,16 @@ class ChosenSampler:
     """The (rule, K) the sampler-steps curve chose on validation, with its held-out hybrid NLL."""
 
     rule: str
-    steps: int
+    sampler_steps: int
     hybrid_nll: float
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> ChosenSampler | None:
-        return cls(d["rule"], d["steps"], d["hybrid_nll"]) if d else None
+        return cls(d["rule"], d["sampler_steps"], d["hybrid_nll"]) if d else None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"rule": self.rule, "steps": self.steps, "hybrid_nll": self.hybrid_nll}
+        return {"rule": self.rule, "sampler_steps": self.sampler_steps,
+                "hybrid_nll": self.hybrid_nll}
 
 
 @dataclass(frozen=True)
@@ -61,18 +62,18 @@ class SamplerChoice:
     stored."""
 
     chosen: ChosenSampler | None = None
-    protocol_steps: int | None = None
+    protocol_sampler_steps: int | None = None
     chosen_is_protocol: bool | None = None
     regression: str | None = None
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> SamplerChoice:
         d = d or {}
-        return cls(ChosenSampler.from_dict(d.get("chosen")), d.get("protocol_steps"),
+        return cls(ChosenSampler.from_dict(d.get("chosen")), d.get("protocol_sampler_steps"),
                    d.get("chosen_is_protocol"), d.get("regression"))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"protocol_steps": self.protocol_steps,
+        return {"protocol_sampler_steps": self.protocol_sampler_steps,
                 "chosen": self.chosen.to_dict() if self.chosen is not None else None,
                 **({"chosen_is_protocol": self.chosen_is_protocol}
                    if self.chosen_is_protocol is not None else {}),
@@ -244,7 +245,7 @@ class CurvePoint:
     """One (rule, K) of the sampler-steps curve at l* (dihal.replace.sampler_steps), as its stage
     makes it and storage writes it (its fields are the table's columns, in order)."""
 
-    steps: int  # the sampler's K
+    sampler_steps: int  # the sampler's K
     rule: str
     recon_error: float
     hybrid_nll: float
@@ -252,7 +253,7 @@ class CurvePoint:
     top1_agreement: float
     ms_per_token: float  # generation latency at this (rule, K)
     measure_seconds: float  # 0 where the point is another rule's (same_as_rule)
-    trained_steps: int  # the K of the bridge's protocol, which it was measured at when trained
+    protocol_sampler_steps: int  # the K of the bridge's protocol, which it was measured at when trained
     from_bridge_metrics: bool  # the bridge's own measurement, reused (K and rule its protocol's)
     # the rule whose point this one is (K = 1 lands on the predicted endpoint under every rule),
     # or None where it was measured
@@ -371,7 +372,7 @@ class FullTrainingRow:
     seed_columns: dict[str, SeedSpread] = field(default_factory=dict)
     from_eval: bool | Absent = ABSENT
     sampler: str | Absent = ABSENT  # PROTOCOL_K or CHOSEN_ON_VALIDATION
-    steps: int | None | Absent = ABSENT
+    sampler_steps: int | None | Absent = ABSENT
     rule: str | None | Absent = ABSENT
     generation: GenerationRow = field(
         default_factory=lambda: GenerationRow(FULL_TRAINING_GENERATION))
@@ -393,7 +394,7 @@ class FullTrainingRow:
         out = {"role": self.role, "layer": self.layer, **{k: getattr(self, k) for k in _BRIDGE}}
         for m, s in self.seed_columns.items():
             out.update({seed_column(m, k): getattr(s, k) for k in _SPREAD})
-        out.update({k: getattr(self, k) for k in ("from_eval", "sampler", "steps", "rule")})
+        out.update({k: getattr(self, k) for k in ("from_eval", "sampler", "sampler_steps", "rule")})
         out.update(self.generation.to_dict())
         for first, t in self.pair_tests.items():
             out.update({pair_column(k, first): getattr(t, k) for k in PAIR_STATS})
@@ -415,8 +416,8 @@ class FullTrainingRow:
             {k: d[k] for k in GENERATION_COLUMNS[FULL_TRAINING_GENERATION] if k in d},
             FULL_TRAINING_GENERATION)
         return cls(d["role"], d["layer"],
-                   **{k: d.get(k, ABSENT) for k in (*_BRIDGE, "from_eval", "sampler", "steps",
-                                                    "rule")},
+                   **{k: d.get(k, ABSENT) for k in (*_BRIDGE, "from_eval", "sampler",
+                                                    "sampler_steps", "rule")},
                    seed_columns=seeds, generation=generation, pair_tests=tests)
 
     def measures(self) -> dict[str, Any]:
@@ -431,7 +432,7 @@ _BRIDGE = ("val_loss", "t1_loss", "recon_error", "hybrid_nll", "hybrid_nll_selec
            "train_seconds_all_seeds", "n_seeds")
 _SPREAD = ("mean", "sd", "min", "max")
 _FULL_TRAINING_COLUMNS = {
-    "role", "layer", *_BRIDGE, "from_eval", "sampler", "steps", "rule",
+    "role", "layer", *_BRIDGE, "from_eval", "sampler", "sampler_steps", "rule",
     *(seed_column(m, k) for m in SEED_MEASURES for k in _SPREAD),
     *GENERATION_COLUMNS[FULL_TRAINING_GENERATION],
     *(pair_column(k, first) for first, _ in ROLE_PAIRS for k in PAIR_STATS)}

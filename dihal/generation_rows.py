@@ -76,7 +76,7 @@ BUDGET_COLUMNS = ("denoiser_parameters", "train_tokens", "sampler_steps", "seq_l
 GENERATION_COLUMNS = {
     EVAL_ROW: ("model", "role", *TEXT_METRICS, "ms_per_token", "ms_per_step", "length",
                "temperature", "start_token", "start_token_id", "cpu_threads", "cpu_kernels",
-               "layer", "steps", "rule", "latency_vs_backbone", *PAIRED_COLUMNS, "train_tokens",
+               "layer", "sampler_steps", "rule", "latency_vs_backbone", *PAIRED_COLUMNS, "train_tokens",
                "denoiser_parameters", "ridge_lambda", "ridge_val_mse"),
     COMPARISON_ROW: ("model", "role", *GENERATION_KEYS, "repetition", "mean_length",
                      *LENGTH_KEYS, *BUDGET_COLUMNS, "train_steps", "layer", *PAIRED_COLUMNS),
@@ -146,9 +146,9 @@ class GenerationRow:
     start_token_id: int | Absent = ABSENT
     cpu_threads: int | Absent = ABSENT
     cpu_kernels: str | Absent = ABSENT
-    # DiHAL's and the controls' layer and sampler steps, DiHAL's sampler rule
+    # DiHAL's and the controls' layer (their sampler's K: sampler_steps below), DiHAL's sampler
+    # rule
     layer: int | None | Absent = ABSENT
-    steps: int | None | Absent = ABSENT
     rule: str | None | Absent = ABSENT
     latency_vs_backbone: float | Absent = ABSENT
     # log Gen.PPL of DiHAL minus this row's, paired by sample, with its interval, p-value,
@@ -162,7 +162,7 @@ class GenerationRow:
     denoiser_parameters: int | None | Absent = ABSENT
     ridge_lambda: float | None | Absent = ABSENT
     ridge_val_mse: float | None | Absent = ABSENT
-    sampler_steps: int | None | Absent = ABSENT
+    sampler_steps: int | None | Absent = ABSENT  # the sampler's K (a budget's, or DiHAL's)
     seq_len: int | None | Absent = ABSENT
     train_steps: int | None | Absent = ABSENT  # the optimiser steps (DiHAL's bridge, a baseline)
     # a frontier point: sampled again (False: a main row's), and its sampling seconds
@@ -315,7 +315,7 @@ class BudgetSample(Columns):
     it was trained for, its index in that model's draw and the text."""
 
     model: str
-    steps: int
+    train_steps: int
     index: int
     text: str
 

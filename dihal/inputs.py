@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from dihal.config import BridgeProtocol
 from dihal.generation_rows import GenerationRow, generation_rows
 from dihal.rows import (
     BridgeMetrics,
@@ -361,22 +362,18 @@ class BridgeabilitySummary:
 @dataclass(frozen=True)
 class ReplaceInputs:
     """The Replace family: bridgeability's summary, every swept layer's bridge, and the
-    protocol the sweep trained them under (the oracle's config, shown as it is)."""
+    protocol the sweep trained them under (the oracle's, as its bridge stored it)."""
 
     info: BridgeabilitySummary
     layers: list[BridgeMetrics]
-    protocol: dict[str, Any]
+    protocol: BridgeProtocol
 
     @classmethod
     def from_dicts(cls, bridgeability: dict[str, Any], sweep_layers: list[BridgeMetrics],
                    sweep_protocol: dict[str, Any]) -> ReplaceInputs:
+        """`sweep_protocol`: the oracle's bridge's stored config (BridgeProtocol.to_dict)."""
         return cls(BridgeabilitySummary.from_dict(bridgeability), list(sweep_layers),
-                   dict(sweep_protocol))
-
-    def sweep_steps(self, default: int) -> int:
-        """The sampler steps K the sweep's bridges were measured at (`default` where the
-        protocol does not say)."""
-        return int(self.protocol.get("sampler_steps", default))
+                   BridgeProtocol(**sweep_protocol))
 
 
 # ------------------------------------------------------------------------------ Backbones

@@ -308,7 +308,7 @@ class SamplerCurveResult:
         several = len({p.rule for p in self.rows}) > 1
 
         def label(p: CurvePoint) -> str:
-            return (f"{p.rule} " if several else "") + f"K={p.steps}"
+            return (f"{p.rule} " if several else "") + f"K={p.sampler_steps}"
 
         return {"layer": self.layer, **{f"{label(p)} {k}": getattr(p, k) for p in self.rows
                                         for k in ("hybrid_nll", "recon_error", "ms_per_token")}}
@@ -395,7 +395,7 @@ class BudgetResult:
     def metadata(self) -> dict:
         """The hybrid NLL of each model at each budget (the backbone's once)."""
         return {(f"{p.model} hybrid_nll" if p.model == "backbone"
-                 else f"{p.model} hybrid_nll @ {p.steps}"): round(p.hybrid_nll, 4)
+                 else f"{p.model} hybrid_nll @ {p.train_steps}"): round(p.hybrid_nll, 4)
                 for p in self.points}
 
 
@@ -418,5 +418,5 @@ class BudgetGenerationResult:
 
     def metadata(self) -> dict:
         """Gen.PPL and diversity of each model at each budget."""
-        return {f"{r.model} {k} @ {r.steps}": _round(getattr(r, k))
+        return {f"{r.model} {k} @ {r.train_steps}": _round(getattr(r, k))
                 for r in self.rows for k in ("gen_ppl", "diversity")}

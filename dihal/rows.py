@@ -356,9 +356,9 @@ BUDGET_MODELS = ("bridge", "ridge", "network", "residual", "backbone")
 
 @dataclass(frozen=True)
 class BudgetPoint:
-    """One point of the budget study: one model at one layer after `steps` optimiser steps."""
+    """One point of the budget study: one model at one layer after `train_steps` optimiser steps."""
     layer: int
-    steps: int              # the budget: optimiser steps of bridge/network/residual; ridge: fitted in closed form on the same tokens as that budget's bridge; backbone: 0
+    train_steps: int        # the budget: optimiser steps of bridge/network/residual; ridge: fitted in closed form on the same tokens as that budget's bridge; backbone: 0
     tokens: int             # training tokens seen (steps * batch_size * seq_len; ridge: tokens fitted on)
     distinct_tokens: int    # distinct training tokens behind them (tokens / distinct = how often each repeats)
     model: str              # one of BUDGET_MODELS
@@ -386,8 +386,8 @@ class BudgetPoint:
 
     @property
     def key(self) -> tuple[int, str, int]:
-        """(layer, model, steps): what a resumed study recognises as done."""
-        return (self.layer, self.model, self.steps)
+        """(layer, model, train_steps): what a resumed study recognises as done."""
+        return (self.layer, self.model, self.train_steps)
 
 
 # ---------------------------------------------------------------- generation at the budget's ends
@@ -404,7 +404,7 @@ class BudgetGenerationRow:
 
     layer: int              # l*, where DiHAL's bridge replaces layers 1..l*
     model: str              # one of GENERATION_MODELS
-    steps: int              # optimiser steps
+    train_steps: int        # optimiser steps
     tokens: int             # training tokens seen (steps * batch_size * seq_len)
     distinct_tokens: int    # distinct training tokens behind them (tokens / distinct: how often each repeats)
     denoiser_parameters: int
@@ -431,8 +431,8 @@ class BudgetGenerationRow:
 
     @property
     def key(self) -> tuple[str, int]:
-        """(model, steps): what a resumed run recognises as done."""
-        return (self.model, self.steps)
+        """(model, train_steps): what a resumed run recognises as done."""
+        return (self.model, self.train_steps)
 
     def to_dict(self) -> dict:
         """A plain JSON-able dict of the fields."""

@@ -43,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument("--top-p", type=float, default=1.0)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--steps", type=int, default=None,
+    ap.add_argument("--sampler-steps", type=int, default=None,
                     help="the bridge sampler's steps K (default: the bridge's protocol's)")
     ap.add_argument("--rule", choices=("ancestral", "marginal"), default=None,
                     help="the bridge sampler's update rule (default: ancestral)")
@@ -72,8 +72,9 @@ def checked_name(args: argparse.Namespace) -> str:
     from pipeline.hybrids import backbone_name
 
     SamplingConfig(args.max_new_tokens, args.do_sample, args.temperature, args.top_p, args.seed)
-    if args.steps is not None and args.steps < 1:
-        raise ValueError(f"--steps {args.steps}: the bridge sampler takes at least 1 step")
+    if args.sampler_steps is not None and args.sampler_steps < 1:
+        raise ValueError(f"--sampler-steps {args.sampler_steps}: the bridge sampler takes at least "
+                         "1 step")
     name = backbone_name(args.backbone, args.root)
     n_layers = get_spec(name).n_layers
     if args.layer is not None and not 1 <= args.layer <= n_layers - 1:
@@ -99,7 +100,7 @@ def models_of(args: argparse.Namespace, name: str) -> list:
     say(f"{what_bridge(args.layer)} of {name}: layer {trained.layer}, K = "
         f"{trained.hparams['protocol']['sampler_steps']}")
     backbone = load_named_backbone(name, args.root, device=args.device, progress=say)
-    hybrid = DihalHybrid(backbone, trained, steps=args.steps, rule=args.rule)
+    hybrid = DihalHybrid(backbone, trained, sampler_steps=args.sampler_steps, rule=args.rule)
     models = [hybrid.backbone_model(), hybrid]
     if ridge is not None:
         models.append(control_model(backbone, ridge))

@@ -89,10 +89,10 @@ def what_bridge(layer: int | None) -> str:
 
 
 def from_artifacts(name: str = "smollm2", root: Path | str | None = None, *,
-                   layer: int | None = None, steps: int | None = None, rule: str | None = None,
+                   layer: int | None = None, sampler_steps: int | None = None, rule: str | None = None,
                    device: str = "cpu", backbone=None, progress: Progress = None) -> DihalHybrid:
     """DiHAL's hybrid of backbone `name` from the artifact root: the bridge at l* (`layer`
-    None) or the sweep's bridge of `layer`, sampled with `steps` under `rule` (default: its
+    None) or the sweep's bridge of `layer`, sampled with `sampler_steps` under `rule` (default: its
     protocol's K, the default rule). `backbone`: the backbone already loaded (else loaded
     here); refused unless it is the one the bridge was trained on."""
     name = backbone_name(name, root)
@@ -102,7 +102,7 @@ def from_artifacts(name: str = "smollm2", root: Path | str | None = None, *,
                  f"{trained.hparams['protocol']['sampler_steps']}")
     if backbone is None:
         backbone = load_named_backbone(name, root, device=device, progress=progress)
-    return DihalHybrid(backbone, trained, steps=steps, rule=rule)
+    return DihalHybrid(backbone, trained, sampler_steps=sampler_steps, rule=rule)
 
 
 def read_ridge(name: str, layer: int, root: Path | str | None = None) -> TrainedBridge:
@@ -119,10 +119,10 @@ def ridge_from_artifacts(hybrid: DihalHybrid, root: Path | str | None = None) ->
 
 
 def load_saved(folder: Path | str, root: Path | str | None = None, *, device: str = "cpu",
-               steps: int | None = None, rule: str | None = None,
+               sampler_steps: int | None = None, rule: str | None = None,
                progress: Progress = None) -> DihalHybrid:
     """A hybrid saved with DihalHybrid.save, on the backbone it names, loaded here by that
     name (refused unless its content is the one recorded: dihal.api.identity)."""
     recorded = saved_config(folder)["backbone"]
     backbone = load_named_backbone(recorded["name"], root, device=device, progress=progress)
-    return DihalHybrid.load(folder, backbone, steps=steps, rule=rule)
+    return DihalHybrid.load(folder, backbone, sampler_steps=sampler_steps, rule=rule)

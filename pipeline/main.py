@@ -478,7 +478,7 @@ def _chain(chain: Chain, args, layers: list[int], baselines: list[str], say,
         for row in Evaluation(layout, b).require().info["rows"]:
             say(eval_line(row))
         for p in SamplerCurveResult.from_dict(SamplerCurve(layout, b).require().info).rows:
-            say(f"  sampler K={p.steps} ({p.rule}): hybrid NLL {p.hybrid_nll:.4f}, reconstruction "
+            say(f"  sampler K={p.sampler_steps} ({p.rule}): hybrid NLL {p.hybrid_nll:.4f}, reconstruction "
                 f"error {p.recon_error:.4f}, {p.ms_per_token:.1f} ms/token")
     if last >= STAGES.index("report"):
         say(f"baselines {', '.join(baselines)} at DiHAL's budget")

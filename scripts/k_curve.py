@@ -144,10 +144,10 @@ def main() -> None:
     print("\n| rule | K | hybrid NLL | recon error | top-1 agreement | MFLOPs / token | x backbone |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for p in curve.rows:
-        f = flops.hybrid(args.layer, p.steps)
-        print(f"| {p.rule} | {p.steps} | {p.hybrid_nll:.4f} | {p.recon_error:.4f} | "
+        f = flops.hybrid(args.layer, p.sampler_steps)
+        print(f"| {p.rule} | {p.sampler_steps} | {p.hybrid_nll:.4f} | {p.recon_error:.4f} | "
               f"{p.top1_agreement:.4f} | {f / 1e6:.1f} | {f / flops.backbone():.3f} |")
-    print(f"\nchosen by held-out hybrid NLL: {chosen['rule']} rule, K = {chosen['steps']} "
+    print(f"\nchosen by held-out hybrid NLL: {chosen['rule']} rule, K = {chosen['sampler_steps']} "
           f"(NLL {chosen['hybrid_nll']:.4f})")
     print("\n| control at the same layer | hybrid NLL | top-1 agreement | MFLOPs / token |")
     print("|---|---:|---:|---:|")

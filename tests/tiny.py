@@ -392,9 +392,9 @@ def report_raw(*, spearman=None, regression=(), comparison=None, latency=2.0,
 def curve_point(**fields) -> dict:
     """A point of the sampler-steps curve as its manifest stores it (`fields` replaced): K = 1
     of a bridge measured at K = 4."""
-    return {"steps": 1, "rule": "ancestral", "recon_error": 0.5, "hybrid_nll": 3.0,
+    return {"sampler_steps": 1, "rule": "ancestral", "recon_error": 0.5, "hybrid_nll": 3.0,
             "backbone_nll": 2.5, "top1_agreement": 0.5, "ms_per_token": 1.0,
-            "measure_seconds": 0.1, "trained_steps": 4, "from_bridge_metrics": False,
+            "measure_seconds": 0.1, "protocol_sampler_steps": 4, "from_bridge_metrics": False,
             "same_as_rule": None, **fields}
 
 
@@ -725,7 +725,7 @@ def budget_point(model: str, layer: int, steps: int, nll: float):
     from dihal.rows import BudgetPoint
 
     trains = model in ("bridge", "residual")
-    return BudgetPoint(layer=layer, steps=steps, tokens=steps * 64,
+    return BudgetPoint(layer=layer, train_steps=steps, tokens=steps * 64,
                        distinct_tokens=min(steps * 64, 32768), model=model,
                        val_loss=0.5 if trains else None, t1_loss=0.7 if trains else None,
                        recon_error=0.3, hybrid_nll=nll, seconds=1.0)

@@ -15,19 +15,19 @@ WARMUP_TOKENS = 2  # greedy tokens each model decodes, untimed, before its timed
 
 
 def compare(models: Sequence[TextModel], prompts: Prompt | Sequence[Prompt], *,
-            max_new_tokens: int = 32, steps: int | None = None, rule: str | None = None,
+            max_new_tokens: int = 32, sampler_steps: int | None = None, rule: str | None = None,
             warmup: bool = True, progress: Callable[[str], None] | None = None,
             **kwargs) -> list[Generated]:
     """Each model's `generate(prompts, max_new_tokens=..., **kwargs)` (do_sample, temperature,
     top_p, seed, stop_at_eos), in the order given, once every prompt is known to fit every
-    model. `steps` and `rule` go to the DiHAL hybrids (the other models have no bridge
+    model. `sampler_steps` and `rule` go to the DiHAL hybrids (the other models have no bridge
     sampler, the regression hybrid one step). With `warmup`, each model first decodes
     WARMUP_TOKENS greedy tokens of one prompt, untimed, so that its time per token leaves out
     what a first call costs once (allocations, kernels chosen)."""
     names = [m.name for m in models]
     if not models or len(set(names)) != len(names):
         raise ValueError(f"compare needs models with distinct names, got {names}")
-    sampler = {k: v for k, v in (("steps", steps), ("rule", rule)) if v is not None}
+    sampler = {k: v for k, v in (("sampler_steps", sampler_steps), ("rule", rule)) if v is not None}
     for m in models:  # every prompt fits every model, or nothing is generated
         m.encode_prompts(prompts, max_new_tokens)
     out = []

@@ -178,11 +178,13 @@ def backbone_model(backbone: Backbone) -> TextModel:
     return TextModel("backbone", backbone, BackboneCore(backbone))
 
 
-def check_steps(steps: int | None) -> int | None:
-    """`steps` (the bridge sampler's K) where it is None or an int >= 1, else a ValueError."""
-    if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
-        raise ValueError(f"steps must be an int >= 1 (the bridge sampler's K), got {steps!r}")
-    return steps
+def check_steps(sampler_steps: int | None) -> int | None:
+    """`sampler_steps` (the bridge sampler's K) where it is None or an int >= 1, else a
+    ValueError."""
+    k = sampler_steps
+    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
+        raise ValueError(f"sampler_steps must be an int >= 1 (the bridge sampler's K), got {k!r}")
+    return k
 
 
 def first_state_of(trained: TrainedBridge, backbone: Backbone) -> Tensor | None:
@@ -192,13 +194,14 @@ def first_state_of(trained: TrainedBridge, backbone: Backbone) -> Tensor | None:
 
 class DihalHybrid(TextModel):
     """DiHAL's hybrid: `backbone` with layers 0..l-1 replaced by the bridge `trained`
-    (dihal.results.TrainedBridge), sampled with `steps` sampler steps (default: its training
+    (dihal.results.TrainedBridge), sampled with K = `sampler_steps` (default: its training
     protocol's K) under `rule` (default: dihal.bridge.sampler.DEFAULT_RULE), deterministic
-    sampler noise (eta 0) unless `eta` says otherwise. `generate` and `score` take `steps` and
-    `rule` per call: the hybrid is made once per (steps, rule) and kept."""
+    sampler noise (eta 0) unless `eta` says otherwise. `generate` and `score` take
+    `sampler_steps` and `rule` per call: the hybrid is made once per (K, rule) and kept."""
 
-    def __init__(self, backbone: Backbone, trained: TrainedBridge, *, steps: int | None = None,
-                 rule: str | None = None, eta: float = 0.0) -> None:
+    def __init__(self, backbone: Backbone, trained: TrainedBridge, *,
+                 sampler_steps: int | None = None, rule: str | None = None,
+                 eta: float = 0.0) -> None:
         objective = trained.hparams.get("objective")
         if objective == "ridge":
             raise ValueError("this is a ridge control, not a bridge: load it with "
@@ -208,55 +211,62 @@ class DihalHybrid(TextModel):
                        f"the bridge of layer {trained.layer}")
         self.backbone, self.trained, self.eta = backbone, trained, float(eta)
         self.regression = objective == "regression"
-        self.steps = 1 if self.regression else int(check_steps(steps)
-                                                   or trained.hparams["protocol"]["sampler_steps"])
+        self.sampler_steps = 1 if self.regression else int(
+            check_steps(sampler_steps) or trained.hparams["protocol"]["sampler_steps"])
         self.rule = check_rule(rule or DEFAULT_RULE, self.eta)
         self._built = BuiltBridge.of(backbone, trained)  # restored once, sampled at any K
         self._cores: dict[tuple[int, str], object] = {}
-        core = self.core_at(self.steps, self.rule)
-        super().__init__(self.name_at(self.steps, self.rule), backbone, core,
+        core = self.core_at(self.sampler_steps, self.rule)
+        super().__init__(self.name_at(self.sampler_steps, self.rule), backbone, core,
                          context=core.max_len,
                          context_reason="its bridge's denoiser was built for sequences of this "
                                         "length, the ones it was trained on",
-                         sampler={"steps": self.steps, "rule": self.rule, "eta": self.eta})
+                         sampler={"sampler_steps": self.sampler_steps, "rule": self.rule,
+                                  "eta": self.eta})
 
     @property
     def layer(self) -> int:
         return self.trained.layer
 
-    def name_at(self, steps: int, rule: str) -> str:
+    def name_at(self, sampler_steps: int, rule: str) -> str:
         if self.regression:
             return f"regression (l={self.layer})"
-        return f"DiHAL (l={self.layer}, K={steps}" + (f" {rule}" if rule != DEFAULT_RULE
-                                                      else "") + ")"
+        return f"DiHAL (l={self.layer}, K={sampler_steps}" + (f" {rule}" if rule != DEFAULT_RULE
+                                                              else "") + ")"
 
-    def core_at(self, steps: int, rule: str):
-        """The hybrid sampled with `steps` under `rule` (made once, then kept)."""
-        if (steps, rule) not in self._cores:
-            self._cores[(steps, rule)] = self._built.hybrid(steps=steps, rule=rule, eta=self.eta)
-        return self._cores[(steps, rule)]
+    def core_at(self, sampler_steps: int, rule: str):
+        """The hybrid sampled with K = `sampler_steps` under `rule` (made once, then kept)."""
+        key = (sampler_steps, rule)
+        if key not in self._cores:
+            self._cores[key] = self._built.hybrid(sampler_steps=sampler_steps, rule=rule,
+                                                  eta=self.eta)
+        return self._cores[key]
 
-    def at(self, steps: int | None = None, rule: str | None = None) -> TextModel:
-        """This hybrid sampled with `steps` and `rule` (None: its own) as a model of its own."""
-        steps, rule = check_steps(steps) or self.steps, check_rule(rule or self.rule, self.eta)
-        if self.regression and steps != 1:
-            raise ValueError(f"{self.name} predicts h_l in one step: steps must be 1, got {steps}")
-        if (steps, rule) == (self.steps, self.rule):
+    def at(self, sampler_steps: int | None = None, rule: str | None = None) -> TextModel:
+        """This hybrid sampled with K = `sampler_steps` under `rule` (None: its own) as a model
+        of its own."""
+        k = check_steps(sampler_steps) or self.sampler_steps
+        rule = check_rule(rule or self.rule, self.eta)
+        if self.regression and k != 1:
+            raise ValueError(f"{self.name} predicts h_l in one step: sampler_steps must be 1, "
+                             f"got {k}")
+        if (k, rule) == (self.sampler_steps, self.rule):
             return self
-        return TextModel(self.name_at(steps, rule), self.backbone, self.core_at(steps, rule),
+        return TextModel(self.name_at(k, rule), self.backbone, self.core_at(k, rule),
                          context=self.context, context_reason=self.context_reason,
-                         sampler={"steps": steps, "rule": rule, "eta": self.eta})
+                         sampler={"sampler_steps": k, "rule": rule, "eta": self.eta})
 
-    def generate(self, prompts: Prompt | Sequence[Prompt], *, steps: int | None = None,
+    def generate(self, prompts: Prompt | Sequence[Prompt], *, sampler_steps: int | None = None,
                  rule: str | None = None, **kwargs) -> Generated:
-        """TextModel.generate with the hybrid sampled at `steps` under `rule` (None: its own)."""
-        return TextModel.generate(self.at(steps, rule), prompts, **kwargs)
+        """TextModel.generate with the hybrid sampled at K = `sampler_steps` under `rule`
+        (None: its own)."""
+        return TextModel.generate(self.at(sampler_steps, rule), prompts, **kwargs)
 
     def score(self, texts: str | Sequence[str], progress: Progress = None, *,
-              steps: int | None = None, rule: str | None = None) -> Scores:
-        """The per-token NLL and perplexity of `texts` under the hybrid (at `steps`, `rule`)
-        and under its backbone, side by side."""
-        return score_texts(texts, [self.at(steps, rule), self.backbone_model()],
+              sampler_steps: int | None = None, rule: str | None = None) -> Scores:
+        """The per-token NLL and perplexity of `texts` under the hybrid (at K = `sampler_steps`,
+        `rule`) and under its backbone, side by side."""
+        return score_texts(texts, [self.at(sampler_steps, rule), self.backbone_model()],
                            progress=progress)
 
     def backbone_model(self) -> TextModel:
@@ -275,14 +285,15 @@ class DihalHybrid(TextModel):
         return save_hybrid(folder, self.trained, self.backbone, sampler=self.sampler)
 
     @classmethod
-    def load(cls, folder: Path | str, backbone: Backbone, *, steps: int | None = None,
+    def load(cls, folder: Path | str, backbone: Backbone, *, sampler_steps: int | None = None,
              rule: str | None = None) -> DihalHybrid:
         """The hybrid saved in `folder`, on `backbone`: refused (BackboneMismatchError, naming
         both) unless it is the backbone the hybrid was saved with, by content."""
         trained, cfg = read_saved(folder)
         check_backbone(backbone, cfg["backbone"], f"the hybrid saved in {Path(folder)}")
         sampler = cfg.get("sampler", {})
-        return cls(backbone, trained, steps=steps or sampler.get("steps"),
+        return cls(backbone, trained,
+                   sampler_steps=sampler_steps or sampler.get("sampler_steps"),
                    rule=rule or sampler.get("rule"), eta=sampler.get("eta", 0.0))
 
 

@@ -4,8 +4,8 @@ and .load):
     <folder>/weights.safetensors   the bridge: denoiser weights, the two standardisations, the
                                    pinned BOS state (the tensors of dihal.results.TrainedBridge)
     <folder>/hybrid.json           its hyper-parameters (layer, protocol, denoiser config), the
-                                   sampler it is sampled with (steps, rule, eta), its metrics,
-                                   the backbone's identity by content (dihal.api.identity) and
+                                   sampler it is sampled with (sampler_steps, rule, eta), its
+                                   metrics, the backbone's identity by content (dihal.api.identity) and
                                    the sha256 of the weights file
 
 The backbone itself is not copied: it is loaded where the hybrid is loaded, and refused there
@@ -26,7 +26,7 @@ from dihal.errors import SavedHybridError
 from dihal.results import TrainedBridge
 from dihal.rows import BridgeMetrics
 
-FORMAT = "dihal-hybrid/1"
+FORMAT = "dihal-hybrid/2"  # 2: the sampler records its K as `sampler_steps` (1: `steps`)
 WEIGHTS = "weights.safetensors"
 CONFIG = "hybrid.json"
 

@@ -77,7 +77,7 @@ def row_of(metrics: GenerationRow, *, layer: int, model: str, plan: BudgetPlan,
     under `setting` (dihal.evaluate.generation.cpu_setting)."""
     ppl, div = metrics.gen_ppl, metrics.diversity
     return BudgetGenerationRow(
-        layer=layer, model=model, steps=plan.steps, tokens=plan.tokens,
+        layer=layer, model=model, train_steps=plan.train_steps, tokens=plan.tokens,
         distinct_tokens=int(distinct_tokens), denoiser_parameters=int(parameters),
         sampler_steps=int(sampler_steps), temperature=float(temperature),
         gen_ppl=float(ppl.stored), gen_ppl_low=float(ppl.stored_low),
@@ -115,17 +115,18 @@ def dihal_at_budget(backbone, judge, data: LayerData, protocol: BridgeProtocol,
     proto = budget_protocol(protocol, layer, plan)
     denoiser, result, _ = train_layer_bridge(
         data, proto, ckpt_dir, device=device, warn=warn or say,
-        progress=_stepped(say, f"DiHAL (l={layer}) @ {plan.steps} steps", plan.steps))
-    if result.step != plan.steps:
+        progress=_stepped(say, f"DiHAL (l={layer}) @ {plan.train_steps} steps", plan.train_steps))
+    if result.step != plan.train_steps:
         raise RuntimeError(f"DiHAL's bridge at layer {layer} stopped at step {result.step} of "
-                           f"{plan.steps}")
+                           f"{plan.train_steps}")
     hybrid = Hybrid(backbone, denoiser.to(backbone.device), BrownianBridge(sigma=proto.sigma),
-                    data.cond_std, data.target_std, layer, steps=proto.sampler_steps, eta=cfg.eta,
+                    data.cond_std, data.target_std, layer, sampler_steps=proto.sampler_steps,
+                    eta=cfg.eta,
                     first_state=data.first_state)
     ecfg = eval_config(cfg)
     kw = dict(temperature=ecfg.temperature, seed=ecfg.seed, batch_size=ecfg.batch_size,
               cached=True)
-    name = f"DiHAL (l={layer}, {plan.steps} steps)"
+    name = f"DiHAL (l={layer}, {plan.train_steps} steps)"
     rows, samples = sample_and_score(
         backbone, [(name, "dihal", lambda: hybrid.decode(ecfg.n_samples, ecfg.length, **kw))],
         judge, ecfg, say)
@@ -133,7 +134,7 @@ def dihal_at_budget(backbone, judge, data: LayerData, protocol: BridgeProtocol,
                  parameters=denoiser.param_count(), sampler_steps=proto.sampler_steps,
                  temperature=ecfg.temperature, seconds=time.monotonic() - t0,
                  setting=cpu_setting(backbone))
-    return row, [BudgetSample(DIHAL, plan.steps, s.index, s.text) for s in samples]
+    return row, [BudgetSample(DIHAL, plan.train_steps, s.index, s.text) for s in samples]
 
 
 def codar_at_budget(backbone, judge, ids: np.ndarray, protocol: BridgeProtocol, layer: int,
@@ -153,15 +154,15 @@ def codar_at_budget(backbone, judge, ids: np.ndarray, protocol: BridgeProtocol, 
     made = baseline(CODAR, backbone, torch.as_tensor(ids), reference, proto.to_dict(), bcfg,
                     Path(work_dir), judge, progress=say, device=device, warn=warn or say)
     row = made.row
-    if row.train_steps != plan.steps:
-        raise RuntimeError(f"CoDAR stopped at step {row.train_steps} of {plan.steps}")
+    if row.train_steps != plan.train_steps:
+        raise RuntimeError(f"CoDAR stopped at step {row.train_steps} of {plan.train_steps}")
     # its own sample order (its seed), as DiHAL's distinct tokens are counted by DiHAL's
     distinct = seen_distinct_tokens(ids, replace(proto, seed=bcfg.seed), plan)
     out = row_of(row, layer=layer, model=CODAR, plan=plan, distinct_tokens=distinct,
                  parameters=row.budget.denoiser_parameters,
                  sampler_steps=row.budget.sampler_steps, temperature=bcfg.temperature,
                  seconds=time.monotonic() - t0, setting=cpu_setting(backbone))
-    return out, [BudgetSample(CODAR, plan.steps, i, t) for i, t in enumerate(made.texts)]
+    return out, [BudgetSample(CODAR, plan.train_steps, i, t) for i, t in enumerate(made.texts)]
 
 
 def generation_plans(cfg: BudgetGenerationConfig, batch_size: int,
@@ -190,28 +191,29 @@ def generate_at_budgets(backbone, judge, reader, layer: int, protocol: BridgePro
 
     def keep(row: BudgetGenerationRow, samples: Samples) -> None:
         out[row.key] = (row, samples)
-        say(f"{row.model} (l={layer}) @ {row.steps} steps: Gen.PPL {row.gen_ppl:.2f} "
+        say(f"{row.model} (l={layer}) @ {row.train_steps} steps: Gen.PPL {row.gen_ppl:.2f} "
             f"[{row.gen_ppl_low:.2f}, {row.gen_ppl_high:.2f}], diversity {row.diversity:.3f} "
             f"({row.seconds:.0f} s)")
         if on_row is not None:
             on_row(row, samples)
 
     plans = generation_plans(cfg, protocol.batch_size, tokens)
-    todo = [p for p in plans if (DIHAL, p.steps) not in done]
+    todo = [p for p in plans if (DIHAL, p.train_steps) not in done]
     data = layer_pairs_for_budget(backbone, reader, layer, protocol, tokens,
                                   max(p.sequences for p in todo), extract, say) if todo else None
     root = Path(work_dir)
     for plan in plans:
         ids = tokens.ids[: plan.sequences]
-        if (DIHAL, plan.steps) not in done:
+        if (DIHAL, plan.train_steps) not in done:
             distinct = seen_distinct_tokens(ids, budget_protocol(protocol, layer, plan), plan)
             keep(*dihal_at_budget(backbone, judge, budget_data(data, plan.sequences), protocol,
-                                  plan, cfg, root / f"{DIHAL}-{plan.steps}", device=device,
+                                  plan, cfg, root / f"{DIHAL}-{plan.train_steps}", device=device,
                                   distinct_tokens=distinct, say=progress, warn=say))
-        if (CODAR, plan.steps) not in done:
-            size = out[(DIHAL, plan.steps)][0].denoiser_parameters
+        if (CODAR, plan.train_steps) not in done:
+            size = out[(DIHAL, plan.train_steps)][0].denoiser_parameters
             keep(*codar_at_budget(backbone, judge, ids, protocol, layer, plan, cfg, size,
-                                  root / f"{CODAR}-{plan.steps}", device=device, say=progress,
+                                  root / f"{CODAR}-{plan.train_steps}", device=device, say=progress,
                                   warn=say))
-    ordered = sorted(out.values(), key=lambda x: (x[0].steps, GENERATION_MODELS.index(x[0].model)))
+    ordered = sorted(out.values(),
+                     key=lambda x: (x[0].train_steps, GENERATION_MODELS.index(x[0].model)))
     return [r for r, _ in ordered], [s for _, samples in ordered for s in samples]

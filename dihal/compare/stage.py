@@ -246,10 +246,10 @@ def comparison(eval_rows: list[dict], bridge: BridgeMetrics, sampler_steps: int,
         if r.role == DIHAL:
             return {**dihal_budget, **steps}
         if r.role == CHOSEN_K:
-            return {**dihal_budget, **steps, "sampler_steps": r.steps}
+            return {**dihal_budget, **steps, "sampler_steps": r.sampler_steps}
         if r.role == CONTROL:  # what the eval recorded
             return {"denoiser_parameters": r.denoiser_parameters,
-                    "train_tokens": r.train_tokens, "sampler_steps": r.steps, "seq_len": None}
+                    "train_tokens": r.train_tokens, "sampler_steps": r.sampler_steps, "seq_len": None}
         return dict.fromkeys(BUDGET_COLUMNS)
 
     rows = [replace(measured(r), **budget(r), layer=r.layer,
@@ -296,8 +296,8 @@ def full_training(roles: dict[str, int], bridge_at: Callable[[int], TrainedBridg
     for role, layer in roles.items():
         trained = bridge_at(layer)
         k0 = int(trained.hparams["protocol"]["sampler_steps"])
-        sampler.update(protocol_steps=k0, chosen_is_protocol=chosen is not None and (
-            chosen["steps"], chosen["rule"]) == (k0, DEFAULT_SAMPLER_RULE))
+        sampler.update(protocol_sampler_steps=k0, chosen_is_protocol=chosen is not None and (
+            chosen["sampler_steps"], chosen["rule"]) == (k0, DEFAULT_SAMPLER_RULE))
         at_chosen = bool(chosen) and not sampler["chosen_is_protocol"]
         reused = _eval_rows(from_eval, layer, at_chosen)
         if reused is not None:
@@ -313,7 +313,7 @@ def full_training(roles: dict[str, int], bridge_at: Callable[[int], TrainedBridg
                                              strict=False)
                     for s in drawn if s.model == hybrid.model]
         rows += [FullTrainingRow(role, layer, **_bridge_columns(trained),
-                                 from_eval=reused is not None, sampler=label, steps=hybrid.steps,
+                                 from_eval=reused is not None, sampler=label, sampler_steps=hybrid.sampler_steps,
                                  rule=hybrid.rule, generation=hybrid.select(
                                      FULL_TRAINING_GENERATION,
                                      GENERATION_COLUMNS[FULL_TRAINING_GENERATION]))
@@ -388,10 +388,10 @@ def _eval_rows(rows: list[dict] | None, layer: int, at_chosen: bool
 def _at_chosen(bridge: BuiltBridge, cfg, chosen: dict) -> list[tuple]:
     """The extra model of evaluate_generation: the same bridge sampled at the chosen (rule, K)."""
 
-    k, rule = chosen["steps"], chosen["rule"]
+    k, rule = chosen["sampler_steps"], chosen["rule"]
     return [(f"DiHAL (l={bridge.layer}, K={k} {rule}, chosen on validation at l*)", CHOSEN_K,
-             bridge.hybrid(steps=k, rule=rule, eta=cfg.eta),
-             {"steps": k, "rule": rule})]
+             bridge.hybrid(sampler_steps=k, rule=rule, eta=cfg.eta),
+             {"sampler_steps": k, "rule": rule})]
 
 
 def _bridge_columns(trained: TrainedBridge) -> dict:

@@ -113,12 +113,12 @@ def with_bridge(model: FlopModel, denoiser: nn.Module, length: int = 32) -> Flop
 class CostSubject:
     """One model of the cost table: `decode(n, length, *, temperature, seed, batch_size,
     cached)` returns a dihal.replace.hybrid.Generation (Hybrid.decode, PositionwiseHybrid.decode, or
-    functools.partial(decode_backbone, backbone)). steps: K for a bridge (0 otherwise);
+    functools.partial(decode_backbone, backbone)). sampler_steps: K for a bridge (0 otherwise);
     layer: the replaced layers' top (None for the backbone)."""
 
     name: str
     decode: Callable[..., Any]
-    steps: int = 0
+    sampler_steps: int = 0
     layer: int | None = None
     # its FLOPs per token priced by a FlopModel (e.g. `lambda m: m.hybrid(layer, K)`), where
     # cost_rows is given one: tests/unit/test_cost.py proves the model equal to the count for the
@@ -162,7 +162,7 @@ def cost_rows(subjects: Sequence[CostSubject], *, n: int = 4, length: int = 32, 
     for s, f, t, p in zip(subjects, flops, times, priced, strict=True):
         t = sorted(t)
         per_token = 1e3 / (n * length)
-        rows.append({"model": s.name, "layer": s.layer, "K": s.steps,
+        rows.append({"model": s.name, "layer": s.layer, "K": s.sampler_steps,
                      "flops_from": "flop model" if p else "counted",
                      "flops_per_token": f / flop_length,
                      "ms_per_token": per_token * t[len(t) // 2],

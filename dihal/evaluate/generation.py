@@ -200,7 +200,7 @@ def evaluate_generation(bridge: BuiltBridge, judge, cfg: EvalConfig,
         models.append((name, role, lambda m=model: m.decode(cfg.n_samples, cfg.length, **kw)))
     scorer = (ScoreMemo(judge) if hasattr(judge, "score_ids") else MemoJudge(judge)) if extra else judge
     rows, samples = sample_and_score(backbone, models, scorer, cfg, progress, reference=reference)
-    rows[0] = replace(rows[0], layer=layer, steps=bridge.protocol_steps, rule=hybrid.rule)
+    rows[0] = replace(rows[0], layer=layer, sampler_steps=bridge.protocol_sampler_steps, rule=hybrid.rule)
     first_extra = len(rows) - len(extra)
     rows[first_extra:] = [replace(row, **columns) for row, (_, _, _, columns)
                           in zip(rows[first_extra:], extra, strict=True)]
@@ -324,7 +324,7 @@ def evaluate_with_controls(backbone, trained: TrainedBridge, judge, cfg: EvalCon
                                     anchor_texts=anchor_texts)
     if progress:
         progress("cost per generated token: FLOPs and timed decodes")
-    cost = controls_cost(bridge, [(n, m, c["steps"]) for n, role, m, c in extra
+    cost = controls_cost(bridge, [(n, m, c["sampler_steps"]) for n, role, m, c in extra
                                   if role == CONTROL],
                          steps=cost_steps, length=min(cfg.length, COST_LENGTH), seed=cfg.seed,
                          timed_length=min(cfg.length, COST_TIMED_LENGTH))
@@ -388,13 +388,13 @@ def control_models(bridge: BuiltBridge, cfg: EvalConfig,
     )
 
     backbone, trained = bridge.backbone, bridge.trained
-    layer, k0 = bridge.layer, bridge.protocol_steps
-    extra, notes = [], {"protocol_steps": k0, "chosen": chosen}
-    if chosen is not None and (chosen["steps"], chosen["rule"]) != (k0, DEFAULT_SAMPLER_RULE):
-        extra.append((f"DiHAL (l={layer}, K={chosen['steps']} {chosen['rule']}, chosen on "
+    layer, k0 = bridge.layer, bridge.protocol_sampler_steps
+    extra, notes = [], {"protocol_sampler_steps": k0, "chosen": chosen}
+    if chosen is not None and (chosen["sampler_steps"], chosen["rule"]) != (k0, DEFAULT_SAMPLER_RULE):
+        extra.append((f"DiHAL (l={layer}, K={chosen['sampler_steps']} {chosen['rule']}, chosen on "
                       "validation)", CHOSEN_K,
-                      bridge.hybrid(steps=chosen["steps"], rule=chosen["rule"], eta=cfg.eta),
-                      {"layer": layer, "steps": chosen["steps"], "rule": chosen["rule"]}))
+                      bridge.hybrid(sampler_steps=chosen["sampler_steps"], rule=chosen["rule"], eta=cfg.eta),
+                      {"layer": layer, "sampler_steps": chosen["sampler_steps"], "rule": chosen["rule"]}))
     elif chosen is not None:
         notes["chosen_is_protocol"] = True
     if regression is not None:
@@ -406,7 +406,7 @@ def control_models(bridge: BuiltBridge, cfg: EvalConfig,
                   else f"{tokens:,} training tokens")
         extra.append((f"regression (l={layer}, {budget})", CONTROL,
                       regression_hybrid(backbone, regression),
-                      {"layer": layer, "steps": 1, "train_tokens": tokens,
+                      {"layer": layer, "sampler_steps": 1, "train_tokens": tokens,
                        "denoiser_parameters": int(regression.metrics.denoiser_parameters)}))
     else:
         notes["regression"] = regression_note or f"no regression control of layer {layer}"
@@ -417,11 +417,11 @@ def control_models(bridge: BuiltBridge, cfg: EvalConfig,
     first = modules["first_state"]
     first = first.to(backbone.device) if first is not None else None
     extra.append((f"layer-drop (l={layer})", CONTROL, layer_drop_hybrid(backbone, layer, first),
-                  {"layer": layer, "steps": 0, "train_tokens": 0, "denoiser_parameters": 0}))
+                  {"layer": layer, "sampler_steps": 0, "train_tokens": 0, "denoiser_parameters": 0}))
     extra.append((f"ridge (l={layer})", CONTROL,
                   ridge_hybrid(backbone, layer, ridge, modules["cond_std"], modules["target_std"],
                                first),
-                  {"layer": layer, "steps": 0, "ridge_lambda": ridge.lam,
+                  {"layer": layer, "sampler_steps": 0, "ridge_lambda": ridge.lam,
                    "ridge_val_mse": ridge.val_mse, "train_tokens": ridge.fit_tokens,
                    "denoiser_parameters": ridge.parameters}))
     return extra, notes
@@ -437,7 +437,7 @@ def controls_cost(bridge: BuiltBridge, controls: list[tuple[str, Any, int]], *,
     from dihal.replace.hybrid import decode_backbone
 
     backbone, layer = bridge.backbone, bridge.layer
-    dihal = {k: bridge.hybrid(steps=k) for k in sorted(set(steps))}
+    dihal = {k: bridge.hybrid(sampler_steps=k) for k in sorted(set(steps))}
     # the backbone and DiHAL at each K are priced by the FLOP model (proved equal to the count
     # in tests/unit/test_cost.py); the controls, of other networks, are counted
     subjects = [CostSubject("backbone", partial(decode_backbone, backbone),

@@ -133,7 +133,7 @@ def default_study_layers(l_star: int, n_layers: int) -> tuple[int, ...]:
 class BudgetPlan:
     """What one budget trains on: the first `sequences` training sequences, `epochs` passes."""
 
-    steps: int
+    train_steps: int
     sequences: int  # distinct training sequences (fresh where the corpus holds them)
     epochs: float  # steps * batch_size / sequences
     tokens: int  # steps * batch_size * seq_len
@@ -296,12 +296,12 @@ def study_protocol(swept: dict, cfg: BudgetConfig | BudgetGenerationConfig) -> B
 
 def budget_protocol(protocol: BridgeProtocol, layer: int, plan: BudgetPlan) -> BridgeProtocol:
     """The sweep's protocol at this layer, one seed, with epochs such that the loop takes
-    exactly plan.steps optimiser steps over plan.sequences sequences."""
+    exactly plan.train_steps optimiser steps over plan.sequences sequences."""
     p = replace(protocol.for_layer(layer), seeds=1,
-                epochs=plan.steps * protocol.batch_size / plan.sequences)
+                epochs=plan.train_steps * protocol.batch_size / plan.sequences)
     got = total_steps(plan.sequences, loop_config(p, "cpu"))
-    if got != plan.steps:
-        raise ValueError(f"epochs {p.epochs!r} give {got} steps, not the budget's {plan.steps}")
+    if got != plan.train_steps:
+        raise ValueError(f"epochs {p.epochs!r} give {got} steps, not the budget's {plan.train_steps}")
     return p
 
 
@@ -358,11 +358,11 @@ def train_budget_point(backbone, data: LayerData, protocol: BridgeProtocol, mode
     t0 = time.monotonic()
     layer = data.layer
     proto = budget_protocol(protocol, layer, plan)
-    every = max(1, plan.steps // 8)
+    every = max(1, plan.train_steps // 8)
 
     def progress(e: dict) -> None:
         if "val_loss" in e or e["step"] % every == 0:
-            say(f"layer {layer} {model} @ {plan.steps} steps: step {e['step']}/{e['total_steps']}")
+            say(f"layer {layer} {model} @ {plan.train_steps} steps: step {e['step']}/{e['total_steps']}")
 
     if model == "residual":
         if residual_factory is None or ridge is None:
@@ -380,13 +380,13 @@ def train_budget_point(backbone, data: LayerData, protocol: BridgeProtocol, mode
         net, result, _ = train_layer_bridge(data, proto, ckpt_dir, device=device,
                                             progress=progress, regression=model == "network",
                                             warn=say)
-    if result.step != plan.steps:
-        raise RuntimeError(f"{model} at layer {layer} stopped at step {result.step} of {plan.steps}")
+    if result.step != plan.train_steps:
+        raise RuntimeError(f"{model} at layer {layer} stopped at step {result.step} of {plan.train_steps}")
     measured = measure_bridge(backbone, net.to(backbone.device), data, proto,
                               val_loss=result.val_loss)
     own = model != "network"  # the network's losses are not the bridge's: left None
     return BudgetPoint(
-        layer=layer, steps=plan.steps, tokens=plan.tokens,
+        layer=layer, train_steps=plan.train_steps, tokens=plan.tokens,
         distinct_tokens=plan.distinct_tokens if distinct_tokens is None else distinct_tokens,
         model=model, val_loss=measured["val_loss"] if own else None,
         t1_loss=measured["t1_loss"] if own else None, recon_error=measured["recon_error"],
@@ -399,11 +399,11 @@ def train_budget_point(backbone, data: LayerData, protocol: BridgeProtocol, mode
 def _pace(point: BudgetPoint, cfg: BudgetStudyConfig, points: dict) -> str:
     """The layer's remaining trainings at this point's seconds a step (its measurement
     included): the estimate made before the start, corrected by this machine's pace."""
-    if point.model not in cfg.trained or point.steps <= 0:
+    if point.model not in cfg.trained or point.train_steps <= 0:
         return ""
     left = sum(b for b in cfg.budgets for m in cfg.trained if (point.layer, m, b) not in points)
-    return (f"; at {point.seconds / point.steps:.2f} s a step, the layer's other trainings "
-            f"({left:,} steps) take about {left * point.seconds / point.steps / 60:.0f} min"
+    return (f"; at {point.seconds / point.train_steps:.2f} s a step, the layer's other trainings "
+            f"({left:,} steps) take about {left * point.seconds / point.train_steps / 60:.0f} min"
             if left else "")
 
 
@@ -414,7 +414,7 @@ def _ridge_point(backbone, sub: LayerData, layer: int, plan: BudgetPlan,
     t0 = time.monotonic()
     ridge, recon, nll = _ridge_measures(backbone, sub)
     fitted = distinct_rows(tokens.ids[: plan.sequences]) * tokens.ids.shape[1]
-    return ridge, BudgetPoint(layer, plan.steps, plan.distinct_tokens, fitted, "ridge", None,
+    return ridge, BudgetPoint(layer, plan.train_steps, plan.distinct_tokens, fitted, "ridge", None,
                               None, recon, nll, round(time.monotonic() - t0, 2))
 
 
@@ -440,14 +440,14 @@ def study_layer(backbone, reader, layer: int, cfg: BudgetStudyConfig,
 
     def keep(point: BudgetPoint) -> None:
         points[point.key] = point
-        say(f"layer {layer} {point.model} @ {point.steps} steps: hybrid NLL "
+        say(f"layer {layer} {point.model} @ {point.train_steps} steps: hybrid NLL "
             f"{point.hybrid_nll:.4f} ({point.seconds:.0f} s)" + _pace(point, cfg, points))
         if on_point is not None:
             on_point(point)
 
     plans = [plan_budget(b, protocol.batch_size, tokens.ids.shape[1], len(tokens.ids))
              for b in cfg.budgets]
-    todo = [p for p in plans if any((layer, m, p.steps) not in done for m in ("ridge", *cfg.trained))]
+    todo = [p for p in plans if any((layer, m, p.train_steps) not in done for m in ("ridge", *cfg.trained))]
     if (layer, "backbone", 0) in done and not todo:
         return _ordered(points)
     data = layer_pairs_for_budget(backbone, reader, layer, protocol, tokens,
@@ -462,23 +462,23 @@ def study_layer(backbone, reader, layer: int, cfg: BudgetStudyConfig,
         proto = budget_protocol(protocol, layer, plan)
         distinct = seen_distinct_tokens(tokens.ids[: plan.sequences], proto, plan)
         ridge = None
-        if (layer, "ridge", plan.steps) not in done or (
-                "residual" in cfg.trained and (layer, "residual", plan.steps) not in done):
+        if (layer, "ridge", plan.train_steps) not in done or (
+                "residual" in cfg.trained and (layer, "residual", plan.train_steps) not in done):
             ridge, point = _ridge_point(backbone, sub, layer, plan, tokens)
-            if (layer, "ridge", plan.steps) not in done:
+            if (layer, "ridge", plan.train_steps) not in done:
                 keep(point)
         for model in cfg.trained:
-            if (layer, model, plan.steps) in done:
+            if (layer, model, plan.train_steps) in done:
                 continue
             keep(train_budget_point(backbone, sub, protocol, model, plan,
-                                    root / f"{model}-{plan.steps}", device=device,
+                                    root / f"{model}-{plan.train_steps}", device=device,
                                     distinct_tokens=distinct, say=say, ridge=ridge,
                                     residual_factory=residual_factory))
     return _ordered(points)
 
 
 def _ordered(points: dict) -> list[BudgetPoint]:
-    return sorted(points.values(), key=lambda p: (p.steps, BUDGET_MODELS.index(p.model)))
+    return sorted(points.values(), key=lambda p: (p.train_steps, BUDGET_MODELS.index(p.model)))
 
 
 def run_study(backbone, reader, cfg: BudgetStudyConfig, protocol: BridgeProtocol,

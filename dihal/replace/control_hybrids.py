@@ -319,29 +319,31 @@ class BuiltBridge:
         return int(self.trained.hparams["layer"])
 
     @property
-    def protocol_steps(self) -> int:
+    def protocol_sampler_steps(self) -> int:
         """The sampler's K of the bridge's protocol."""
         return int(self.trained.hparams["protocol"]["sampler_steps"])
 
-    def hybrid(self, *, steps: int | None = None, rule: str | None = None, eta: float = 0.0):
-        """DiHAL's hybrid at `steps` (default: the protocol's K) with the sampler `rule`
-        (default: dihal.bridge.sampler.DEFAULT_RULE). A regression control (hparams objective
-        "regression") gives the regression hybrid: its network was trained at t = 1 only, so
-        it is sampled in one step whatever `steps` says."""
+    def hybrid(self, *, sampler_steps: int | None = None, rule: str | None = None,
+               eta: float = 0.0):
+        """DiHAL's hybrid at K = `sampler_steps` (default: the protocol's K) with the sampler
+        `rule` (default: dihal.bridge.sampler.DEFAULT_RULE). A regression control (hparams
+        objective "regression") gives the regression hybrid: its network was trained at t = 1
+        only, so it is sampled in one step whatever `sampler_steps` says."""
         b, hp = self.modules, self.trained.hparams
         regression = hp.get("objective") == "regression"
         process = (EndpointRegression if regression else BrownianBridge)(
             sigma=hp["protocol"]["sigma"])
         return Hybrid(self.backbone, b["denoiser"], process, b["cond_std"], b["target_std"],
-                      self.layer, steps=1 if regression else (steps or self.protocol_steps),
+                      self.layer,
+                      sampler_steps=1 if regression else (sampler_steps or self.protocol_sampler_steps),
                       eta=eta, first_state=b["first_state"], rule=rule or DEFAULT_RULE)
 
 
-def bridge_hybrid(backbone: Backbone, trained, *, steps: int | None = None, rule: str | None = None,
-                  eta: float = 0.0):
+def bridge_hybrid(backbone: Backbone, trained, *, sampler_steps: int | None = None,
+                  rule: str | None = None, eta: float = 0.0):
     """DiHAL's hybrid of a saved bridge at one (K, rule): BuiltBridge.hybrid of the bridge
     restored for it alone (a consumer of several K builds the BuiltBridge once instead)."""
-    return BuiltBridge.of(backbone, trained).hybrid(steps=steps, rule=rule, eta=eta)
+    return BuiltBridge.of(backbone, trained).hybrid(sampler_steps=sampler_steps, rule=rule, eta=eta)
 
 
 def regression_hybrid(backbone: Backbone, trained):

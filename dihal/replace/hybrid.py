@@ -267,7 +267,7 @@ class Hybrid:
         cond_std: Standardizer,
         target_std: Standardizer,
         layer: int,
-        steps: int = 16,
+        sampler_steps: int = 16,
         eta: float = 0.0,
         first_state: Tensor | None = None,
         rule: str = DEFAULT_RULE,
@@ -285,7 +285,7 @@ class Hybrid:
         self.process = process
         self.cond_std = cond_std
         self.target_std = target_std
-        self.steps = steps
+        self.sampler_steps = sampler_steps
         self.eta = eta
         self.rule = check_rule(rule, eta)
         self.noise_seed = noise_seed
@@ -294,7 +294,8 @@ class Hybrid:
                 f"first_state must be ({backbone.hidden_size},), got {tuple(first_state.shape)}"
             )
         self.first_state = first_state
-        self.sampler = IncrementalSampler(denoiser, process, steps=steps, eta=eta, rule=rule)
+        self.sampler = IncrementalSampler(denoiser, process, steps=sampler_steps, eta=eta,
+                                          rule=rule)
 
     @property
     def _param(self) -> Tensor:
@@ -329,7 +330,7 @@ class Hybrid:
         marginal rule's noise seed, default noise_seed)."""
         return sample(
             self.denoiser, self.condition(input_ids), self.process,
-            steps=self.steps, eta=self.eta, generator=generator, rule=self.rule,
+            steps=self.sampler_steps, eta=self.eta, generator=generator, rule=self.rule,
             seed=self.noise_seed if seed is None else seed,
         )
 

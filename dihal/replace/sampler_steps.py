@@ -48,7 +48,7 @@ def sampler_steps_curve(backbone, trained: TrainedBridge, reader, cfg: SamplerCu
     for rule in cfg.rules:
         for k in cfg.steps:
             if k == 1 and rule != DEFAULT_RULE and (same := next(
-                    (p for p in rows if p.steps == 1 and p.rule == DEFAULT_RULE), None)):
+                    (p for p in rows if p.sampler_steps == 1 and p.rule == DEFAULT_RULE), None)):
                 # one step from t = 1 lands on the predicted endpoint under every rule (the
                 # marginal of x_0 is z0_hat itself): the same states, the same measurement
                 rows.append(replace(same, rule=rule, measure_seconds=0.0,
@@ -67,13 +67,14 @@ def sampler_steps_curve(backbone, trained: TrainedBridge, reader, cfg: SamplerCu
                     backbone, bridge["denoiser"], data, replace(protocol, sampler_steps=k),
                     val_loss=trained.metrics.val_loss if trained.metrics else None, rule=rule)
             measure_s = time.perf_counter() - t0
-            gen = built.hybrid(steps=k, rule=rule).decode(cfg.n_samples, cfg.length, seed=cfg.seed, batch_size=cfg.n_samples)
+            gen = built.hybrid(sampler_steps=k, rule=rule).decode(cfg.n_samples, cfg.length, seed=cfg.seed,
+                                                              batch_size=cfg.n_samples)
             rows.append(CurvePoint(
-                steps=k, rule=rule, recon_error=measured["recon_error"],
+                sampler_steps=k, rule=rule, recon_error=measured["recon_error"],
                 hybrid_nll=measured["hybrid_nll"], backbone_nll=measured["backbone_nll"],
                 top1_agreement=measured["top1_agreement"],
                 ms_per_token=gen.timing()["ms_per_token"], measure_seconds=measure_s,
-                trained_steps=protocol.sampler_steps, from_bridge_metrics=reused))
+                protocol_sampler_steps=protocol.sampler_steps, from_bridge_metrics=reused))
     return SamplerCurveResult(rows=rows, layer=layer)
 
 
@@ -82,5 +83,5 @@ def choose_steps(points: list[CurvePoint]) -> dict:
     `sampler_steps_curve`), with its NLL; ties go to the smaller K (cheaper)."""
     if not points:
         raise ValueError("choose_steps needs at least one point of the sampler-steps curve")
-    best = min(points, key=lambda p: (p.hybrid_nll, p.steps))
-    return {"rule": best.rule, "steps": best.steps, "hybrid_nll": best.hybrid_nll}
+    best = min(points, key=lambda p: (p.hybrid_nll, p.sampler_steps))
+    return {"rule": best.rule, "sampler_steps": best.sampler_steps, "hybrid_nll": best.hybrid_nll}

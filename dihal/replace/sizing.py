@@ -65,13 +65,13 @@ _METRIC_FIELDS = frozenset(f.name for f in fields(BridgeMetrics))
 @dataclass(frozen=True, order=True)
 class Setting:
     """How a bridge is measured: on the first `sequences` held-out sequences, sampling with
-    `steps` (K) steps."""
+    `sampler_steps` (K) steps."""
 
     sequences: int
-    steps: int
+    sampler_steps: int
 
     def __post_init__(self) -> None:
-        for name in ("sequences", "steps"):
+        for name in ("sequences", "sampler_steps"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"a measurement setting's {name} must be an integer >= 1, "
@@ -79,13 +79,13 @@ class Setting:
 
     @property
     def label(self) -> str:
-        return f"({self.sequences}, {self.steps})"
+        return f"({self.sequences}, {self.sampler_steps})"
 
     @property
     def size(self) -> tuple[int, int]:
         """What orders settings from the smallest: sequences x K (the denoiser passes of
         the hybrid NLL), then the sequences (the upper layers' passes, the ridge map's)."""
-        return self.sequences * self.steps, self.sequences
+        return self.sequences * self.sampler_steps, self.sequences
 
 
 def settings_grid(sequences: Iterable[int], steps: Iterable[int]) -> list[Setting]:
@@ -269,7 +269,7 @@ def remeasure_layer(backbone, reader, saved: SavedLayer,
         control, control_s = _ridge_measure(backbone, reader, saved.control, at_n, reference)
         for s in (s for s in settings if s.sequences == n):
             t0 = time.perf_counter()
-            numbers = measure_bridge(backbone, denoiser, data, replace(at_n, sampler_steps=s.steps),
+            numbers = measure_bridge(backbone, denoiser, data, replace(at_n, sampler_steps=s.sampler_steps),
                                      val_loss=val_loss)
             out[s] = LayerMeasure(_remeasured(saved.bridge.metrics, numbers), control,
                                   time.perf_counter() - t0, control_s)
@@ -353,7 +353,7 @@ class SizingRow:
     def to_dict(self) -> dict[str, Any]:
         v = self.verdicts
         return {"sequences": self.setting.sequences if self.setting else None,
-                "steps": self.setting.steps if self.setting else None,
+                "sampler_steps": self.setting.sampler_steps if self.setting else None,
                 "spearman": self.spearman, "primary_p": v.primary.p,
                 "primary_floor": v.primary.p_min, "primary_verdict": v.primary.verdict,
                 "oracle": v.oracle, "worst": v.worst, "oracle_by": v.oracle_by,
@@ -428,7 +428,7 @@ class SizingReport:
     def to_dict(self) -> dict[str, Any]:
         chosen = self.adopted
         return {"full_setting": {"sequences": self.full_setting.sequences,
-                                 "steps": self.full_setting.steps},
+                                 "sampler_steps": self.full_setting.sampler_steps},
                 "agreement": self.agreement, "agreement_source": self.agreement_source,
                 "run_seed_agreement": self.run_seed_agreement,
                 "run_seed_layers": self.run_seed_layers,
@@ -436,8 +436,8 @@ class SizingReport:
                 "reference": self.reference.to_dict(),
                 "rows": [r.to_dict() for r in self.rows],
                 "adopted": None if chosen is None else {"sequences": chosen.setting.sequences,
-                                                        "steps": chosen.setting.steps},
-                "layer_seconds": {f"{s.sequences}x{s.steps}": {
+                                                        "sampler_steps": chosen.setting.sampler_steps},
+                "layer_seconds": {f"{s.sequences}x{s.sampler_steps}": {
                     str(ll): {"bridge": b, "control": c} for ll, (b, c) in sorted(per.items())}
                     for s, per in self.layer_seconds.items()}}
 
@@ -484,7 +484,7 @@ def _cells(row: SizingRow, full: Setting) -> list[str]:
 
 
 def _words(setting: Setting) -> str:
-    return f"{setting.sequences} held-out sequences and K = {setting.steps}"
+    return f"{setting.sequences} held-out sequences and K = {setting.sampler_steps}"
 
 
 def markdown(report: SizingReport) -> str:

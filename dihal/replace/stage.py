@@ -229,7 +229,7 @@ def measure_bridge(backbone, denoiser, data: LayerData, protocol: BridgeProtocol
     # the target); a regression control's validation loss is this same number
     t1_loss = validation_loss(denoiser, data.val, process, REGRESSION_T_GRID, seed=protocol.seed)
     hybrid = Hybrid(backbone, denoiser, process, data.cond_std, data.target_std, data.layer,
-                    steps=protocol.sampler_steps, first_state=data.first_state, rule=rule,
+                    sampler_steps=protocol.sampler_steps, first_state=data.first_state, rule=rule,
                     noise_seed=protocol.seed)
     one_pass = not draws_noise(rule, protocol.sampler_steps)
     held = held_out_scores(hybrid, data.val_ids, data.reference, val=data.val if one_pass else None,

@@ -372,7 +372,7 @@ def bridgeability_section(r: Document, x: ReportInputs) -> None:
              "backbone_nll", "top1_agreement", "train_steps", "seconds"], ".4g")
     r.p("The protocol every swept layer was trained under:")
     counts = seed_counts(x.bridges.info.seeds)
-    proto = dict(x.bridges.protocol)  # the oracle's; the seeds are each layer's
+    proto: dict = x.bridges.protocol.to_dict()  # the oracle's; the seeds are each layer's
     if len(set(counts.values())) > 1:
         proto["seeds"] = "per layer (the seed table above): " + ", ".join(
             f"{ll}: {n}" for ll, n in sorted(counts.items()))

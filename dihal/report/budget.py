@@ -45,15 +45,15 @@ def index_points(points: Sequence[BudgetPoint]) -> Index:
     for p in points:
         if p.model not in MODELS:
             raise ValueError(f"budget point of unknown model {p.model!r} (layer {p.layer}, "
-                             f"{p.steps} steps): the models are {MODELS}")
+                             f"{p.train_steps} steps): the models are {MODELS}")
         if not math.isfinite(p.hybrid_nll):
-            raise ValueError(f"the {p.model} point at layer {p.layer}, {p.steps} steps has "
+            raise ValueError(f"the {p.model} point at layer {p.layer}, {p.train_steps} steps has "
                              f"hybrid NLL {p.hybrid_nll}: measure it again")
         curve = out.setdefault((p.model, p.layer), {})
-        if p.steps in curve:
-            raise ValueError(f"two {p.model} points at layer {p.layer}, {p.steps} steps: keep "
+        if p.train_steps in curve:
+            raise ValueError(f"two {p.model} points at layer {p.layer}, {p.train_steps} steps: keep "
                              "one point per (model, layer, steps)")
-        curve[p.steps] = float(p.hybrid_nll)
+        curve[p.train_steps] = float(p.hybrid_nll)
     return out
 
 
@@ -401,7 +401,7 @@ def geometry_sentence(index: Index, scores: dict[int, float] | None, l_star: int
 def paper_rows(points: Sequence[BudgetPoint], index: Index, l_star: int) -> list[dict]:
     """One row per (layer, budget) of the paper's bridge with its controls beside it (the ridge
     map, the network regression and the backbone); never the variant."""
-    by = {(p.model, p.layer, p.steps): p for p in points}
+    by = {(p.model, p.layer, p.train_steps): p for p in points}
     rows = []
     for layer in study_layers(index):
         for s in sorted(index[(BRIDGE, layer)]):
@@ -423,11 +423,11 @@ def variant_rows(points: Sequence[BudgetPoint], index: Index, l_star: int) -> li
     """One row per (layer, budget) of the ridge-started bridge, our variant, with the ridge
     map and the paper's bridge of the same budget beside it."""
     rows = []
-    for p in sorted((p for p in points if p.model == RESIDUAL), key=lambda p: (p.layer, p.steps)):
-        ridge = index.get((RIDGE, p.layer), {}).get(p.steps)
-        bridge = index.get((BRIDGE, p.layer), {}).get(p.steps)
+    for p in sorted((p for p in points if p.model == RESIDUAL), key=lambda p: (p.layer, p.train_steps)):
+        ridge = index.get((RIDGE, p.layer), {}).get(p.train_steps)
+        bridge = index.get((BRIDGE, p.layer), {}).get(p.train_steps)
         rows.append({
-            "layer": layer_label(p.layer, l_star), "steps": p.steps,
+            "layer": layer_label(p.layer, l_star), "steps": p.train_steps,
             f"residual NLL ({VARIANT})": p.hybrid_nll, "ridge NLL": ridge,
             "bridge NLL": bridge,
             "residual - ridge": None if ridge is None else p.hybrid_nll - ridge,
@@ -519,7 +519,7 @@ def plot_budget(index: Index, l_star: int, title: str) -> bytes:
 
 def intro_sentence(points: Sequence[BudgetPoint], index: Index) -> str:
     budgets, layers = budgets_of(index), study_layers(index)
-    bridge = [p for p in points if p.model == BRIDGE and p.steps == budgets[-1]]
+    bridge = [p for p in points if p.model == BRIDGE and p.train_steps == budgets[-1]]
     repeats = max(p.tokens / p.distinct_tokens for p in bridge) if all(
         p.distinct_tokens for p in bridge) else None
     fresh = ("every training token is fresh at every budget" if repeats is not None

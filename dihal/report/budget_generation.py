@@ -39,7 +39,7 @@ def index_rows(rows: Sequence[BudgetGenerationRow]) -> Index:
     out: Index = {}
     for r in rows:
         if r.key in out:
-            raise ValueError(f"two {r.model} rows at {r.steps} steps: keep one row per (model, "
+            raise ValueError(f"two {r.model} rows at {r.train_steps} steps: keep one row per (model, "
                              "budget)")
         out[r.key] = r
     return out
@@ -120,7 +120,7 @@ def versus_sentence(index: Index, l_star: int) -> str:
         return ("DiHAL and CoDAR were not both generated at any budget: their Gen.PPL is not "
                 "compared.")
     how = {LOWER: "lower than", HIGHER: "higher than", NOT_APART: "not told apart from"}
-    clauses = [f"at {t.first.steps:,} steps DiHAL's Gen.PPL is {how[t.verdict]} CoDAR's "
+    clauses = [f"at {t.first.train_steps:,} steps DiHAL's Gen.PPL is {how[t.verdict]} CoDAR's "
                f"({t.text()})" for t in tests]
     family = sum(t.by == "samples" for t in tests)
     test = (f" (the difference of log Gen.PPL, each side's samples resampled, Holm over the "

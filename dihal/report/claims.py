@@ -471,7 +471,7 @@ def claim_latency(x: ReportInputs, p: PaperClaims) -> ClaimRow:
     medians decide, and the row says so. No cost table, or DiHAL not timed: not measured."""
     dihal = _dihal_row(x)
     k0 = int(dihal.sampler_steps) if dihal and or_none(dihal.sampler_steps) is not None else None
-    hyb = timed_row(x, steps=k0) if k0 is not None else None
+    hyb = timed_row(x, sampler_steps=k0) if k0 is not None else None
     ref = timed_row(x, name="backbone")
     paper = "higher latency than the backbone (no figure quoted)"
     scale = f"{parameters_text(backbone_parameters(x))}; {timing_text(x)}"

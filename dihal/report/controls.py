@@ -100,9 +100,9 @@ def controls_section(r: Document, x: ReportInputs) -> None:
         r.p(f"Regression hybrid: {notes.regression}.")
     chosen = notes.chosen
     if chosen:
-        r.p(f"The sampler-steps curve chose the {chosen.rule} rule with K = {chosen.steps} "
+        r.p(f"The sampler-steps curve chose the {chosen.rule} rule with K = {chosen.sampler_steps} "
             f"(held-out hybrid NLL {chosen.hybrid_nll:.4f}) against the protocol's K = "
-            f"{notes.protocol_steps}"
+            f"{notes.protocol_sampler_steps}"
             + (": the same sampler, so DiHAL's row is that K's." if notes.chosen_is_protocol
                else "; DiHAL at that K has its own row."))
 

@@ -10,10 +10,11 @@ from dihal.report.document import Document
 from dihal.report.inputs import ReportInputs
 
 
-def timed_row(x: ReportInputs, *, steps: int | None = None, layer: int | None = None,
+def timed_row(x: ReportInputs, *, sampler_steps: int | None = None, layer: int | None = None,
               name: str | None = None) -> CostRow | None:
     """The cost table's row of one model: the one timing of it the report quotes (a cached
-    decode of n x length tokens, the median of rounds that go round the models). `steps`:
+    decode of n x length tokens, the median of rounds that go round the models).
+    `sampler_steps`:
     DiHAL at that K (at `layer`, default l*: the rule does not change the work of a step);
     `name`: the row of that model (the backbone, a control hybrid). None where not timed."""
     cost = x.evaluate.cost
@@ -21,7 +22,7 @@ def timed_row(x: ReportInputs, *, steps: int | None = None, layer: int | None = 
         return None
     if name is not None:
         return cost.row(name)
-    return cost.dihal(steps, int(x.bridges.info.l_star) if layer is None else layer)
+    return cost.dihal(sampler_steps, int(x.bridges.info.l_star) if layer is None else layer)
 
 
 def timing_text(x: ReportInputs) -> str:
@@ -36,7 +37,7 @@ def timing_sentence(x: ReportInputs) -> str:
     of each), and what the bridge cost."""
     dihal = next(r for r in x.comparison.rows if r.role == "dihal")
     k0 = int(dihal.sampler_steps)
-    hyb, ref = timed_row(x, steps=k0), timed_row(x, name="backbone")
+    hyb, ref = timed_row(x, sampler_steps=k0), timed_row(x, name="backbone")
     if hyb is None or ref is None:
         timing = ("DiHAL's time per token is not measured (the evaluation has no cost table "
                   "with it: materialise eval again)")
@@ -71,7 +72,7 @@ def _break_even(x: ReportInputs, model):
     backbone's, the sweep's K, the swept layers and those where a hybrid at that K is cheaper."""
     dihal = next(r for r in x.comparison.rows if r.role == DIHAL)
     l_star, k0 = int(x.bridges.info.l_star), int(dihal.sampler_steps)
-    k_sweep = x.bridges.sweep_steps(k0)
+    k_sweep = x.bridges.protocol.sampler_steps
     layers = sorted(x.bridges.info.swept_layers)
     return (l_star, k0, model.hybrid(l_star, k0) / model.backbone(), k_sweep, layers,
             _cheaper_layers(model, layers, k_sweep))
@@ -84,7 +85,7 @@ def answer_cost(x: ReportInputs) -> tuple[str, str]:
     if model is None:
         return NO_COST, COST
     l_star, k0, ratio, k_sweep, layers, cheaper = _break_even(x, model)
-    hyb, ref = timed_row(x, steps=k0), timed_row(x, name="backbone")
+    hyb, ref = timed_row(x, sampler_steps=k0), timed_row(x, name="backbone")
     most = model.max_cheaper_steps(l_star)
     return (f"DiHAL at l* = {l_star}, K = {k0} costs {ratio:.2f}x the backbone's FLOPs per "
             "generated token" + (f" and {hyb.ms_per_token / ref.ms_per_token:.2f}x its "
@@ -118,7 +119,7 @@ def break_even_sentence(x: ReportInputs) -> str:
 def _cost_points(x: ReportInputs, model) -> list[dict]:
     """Hybrid NLL against FLOPs per token of each swept layer: the bridge at the sweep's K and
     its regression control (the ridge map: one d x d matmul a token)."""
-    k_sweep = x.bridges.sweep_steps(1)
+    k_sweep = x.bridges.protocol.sampler_steps
     pts = [{"kind": f"bridge (K = {k_sweep})", "layer": r.layer,
             "flops": model.hybrid(r.layer, k_sweep), "nll": r.hybrid_nll}
            for r in x.bridges.layers]

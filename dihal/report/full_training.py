@@ -121,10 +121,10 @@ def full_training_seeds(trained: list[FullTrainingRow]) -> str:
 def full_training_sampler(sampler: SamplerChoice) -> str:
     """Which sampler the full-training bridges were sampled with: the protocol's K and the
     (rule, K) chosen on validation at l*, or one of them where they are the same."""
-    chosen, k0 = sampler.chosen, sampler.protocol_steps
+    chosen, k0 = sampler.chosen, sampler.protocol_sampler_steps
     if not chosen:
         return "Each full-training bridge is sampled at the protocol's K only."
-    which = (f"the {chosen.rule} rule with K = {chosen.steps} (held-out hybrid NLL "
+    which = (f"the {chosen.rule} rule with K = {chosen.sampler_steps} (held-out hybrid NLL "
              f"{chosen.hybrid_nll:.4f})")
     if sampler.chosen_is_protocol:
         return (f"The sampler-steps curve at l* chose {which}: the protocol's own K = {k0} and "
@@ -145,9 +145,9 @@ def full_training_generation_rows(x: ReportInputs
         return "" if got is None else f"{got[0]:.3f} [{got[1]:.3f}, {got[2]:.3f}]"
 
     def sampler(row: FullTrainingRow) -> str:
-        if or_none(row.steps) is None:
+        if or_none(row.sampler_steps) is None:
             return "protocol K"
-        return (f"K={row.steps} {row.rule} ({row.sampler}"
+        return (f"K={row.sampler_steps} {row.rule} ({row.sampler}"
                 + (", the eval's samples)" if row.from_eval else ")"))
 
     trained = [(row.generation, {"role": row.role, "layer": row.layer},

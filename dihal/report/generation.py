@@ -23,17 +23,17 @@ def _sampler_summary(x: ReportInputs) -> str:
 
     curve, layer = x.evaluate.curve, x.evaluate.curve_layer
     rows = sorted((r for r in curve if (r.rule or DEFAULT_SAMPLER_RULE) == DEFAULT_SAMPLER_RULE),
-                  key=lambda r: r.steps) or curve
+                  key=lambda r: r.sampler_steps) or curve
     lo, hi = rows[0], rows[-1]
-    best = min(curve, key=lambda r: (r.hybrid_nll, r.steps))
-    return (f"At l* = {layer} the bridge was trained for a {lo.trained_steps}-step "
-            f"sampler. With K = {lo.steps} step(s) the hybrid's NLL is {lo.hybrid_nll:.3f} "
-            f"and its reconstruction error {lo.recon_error:.3f}; with K = {hi.steps}, "
+    best = min(curve, key=lambda r: (r.hybrid_nll, r.sampler_steps))
+    return (f"At l* = {layer} the bridge was trained for a {lo.protocol_sampler_steps}-step "
+            f"sampler. With K = {lo.sampler_steps} step(s) the hybrid's NLL is {lo.hybrid_nll:.3f} "
+            f"and its reconstruction error {lo.recon_error:.3f}; with K = {hi.sampler_steps}, "
             f"{hi.hybrid_nll:.3f} and {hi.recon_error:.3f} (the backbone: "
-            f"{lo.backbone_nll:.3f}). The lowest NLL is at K = {best.steps}"
+            f"{lo.backbone_nll:.3f}). The lowest NLL is at K = {best.sampler_steps}"
             f"{' (' + best.rule + ' rule)' if best.rule else ''}. "
-            + _k_timing(*(timed_row(x, steps=r.steps, layer=layer) for r in (lo, hi)),
-                        lo.steps, hi.steps))
+            + _k_timing(*(timed_row(x, sampler_steps=r.sampler_steps, layer=layer) for r in (lo, hi)),
+                        lo.sampler_steps, hi.sampler_steps))
 
 
 def _k_timing(lo: CostRow | None, hi: CostRow | None, k_lo: int, k_hi: int) -> str:
@@ -339,10 +339,10 @@ def sampler_section(r: Document, x: ReportInputs) -> None:
 
     r.p(_sampler_summary(x))
     layer = x.evaluate.curve_layer
-    rows = [{"rule": c.rule, "steps": c.steps, "recon_error": c.recon_error,
+    rows = [{"rule": c.rule, "steps": c.sampler_steps, "recon_error": c.recon_error,
              "hybrid_nll": c.hybrid_nll, "top1_agreement": c.top1_agreement,
              "ms per token (cost table)": t.ms_per_token if t else "n/a"}
-            for c in x.evaluate.curve for t in [timed_row(x, steps=c.steps, layer=layer)]]
+            for c in x.evaluate.curve for t in [timed_row(x, sampler_steps=c.sampler_steps, layer=layer)]]
     r.table(rows, ["rule", "steps", "recon_error", "hybrid_nll", "top1_agreement",
                    "ms per token (cost table)"], ".4g")
 

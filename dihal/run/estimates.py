@@ -160,7 +160,7 @@ def estimate_study(cfg: BudgetStudyConfig, protocol: BridgeProtocol, *, n_layers
     keep = loop_config(protocol, "cpu").keep_checkpoints
     disk = len(cfg.layers) * len(cfg.budgets) * m * training_disk_bytes(params, params, keep)
     memory = pair_bytes((n + protocol.eval_sequences) * seq_len, hidden) + _bytes(weights_bytes)
-    notes = tuple(f"{p.steps} steps: {p.sequences:,} distinct sequences, each seen "
+    notes = tuple(f"{p.train_steps} steps: {p.sequences:,} distinct sequences, each seen "
                   f"{p.repeats:.2f} times" for p in plans if p.repeats > 1)
     return BudgetEstimate(sum(by_layer.values()), disk, memory, plans, by_layer, notes,
                           weights_bytes)
@@ -208,7 +208,7 @@ class GenerationEstimate:
     def summary(self) -> str:
         """The estimate in words: what the run says before it starts."""
         parts = ", ".join(f"{k} {v / 60:.0f} min" for k, v in self.parts.items())
-        return (f"generation at {', '.join(f'{p.steps:,}' for p in self.plans)} steps needs "
+        return (f"generation at {', '.join(f'{p.train_steps:,}' for p in self.plans)} steps needs "
                 f"about {self.seconds / 60:.0f} min ({parts}), {self.disk_bytes / GIB:.2f} GiB "
                 f"of disk and {self.memory_bytes / GIB:.2f} GiB of host memory"
                 + _memory_parts(self.memory_bytes, self.weights_bytes)
@@ -279,7 +279,7 @@ def estimate_generation(cfg: BudgetGenerationConfig, protocol: BridgeProtocol, *
     disk = len(plans) * (training_disk_bytes(params, params, keep)
                          + training_disk_bytes(*codar, keep))
     memory = pair_bytes((n + protocol.eval_sequences) * seq_len, hidden) + _bytes(weights_bytes)
-    notes = tuple(f"{p.steps} steps: {p.sequences:,} distinct sequences, each seen "
+    notes = tuple(f"{p.train_steps} steps: {p.sequences:,} distinct sequences, each seen "
                   f"{p.repeats:.2f} times" for p in plans if p.repeats > 1)
     return GenerationEstimate(sum(parts.values()), disk, memory, plans, parts, notes,
                               weights_bytes)

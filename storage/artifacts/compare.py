@@ -90,7 +90,7 @@ class Comparison(Artifact):
 
 class FullTraining(RowsArtifact):
     files = ("full_training.parquet", "samples.jsonl")
-    columns = ["role", "layer", "sampler", "steps", "rule", "val_loss", "hybrid_nll", "top1_agreement",
+    columns = ["role", "layer", "sampler", "sampler_steps", "rule", "val_loss", "hybrid_nll", "top1_agreement",
                "gen_ppl", "diversity"]
 
     def _write_files(self, directory: Path, result: FullTrainingResult) -> None:

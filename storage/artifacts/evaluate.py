@@ -25,7 +25,7 @@ from storage.tables import write_table
 
 class SamplerCurve(RowsArtifact):
     files = ("curve.parquet",)
-    columns = ["steps", "recon_error", "hybrid_nll", "top1_agreement", "ms_per_token"]
+    columns = ["sampler_steps", "recon_error", "hybrid_nll", "top1_agreement", "ms_per_token"]
 
     def _write_files(self, directory: Path, result: SamplerCurveResult) -> None:
         write_table(directory / self.files[0], result.info()["rows"])

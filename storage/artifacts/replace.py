@@ -197,7 +197,7 @@ class BudgetStudy(WorkArtifact):
     def metadata(self, manifest: Manifest) -> dict[str, Any]:
         return {**super().metadata(manifest),
                 "points": Table(manifest.info["points"], [
-                    "model", "steps", "tokens", "distinct_tokens", "val_loss", "t1_loss",
+                    "model", "train_steps", "tokens", "distinct_tokens", "val_loss", "t1_loss",
                     "recon_error", "hybrid_nll", "seconds"])}
 
 
@@ -259,9 +259,9 @@ class BudgetGeneration(WorkArtifact):
     def metadata(self, manifest: Manifest) -> dict[str, Any]:
         texts: dict[str, list[str]] = {}
         for s in self.samples():
-            texts.setdefault(f"{s.model} @ {s.steps} steps", []).append(s.text)
+            texts.setdefault(f"{s.model} @ {s.train_steps} steps", []).append(s.text)
         return {**super().metadata(manifest),
                 "rows": Table(manifest.info["rows"], [
-                    "model", "steps", "tokens", "distinct_tokens", "gen_ppl", "gen_ppl_low",
+                    "model", "train_steps", "tokens", "distinct_tokens", "gen_ppl", "gen_ppl_low",
                     "gen_ppl_high", "diversity", "n_samples", "empty_samples", "seconds"]),
                 "samples": Markdown(preview(texts))}

@@ -31,12 +31,12 @@ def test_dihal_at_l_star_and_codar_at_both_ends_are_made_and_cached(world):
     rows = art.rows()
     l_star = read_manifest(world.path("layer_score")).info["l_star"]
     low, high = min(CONFIG["budgets"]), max(CONFIG["budgets"])
-    assert [(r.model, r.steps) for r in rows] == [("dihal", low), ("codar", low),
+    assert [(r.model, r.train_steps) for r in rows] == [("dihal", low), ("codar", low),
                                                   ("dihal", high), ("codar", high)]
     seq_len = 16  # the tiny preset's sequences
     for r in rows:
         assert r.layer == l_star and r.n_samples == CONFIG["n_samples"]
-        assert r.tokens == r.steps * PROTOCOL["batch_size"] * seq_len
+        assert r.tokens == r.train_steps * PROTOCOL["batch_size"] * seq_len
         assert 0 < r.distinct_tokens <= r.tokens
         assert math.isfinite(r.gen_ppl) and r.gen_ppl_low <= r.gen_ppl <= r.gen_ppl_high
         assert r.diversity_low <= r.diversity <= r.diversity_high
@@ -67,7 +67,7 @@ def test_an_interrupted_run_resumes_from_the_rows_it_kept(world, monkeypatch):
     real = G.codar_at_budget
 
     def failing(*args, **kwargs):
-        calls.append(args[5].steps)
+        calls.append(args[5].train_steps)
         if fail[0] and len(calls) == 2:
             raise RuntimeError("the worker died")  # a run stopped mid-way
         return real(*args, **kwargs)

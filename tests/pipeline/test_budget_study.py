@@ -31,14 +31,14 @@ def test_one_layer_gives_every_models_point_at_every_budget_and_is_cached(world)
     res, err = world.materialize(["budget_llama"], partition="2", **RUN)
     assert res.success, err
     points = _points(world, 2)
-    got = sorted((p.model, p.steps) for p in points)
+    got = sorted((p.model, p.train_steps) for p in points)
     assert got == sorted([("backbone", 0)] + [(m, b) for b in BUDGETS
                                               for m in ("bridge", "ridge", "network", "residual")])
     assert all(math.isfinite(p.hybrid_nll) and p.layer == 2 for p in points)
     seq_len = 16  # the tiny preset's sequences
     for p in points:
         if p.model in ("bridge", "network", "residual"):
-            assert p.tokens == p.steps * PROTOCOL["batch_size"] * seq_len
+            assert p.tokens == p.train_steps * PROTOCOL["batch_size"] * seq_len
             assert 0 < p.distinct_tokens <= p.tokens
         if p.model in ("bridge", "residual"):
             assert p.val_loss is not None and p.t1_loss is not None
@@ -70,7 +70,7 @@ def test_an_interrupted_study_resumes_from_the_points_it_kept(world, monkeypatch
     assert not res.success and "the worker died" in err[0]
     kept = BudgetStudy(ArtifactLayout(world.root), "llama", 1).kept_points()
     # the backbone, the first budget's ridge map and its first two trained models
-    assert sorted((p.model, p.steps) for p in kept) == sorted(
+    assert sorted((p.model, p.train_steps) for p in kept) == sorted(
         [("backbone", 0), ("ridge", 2), (calls[0], 2), (calls[1], 2)])
 
     calls.clear()
@@ -78,9 +78,9 @@ def test_an_interrupted_study_resumes_from_the_points_it_kept(world, monkeypatch
     res, err = world.materialize(["budget_llama"], partition="1", **RUN)
     assert res.success, err
     assert len(calls) == 3 * len(BUDGETS) - 2  # only what was not kept is trained
-    points = {(p.model, p.steps): p for p in _points(world, 1)}
+    points = {(p.model, p.train_steps): p for p in _points(world, 1)}
     assert len(points) == 1 + 4 * len(BUDGETS)
-    assert all(points[(p.model, p.steps)] == p for p in kept)  # the kept points, as kept
+    assert all(points[(p.model, p.train_steps)] == p for p in kept)  # the kept points, as kept
 
 
 def test_the_command_states_its_plan_and_refuses_a_layer_not_swept(world, monkeypatch, capsys):

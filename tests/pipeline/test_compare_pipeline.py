@@ -43,7 +43,7 @@ def test_baselines_comparison_full_training_report(located):
     curve = read_manifest(root / "llama" / "sampler_steps").info
     trained = read_manifest(root / "llama" / "bridge").info["metrics"]
     # (both sampler rules by default, each at every K)
-    assert [(r["rule"], r["steps"]) for r in curve["rows"]] == [
+    assert [(r["rule"], r["sampler_steps"]) for r in curve["rows"]] == [
         (rule, k) for rule in ("ancestral", "marginal") for k in (1, 2, 4)]
     assert curve["layer"] == trained["layer"]
     at_trained = curve["rows"][2]
@@ -186,8 +186,8 @@ def test_baselines_comparison_full_training_report(located):
     assert sampler["chosen_is_protocol"] == bool(ev_info["controls"].get("chosen_is_protocol"))
     labels = [("protocol", PROTOCOL["sampler_steps"], "ancestral")] + (
         [] if sampler["chosen_is_protocol"] else
-        [("chosen on validation", sampler["chosen"]["steps"], sampler["chosen"]["rule"])])
-    assert [(r["role"], r["sampler"], r["steps"], r["rule"]) for r in full] == [
+        [("chosen on validation", sampler["chosen"]["sampler_steps"], sampler["chosen"]["rule"])])
+    assert [(r["role"], r["sampler"], r["sampler_steps"], r["rule"]) for r in full] == [
         (role, *label) for role in ("geometry l*", "oracle", "worst") for label in labels]
     # the eval drew l*'s bridge with the same config: l*'s rows are its samples, not new ones
     ev_dihal = next(r for r in ev_info["rows"] if r["role"] == "dihal")

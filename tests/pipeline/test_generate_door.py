@@ -83,7 +83,7 @@ def test_every_python_example_of_the_api_page_runs(door, capsys):
         exec(compile(block, f"docs/api.md, python block {i}", "exec"), names)  # noqa: S102
     out = capsys.readouterr().out
     hybrid = names["hybrid"]
-    assert isinstance(hybrid, DihalHybrid) and (hybrid.layer, hybrid.steps) == (LAYER, 4)
+    assert isinstance(hybrid, DihalHybrid) and (hybrid.layer, hybrid.sampler_steps) == (LAYER, 4)
     assert "DiHAL (l=2, K=4) at layer 2 with K = 4 sampler steps" in out
     assert "DiHAL (l=2, K=8 marginal)" in out and " ms per token" in out
     for name in ("backbone", "DiHAL (l=2, K=4)", "ridge (l=2)", "layer-drop (l=2)"):
@@ -110,7 +110,7 @@ def test_the_api_pages_command_prints_the_models_side_by_side(door, capsys):
 def test_the_command_compares_prompts_samples_and_controls(door, capsys):
     argv = ["--prompt", "the world was", "--prompt", "", "--max-new-tokens", "6",
             "--do-sample", "--temperature", "0.8", "--top-p", "0.9", "--seed", "3",
-            "--steps", "2", "--rule", "marginal", "--layer", str(LAYER), "--layer-drop"]
+            "--sampler-steps", "2", "--rule", "marginal", "--layer", str(LAYER), "--layer-drop"]
     assert main(argv) == 0
     captured = capsys.readouterr()
     assert "sampled at temperature 0.8, top_p 0.9, seed 3" in captured.out

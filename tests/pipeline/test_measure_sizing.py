@@ -64,7 +64,7 @@ def test_the_full_setting_reproduces_the_sweep_and_a_smaller_one_gets_a_whole_ro
 
     # the smaller setting: a row with every field
     row = report.rows[1].to_dict()
-    assert (row["sequences"], row["steps"]) == (2, 2)
+    assert (row["sequences"], row["sampler_steps"]) == (2, 2)
     assert -1.0 <= row["spearman"] <= 1.0
     assert 0 < row["primary_p"] <= 1 and 0 < row["primary_floor"] <= 1
     assert row["oracle"] in (1, 2, 3) and row["worst"] in (1, 2, 3)
@@ -82,7 +82,7 @@ def test_the_full_setting_reproduces_the_sweep_and_a_smaller_one_gets_a_whole_ro
         f"| {full.label}, the sweep's, as stored", f"| {full.label}", f"| {small.label}"]
     assert all(ln.count(" | ") == 7 for ln in body)  # eight cells
     chosen = report.adopted.setting
-    assert f"Adopted: {chosen.sequences} held-out sequences and K = {chosen.steps}" in table
+    assert f"Adopted: {chosen.sequences} held-out sequences and K = {chosen.sampler_steps}" in table
     json.dumps(report.to_dict())  # every number can be written out
 
 
@@ -97,8 +97,8 @@ def test_the_cli_writes_the_table_and_the_numbers(controlled, tiny_llama_dir, tm
     assert "| (2, 2) |" in printed.out and "[sizing] layer 3 (3/3)" in printed.err
     assert (tmp_path / "sizing.md").read_text() in printed.out
     written = json.loads(out.read_text())
-    assert written["full_setting"] == {"sequences": FULL[0], "steps": FULL[1]}
-    assert [(r["sequences"], r["steps"]) for r in written["rows"]] == [(2, 2)]
+    assert written["full_setting"] == {"sequences": FULL[0], "sampler_steps": FULL[1]}
+    assert [(r["sequences"], r["sampler_steps"]) for r in written["rows"]] == [(2, 2)]
 
 
 def test_an_incomplete_sweep_is_refused_naming_the_missing_layers(swept_world, tmp_path,

@@ -149,12 +149,12 @@ def test_sweep_bridgeability_bridge_eval_and_schedule(located):
     assert res.success, err
     ev = read_manifest(root / "llama" / "eval")
     curve = read_manifest(root / "llama" / "sampler_steps").info["rows"]
-    best = min(curve, key=lambda r: (r["hybrid_nll"], r["steps"]))
+    best = min(curve, key=lambda r: (r["hybrid_nll"], r["sampler_steps"]))
     chosen = ev.info["controls"]["chosen"]
-    assert (chosen["rule"], chosen["steps"]) == (best["rule"], best["steps"])
+    assert (chosen["rule"], chosen["sampler_steps"]) == (best["rule"], best["sampler_steps"])
     models = [r["model"] for r in ev.info["rows"]]
-    at_chosen = ([] if (best["rule"], best["steps"]) == ("ancestral", PROTOCOL["sampler_steps"]) else
-                 [f"DiHAL (l={l_star}, K={best['steps']} {best['rule']}, chosen on validation)"])
+    at_chosen = ([] if (best["rule"], best["sampler_steps"]) == ("ancestral", PROTOCOL["sampler_steps"]) else
+                 [f"DiHAL (l={l_star}, K={best['sampler_steps']} {best['rule']}, chosen on validation)"])
     assert models == [f"DiHAL (l={l_star})", "backbone (AR reference)", *at_chosen,
                       f"regression (l={l_star}, full budget)", f"layer-drop (l={l_star})",
                       f"ridge (l={l_star})"]

@@ -66,12 +66,12 @@ def test_sampling_with_top_p_1_is_the_evals_sampling(hybrid, tiny_backbone, rule
     uniforms, the marginal rule's noise seeded alike), at another K than the protocol's."""
     prompt = _prompt(tiny_backbone, 4, seed=1)
     out = hybrid.generate(prompt, max_new_tokens=12, do_sample=True, temperature=0.9, seed=5,
-                          stop_at_eos=False, steps=2, rule=rule)
-    ref = bridge_hybrid(tiny_backbone, hybrid.trained, steps=2, rule=rule).decode(
+                          stop_at_eos=False, sampler_steps=2, rule=rule)
+    ref = bridge_hybrid(tiny_backbone, hybrid.trained, sampler_steps=2, rule=rule).decode(
         1, 12, temperature=0.9, seed=5, prompt=prompt)
     assert out.sequences[0] == ref.tokens[0].tolist()
     assert out.model == "DiHAL (l=2, K=2" + (" marginal" if rule == "marginal" else "") + ")"
-    assert out.settings["steps"] == 2 and out.settings["rule"] == rule
+    assert out.settings["sampler_steps"] == 2 and out.settings["rule"] == rule
 
 
 def test_a_seed_gives_the_same_tokens_whatever_the_other_prompts(hybrid, tiny_backbone):
@@ -155,7 +155,7 @@ def test_scores_are_the_hybrids_and_the_backbones_next_token_nll(hybrid, tiny_ba
     assert scores.table().count("\n") == 2 + len(TEXTS)  # head, rule, a row a text, all
     assert "'world'" in scores.token_table(0)
     # another K scores another hybrid; a text with nothing to predict is refused by index
-    assert hybrid.score(TEXTS, steps=1).models == ["DiHAL (l=2, K=1)", "backbone"]
+    assert hybrid.score(TEXTS, sampler_steps=1).models == ["DiHAL (l=2, K=1)", "backbone"]
     with pytest.raises(ValueError, match="text 1 .* no token after its BOS"):
         score_texts(["the world", ""], [hybrid])
 
@@ -164,10 +164,10 @@ def test_a_saved_hybrid_loads_to_the_same_outputs(hybrid, tiny_backbone, tmp_pat
     folder = hybrid.save(tmp_path / "saved")
     assert sorted(p.name for p in folder.iterdir()) == ["hybrid.json", "weights.safetensors"]
     again = DihalHybrid.load(folder, tiny_backbone)
-    assert (again.name, again.layer, again.steps, again.rule) == (
-        hybrid.name, hybrid.layer, hybrid.steps, hybrid.rule)
+    assert (again.name, again.layer, again.sampler_steps, again.rule) == (
+        hybrid.name, hybrid.layer, hybrid.sampler_steps, hybrid.rule)
     prompts = ["the world was", [tiny_backbone.bos_id, 40, 41]]
-    for kw in ({}, {"do_sample": True, "top_p": 0.9, "seed": 2}, {"steps": 2}):
+    for kw in ({}, {"do_sample": True, "top_p": 0.9, "seed": 2}, {"sampler_steps": 2}):
         assert again.generate(prompts, max_new_tokens=6, **kw).new_ids == \
             hybrid.generate(prompts, max_new_tokens=6, **kw).new_ids
     assert again.score(TEXTS).texts == hybrid.score(TEXTS).texts
@@ -286,10 +286,10 @@ def test_a_long_decode_reports_its_progress(hybrid, monkeypatch):
 
 def test_the_sampler_settings_are_checked(hybrid):
     with pytest.raises(ValueError, match="steps must be an int >= 1"):
-        hybrid.generate("the world", max_new_tokens=2, steps=0)
+        hybrid.generate("the world", max_new_tokens=2, sampler_steps=0)
     with pytest.raises(ValueError, match="sampler rule must be one of"):
         hybrid.generate("the world", max_new_tokens=2, rule="ddim")
-    assert hybrid.at(steps=hybrid.steps) is hybrid  # its own settings: itself
+    assert hybrid.at(sampler_steps=hybrid.sampler_steps) is hybrid  # its own settings: itself
 
 
 def test_side_by_side_never_cuts_a_models_name_on_a_narrow_terminal():

@@ -36,13 +36,13 @@ LAYER = 2
 
 
 def _point(**kw):
-    base = dict(layer=2, steps=128, tokens=65536, distinct_tokens=65536, model="bridge",
+    base = dict(layer=2, train_steps=128, tokens=65536, distinct_tokens=65536, model="bridge",
                 val_loss=0.5, t1_loss=0.7, recon_error=0.9, hybrid_nll=5.9, seconds=12.5)
     return B.BudgetPoint(**{**base, **kw})
 
 
 def test_a_point_round_trips_through_json_and_refuses_a_stranger():
-    for p in (_point(), _point(model="backbone", steps=0, tokens=0, distinct_tokens=0,
+    for p in (_point(), _point(model="backbone", train_steps=0, tokens=0, distinct_tokens=0,
                                val_loss=None, t1_loss=None, recon_error=None)):
         assert B.BudgetPoint.from_dict(json.loads(json.dumps(p.to_dict()))) == p
     with pytest.raises(ValueError, match="one of"):
@@ -226,7 +226,7 @@ def test_points_are_the_same_for_the_same_seed_and_a_resume_skips_what_is_done(
                          tmp_path / f"work{i}", finished=(),
                          say=first_run.append if i == 0 else said.append,
                          residual_factory=_factory) for i in range(2)]
-    assert [(p.model, p.steps) for p in run[0]] == [
+    assert [(p.model, p.train_steps) for p in run[0]] == [
         ("backbone", 0), ("bridge", 4), ("ridge", 4), ("network", 4), ("residual", 4),
         ("bridge", 16), ("ridge", 16), ("network", 16), ("residual", 16)]
     assert _values(run[0]) == _values(run[1])  # same seed, same numbers
@@ -235,7 +235,7 @@ def test_points_are_the_same_for_the_same_seed_and_a_resume_skips_what_is_done(
     assert "the layer's other trainings (56 steps) take about" in first  # 4 + 4 + 3 x 16
     (last,) = [m for m in first_run if m.startswith(f"layer {LAYER} residual @ 16 steps: hybrid")]
     assert "other trainings" not in last
-    by = {(p.model, p.steps): p for p in run[0]}
+    by = {(p.model, p.train_steps): p for p in run[0]}
     assert by[("bridge", 16)].tokens == by[("bridge", 16)].distinct_tokens == 16 * 2 * 16
     assert by[("ridge", 16)].val_loss is None and by[("network", 16)].t1_loss is None
     assert by[("residual", 16)].val_loss is not None
@@ -246,15 +246,15 @@ def test_points_are_the_same_for_the_same_seed_and_a_resume_skips_what_is_done(
                                                                           swept.hybrid_nll)
     # resumed with all but two points done: those two alone are made, with the same numbers
     missing = {("network", 16), ("ridge", 4)}
-    done = [p for p in run[0] if (p.model, p.steps) not in missing]
+    done = [p for p in run[0] if (p.model, p.train_steps) not in missing]
     made = []
     again = B.study_layer(tiny_backbone, reader, LAYER, cfg, PROTOCOL, tokens, EXTRACT,
                           tmp_path / "work2", finished=done, say=said.append,
                           on_point=made.append, residual_factory=_factory)
-    assert {(p.model, p.steps) for p in made} == missing
+    assert {(p.model, p.train_steps) for p in made} == missing
     assert _values(again) == _values(run[0])
     assert all(a is b for a, b in zip(again, run[0], strict=True)
-               if (a.model, a.steps) not in missing)
+               if (a.model, a.train_steps) not in missing)
     # everything done: nothing computed, not even the pairs
     monkeypatch.setattr(B, "layer_pairs", lambda *a, **k: pytest.fail("pairs computed"))
     monkeypatch.setattr(B, "load_layer_data", lambda *a, **k: pytest.fail("pairs loaded"))

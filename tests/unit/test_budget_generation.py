@@ -99,7 +99,7 @@ def test_a_row_round_trips_and_refuses_a_stranger():
     with pytest.raises(ValueError, match="must be one of"):
         BudgetGenerationRow.from_dict({**row.to_dict(), "model": "sed"})
     with pytest.raises(ValueError, match="missing"):
-        BudgetGenerationRow.from_dict({k: v for k, v in row.to_dict().items() if k != "steps"})
+        BudgetGenerationRow.from_dict({k: v for k, v in row.to_dict().items() if k != "train_steps"})
 
 
 def test_dihal_is_the_studys_bridge_codar_its_budget_and_a_resume_makes_only_the_rest(
@@ -107,11 +107,11 @@ def test_dihal_is_the_studys_bridge_codar_its_budget_and_a_resume_makes_only_the
     reader, tokens, _ = world
     said = []
     rows, samples = _run(tiny_backbone, world, tmp_path / "a", say=said.append)
-    assert [(r.model, r.steps) for r in rows] == [("dihal", 4), ("codar", 4), ("dihal", 16),
+    assert [(r.model, r.train_steps) for r in rows] == [("dihal", 4), ("codar", 4), ("dihal", 16),
                                                   ("codar", 16)]
     seq_len = tokens.ids.shape[1]
     for r in rows:
-        assert r.layer == LAYER and r.tokens == r.steps * PROTOCOL.batch_size * seq_len
+        assert r.layer == LAYER and r.tokens == r.train_steps * PROTOCOL.batch_size * seq_len
         assert 0 < r.distinct_tokens <= r.tokens and r.n_samples == CFG.n_samples
         assert r.gen_ppl_low <= r.gen_ppl <= r.gen_ppl_high and math.isfinite(r.gen_ppl)
         assert 0 <= r.diversity_low <= r.diversity <= r.diversity_high <= 1
@@ -122,7 +122,7 @@ def test_dihal_is_the_studys_bridge_codar_its_budget_and_a_resume_makes_only_the
         d, c = by[("dihal", steps)], by[("codar", steps)]
         assert abs(c.denoiser_parameters - d.denoiser_parameters) <= 0.1 * d.denoiser_parameters
         assert (c.tokens, c.distinct_tokens) == (d.tokens, d.distinct_tokens)
-    assert sorted({(s.model, s.steps) for s in samples}) == sorted(by)
+    assert sorted({(s.model, s.train_steps) for s in samples}) == sorted(by)
     assert len(samples) == len(rows) * CFG.n_samples
     assert any("DiHAL (l=2) @ 16 steps: step" in m for m in said)  # the training's progress
     # DiHAL's bridge is the budget study's bridge point (same training): its held-out NLL
@@ -142,7 +142,7 @@ def test_dihal_is_the_studys_bridge_codar_its_budget_and_a_resume_makes_only_the
                     finished=[(r, []) for r in rows if r.key != ("dihal", 4)])
     from dihal.replace.stage import measure_bridge
 
-    point = next(p for p in study if (p.model, p.steps) == ("bridge", 4))
+    point = next(p for p in study if (p.model, p.train_steps) == ("bridge", 4))
     measured = measure_bridge(tiny_backbone, trained["net"], trained["data"],
                               B.budget_protocol(PROTOCOL, LAYER, B.plan_budget(
                                   4, 2, seq_len, len(tokens.ids))))
@@ -172,7 +172,7 @@ def test_codar_is_refused_off_dihals_budget(tiny_backbone, world, tmp_path):
 def test_the_estimate_follows_its_formula_and_refuses_what_does_not_fit():
     kw = dict(layer=3, hidden=32, vocab=200, seq_len=16, available=None, sweep_sequences=8)
     est = E.estimate_generation(CFG, PROTOCOL, **kw)
-    assert [p.steps for p in est.plans] == [4, 16] and est.notes == ()
+    assert [p.train_steps for p in est.plans] == [4, 16] and est.notes == ()
     n = 16 * PROTOCOL.batch_size  # the highest budget's fresh sequences
     assert est.parts["pairs"] == pytest.approx((n - 8) * 16 * 3 * E.SECONDS_PER_TOKEN_BLOCK)
     assert est.parts["DiHAL training"] == pytest.approx(20 * E.SECONDS_PER_STEP)

@@ -153,10 +153,10 @@ def test_every_control_decodes_the_same_cached_and_uncached(tiny_backbone, layer
 def test_hybrids_of_saved_bridges(tiny_backbone):
     bb = tiny_backbone
     dihal = bridge_hybrid(bb, _trained(bb))
-    assert (dihal.steps, dihal.rule, dihal.layer) == (4, "ancestral", LAYER)
-    assert bridge_hybrid(bb, _trained(bb), steps=2, rule="marginal").steps == 2
+    assert (dihal.sampler_steps, dihal.rule, dihal.layer) == (4, "ancestral", LAYER)
+    assert bridge_hybrid(bb, _trained(bb), sampler_steps=2, rule="marginal").sampler_steps == 2
     reg = regression_hybrid(bb, _trained(bb, "regression", steps=1))
-    assert reg.steps == 1 and type(reg.process).__name__ == "EndpointRegression"
+    assert reg.sampler_steps == 1 and type(reg.process).__name__ == "EndpointRegression"
     with pytest.raises(ValueError, match="needs a regression control"):
         regression_hybrid(bb, _trained(bb))
 
@@ -197,13 +197,13 @@ def test_a_built_bridge_is_restored_once_and_sampled_at_any_k_as_a_fresh_restore
     built = BuiltBridge.of(bb, trained)
     kw = dict(temperature=1.0, seed=3, batch_size=2, cached=True)
     for steps, rule in ((None, None), (1, None), (2, "marginal"), (4, "ancestral")):
-        hybrid = built.hybrid(steps=steps, rule=rule)
+        hybrid = built.hybrid(sampler_steps=steps, rule=rule)
         assert hybrid.denoiser is built.modules["denoiser"]
-        alone = bridge_hybrid(bb, trained, steps=steps, rule=rule)
-        assert (hybrid.steps, hybrid.rule) == (alone.steps, alone.rule)
+        alone = bridge_hybrid(bb, trained, sampler_steps=steps, rule=rule)
+        assert (hybrid.sampler_steps, hybrid.rule) == (alone.sampler_steps, alone.rule)
         assert torch.equal(hybrid.decode(3, 6, **kw).tokens, alone.decode(3, 6, **kw).tokens)
     assert len(restores) == 1 + 4  # the built bridge once, each lone hybrid once
-    assert (built.layer, built.protocol_steps) == (LAYER, 4)
+    assert (built.layer, built.protocol_sampler_steps) == (LAYER, 4)
 
 
 def _restore(*a, **k):

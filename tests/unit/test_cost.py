@@ -70,10 +70,10 @@ def test_flop_model_of_the_backbone_adds_up(tiny_backbone, parts):
 def test_flop_model_predicts_the_counted_hybrids(tiny_backbone, parts, steps):
     bb = tiny_backbone
     model, den, stds = parts
-    hybrid = Hybrid(bb, den, BrownianBridge(), *stds, layer=LAYER, steps=steps)
+    hybrid = Hybrid(bb, den, BrownianBridge(), *stds, layer=LAYER, sampler_steps=steps)
     counted = per_token(lambda: hybrid.decode(1, LENGTH, seed=5))
     assert counted == pytest.approx(model.hybrid(LAYER, steps), rel=1e-12)
-    marginal = Hybrid(bb, den, BrownianBridge(), *stds, layer=LAYER, steps=steps, rule="marginal")
+    marginal = Hybrid(bb, den, BrownianBridge(), *stds, layer=LAYER, sampler_steps=steps, rule="marginal")
     assert per_token(lambda: marginal.decode(1, LENGTH, seed=5)) == pytest.approx(counted)
     drop = per_token(lambda: layer_drop_hybrid(bb, LAYER).decode(1, LENGTH, seed=5))
     assert drop == pytest.approx(model.hybrid(LAYER, 0), rel=1e-12)
@@ -106,7 +106,7 @@ def test_cost_rows_measure_every_model(tiny_backbone, parts):
         CostSubject("backbone", functools.partial(decode_backbone, bb)),
         CostSubject("layer-drop", layer_drop_hybrid(bb, LAYER).decode, layer=LAYER),
         CostSubject("DiHAL K=2", Hybrid(bb, den, BrownianBridge(), *stds, layer=LAYER,
-                                        steps=2).decode, steps=2, layer=LAYER),
+                                        sampler_steps=2).decode, sampler_steps=2, layer=LAYER),
     ]
     rows = cost_rows(subjects, n=2, length=LENGTH, repeats=1)
     assert {r["flops_from"] for r in rows} == {"counted"}

@@ -107,7 +107,7 @@ def test_cached_decoding_equals_uncached(family):
         for p in den.parameters():
             p.copy_(0.2 * torch.randn(p.shape, generator=g))
     hybrid = Hybrid(bb, den, BrownianBridge(), Standardizer.fit(hs[0]),
-                    Standardizer.fit(hs[LAYER]), layer=LAYER, steps=3)
+                    Standardizer.fit(hs[LAYER]), layer=LAYER, sampler_steps=3)
     cached = hybrid.decode(3, 8, seed=7, cached=True).tokens
     uncached = hybrid.decode(3, 8, seed=7, cached=False).tokens
     assert torch.equal(cached, uncached)

@@ -50,11 +50,11 @@ def _stored(res) -> list[dict]:
 
 
 def test_full_training_rows_at_the_protocol_and_the_chosen_sampler(tiny_backbone, judge):
-    res = _run(tiny_backbone, judge, {"rule": "marginal", "steps": 2, "hybrid_nll": 3.9})
-    assert [(r["role"], r["sampler"], r["steps"], r["rule"]) for r in _stored(res)] == [
+    res = _run(tiny_backbone, judge, {"rule": "marginal", "sampler_steps": 2, "hybrid_nll": 3.9})
+    assert [(r["role"], r["sampler"], r["sampler_steps"], r["rule"]) for r in _stored(res)] == [
         (role, s, k, rule) for role in ROLES
         for s, k, rule in (("protocol", 4, "ancestral"), ("chosen on validation", 2, "marginal"))]
-    assert res.sampler.protocol_steps == 4 and res.sampler.chosen_is_protocol is False
+    assert res.sampler.protocol_sampler_steps == 4 and res.sampler.chosen_is_protocol is False
     for protocol, chosen in (_stored(res)[:2], _stored(res)[2:]):
         assert protocol["dihal_verdict"] is None  # the chosen row is paired with this one
         assert chosen["dihal_verdict"] in ("above", "below", "not distinguishable")
@@ -65,7 +65,7 @@ def test_full_training_rows_at_the_protocol_and_the_chosen_sampler(tiny_backbone
 
 
 def test_full_training_one_row_when_the_chosen_is_the_protocols(tiny_backbone, judge):
-    res = _run(tiny_backbone, judge, {"rule": "ancestral", "steps": 4, "hybrid_nll": 3.9},
+    res = _run(tiny_backbone, judge, {"rule": "ancestral", "sampler_steps": 4, "hybrid_nll": 3.9},
                seed_metrics=[_metrics(1.2, 0.5, 4.4, seconds=3.0)])
     assert [(r["role"], r["sampler"]) for r in _stored(res)] == [(role, "protocol") for role in ROLES]
     assert res.sampler.chosen_is_protocol is True
@@ -120,15 +120,15 @@ def test_full_training_takes_l_stars_rows_from_the_eval_where_it_drew_them(tiny_
     from dihal.generation_rows import GENERATION_KEYS
 
     def row(role, steps, rule, ppl):
-        return {"model": role, "role": role, "layer": LAYER, "steps": steps, "rule": rule,
+        return {"model": role, "role": role, "layer": LAYER, "sampler_steps": steps, "rule": rule,
                 **dict.fromkeys(GENERATION_KEYS, ppl), "repetition": 0.0, "mean_length": 5.0}
 
     ev = [row("dihal", 4, "ancestral", 10.0), row("backbone", None, None, 5.0),
           row("dihal (chosen K)", 2, "marginal", 9.0)]
     trained = replace(trained_bridge(tiny_backbone, LAYER), metrics=_metrics(1.0, 0.3, 4.0))
     res = full_training(ROLES, lambda layer: trained, tiny_backbone, None, EvalConfig(),
-                        chosen={"rule": "marginal", "steps": 2, "hybrid_nll": 3.9}, from_eval=ev)
-    assert [(r["sampler"], r["steps"], r["gen_ppl"], r["from_eval"]) for r in _stored(res)] == [
+                        chosen={"rule": "marginal", "sampler_steps": 2, "hybrid_nll": 3.9}, from_eval=ev)
+    assert [(r["sampler"], r["sampler_steps"], r["gen_ppl"], r["from_eval"]) for r in _stored(res)] == [
         ("protocol", 4, 10.0, True), ("chosen on validation", 2, 9.0, True)] * len(ROLES)
 
 
@@ -136,7 +136,7 @@ def test_full_training_keeps_every_roles_samples_and_tests_the_roles_paired(tiny
     """Every role's samples are kept with their judge scores, and the roles' Gen.PPL are
     compared paired by sample index: two roles on the same bridge draw the same samples, so
     their difference is exactly 0 and not told apart."""
-    res = _run(tiny_backbone, judge, {"rule": "ancestral", "steps": 4, "hybrid_nll": 3.9})
+    res = _run(tiny_backbone, judge, {"rule": "ancestral", "sampler_steps": 4, "hybrid_nll": 3.9})
     assert {(s.role, s.sampler) for s in res.samples} == {(r, "protocol") for r in ROLES}
     assert sorted(s.sample.index for s in res.samples if s.role == "oracle") == [0, 1, 2]
     for s in res.samples:

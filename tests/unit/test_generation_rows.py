@@ -78,12 +78,12 @@ def _eval_rows() -> list[GenerationRow]:
     paired = {"dihal_log_ppl_diff": Estimate(-0.1, -0.3, 0.1), "dihal_log_ppl_diff_p": 0.4,
               "dihal_verdict": "not distinguishable", "paired_samples": 4}
     return filled([
-        _eval_row("DiHAL (l=2)", "dihal", 50.0, layer=2, steps=4, rule="ancestral",
+        _eval_row("DiHAL (l=2)", "dihal", 50.0, layer=2, sampler_steps=4, rule="ancestral",
                   latency_vs_backbone=2.0),
         _eval_row("backbone (AR reference)", "backbone", 30.0, latency_vs_backbone=1.0, **paired),
-        _eval_row("layer-drop (l=2)", "control", 900.0, layer=2, steps=0, train_tokens=0,
+        _eval_row("layer-drop (l=2)", "control", 900.0, layer=2, sampler_steps=0, train_tokens=0,
                   denoiser_parameters=0, latency_vs_backbone=0.5, **paired),
-        _eval_row("ridge (l=2)", "control", 400.0, layer=2, steps=0, ridge_lambda=1.0,
+        _eval_row("ridge (l=2)", "control", 400.0, layer=2, sampler_steps=0, ridge_lambda=1.0,
                   ridge_val_mse=0.2, train_tokens=256, denoiser_parameters=10,
                   latency_vs_backbone=0.5, **paired)])
 
@@ -198,14 +198,14 @@ def _full_training_rows() -> list[FullTrainingRow]:
     """Full training's rows as dihal.compare.stage.full_training makes them: each role at the
     protocol's K and at the chosen (rule, K), its generation columns from its eval row, the
     paired tests of the roles on the second role's protocol row, every row every column."""
-    gen = _eval_row("DiHAL (l=2)", "dihal", 50.0, layer=2, steps=4, rule="ancestral")
+    gen = _eval_row("DiHAL (l=2)", "dihal", 50.0, layer=2, sampler_steps=4, rule="ancestral")
     seeds = {m: SeedSpread(None, None, None, None) for m in ("val_loss", "t1_loss", "hybrid_nll")}
     rows = [FullTrainingRow(role, layer, val_loss=0.3, t1_loss=0.4, recon_error=0.5,
                             hybrid_nll=3.0, hybrid_nll_select=3.1, hybrid_nll_judge=None,
                             top1_agreement=0.7, train_tokens=256, train_steps=8,
                             train_seconds=1.0, train_seconds_all_seeds=1.0, n_seeds=1,
                             seed_columns=seeds, from_eval=role == "geometry l*", sampler=sampler,
-                            steps=steps, rule=rule, generation=gen.select(
+                            sampler_steps=steps, rule=rule, generation=gen.select(
                                 FULL_TRAINING_GENERATION,
                                 GENERATION_COLUMNS[FULL_TRAINING_GENERATION]))
             for role, layer in (("geometry l*", 2), ("oracle", 3), ("worst", 1))
@@ -239,7 +239,7 @@ def test_full_trainings_rows_come_back_as_written():
 def test_an_absent_column_is_not_a_stored_none_and_no_row_takes_a_column_it_has_not():
     row = GenerationRow(EVAL_ROW, model="m", role="dihal", layer=None)
     assert row.to_dict() == {"model": "m", "role": "dihal", "layer": None}
-    assert filled([row, replace(row, steps=4)])[0].to_dict()["steps"] is None
+    assert filled([row, replace(row, sampler_steps=4)])[0].to_dict()["sampler_steps"] is None
     with pytest.raises(ValueError, match="seq_len"):  # an eval row has no budget's seq_len
         replace(row, seq_len=16).to_dict()
     with pytest.raises(ValueError, match="not_a_column"):

@@ -44,7 +44,7 @@ def random_denoiser(d_in: int, seed: int = 0):
 
 def make_hybrid(backbone, stds, denoiser=None, steps=4, eta=0.0):
     denoiser = denoiser if denoiser is not None else random_denoiser(backbone.hidden_size)
-    return Hybrid(backbone, denoiser, BrownianBridge(), *stds, layer=LAYER, steps=steps, eta=eta)
+    return Hybrid(backbone, denoiser, BrownianBridge(), *stds, layer=LAYER, sampler_steps=steps, eta=eta)
 
 
 class OracleBridge(nn.Module):
@@ -201,7 +201,7 @@ def test_pinned_first_state_replaces_position_zero(tiny_backbone, stds):
     first = bb.hidden_states(ids[:1, :1])[LAYER][0, 0]
     rec = Recording(random_denoiser(bb.hidden_size))
     free = make_hybrid(bb, stds, rec).hidden(ids)  # the same bridge, nothing pinned
-    pinned = Hybrid(bb, rec, BrownianBridge(), *stds, layer=LAYER, steps=4, first_state=first)
+    pinned = Hybrid(bb, rec, BrownianBridge(), *stds, layer=LAYER, sampler_steps=4, first_state=first)
     rec.conds.clear()
     h = pinned.hidden(ids)
     assert torch.equal(h[:, 0], first.expand(2, -1))
@@ -217,7 +217,7 @@ def test_pinned_first_state_replaces_position_zero(tiny_backbone, stds):
 
 def test_marginal_rule_cached_decoding_equals_uncached(tiny_backbone, stds):
     hybrid = Hybrid(tiny_backbone, random_denoiser(tiny_backbone.hidden_size), BrownianBridge(),
-                    *stds, layer=LAYER, steps=4, rule="marginal")
+                    *stds, layer=LAYER, sampler_steps=4, rule="marginal")
     kw = dict(temperature=1.0, seed=7, batch_size=2)
     cached = hybrid.decode(3, 12, cached=True, **kw)
     assert torch.equal(cached.tokens, hybrid.generate(3, 12, cached=False, **kw))

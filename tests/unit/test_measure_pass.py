@@ -99,7 +99,7 @@ def _two_passes(bb, den, data, rule: str, batch_size: int) -> dict:
            "recon_error": reconstruction_error(den, data.val, process, steps=PROTOCOL.sampler_steps,
                                                seed=seed, rule=rule)}
     hybrid = Hybrid(bb, den, process, data.cond_std, data.target_std, LAYER,
-                    steps=PROTOCOL.sampler_steps, first_state=data.first_state, rule=rule,
+                    sampler_steps=PROTOCOL.sampler_steps, first_state=data.first_state, rule=rule,
                     noise_seed=seed)
     return {**out, **_scores(hybrid.logits, data.val_ids, data.reference, batch_size)}
 
@@ -223,7 +223,7 @@ def test_held_out_scores_refuse_pairs_of_other_sequences(tiny_backbone, dumps):
     reader, _ = dumps["float32"]
     data = _layer_data(reader)
     hybrid = Hybrid(tiny_backbone, _denoiser(tiny_backbone), BrownianBridge(), data.cond_std,
-                    data.target_std, LAYER, steps=2, first_state=data.first_state)
+                    data.target_std, LAYER, sampler_steps=2, first_state=data.first_state)
     fewer = BridgeData(data.val.cond[:4], data.val.target[:4], data.val.mask[:4])
     with pytest.raises(ValueError, match="are not the held-out sequences"):
         held_out_scores(hybrid, data.val_ids, data.reference, val=fewer)

@@ -5,6 +5,7 @@ import re
 
 import pytest
 
+from dihal.config import BridgeProtocol
 from dihal.generation_inputs import FullTrainingInputs, FullTrainingRow, SamplerChoice
 from dihal.generation_rows import GenerationRow, generation_rows
 from dihal.inputs import OracleBy, SeedInfo
@@ -487,7 +488,7 @@ def test_the_report_says_which_layers_had_how_many_seeds_and_what_more_would_cos
     seeds = {"n_seeds": 2, "spread": spread, "replicates": 2, "replicate_seconds": 60.0,
              "bridge_seconds": 120.0,
              "oracle": {"oracle": 1, "oracle_share": 0.8, "picks": {1: 0.8, 3: 0.2}}}
-    x = with_bridgeability(x, seeds=SeedInfo.from_dict(seeds), protocol={"sampler_steps": 4, "seeds": 2})
+    x = with_bridgeability(x, seeds=SeedInfo.from_dict(seeds), protocol=BridgeProtocol(sampler_steps=4, seeds=2))
     md = build_report(x).markdown
     assert "Training seeds per swept layer: 2 at layers 1, 3; 1 at layer 2." in md
     assert "| 2 | 1 | 3 [2.9, 3.1] | 3 [2.9, 3.1] |" in md  # one seed: no spread
@@ -515,11 +516,11 @@ def _full_rows(n_seeds: int, chosen: bool) -> list[dict]:
         base = {"layer": ll, "val_loss": 0.5, "t1_loss": 0.2, "hybrid_nll": 3.0,
                 "train_tokens": 4096, "train_seconds": secs, "n_seeds": n_seeds,
                 "train_seconds_all_seeds": secs * n_seeds, **spread}
-        rows.append(_gen("x", role, 40.0, 35.0, 45.0, **base, sampler="protocol", steps=4,
+        rows.append(_gen("x", role, 40.0, 35.0, 45.0, **base, sampler="protocol", sampler_steps=4,
                          rule="ancestral"))
         if chosen:
             rows.append(_gen("x", role, 38.0, 33.0, 43.0, **base,
-                             sampler="chosen on validation", steps=2, rule="marginal",
+                             sampler="chosen on validation", sampler_steps=2, rule="marginal",
                              dihal_log_ppl_diff=0.05, dihal_log_ppl_diff_low=-0.1,
                              dihal_log_ppl_diff_high=0.2))
     return [{k: v for k, v in r.items() if k != "model"} for r in rows]  # roles, not models
@@ -534,9 +535,9 @@ def test_full_training_table_seeds_samplers_and_controls_from_eval(n_seeds, chos
     x = inputs()
     control = {**_control("regression (l=2, full budget)", 60.0, -0.2, -0.4, -0.1, "below"),
                "layer": 2, "train_tokens": 4096, "ms_per_token": 5.0, "latency_vs_backbone": 2.5}
-    sampler = {"protocol_steps": 4, "chosen_is_protocol": not chosen,
-               "chosen": ({"rule": "marginal", "steps": 2, "hybrid_nll": 2.9} if chosen else
-                          {"rule": "ancestral", "steps": 4, "hybrid_nll": 3.0})}
+    sampler = {"protocol_sampler_steps": 4, "chosen_is_protocol": not chosen,
+               "chosen": ({"rule": "marginal", "sampler_steps": 2, "hybrid_nll": 2.9} if chosen else
+                          {"rule": "ancestral", "sampler_steps": 4, "hybrid_nll": 3.0})}
     x = with_eval_rows(replace(x, full_training=FullTrainingInputs.from_dicts(
         _full_rows(n_seeds, chosen), sampler)), [*(r.to_dict() for r in x.evaluate.rows), control])
     seeds = full_training_seeds([FullTrainingRow.from_dict(r) for r in

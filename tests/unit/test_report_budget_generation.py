@@ -23,7 +23,7 @@ def row(model: str, steps: int, rate: float | None, *, n: int = 40, seed: int = 
     nll = [t * (rate if rate is not None else 1.0) + float(rng.normal(0, 0.5)) for t in tokens]
     ppl = math.exp(sum(nll) / sum(tokens))
     g = interval or (ppl, ppl * 0.95, ppl * 1.05)
-    return BudgetGenerationRow(layer=1, model=model, steps=steps, tokens=steps * 512,
+    return BudgetGenerationRow(layer=1, model=model, train_steps=steps, tokens=steps * 512,
                                distinct_tokens=min(steps * 512, 448768), denoiser_parameters=4_880_000,
                                sampler_steps=16, temperature=1.0, gen_ppl=g[0], gen_ppl_low=g[1],
                                gen_ppl_high=g[2], diversity=diversity[0],

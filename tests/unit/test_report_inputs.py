@@ -6,6 +6,7 @@ from dataclasses import replace
 
 import pytest
 
+from dihal.config import BridgeProtocol
 from dihal.generation_inputs import (
     ChosenSampler,
     CompareInputs,
@@ -148,8 +149,12 @@ def test_bridgeability_info_reads_the_oracle_by_measure_and_the_seeds():
     assert seeds.counts() == {1: 2, 2: 1} and seeds.oracle.l_star_rank is None
     assert seeds.oracle.picks == {3: 0.7, 1: 0.3}  # the manifest's JSON keys read as layers
     assert seeds.replicates == 1 and seeds.spread["val_loss"][0].sd == 0.1
-    replace = ReplaceInputs.from_dicts(report_raw()["bridgeability"], [], {"sampler_steps": 4})
-    assert replace.sweep_steps(1) == 4 and ReplaceInputs(info, [], {}).sweep_steps(1) == 1
+    stored = BridgeProtocol(sampler_steps=4).to_dict()  # as the oracle's bridge stores it
+    replace = ReplaceInputs.from_dicts(report_raw()["bridgeability"], [], stored)
+    assert replace.protocol == BridgeProtocol(sampler_steps=4)
+    assert replace.protocol.to_dict() == stored  # shown as stored
+    with pytest.raises(TypeError, match="steps"):  # a config of another protocol is refused
+        ReplaceInputs.from_dicts(report_raw()["bridgeability"], [], {"steps": 4})
 
 
 def test_evaluate_inputs_read_how_the_eval_sampled_and_an_eval_without_its_cost_table():
@@ -184,15 +189,15 @@ def test_the_cost_table_finds_its_rows_and_reads_back_as_stored():
     order = {"K": [1, 2], "monotone": False, "inversions": [[1, 2]], "within_noise": True}
     assert CostTable.from_dict({**cost, "flop_length": 64, "order_in_k": order}) == replace(
         table, flop_length=64, order_in_k=OrderInK([1, 2], False, [(1, 2)], True))
-    choice = SamplerChoice.from_dict({"protocol_steps": 4, "chosen_is_protocol": False,
-                                      "chosen": {"rule": "marginal", "steps": 2,
+    choice = SamplerChoice.from_dict({"protocol_sampler_steps": 4, "chosen_is_protocol": False,
+                                      "chosen": {"rule": "marginal", "sampler_steps": 2,
                                                  "hybrid_nll": 2.9}})
     assert choice.chosen == ChosenSampler("marginal", 2, 2.9) and choice.regression is None
     # written back as stored: full training's flag always, the eval's only where true
-    for stored in ({"protocol_steps": 4, "chosen": None, "chosen_is_protocol": False},
-                   {"protocol_steps": 4, "chosen": {"rule": "ancestral", "steps": 4,
+    for stored in ({"protocol_sampler_steps": 4, "chosen": None, "chosen_is_protocol": False},
+                   {"protocol_sampler_steps": 4, "chosen": {"rule": "ancestral", "sampler_steps": 4,
                                                     "hybrid_nll": 3.0}},
-                   {"protocol_steps": 4, "chosen": None, "regression": "no control"}):
+                   {"protocol_sampler_steps": 4, "chosen": None, "regression": "no control"}):
         assert SamplerChoice.from_dict(stored).to_dict() == stored
     assert CostTable.from_dict(cost).to_dict() == {
         **cost, "rows": [{"flops_from": None, "ms_per_token_low": None,
@@ -217,14 +222,14 @@ def test_full_training_rows_read_their_columns_seeds_and_paired_roles():
     roles before it where tested; a column no full-training row has is refused by name."""
     bare = FullTrainingRow.from_dict({"role": "oracle", "layer": 3, "sampler": "protocol",
                                       "val_loss": 0.5, "hybrid_nll": 3.0, "gen_ppl": 40.0})
-    assert (bare.steps, bare.from_eval, bare.n_seeds) == (ABSENT, ABSENT, ABSENT)
+    assert (bare.sampler_steps, bare.from_eval, bare.n_seeds) == (ABSENT, ABSENT, ABSENT)
     assert (bare.seed_spread, bare.pairs, bare.hybrid_nll_judge) == ({}, {}, ABSENT)
     assert bare.generation.gen_ppl.value == 40.0 and bare.measures()["val_loss"] == 0.5
     assert bare.measures()["n_seeds"] is None
     assert bare.to_dict() == {"role": "oracle", "layer": 3, "val_loss": 0.5, "hybrid_nll": 3.0,
                               "sampler": "protocol", "gen_ppl": 40.0}
     row = FullTrainingRow.from_dict({
-        "role": "oracle", "layer": 3, "sampler": "chosen on validation", "steps": 2,
+        "role": "oracle", "layer": 3, "sampler": "chosen on validation", "sampler_steps": 2,
         "rule": "marginal", "from_eval": True, "n_seeds": 2,
         "val_loss_seed_mean": 1.5, "val_loss_seed_sd": 0.25, "val_loss_seed_min": 1.25,
         "val_loss_seed_max": 1.75, "t1_loss_seed_mean": math.nan, "t1_loss_seed_sd": None,
@@ -237,7 +242,7 @@ def test_full_training_rows_read_their_columns_seeds_and_paired_roles():
     assert row.seed_spread["val_loss"] == SeedSpread(1.5, 0.25, 1.25, 1.75)
     assert math.isnan(row.seed_spread["t1_loss"].mean) and "hybrid_nll" not in row.seed_spread
     assert row.pairs == {"geometry l*": RolePair(0.4, 0.1, 0.7, 0.01, 0.02, "above", 60)}
-    assert (row.sampler, row.steps, row.rule, row.from_eval) == (
+    assert (row.sampler, row.sampler_steps, row.rule, row.from_eval) == (
         "chosen on validation", 2, "marginal", True)
     with pytest.raises(ValueError, match="log_ppl_diff_vs_worst"):  # no test against the worst
         FullTrainingRow.from_dict({"role": "worst", "layer": 1, "log_ppl_diff_vs_worst": 0.1})

@@ -171,10 +171,10 @@ def test_in_the_hybrid_it_starts_as_the_ridge_hybrid_and_decodes_cached_as_uncac
     cfg = DenoiserConfig(d_in=d, d_model=32, n_layers=2, n_heads=4, max_len=32, time_embed_dim=16)
     ids = torch.randint(4, len(bb.tokenizer), (2, 9), generator=g)
     fresh = build_residual_denoiser(cfg, 0, ridge.weight, ridge.bias)
-    hybrid = Hybrid(bb, fresh, PROCESS, cond_std, target_std, layer, steps=4, first_state=first)
+    hybrid = Hybrid(bb, fresh, PROCESS, cond_std, target_std, layer, sampler_steps=4, first_state=first)
     control = ridge_hybrid(bb, layer, ridge, cond_std, target_std, first)
     torch.testing.assert_close(hybrid.logits(ids), control.logits(ids), rtol=1e-5, atol=1e-5)
-    trained = Hybrid(bb, randomised_like(fresh), PROCESS, cond_std, target_std, layer, steps=4,
+    trained = Hybrid(bb, randomised_like(fresh), PROCESS, cond_std, target_std, layer, sampler_steps=4,
                      first_state=first)
     cached = trained.generate(3, 6, seed=2, cached=True)
     assert torch.equal(cached, trained.generate(3, 6, seed=2, cached=False))

@@ -25,10 +25,10 @@ def test_the_curve_measures_each_rule_at_each_k(tiny_backbone, tmp_path):
     cfg = SamplerCurveConfig(steps=(1, 2, 4), n_samples=2, length=4,
                              rules=("ancestral", "marginal"))
     rows = sampler_steps_curve(tiny_backbone, trained, reader, cfg).rows
-    assert [(p.rule, p.steps) for p in rows] == [
+    assert [(p.rule, p.sampler_steps) for p in rows] == [
         ("ancestral", 1), ("ancestral", 2), ("ancestral", 4),
         ("marginal", 1), ("marginal", 2), ("marginal", 4)]
-    by = {(p.rule, p.steps): p for p in rows}
+    by = {(p.rule, p.sampler_steps): p for p in rows}
     # the bridge's own measurement is reused for its trained K under the default rule only
     assert by[("ancestral", 2)].from_bridge_metrics
     assert not by[("marginal", 2)].from_bridge_metrics
@@ -38,7 +38,7 @@ def test_the_curve_measures_each_rule_at_each_k(tiny_backbone, tmp_path):
     assert by[("marginal", 1)].same_as_rule == "ancestral"
     assert by[("marginal", 1)].hybrid_nll == by[("ancestral", 1)].hybrid_nll
     ids = torch.as_tensor(seqs["val"][:2])
-    one = {rule: bridge_hybrid(tiny_backbone, trained, steps=1, rule=rule).logits(ids)
+    one = {rule: bridge_hybrid(tiny_backbone, trained, sampler_steps=1, rule=rule).logits(ids)
            for rule in ("ancestral", "marginal")}
     torch.testing.assert_close(one["marginal"], one["ancestral"], rtol=1e-6, atol=1e-6)
     # ...more steps differ
@@ -52,10 +52,10 @@ def test_the_curve_measures_each_rule_at_each_k(tiny_backbone, tmp_path):
 
 
 def test_choose_steps_takes_the_lowest_held_out_nll():
-    rows = [CurvePoint.from_dict(curve_point(rule=rule, steps=k, hybrid_nll=nll)) for rule, k, nll in
+    rows = [CurvePoint.from_dict(curve_point(rule=rule, sampler_steps=k, hybrid_nll=nll)) for rule, k, nll in
             (("ancestral", 1, 3.0), ("ancestral", 4, 2.5), ("marginal", 2, 2.5),
              ("marginal", 16, 2.7))]
-    assert choose_steps(rows) == {"rule": "marginal", "steps": 2, "hybrid_nll": 2.5}  # tie: smaller K
-    assert choose_steps(rows[:2]) == {"rule": "ancestral", "steps": 4, "hybrid_nll": 2.5}
+    assert choose_steps(rows) == {"rule": "marginal", "sampler_steps": 2, "hybrid_nll": 2.5}  # tie: smaller K
+    assert choose_steps(rows[:2]) == {"rule": "ancestral", "sampler_steps": 4, "hybrid_nll": 2.5}
     with pytest.raises(ValueError, match="at least one point"):
         choose_steps([])

@@ -60,7 +60,7 @@ def test_settings_are_whole_numbers_ordered_from_the_largest():
             Setting(bad, 4)
     grid = settings_grid([8, 32, 16, 8], [8, 16])
     # by sequences x K, then by sequences (at one product, fewer upper-layer passes)
-    assert [(s.sequences, s.steps) for s in grid] == [
+    assert [(s.sequences, s.sampler_steps) for s in grid] == [
         (32, 16), (32, 8), (16, 16), (16, 8), (8, 16), (8, 8)]
 
 

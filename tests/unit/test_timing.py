@@ -22,7 +22,7 @@ class _Timed:
 def _subject(name: str, k: int, times: list[float]) -> CostSubject:
     it = iter(times)
     return CostSubject(name, lambda n, length, **kw: _Timed(next(it)) if length > 4
-                       else _Timed(0.0), steps=k, layer=2 if k else None,
+                       else _Timed(0.0), sampler_steps=k, layer=2 if k else None,
                        price=lambda m: 1.0)
 
 
@@ -56,7 +56,7 @@ def test_the_report_quotes_one_time_per_model():
     raw = report_raw_with_cost(15.0)
     ev = [{**raw["evaluation"]["rows"][0], "ms_per_token": 15.0, "latency_vs_backbone": 4.0},
           {**raw["evaluation"]["rows"][1], "ms_per_token": 3.75}]
-    curve = {**raw["sampler_curve"], "rows": [{**r, "ms_per_token": 119.37, "steps": 4}
+    curve = {**raw["sampler_curve"], "rows": [{**r, "ms_per_token": 119.37, "sampler_steps": 4}
                                               for r in raw["sampler_curve"]["rows"]]}
     x = ReportInputs.from_dicts(**{**raw, "evaluation": {**raw["evaluation"], "rows": ev},
                                    "sampler_curve": curve})

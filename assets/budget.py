@@ -31,7 +31,7 @@ def study_tokens(run: StageRun, layer: int, budgets, batch_size: int):
     extended by fresh ones packed from the same verified corpus shards: study_sequences), with
     the reader of the dump and the Sequences stage's config."""
     from dihal.config import CorpusConfig, SequenceConfig
-    from dihal.locate.corpus import iter_documents, separator_ids, verified_shards
+    from dihal.locate.corpus import recorded_shards, separator_ids, verified_documents
     from dihal.replace.budget import study_sequences
 
     states, seqs, corpus = run.art(HiddenStates), run.art(Sequences), run.art(Corpus)
@@ -41,8 +41,9 @@ def study_tokens(run: StageRun, layer: int, budgets, batch_size: int):
     tok = run.resources.backbones.load_tokenizer(run.backbone, run.layout)
     bos_id, eos_id = separator_ids(tok, weights.path)
     run.log(f"layer {layer}: packing the training sequences of budgets {list(budgets)}")
+    recorded = recorded_shards(cm.info)
     tokens = study_sequences(
-        lambda: iter_documents(verified_shards(corpus_cfg, cm.info["shards"]), corpus_cfg),
+        lambda: verified_documents(corpus_cfg, recorded),
         tok, seq_cfg, seqs.token_ids(), budgets, batch_size, bos_id=bos_id, eos_id=eos_id)
     return tokens, states.reader(), seq_cfg
 

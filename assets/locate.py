@@ -42,7 +42,7 @@ def locate_assets(backbone: str) -> list:
         """Fixed-length train/val token sequences, document-level split, packed with EOS, from
         the corpus's shards (refused where one changed since the corpus asset ran)."""
         from dihal.config import CorpusConfig
-        from dihal.locate.corpus import make_sequences, separator_ids
+        from dihal.locate.corpus import make_sequences, recorded_shards, separator_ids
 
         run, cfg = StageRun(context, backbone), config.to_dihal()
         src = run.art(Corpus)
@@ -52,7 +52,7 @@ def locate_assets(backbone: str) -> list:
         def compute():
             tok = run.resources.backbones.load_tokenizer(backbone, run.layout)
             bos_id, eos_id = separator_ids(tok, weights.path)  # before a document is read
-            return make_sequences(up.info["shards"], CorpusConfig(**up.config), tok, cfg,
+            return make_sequences(recorded_shards(up.info), CorpusConfig(**up.config), tok, cfg,
                                   bos_id=bos_id, eos_id=eos_id, revision=weights.revision)
 
         return run.produce(run.art(Sequences), cfg, [src], compute, revision=weights.revision)

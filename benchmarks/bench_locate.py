@@ -137,7 +137,7 @@ def main() -> None:
     if args.only != "sequences":
         result, wall, cpu = timed(lambda: compute_geometry(reader, geometry, backbone="smollm2"))
         out = {"rows": result.rows, "predictors": result.predictors,
-               "resamples": result.resamples}
+               "resamples": result.resamples.columns()}
         print(f"geometry: {wall:.1f} s wall, {cpu:.1f} s CPU, digest {digest(out)}")
         l_star = score_summary(result.rows)["l_star"]
     else:

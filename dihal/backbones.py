@@ -25,7 +25,7 @@ from dihal.environment import DEVICE_MAPS, env_text
 from dihal.errors import BackboneNotFoundError, LayerIndexError, ModelLoadError
 from dihal.gguf import dequantise_gguf_to_cache, gemma_weights, made_once
 from dihal.identity import check_weight_files, folder_revision
-from dihal.inputs import BackboneInfo
+from dihal.inputs import BackboneInfo, Placement
 from dihal.locate.extract import stack_on_one_device
 from dihal.registry import (  # noqa: F401 (re-exported)
     BACKBONES,
@@ -262,9 +262,9 @@ class Backbone:
             n_parameters=sum(p.numel() for p in self.model.parameters()),
             device_map=self.placement())
 
-    def placement(self) -> dict[str, Any] | None:
-        """Where a device_map put the decoder blocks: {"mode", "blocks": device -> count};
-        None for a model on one device."""
+    def placement(self) -> Placement | None:
+        """Where a device_map put the decoder blocks (device -> count); None for a model on one
+        device."""
         if not self.device_map:
             return None
         # transformers records no map when everything landed on one device
@@ -278,7 +278,7 @@ class Backbone:
             dev = dmap[max(keys, key=len)]
             key = f"cuda:{dev}" if isinstance(dev, int) else str(dev)
             blocks[key] = blocks.get(key, 0) + 1
-        return {"mode": self.device_map, "blocks": blocks}
+        return Placement(self.device_map, blocks)
 
     def check_layer(self, layer: int, *, allow_zero: bool = True) -> int:
         lo = 0 if allow_zero else 1

@@ -47,6 +47,44 @@ class GeometryRow(Columns):
 
 
 @dataclass(frozen=True)
+class TokenResamples:
+    """The geometry proxies' token-bootstrap replicates (dihal.locate.stage.compute_geometry), as
+    the columns of one table: one row per (replicate, layer, normalisation), with the score's
+    proxies (dihal.proxies.NAMES) recomputed on that replicate of the sampled tokens. Empty
+    where the geometry stage drew none."""
+
+    resample: list[int] = field(default_factory=list)
+    layer: list[int] = field(default_factory=list)
+    norm: list[str] = field(default_factory=list)
+    m_curv: list[float] = field(default_factory=list)
+    m_mono: list[float] = field(default_factory=list)
+    k_eff: list[float] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        lengths = {k: len(getattr(self, k)) for k in self.__dataclass_fields__}
+        if len(set(lengths.values())) > 1:
+            raise ValueError(f"the token resamples' columns differ in length: {lengths}")
+
+    def __len__(self) -> int:
+        return len(self.resample)
+
+    def columns(self) -> dict[str, list]:
+        """The table's columns, in order (what storage writes)."""
+        return {k: list(getattr(self, k)) for k in self.__dataclass_fields__}
+
+    @classmethod
+    def from_columns(cls, columns: dict[str, list]) -> TokenResamples:
+        """From `columns()`'s dict (a stored table); a missing or unknown column is refused
+        by name."""
+        names = set(cls.__dataclass_fields__)
+        if set(columns) != names:
+            raise ValueError(f"the token resamples need exactly the columns {sorted(names)}: "
+                             f"missing {sorted(names - set(columns))}, unknown "
+                             f"{sorted(set(columns) - names)}")
+        return cls(**{k: list(columns[k]) for k in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True)
 class ScoreRow(GeometryRow):
     """One layer's score under one normalisation (the layer score table's row, as
     dihal.locate.score.layer_scores makes it): its geometry row, each proxy's z-score over the
@@ -380,6 +418,22 @@ class ReplaceInputs:
 
 
 @dataclass(frozen=True)
+class Placement:
+    """Where a device_map spread a backbone's decoder blocks: the mode it was loaded with
+    ("auto", ...) and how many blocks each device holds (device -> count, in block order)."""
+
+    mode: str
+    blocks: dict[str, int]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"mode": self.mode, "blocks": dict(self.blocks)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Placement:
+        return cls(str(d["mode"]), {str(k): int(v) for k, v in d["blocks"].items()})
+
+
+@dataclass(frozen=True)
 class BackboneInfo:
     """A loaded backbone as Backbone.info() describes it and the hidden-state dump records it
     (its manifest and the Zarr store's attributes): what the report names and sizes it by."""
@@ -393,16 +447,18 @@ class BackboneInfo:
     hidden_size: int
     vocab_size: int
     n_parameters: int
-    # where a device_map put the decoder blocks ({"mode", "blocks": device -> count}); None
-    # for a model on one device
-    device_map: dict[str, Any] | None
+    # where a device_map put the decoder blocks; None for a model on one device
+    device_map: Placement | None
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        return {**out, "device_map": None if self.device_map is None else self.device_map.to_dict()}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> BackboneInfo:
-        return cls(**{k: d[k] for k in cls.__dataclass_fields__})
+        fields = {k: d[k] for k in cls.__dataclass_fields__}
+        placed = fields["device_map"]
+        return cls(**{**fields, "device_map": None if placed is None else Placement.from_dict(placed)})
 
 
 @dataclass(frozen=True)

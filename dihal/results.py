@@ -21,6 +21,7 @@ from dihal.inputs import (
     LayerScoreSummary,
     PredictorRow,
     ScoreRow,
+    TokenResamples,
 )
 from dihal.rows import TARGETS, BridgeMetrics, BudgetGenerationRow, BudgetPoint, TrainingPoint
 
@@ -29,20 +30,112 @@ def _round(v: Any) -> Any:
     return round(v, 5) if isinstance(v, float) else v
 
 
+# ------------------------------------------------------------------------------ the corpus
+# What the corpus stage records of each shard it read, by content: a local file, a remote one
+# (read as a stream, never downloaded whole), or a Hugging Face dataset read through `datasets`.
+# Each stores as the dict of its fields; `identity()` is what the corpus fingerprint hashes.
+
+
+@dataclass(frozen=True)
+class LocalShard:
+    """A local shard file: its path, the sha256 of its bytes and their count."""
+
+    path: str
+    sha256: str
+    bytes: int
+
+    def identity(self) -> str:
+        """Its content, not where it lies: a copied or moved checkout keeps its artifacts."""
+        return self.sha256
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "sha256": self.sha256, "bytes": self.bytes}
+
+
+@dataclass(frozen=True)
+class RemoteShard:
+    """A remote shard, known by its URL."""
+
+    url: str
+
+    def identity(self) -> str:
+        return self.url
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"url": self.url}
+
+
+@dataclass(frozen=True)
+class HubShard:
+    """A Hugging Face dataset (an id, or a local folder: `local`) read at `revision`, `config`,
+    `split`, with its text and id fields, and the documents read: their count and the sha256 of
+    their ids and texts, in order."""
+
+    dataset: str
+    local: bool
+    revision: str | None
+    config: str | None
+    split: str
+    text_field: str
+    id_field: str | None
+    documents: int
+    sha256: str
+
+    def identity(self) -> str:
+        """The fingerprint's part: id (a folder: "local", its content is in the digest),
+        revision, config, split, fields, and the documents read."""
+        name = "local" if self.local else self.dataset
+        return (f"hf:{name}@{self.revision or 'default'}/{self.config or 'default'}/"
+                f"{self.split}/{self.text_field}/{self.id_field or 'index'}:"
+                f"{self.documents}:{self.sha256}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+Shard = LocalShard | RemoteShard | HubShard
+_SHARD_KINDS = {frozenset(c.__dataclass_fields__): c for c in (LocalShard, RemoteShard, HubShard)}
+
+
+def shard_of(record: Any) -> Shard:
+    """The shard of a stored record (`to_dict`'s dict); a ValueError naming it where it is no
+    shard's record."""
+    kind = _SHARD_KINDS.get(frozenset(record)) if isinstance(record, dict) else None
+    if kind is None:
+        raise ValueError(f"{record!r} is not a shard record (a local file's path, sha256 and "
+                         "bytes, a remote shard's url, or a Hub dataset's fields)")
+    return kind(**record)
+
+
+@dataclass(frozen=True)
+class CorpusCounts:
+    """What the corpus stage counted while reading: usable documents, those skipped as empty,
+    malformed lines (with up to 10 examples), documents by source, and their characters."""
+
+    documents: int
+    skipped_empty: int
+    malformed: int
+    malformed_examples: list[str]
+    by_source: dict[str, int]
+    chars: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
 @dataclass(frozen=True)
 class CorpusResult:
-    # each shard: {"path", "sha256", "bytes"} (a local file) or {"url"} (a remote one)
-    shards: list[dict[str, Any]]
-    stats: dict[str, Any]  # CorpusStats.to_dict()
+    shards: list[Shard]
+    stats: CorpusCounts
 
     def info(self) -> dict:
-        return {"shards": self.shards, "stats": self.stats}
+        return {"shards": [s.to_dict() for s in self.shards], "stats": self.stats.to_dict()}
 
     def metadata(self) -> dict:
         s = self.stats
-        return {"shards": len(self.shards), "documents": s["documents"],
-                "malformed_lines": s["malformed"], "empty_documents": s["skipped_empty"],
-                "by_source": s["by_source"]}
+        return {"shards": len(self.shards), "documents": s.documents,
+                "malformed_lines": s.malformed, "empty_documents": s.skipped_empty,
+                "by_source": s.by_source}
 
 
 @dataclass(frozen=True)
@@ -152,8 +245,8 @@ class GeometryResult:
     plot_png: bytes = field(repr=False, default=b"")
     # the rival predictors of each candidate layer
     predictors: list[PredictorRow] = field(default_factory=list)
-    # token-bootstrap replicates: columns resample, layer, norm, m_curv, m_mono, k_eff
-    resamples: dict[str, list] = field(default_factory=dict)
+    # the proxies' token-bootstrap replicates
+    resamples: TokenResamples = field(default_factory=TokenResamples)
 
     def info(self) -> dict:
         return {"seconds": round(self.seconds, 2)}

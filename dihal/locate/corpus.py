@@ -28,7 +28,15 @@ from dihal.config import CorpusConfig, SequenceConfig  # noqa: F401 (re-exported
 from dihal.errors import CorpusError, MalformedLineError, TokenizerError
 from dihal.locate.documents import CorpusStats, Document, is_empty
 from dihal.locate.hub import HUB_FIELDS, HubSource
-from dihal.results import CorpusResult, SequencesResult
+from dihal.results import (
+    CorpusResult,
+    HubShard,
+    LocalShard,
+    RemoteShard,
+    SequencesResult,
+    Shard,
+    shard_of,
+)
 
 EMBEDDED_SAMPLE = Path(__file__).resolve().parents[2] / "data" / "dolma_sample"  # <repo>/data
 
@@ -353,62 +361,82 @@ def _probe(cfg: SequenceConfig) -> int | None:
 # The stages
 
 
-def shard_records(cfg: CorpusConfig) -> list[dict[str, Any]]:
-    """The resolved shards and what they hold: {"path", "sha256", "bytes"} for a local file,
-    {"url"} for a remote one (read as a stream, never downloaded whole)."""
+def shard_records(cfg: CorpusConfig) -> list[Shard]:
+    """The resolved shards and what they hold: a local file by its content, a remote one by its
+    URL (read as a stream, never downloaded whole), a Hub dataset by the documents read."""
 
     if cfg.hf_dataset:
         return [HubSource(cfg).record()]
-    return [{"url": s} if "://" in s else
-            {"path": s, "sha256": file_sha256(s), "bytes": os.path.getsize(s)}
+    return [RemoteShard(s) if "://" in s else LocalShard(s, file_sha256(s), os.path.getsize(s))
             for s in resolve_shards(cfg)]
 
 
-def content_identity(records: list[dict[str, Any]]) -> list[str]:
-    """What the corpus fingerprint hashes: each shard's sha256 (local) or URL (remote), in
-    order. Not its path: a copied or moved checkout keeps its artifacts."""
-    return [HubSource.identity(r) if "dataset" in r else r["url"] if "url" in r else r["sha256"]
-            for r in records]
+def content_identity(records: list[Shard]) -> list[str]:
+    """What the corpus fingerprint hashes: each shard's identity, in order (a local shard's
+    sha256, not its path: a copied or moved checkout keeps its artifacts)."""
+    return [r.identity() for r in records]
 
 
-def verified_shards(cfg: CorpusConfig, recorded: list[dict[str, Any]]) -> list[str]:
+FIX_CORPUS = "re-materialise the corpus asset (`dagster asset materialize --select corpus`)"
+
+
+def recorded_shards(info: dict[str, Any]) -> list[Shard]:
+    """The shards a corpus manifest's info records, typed; a CorpusError naming the fix where
+    one is no shard record."""
+    try:
+        return [shard_of(r) for r in info["shards"]]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CorpusError(f"the corpus manifest does not record its shards as this version "
+                          f"does ({exc}): {FIX_CORPUS}.") from exc
+
+
+def verified_shards(cfg: CorpusConfig, recorded: list[Shard]) -> list[str]:
     """The shards `cfg` selects now, each checked (size, then sha256) against what the corpus
     stage recorded: a shard edited, added or removed since is refused, not read under the old
     fingerprint. Remote shards are taken as recorded (their URL is their identity)."""
 
-    fix = "re-materialise the corpus asset (`dagster asset materialize --select corpus`)"
-    if any(not isinstance(r, dict) for r in recorded):
-        raise CorpusError(f"the corpus manifest predates content-checked shards: {fix}.")
+    if any(isinstance(r, HubShard) for r in recorded):
+        raise CorpusError(f"the corpus asset recorded a Hugging Face dataset, and the corpus "
+                          f"config now selects shards: {FIX_CORPUS}.")
     current = resolve_shards(cfg)
     if len(current) != len(recorded):
         raise CorpusError(f"the corpus config now selects {len(current)} shards where the corpus "
-                          f"asset recorded {len(recorded)}: {fix}.")
+                          f"asset recorded {len(recorded)}: {FIX_CORPUS}.")
     for now, rec in zip(current, recorded, strict=True):
-        if "url" in rec:
-            if now != rec["url"]:
-                raise CorpusError(f"shard {now} is not the recorded {rec['url']}: {fix}.")
+        if isinstance(rec, RemoteShard):
+            if now != rec.url:
+                raise CorpusError(f"shard {now} is not the recorded {rec.url}: {FIX_CORPUS}.")
             continue
         size = os.path.getsize(now)
-        if size != rec["bytes"] or file_sha256(now) != rec["sha256"]:
+        if size != rec.bytes or file_sha256(now) != rec.sha256:
             raise CorpusError(
-                f"shard {now} changed since the corpus asset recorded it ({rec['bytes']} bytes, "
-                f"sha256 {rec['sha256'][:12]}; now {size} bytes): {fix}, then this asset.")
+                f"shard {now} changed since the corpus asset recorded it ({rec.bytes} bytes, "
+                f"sha256 {rec.sha256[:12]}; now {size} bytes): {FIX_CORPUS}, then this asset.")
     return current
 
 
-def scan_corpus(cfg: CorpusConfig, shards: list[dict[str, Any]]) -> CorpusResult:
+def verified_documents(cfg: CorpusConfig, recorded: list[Shard]) -> Iterator[Document]:
+    """The corpus's documents, from what the corpus stage recorded (its shards, or its Hub
+    dataset), each checked against its content first."""
+    if cfg.hf_dataset:
+        return HubSource(cfg).verified_documents(recorded)
+    return iter_documents(verified_shards(cfg, recorded), cfg)
+
+
+def scan_corpus(cfg: CorpusConfig, shards: list[Shard]) -> CorpusResult:
     """The corpus stage: read every document of the shards (`shard_records`) once, to validate
     and count. A corpus without a usable document is an error."""
     stats = CorpusStats()
     docs = (HubSource(cfg).documents(stats) if cfg.hf_dataset else
-            iter_documents([r.get("path") or r["url"] for r in shards], cfg, stats))
+            iter_documents([r.path if isinstance(r, LocalShard) else r.url for r in shards], cfg,
+                           stats))
     for _ in docs:
         pass
     if stats.documents == 0:
         raise CorpusError(f"the corpus ({len(shards)} shards) holds no usable document: "
                           f"{stats.to_dict()} (skipped_empty: shorter than min_chars, or without a "
                           "printable character). Check corpus paths, min_chars and on_malformed.")
-    return CorpusResult(shards, stats.to_dict())
+    return CorpusResult(shards, stats.counts())
 
 
 def separator_ids(tokenizer, folder) -> tuple[int, int]:
@@ -427,14 +455,12 @@ def separator_ids(tokenizer, folder) -> tuple[int, int]:
     return (int(bos) if isinstance(bos, int) else int(eos)), int(eos)
 
 
-def make_sequences(recorded: list[dict[str, Any]], corpus_cfg: CorpusConfig, tokenizer,
+def make_sequences(recorded: list[Shard], corpus_cfg: CorpusConfig, tokenizer,
                    cfg: SequenceConfig, *, bos_id: int, eos_id: int,
                    revision: str) -> SequencesResult:
     """The sequences stage: pack the corpus's documents into train/val token sequences, from
     the shards the corpus stage recorded (checked against their content first)."""
-    docs = (HubSource(corpus_cfg).verified_documents(recorded) if corpus_cfg.hf_dataset else
-            iter_documents(verified_shards(corpus_cfg, recorded), corpus_cfg))
-    packed = pack_sequences(docs, tokenizer, cfg,
+    packed = pack_sequences(verified_documents(corpus_cfg, recorded), tokenizer, cfg,
                             bos_id=bos_id, eos_id=eos_id)
     return SequencesResult(
         input_ids={s: p.input_ids for s, p in packed.items()},

@@ -1,12 +1,14 @@
 """A corpus document and the counts kept while reading one (documents, skipped, malformed, by
 source), shared by the Dolma shard reader (dihal.locate.corpus) and the Hub dataset reader
-(dihal.locate.hub). Standard library only."""
+(dihal.locate.hub). Standard library and the typed results only."""
 
 from __future__ import annotations
 
 import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field
+
+from dihal.results import CorpusCounts
 
 
 @dataclass(frozen=True)
@@ -36,12 +38,11 @@ class CorpusStats:
     by_source: Counter = field(default_factory=Counter)
     chars: int = 0
 
+    def counts(self) -> CorpusCounts:
+        """What the corpus stage records of these counts (the first 10 malformed lines)."""
+        return CorpusCounts(self.documents, self.skipped_empty, self.malformed,
+                            self.malformed_examples[:10], dict(sorted(self.by_source.items())),
+                            self.chars)
+
     def to_dict(self) -> dict:
-        return {
-            "documents": self.documents,
-            "skipped_empty": self.skipped_empty,
-            "malformed": self.malformed,
-            "malformed_examples": self.malformed_examples[:10],
-            "by_source": dict(sorted(self.by_source.items())),
-            "chars": self.chars,
-        }
+        return self.counts().to_dict()

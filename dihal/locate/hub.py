@@ -8,11 +8,11 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 from dihal.config import CorpusConfig
 from dihal.errors import CorpusError, MalformedLineError
 from dihal.locate.documents import CorpusStats, Document, is_empty
+from dihal.results import HubShard, Shard
 
 HUB_FIELDS = ("hf_dataset", "hf_config", "hf_split", "hf_text_field", "hf_id_field",
               "hf_revision")
@@ -126,7 +126,7 @@ class HubSource:
             if stats.documents >= c.max_docs:
                 return
 
-    def record(self) -> dict[str, Any]:
+    def record(self) -> HubShard:
         """What the corpus stage records: the dataset's identity and the documents read (their
         count and the sha256 of their ids and texts, in order), read in one streaming pass."""
         c = self.cfg
@@ -136,31 +136,20 @@ class HubSource:
                 raw = part.encode("utf-8")
                 digest.update(len(raw).to_bytes(8, "big") + raw)
         local = Path(c.hf_dataset).expanduser().is_dir()
-        return {"dataset": str(Path(c.hf_dataset).expanduser().resolve()) if local
-                else c.hf_dataset, "local": local, "revision": c.hf_revision,
-                "config": c.hf_config, "split": c.hf_split, "text_field": c.hf_text_field,
-                "id_field": c.hf_id_field, "documents": stats.documents,
-                "sha256": digest.hexdigest()}
+        return HubShard(str(Path(c.hf_dataset).expanduser().resolve()) if local
+                        else c.hf_dataset, local, c.hf_revision, c.hf_config, c.hf_split,
+                        c.hf_text_field, c.hf_id_field, stats.documents, digest.hexdigest())
 
-    @staticmethod
-    def identity(record: dict[str, Any]) -> str:
-        """The fingerprint's part: id (a folder: "local", its content is in the digest),
-        revision, config, split, fields, and the documents read."""
-        name = "local" if record["local"] else record["dataset"]
-        return (f"hf:{name}@{record['revision'] or 'default'}/{record['config'] or 'default'}/"
-                f"{record['split']}/{record['text_field']}/{record['id_field'] or 'index'}:"
-                f"{record['documents']}:{record['sha256']}")
-
-    def verified_documents(self, recorded: list[dict[str, Any]]) -> Iterator[Document]:
+    def verified_documents(self, recorded: list[Shard]) -> Iterator[Document]:
         """The documents, once a first pass has checked that they are the ones the corpus stage
         recorded (a changed dataset is refused, not read under the old fingerprint)."""
         fix = "re-materialise the corpus asset (`dagster asset materialize --select corpus`)"
-        if len(recorded) != 1 or "dataset" not in recorded[0]:
+        if len(recorded) != 1 or not isinstance(recorded[0], HubShard):
             raise CorpusError(f"the corpus asset recorded shards, not the {self.label}: {fix}.")
         now, rec = self.record(), recorded[0]
-        if self.identity(now) != self.identity(rec):
+        if now.identity() != rec.identity():
             raise CorpusError(
-                f"the {self.label} now reads {now['documents']} documents (sha256 "
-                f"{now['sha256'][:12]}) where the corpus asset recorded {rec['documents']} "
-                f"(sha256 {rec['sha256'][:12]}): {fix}, then this asset.")
+                f"the {self.label} now reads {now.documents} documents (sha256 "
+                f"{now.sha256[:12]}) where the corpus asset recorded {rec.documents} "
+                f"(sha256 {rec.sha256[:12]}): {fix}, then this asset.")
         return self.documents()

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from dihal.config import LayerScoreConfig
-from dihal.inputs import GeometryRow, LayerScoreSummary, PredictorRow
+from dihal.inputs import GeometryRow, LayerScoreSummary, PredictorRow, TokenResamples
 from dihal.locate.geometry import (
     GeometryConfig,
     layer_proxies_resampled,
@@ -50,7 +50,7 @@ def compute_geometry(
     if cfg.n_resamples:
         boot = torch.Generator().manual_seed(derive_seed(cfg.seed, backbone, "geometry-bootstrap"))
         weights = resample_weights(cfg.n_tokens, cfg.n_resamples, boot)
-    replicates: dict[str, list] = {k: [] for k in ("resample", "layer", "norm", *NAMES)}
+    replicates: dict[str, list] = {k: [] for k in TokenResamples.__dataclass_fields__}
     rows: list[GeometryRow] = []
     rivals: list[PredictorRow] = []
     x0 = prev = ridge = None
@@ -81,7 +81,8 @@ def compute_geometry(
             progress(f"geometry layer {layer + 1}/{n_layers} ({time.perf_counter() - t0:.1f} s)")
 
     return GeometryResult(rows, positions, plan.anchors.numpy(), plan.pairs.numpy(),
-                          time.perf_counter() - t0, predictors=rivals, resamples=replicates,
+                          time.perf_counter() - t0, predictors=rivals,
+                          resamples=TokenResamples.from_columns(replicates),
                           plot_png=plot_proxies(rows, f"{backbone}: geometry proxies per layer"))
 
 
@@ -105,10 +106,9 @@ def score_summary(rows: list[GeometryRow], *, primary_norm: str = "none") -> dic
             "spearman_vs_depth": vs_depth, "candidates": candidates}
 
 
-def l_star_stability(resamples: dict[str, list], candidates: list[int],
+def l_star_stability(resamples: TokenResamples, candidates: list[int],
                      selected: dict[str, int]) -> dict[str, dict]:
-    """How stable l* is over the geometry's token-bootstrap replicates (columns resample, layer,
-    norm, m_curv, m_mono, k_eff): per normalisation, each replicate's S_l over the candidate
+    """How stable l* is over the geometry's token-bootstrap replicates: per normalisation, each replicate's S_l over the candidate
     layers (the same z-scores, ties to the shallower layer) and its l*; the fraction of
     replicates that pick the full sample's l*, a 95 % interval of the picked layer, and the
     share of each layer picked."""
@@ -116,9 +116,9 @@ def l_star_stability(resamples: dict[str, list], candidates: list[int],
 
     from dihal.locate.score import zscore
 
-    cols = {k: np.asarray(v) for k, v in resamples.items()}
-    if not len(cols.get("resample", [])):
+    if not len(resamples):
         return {}
+    cols = {k: np.asarray(v) for k, v in resamples.columns().items()}
     cand = np.asarray(sorted(candidates))
     out = {}
     for norm, l_star in selected.items():
@@ -178,7 +178,7 @@ def sequence_stability(reader, geometry: GeometryConfig, candidates: list[int], 
 
 
 def score_layers(rows: list[GeometryRow], cfg: LayerScoreConfig, *, backbone: str,
-                 resamples: dict[str, list] | None = None, reader=None,
+                 resamples: TokenResamples | None = None, reader=None,
                  geometry: GeometryConfig | None = None,
                  progress: Callable[[str], None] | None = None,
                  device: str = "cpu") -> LayerScoreResult:
@@ -196,7 +196,7 @@ def score_layers(rows: list[GeometryRow], cfg: LayerScoreConfig, *, backbone: st
                                          backbone=backbone, progress=progress, device=device)
     summary = LayerScoreSummary.from_dict({
         "l_star": s["l_star"], "selected": s["selected"], "spearman_vs_depth": s["spearman_vs_depth"],
-        "stability": l_star_stability(resamples or {}, s["candidates"], s["selected"]),
+        "stability": l_star_stability(resamples or TokenResamples(), s["candidates"], s["selected"]),
         "sequence_stability": by_sequence})
     return LayerScoreResult(rows=s["rows"], summary=summary, primary_norm=cfg.primary_norm,
                             plot_png=plot_scores(s["rows"], s["selected"], title))

@@ -63,12 +63,14 @@ class BaselineRun(WorkArtifact):
             json.dumps({"model": result.name, "index": i, "text": t}) + "\n"
             for i, t in enumerate(result.texts)))
 
-    def samples(self) -> list[dict]:
-        return [json.loads(x) for x in self.path("samples.jsonl").read_text().splitlines()]
+    def texts(self) -> list[str]:
+        """The baseline's samples' texts, in the order drawn (index 0 first)."""
+        records = [json.loads(x) for x in self.path("samples.jsonl").read_text().splitlines()]
+        return [r["text"] for r in sorted(records, key=lambda r: r["index"])]
 
     def metadata(self, manifest: Manifest) -> dict[str, Any]:
         return {**super().metadata(manifest), "budget": manifest.info["row"]["budget"],
-                "samples": Markdown(preview({self.key: [s["text"] for s in self.samples()]}))}
+                "samples": Markdown(preview({self.key: self.texts()}))}
 
 
 class Comparison(Artifact):

@@ -13,7 +13,7 @@ from dihal.atomic import (
     atomic_write_text,
 )
 from dihal.errors import CorruptArtifactError
-from dihal.inputs import GeometryRow, PredictorRow, ScoreRow
+from dihal.inputs import GeometryRow, PredictorRow, ScoreRow, TokenResamples
 from dihal.proxies import NAMES
 from dihal.results import (
     GeometryResult,
@@ -172,8 +172,7 @@ class Geometry(Artifact):
         pos = result.positions
         write_table(directory / "geometry.parquet", [r.to_dict() for r in result.rows])
         write_table(directory / "predictors.parquet", [p.to_dict() for p in result.predictors])
-        write_table(directory / "resamples.parquet", result.resamples or {
-            "resample": [], "layer": [], "norm": [], **{k: [] for k in NAMES}})
+        write_table(directory / "resamples.parquet", result.resamples.columns())
         write_table(directory / "positions.parquet", {
             "sample": list(range(len(pos))), "split": ["val"] * len(pos),
             "sequence": pos[:, 0].tolist(), "position": pos[:, 1].tolist()})
@@ -191,9 +190,9 @@ class Geometry(Artifact):
         """The rival predictors of each candidate layer (dihal.locate.predictors)."""
         return [PredictorRow.from_dict(r) for r in read_rows(self.path("predictors.parquet"))]
 
-    def resamples(self) -> dict[str, list]:
-        """The proxies' token-bootstrap replicates, as columns."""
-        return read_table(self.path("resamples.parquet")).to_pydict()
+    def resamples(self) -> TokenResamples:
+        """The proxies' token-bootstrap replicates."""
+        return TokenResamples.from_columns(read_table(self.path("resamples.parquet")).to_pydict())
 
     def plot(self) -> bytes:
         return self.path("proxies.png").read_bytes()

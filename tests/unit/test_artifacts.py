@@ -196,9 +196,11 @@ def test_a_same_size_change_to_trained_weights_is_never_reused_however_recent_th
         row = GenerationRow.from_dict({"gen_ppl": 9.0, "diversity": 0.5, "repetition": 0.1,
                                        "train_steps": 4}, BASELINE_ROW)
         art = BaselineRun(tmp_path, "llama", "sed")
-        res = BaselineResult("sed", row, ["a text"], {"w": torch.arange(6.0)}, {"d": 1})
+        res = BaselineResult("sed", row, ["a text", "another"], {"w": torch.arange(6.0)}, {"d": 1})
         weights = "model.safetensors"
     art.write(_manifest(art, res, "c" * 64), res)
+    if kind != "sweep bridge":
+        assert art.texts() == ["a text", "another"]  # the samples' texts, read back in order
     assert art.verified_within(3600) and art.reuse("c" * 64, digests=False) is not None
     path = art.path(weights)
     data = bytearray(path.read_bytes())

@@ -14,6 +14,7 @@ from dihal.locate.corpus import (
     iter_documents,
     make_sequences,
     pack_sequences,
+    recorded_shards,
     resolve_shards,
     scan_corpus,
     sequence_capacity,
@@ -23,6 +24,7 @@ from dihal.locate.corpus import (
     verified_shards,
 )
 from dihal.locate.documents import CorpusStats
+from dihal.results import CorpusResult, RemoteShard
 from tests.tiny import build_tokenizer, make_docs, write_shard
 
 
@@ -143,9 +145,9 @@ def test_moved_shards_keep_their_identity_and_fingerprint(tmp_path, monkeypatch)
     shutil.copytree(a, b)
     ra = shard_records(CorpusConfig(paths=(str(a / "*.json.gz"),)))
     rb = shard_records(CorpusConfig(paths=(str(b / "*.json.gz"),)))
-    assert [r["path"] for r in ra] != [r["path"] for r in rb]
-    assert content_identity(ra) == content_identity(rb) == [r["sha256"] for r in ra]
-    assert all(r["bytes"] == (a / f"s{i}.json.gz").stat().st_size for i, r in enumerate(ra))
+    assert [r.path for r in ra] != [r.path for r in rb]
+    assert content_identity(ra) == content_identity(rb) == [r.sha256 for r in ra]
+    assert all(r.bytes == (a / f"s{i}.json.gz").stat().st_size for i, r in enumerate(ra))
 
     # the corpus asset's fingerprint (config as given + content), from either checkout
     cfg = CorpusConfig(paths=("corpus/*.json.gz",))
@@ -157,8 +159,8 @@ def test_moved_shards_keep_their_identity_and_fingerprint(tmp_path, monkeypatch)
     assert fps[0] == fps[1]
     # a manifest made in checkout a serves checkout b, even with checkout a gone
     shutil.rmtree(a.parent)
-    assert verified_shards(cfg, recorded[a.parent]) == [r["path"] for r in recorded[b.parent]]
-    assert all(r["path"].startswith(str(b)) for r in recorded[b.parent])
+    assert verified_shards(cfg, recorded[a.parent]) == [r.path for r in recorded[b.parent]]
+    assert all(r.path.startswith(str(b)) for r in recorded[b.parent])
 
 
 def test_a_shard_edited_after_the_corpus_ran_is_refused(tmp_path):
@@ -178,8 +180,13 @@ def test_a_shard_edited_after_the_corpus_ran_is_refused(tmp_path):
     write_shard(d / "s2.json.gz", make_docs(5, seed=9))  # a shard added to the glob
     with pytest.raises(CorpusError, match="now selects 3 shards .* recorded 2.*re-materialise"):
         verified_shards(cfg, records)
-    with pytest.raises(CorpusError, match="predates .*re-materialise the corpus"):
-        verified_shards(cfg, [f"{shard}#abc"])  # a manifest of the old format
+    # a manifest whose shards are not records of this version: refused by name, with the fix
+    with pytest.raises(CorpusError, match=r"does not record its shards .*#abc.*re-materialise"):
+        recorded_shards({"shards": [f"{shard}#abc"]})
+    stored = CorpusResult(records, scan_corpus(cfg, shard_records(cfg)).stats).info()
+    assert recorded_shards(stored) == records  # what the manifest keeps, read back typed
+    assert stored["shards"][0] == {"path": records[0].path, "sha256": records[0].sha256,
+                                   "bytes": records[0].bytes}
 
 
 @pytest.mark.parametrize("folder", ["run#1", "data[1] (copy)", "100% ok"])
@@ -188,7 +195,7 @@ def test_any_character_in_a_path_works(tmp_path, folder):
     for paths in ((str(d / "*.json.gz"),), (str(d / "s0.json.gz"), str(d / "s1.json.gz"))):
         cfg = CorpusConfig(paths=paths)
         records = scan_corpus(cfg, shard_records(cfg)).shards
-        assert [r["path"] for r in records] == [str(d / "s0.json.gz"), str(d / "s1.json.gz")]
+        assert [r.path for r in records] == [str(d / "s0.json.gz"), str(d / "s1.json.gz")]
         assert _sequences(records, cfg, tmp_path).n("val") == 2
 
 
@@ -214,10 +221,10 @@ def test_remote_shards_are_identified_by_url(tmp_path):
     urls.write_text("".join(f"  file://{p}\n" for p in sorted(d.glob("*.json.gz"))) + "  # note\n")
     cfg = CorpusConfig(url_list=str(urls))
     records = shard_records(cfg)
-    assert records == [{"url": f"file://{p}"} for p in sorted(d.glob("*.json.gz"))]
-    assert content_identity(records) == [r["url"] for r in records]
-    assert scan_corpus(cfg, records).stats["documents"] == 80
-    assert verified_shards(cfg, records) == [r["url"] for r in records]
+    assert records == [RemoteShard(f"file://{p}") for p in sorted(d.glob("*.json.gz"))]
+    assert content_identity(records) == [r.url for r in records]
+    assert scan_corpus(cfg, records).stats.documents == 80
+    assert verified_shards(cfg, records) == [r.url for r in records]
 
 
 def test_remote_shard_is_retried_after_server_errors(tmp_path):

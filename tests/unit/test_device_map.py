@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from dihal.backbones import load_backbone
+from dihal.inputs import BackboneInfo, Placement
 from dihal.locate import extract
 from dihal.locate.extract import ExtractConfig, layer_pairs, stack_on_one_device
 
@@ -81,12 +82,15 @@ def test_device_map_is_checked_and_the_placement_recorded(tiny_llama_dir, tmp_pa
     one = load_backbone("llama", path=tiny_llama_dir, cache_dir=tmp_path)
     assert one.info().device_map is None
     bb = load_backbone("llama", path=tiny_llama_dir, cache_dir=tmp_path, device_map="auto")
-    assert bb.info().device_map == {"mode": "auto", "blocks": {"cpu": bb.n_layers}}
+    assert bb.info().device_map == Placement("auto", {"cpu": bb.n_layers})
+    stored = bb.info().to_dict()  # as the dump's manifest records it, and read back
+    assert stored["device_map"] == {"mode": "auto", "blocks": {"cpu": bb.n_layers}}
+    assert BackboneInfo.from_dict(stored) == bb.info()
     # what accelerate records for two GPUs (hf_device_map), summarised per device
     bb.model.hf_device_map = {"model.embed_tokens": 0, "model.layers.0": 0, "model.layers.1": 0,
                               "model.layers.2": 1, "model.layers.3": 1, "model.norm": 1,
                               "model.rotary_emb": 1, "lm_head": 1}
-    assert bb.info().device_map["blocks"] == {"cuda:0": 2, "cuda:1": 2}
+    assert bb.info().device_map.blocks == {"cuda:0": 2, "cuda:1": 2}
 
 
 def test_backbone_resource_reads_the_device_map_setting(monkeypatch):

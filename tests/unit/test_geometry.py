@@ -480,5 +480,5 @@ def test_geometry_on_the_cpu_device_is_bitwise_the_plain_cpu_path():
         want_rows += [GeometryRow(layer=layer, **r) for r in rows]
         want_reps += [reps[n]["m_curv"].tolist() for n in cfg.normalizations]
     assert got.rows == want_rows  # exact floats, not approximately
-    curv = got.resamples["m_curv"]
+    curv = got.resamples.m_curv
     assert [curv[i:i + 3] for i in range(0, len(curv), 3)] == want_reps

@@ -4,6 +4,7 @@ The same counting, minimum length, held-out split by document and fingerprint by
 the Dolma shards (corpus -> sequences -> Locate through Dagster: tests/pipeline/test_pipeline.py)."""
 
 import shutil
+from dataclasses import replace
 
 import pytest
 
@@ -12,10 +13,14 @@ from dihal.errors import CorpusError, MalformedLineError
 from dihal.locate.corpus import (
     content_identity,
     make_sequences,
+    recorded_shards,
     scan_corpus,
     shard_records,
+    verified_documents,
+    verified_shards,
 )
 from dihal.locate.hub import HubSource
+from dihal.results import CorpusResult, LocalShard, shard_of
 from tests.tiny import build_tokenizer, hub_folder, hub_rows
 
 
@@ -41,10 +46,10 @@ def test_documents_are_streamed_counted_and_capped(tmp_path, monkeypatch):
     assert all(kw["streaming"] is True and kw["split"] == "train" for _, kw in calls)
     assert isinstance(real(str(folder), split="train", streaming=True), datasets.IterableDataset)
     s = result.stats
-    assert (s["documents"], s["skipped_empty"], s["malformed"]) == (9, 2, 1)
-    assert "ds[train][5]: TypeError: body is NoneType" in s["malformed_examples"][0]
-    assert sum(s["by_source"].values()) == 9 and set(s["by_source"]) <= {"wiki", "books"}
-    assert s["chars"] == sum(len(r["body"]) for r in data if r["body"] and len(r["body"]) >= 10)
+    assert (s.documents, s.skipped_empty, s.malformed) == (9, 2, 1)
+    assert "ds[train][5]: TypeError: body is NoneType" in s.malformed_examples[0]
+    assert sum(s.by_source.values()) == 9 and set(s.by_source) <= {"wiki", "books"}
+    assert s.chars == sum(len(r["body"]) for r in data if r["body"] and len(r["body"]) >= 10)
 
     capped = list(HubSource(cfg_of(folder, max_docs=4)).documents())
     assert [d.id for d in capped] == [data[i]["doc"] for i in (0, 1, 2, 4)]  # 3 is empty
@@ -66,7 +71,7 @@ def test_a_row_of_control_characters_counts_as_empty(tmp_path):
     folder = hub_folder(tmp_path / "cc", {"train": rows}, fmt="json")
     cfg = CorpusConfig(hf_dataset=str(folder), max_docs=10)
     s = scan_corpus(cfg, shard_records(cfg)).stats
-    assert (s["documents"], s["skipped_empty"]) == (2, 2)
+    assert (s.documents, s.skipped_empty) == (2, 2)
 
 
 def test_malformed_rows_are_an_error_when_asked_and_a_wrong_field_names_the_fields(tmp_path):
@@ -76,7 +81,7 @@ def test_malformed_rows_are_an_error_when_asked_and_a_wrong_field_names_the_fiel
     with pytest.raises(MalformedLineError, match=r"malformed row .*ds\[train\]\[1\]"):
         list(HubSource(cfg_of(folder, on_malformed="error")).documents())
     stats = scan_corpus(cfg_of(folder), shard_records(cfg_of(folder))).stats
-    assert stats["malformed"] == 1 and stats["documents"] == 3
+    assert stats.malformed == 1 and stats.documents == 3
 
 
 @pytest.mark.parametrize("fmt", ["parquet", "jsonl"])
@@ -120,7 +125,8 @@ def test_fingerprint_is_the_identity_and_the_documents_read(tmp_path):
     folder = hub_folder(tmp_path / "a" / "ds", {"train": hub_rows(10), "test": hub_rows(10, seed=3)})
     ident = content_identity(shard_records(cfg_of(folder)))
     (rec,) = shard_records(cfg_of(folder))
-    assert rec["documents"] == 10 and rec["local"] and rec["split"] == "train"
+    assert rec.documents == 10 and rec.local and rec.split == "train"
+    assert shard_of(rec.to_dict()) == rec  # stored and read back
     assert ident[0].startswith("hf:local@default/default/train/body/doc:10:")
     moved = tmp_path / "b" / "elsewhere"
     shutil.copytree(folder, moved)
@@ -128,8 +134,8 @@ def test_fingerprint_is_the_identity_and_the_documents_read(tmp_path):
     assert content_identity(shard_records(cfg_of(folder, hf_split="test"))) != ident
     assert content_identity(shard_records(cfg_of(folder, max_docs=5))) != ident
     assert content_identity(shard_records(cfg_of(folder, hf_text_field="doc"))) != ident
-    assert HubSource.identity({**rec, "local": False, "dataset": "org/text",
-                               "revision": "abc123"}).startswith("hf:org/text@abc123/")
+    assert replace(rec, local=False, dataset="org/text",
+                   revision="abc123").identity().startswith("hf:org/text@abc123/")
     edited = hub_rows(10)
     edited[7]["body"] += " extra"
     shutil.rmtree(moved)
@@ -164,7 +170,7 @@ def test_sequences_split_by_document_and_refuse_a_changed_dataset(tmp_path):
         make_sequences(recorded, cfg, tok, seq_cfg, bos_id=tok.bos_token_id,
                        eos_id=tok.eos_token_id, revision="r")
     with pytest.raises(CorpusError, match="recorded shards, not the Hugging Face dataset"):
-        make_sequences([{"path": "x", "sha256": "y", "bytes": 1}], cfg, tok, seq_cfg,
+        make_sequences([LocalShard("x", "y", 1)], cfg, tok, seq_cfg,
                        bos_id=tok.bos_token_id, eos_id=tok.eos_token_id, revision="r")
 
 
@@ -181,3 +187,17 @@ def test_a_shard_corpus_keeps_the_fingerprint_it_had_before_the_hub_fields():
     hub = fingerprint_config(CorpusConfig(hf_dataset="org/text", max_docs=50))
     assert hub["hf_dataset"] == "org/text" and hub["hf_split"] == "train"
     assert CorpusConfig(**fingerprint_config(cfg)) == cfg  # the manifest's config rebuilds it
+
+
+def test_every_reader_of_the_corpus_takes_a_hub_dataset_as_the_sequences_stage_does(tmp_path):
+    """One entry for what the corpus stage recorded (shards or a Hub dataset): the budget
+    study packs its extra sequences through it too, so a Hub corpus is read as a Hub corpus,
+    not as the shards of the default paths."""
+    folder = hub_folder(tmp_path / "ds", {"train": hub_rows(12)})
+    cfg = cfg_of(folder)
+    recorded = recorded_shards(CorpusResult(shard_records(cfg),
+                                            scan_corpus(cfg, shard_records(cfg)).stats).info())
+    got = [(d.id, d.text) for d in verified_documents(cfg, recorded)]
+    assert got == [(d.id, d.text) for d in HubSource(cfg).documents()] and len(got) == 12
+    with pytest.raises(CorpusError, match="recorded a Hugging Face dataset.*re-materialise"):
+        verified_shards(CorpusConfig(), recorded)  # shards asked of a Hub corpus: refused

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from dihal.inputs import GeometryRow
+from dihal.inputs import GeometryRow, TokenResamples
 from dihal.locate.score import depth_control, layer_scores, select_layer, spearman, zscore
 
 Z1 = math.sqrt(1.5)  # z-score of the ends of (1, 2, 3): (3 - 2) / sqrt(2/3)
@@ -159,8 +159,14 @@ def test_l_star_stability_counts_the_replicates_picks():
             for k, v in (("resample", b), ("layer", layer), ("norm", "none"),
                          ("m_curv", 2.0 if layer == top else 1.0), ("m_mono", 0.5), ("k_eff", 3.0)):
                 cols[k].append(v)
-    got = l_star_stability(cols, [1, 2, 3], {"none": 2})["none"]
+    got = l_star_stability(TokenResamples(**cols), [1, 2, 3], {"none": 2})["none"]
     assert got["same"] == pytest.approx(0.7) and got["replicates"] == 10 and got["dropped"] == 0
     assert got["picks"] == {2: 0.7, 3: 0.2, 1: 0.1}
     assert (got["low"], got["high"]) == (1, 3)
-    assert l_star_stability({}, [1, 2, 3], {"none": 2}) == {}
+    assert l_star_stability(TokenResamples(), [1, 2, 3], {"none": 2}) == {}
+    # the stored table reads back as the same record; a table of other columns is refused
+    assert TokenResamples.from_columns(TokenResamples(**cols).columns()) == TokenResamples(**cols)
+    with pytest.raises(ValueError, match=r"missing \['k_eff'\], unknown \['k'\]"):
+        TokenResamples.from_columns({**{k: v for k, v in cols.items() if k != "k_eff"}, "k": []})
+    with pytest.raises(ValueError, match="differ in length"):
+        TokenResamples(**{**cols, "norm": cols["norm"][:-1]})

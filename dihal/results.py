@@ -473,17 +473,35 @@ class ReportResult:
 
 
 @dataclass(frozen=True)
+class EstimateRecord:
+    """What a stage's manifest records of the estimate it made before it started (the budget
+    study's, or generation's at the budget's ends: dihal.run.estimates): its seconds, disk,
+    host memory (of which the models' weights) and notes; generation's seconds by part too."""
+
+    seconds: int = 0
+    disk_bytes: int = 0
+    memory_bytes: int = 0
+    weights_bytes: int = 0
+    notes: list[str] = field(default_factory=list)
+    parts: dict[str, int] | None = None  # seconds by part (generation's only)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        return out if self.parts is not None else {k: v for k, v in out.items() if k != "parts"}
+
+
+@dataclass(frozen=True)
 class BudgetResult:
     """The training-budget study at one layer (dihal.replace.budget.study_layer): its points,
     in (steps, model) order, and the study's estimate made before it started."""
 
     layer: int
     points: tuple[BudgetPoint, ...]
-    estimate: dict[str, Any] = field(default_factory=dict)
+    estimate: EstimateRecord = field(default_factory=EstimateRecord)
 
     def info(self) -> dict:
         return {"layer": self.layer, "points": [p.to_dict() for p in self.points],
-                "estimate": self.estimate}
+                "estimate": self.estimate.to_dict()}
 
     def metadata(self) -> dict:
         """The hybrid NLL of each model at each budget (the backbone's once)."""
@@ -501,11 +519,11 @@ class BudgetGenerationResult:
     layer: int
     rows: tuple[BudgetGenerationRow, ...]
     samples: list[BudgetSample] = field(default_factory=list, repr=False)
-    estimate: dict[str, Any] = field(default_factory=dict)
+    estimate: EstimateRecord = field(default_factory=EstimateRecord)
 
     def info(self) -> dict:
         """The rows without their per-sample scores (those are in the rows' table)."""
-        return {"layer": self.layer, "estimate": self.estimate,
+        return {"layer": self.layer, "estimate": self.estimate.to_dict(),
                 "rows": [{k: v for k, v in r.to_dict().items() if not k.startswith("sample_")}
                          for r in self.rows]}
 

@@ -12,6 +12,7 @@ from dihal.bridge.train import loop_config
 from dihal.config import BridgeProtocol, BudgetGenerationConfig
 from dihal.errors import LayerIndexError
 from dihal.replace.budget import BudgetPlan, BudgetStudyConfig, plan_budget
+from dihal.results import EstimateRecord
 from dihal.rows import GENERATION_MODELS
 from dihal.run.capacity import (
     GIB,
@@ -67,11 +68,10 @@ class BudgetEstimate:
                 + _memory_parts(self.memory_bytes, self.weights_bytes)
                 + "".join(f"; {n}" for n in self.notes))
 
-    def info(self) -> dict:
+    def info(self) -> EstimateRecord:
         """What the study's manifest records of its estimate."""
-        return {"seconds": round(self.seconds), "disk_bytes": self.disk_bytes,
-                "memory_bytes": self.memory_bytes, "weights_bytes": self.weights_bytes,
-                "notes": list(self.notes)}
+        return EstimateRecord(round(self.seconds), self.disk_bytes, self.memory_bytes,
+                              self.weights_bytes, list(self.notes))
 
     def require(self, **limits) -> None:
         """PreflightError listing every refusal, if any (the limits as `refusals`)."""
@@ -214,11 +214,11 @@ class GenerationEstimate:
                 + _memory_parts(self.memory_bytes, self.weights_bytes)
                 + "".join(f"; {n}" for n in self.notes))
 
-    def info(self) -> dict:
+    def info(self) -> EstimateRecord:
         """What the manifest records of its estimate."""
-        return {"seconds": round(self.seconds), "disk_bytes": self.disk_bytes,
-                "memory_bytes": self.memory_bytes, "weights_bytes": self.weights_bytes,
-                "notes": list(self.notes), "parts": {k: round(v) for k, v in self.parts.items()}}
+        return EstimateRecord(round(self.seconds), self.disk_bytes, self.memory_bytes,
+                              self.weights_bytes, list(self.notes),
+                              {k: round(v) for k, v in self.parts.items()})
 
     def require(self, **limits) -> None:
         """PreflightError listing every refusal, if any (the limits as `refusals`)."""

@@ -132,8 +132,9 @@ def test_the_estimates_memory_counts_the_loaded_weights_and_says_when_it_cannot(
     pairs = E.estimate_study(cfg, PROTOCOL, **kw)
     assert "the models' weights are counted once they are loaded" in pairs.summary()
     held = E.estimate_study(cfg, PROTOCOL, **kw, weights_bytes=3 * 2**30)
-    assert held.memory_bytes == pairs.memory_bytes + 3 * 2**30 and held.info()[
-        "weights_bytes"] == 3 * 2**30
+    assert held.memory_bytes == pairs.memory_bytes + 3 * 2**30 and held.info().weights_bytes == 3 * 2**30
+    assert list(held.info().to_dict()) == ["seconds", "disk_bytes", "memory_bytes",
+                                           "weights_bytes", "notes"]  # as the manifest keeps it
     assert "3.00 of weights" in held.summary() and "counted once" not in held.summary()
     assert held.refusals(host_available=pairs.memory_bytes + 2**30)[0].check == "host memory"
     gen = E.estimate_generation(BudgetGenerationConfig(budgets=(4, 16)), PROTOCOL, layer=2,

@@ -184,7 +184,8 @@ def test_the_estimate_follows_its_formula_and_refuses_what_does_not_fit():
     assert est.seconds == pytest.approx(sum(est.parts.values()))
     assert est.memory_bytes == 2 * (n + PROTOCOL.eval_sequences) * 16 * 32 * 4
     assert est.disk_bytes > 0 and "generation at 4, 16 steps needs about" in est.summary()
-    assert est.info()["parts"].keys() == est.parts.keys()
+    assert est.info().parts.keys() == est.parts.keys()
+    assert list(est.info().to_dict())[-1] == "parts"  # generation's record keeps its parts
     short = E.estimate_generation(CFG, PROTOCOL, **{**kw, "available": 10})
     assert short.notes and "each seen 3.20 times" in short.notes[-1]  # 32 wanted of 10
     assert E.estimate_generation(CFG, PROTOCOL, **{**kw, "stored": False}).parts["pairs"] > \

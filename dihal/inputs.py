@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from dihal.config import BridgeProtocol
+from dihal.config import BridgeProtocol, EvalConfig, GeometryConfig
 from dihal.generation_rows import GenerationRow, generation_rows
 from dihal.rows import (
     BridgeMetrics,
@@ -494,43 +494,20 @@ class BackboneSummary:
 
 
 @dataclass(frozen=True)
-class GeometrySettings:
-    """The geometry stage's settings the report quotes (n_resamples None where not set)."""
-
-    n_tokens: int
-    n_anchors: int
-    k_neighbors: int
-    n_pairs: int
-    n_resamples: int | None = None
-
-
-@dataclass(frozen=True)
-class EvalSettings:
-    """The eval stage's sampling settings the report quotes."""
-
-    n_samples: int
-    length: int
-    temperature: float
-    seed: int
-
-
-@dataclass(frozen=True)
 class StageConfigs:
-    """The config each stage ran with (`stages`, shown as it is), and the settings the report
-    quotes from them: the layer score's primary normalisation, the geometry's and the eval's."""
+    """The config each stage ran with (`stages`, shown as it is), and the configs the report
+    quotes settings from: the layer score's primary normalisation, the geometry stage's and the
+    eval's configs (dihal.config, as they stored them)."""
 
     stages: dict[str, dict[str, Any]]
     primary_norm: str
-    geometry: GeometrySettings
-    eval: EvalSettings
+    geometry: GeometryConfig
+    eval: EvalConfig
 
     @classmethod
     def from_dict(cls, configs: dict[str, dict[str, Any]]) -> StageConfigs:
-        geo, ev = configs["geometry"], configs["eval"]
         return cls(dict(configs), configs["layer_score"]["primary_norm"],
-                   GeometrySettings(geo["n_tokens"], geo["n_anchors"], geo["k_neighbors"],
-                                    geo["n_pairs"], geo.get("n_resamples")),
-                   EvalSettings(ev["n_samples"], ev["length"], ev["temperature"], ev["seed"]))
+                   GeometryConfig(**configs["geometry"]), EvalConfig(**configs["eval"]))
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from dihal.config import BridgeProtocol
+from dihal.config import BridgeProtocol, GeometryConfig
 from dihal.generation_inputs import (
     ChosenSampler,
     CompareInputs,
@@ -24,7 +24,6 @@ from dihal.inputs import (
     BackboneInfo,
     BackboneSummary,
     BridgeabilitySummary,
-    GeometrySettings,
     LayerScoreSummary,
     OracleWorst,
     Picks,
@@ -271,7 +270,7 @@ def test_stage_configs_quote_their_settings_and_keep_every_stage():
     configs = {**report_raw()["configs"], "sequences": {"seq_len": 16}}
     c = StageConfigs.from_dict(configs)
     assert c.stages == configs and c.primary_norm == "robust"
-    assert c.geometry == GeometrySettings(64, 8, 4, 10, 20) and c.eval.n_samples == 4
-    no_resamples = {k: v for k, v in configs["geometry"].items() if k != "n_resamples"}
-    assert StageConfigs.from_dict({**configs, "geometry": no_resamples}).geometry.n_resamples \
-        is None
+    assert c.geometry == GeometryConfig(**configs["geometry"]) and c.eval.n_samples == 4
+    assert (c.geometry.n_tokens, c.geometry.n_resamples) == (64, 20)
+    with pytest.raises(TypeError, match="n_tokenz"):  # a config of no such field is refused
+        StageConfigs.from_dict({**configs, "geometry": {"n_tokenz": 64}})

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from dihal.config import BridgeProtocol
 from dihal.generation_inputs import CostTable, CurvePoint, FullTrainingRow, SamplerChoice
 from dihal.generation_rows import BudgetSample, GenerationRow, JudgeInfo, RoleSample, Sample
 from dihal.inputs import (
@@ -282,13 +283,57 @@ class LayerScoreResult:
                 **same}
 
 
+BRIDGE_OBJECTIVES = (None, "regression", "ridge")
+
+
+@dataclass(frozen=True)
+class BridgeHparams:
+    """A saved bridge's hyper-parameters (its saved hyper-parameters file): the layer whose state it makes,
+    the protocol it was trained under, the backbone (and its revision) it was made on, and
+    what it is (`objective`): None for DiHAL's diffusion bridge, "regression" for the
+    regression control's network, "ridge" for the closed-form ridge map with the lambda it
+    chose, the lambdas it tried and their validation errors. A network's configs are kept as
+    saved (the denoiser's: dihal.bridge.denoiser.DenoiserConfig.to_dict; the training loop's:
+    dihal.training.TrainConfig), since their classes live beside torch. A field that is None
+    is not stored."""
+
+    layer: int
+    protocol: BridgeProtocol
+    backbone: str | None = None
+    revision: str | None = None
+    objective: str | None = None
+    denoiser_config: dict[str, Any] | None = None
+    train_config: dict[str, Any] | None = None
+    ridge_lambda: float | None = None
+    lambdas: list[float] | None = None
+    val_mses: list[float] | None = None
+
+    def __post_init__(self) -> None:
+        if self.objective not in BRIDGE_OBJECTIVES:
+            raise ValueError(f"a bridge's objective is one of {BRIDGE_OBJECTIVES}, got "
+                             f"{self.objective!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        out["protocol"] = self.protocol.to_dict()
+        return {k: v for k, v in out.items() if v is not None}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> BridgeHparams:
+        """From `to_dict`'s dict (the saved file); a field of no bridge is refused by name."""
+        unknown = set(d) - set(cls.__dataclass_fields__)
+        if unknown:
+            raise ValueError(f"no bridge's hyper-parameters have the fields {sorted(unknown)}")
+        return cls(**{**d, "protocol": BridgeProtocol(**d["protocol"])})
+
+
 @dataclass(frozen=True)
 class TrainedBridge:
     """A bridge as saved: weights (denoiser state dict, standardisers, pinned BOS state),
     hyper-parameters, bridgeability metrics and the training curve."""
 
     tensors: dict[str, Any] = field(repr=False)  # name -> CPU tensor
-    hparams: dict[str, Any]
+    hparams: BridgeHparams
     metrics: BridgeMetrics | None = None
     curve: list[TrainingPoint] = field(default_factory=list, repr=False)
     # the metrics of the protocol's further training seeds (protocol.seeds - 1 replicates of
@@ -297,7 +342,7 @@ class TrainedBridge:
 
     @property
     def layer(self) -> int:
-        return int(self.hparams["layer"])
+        return int(self.hparams.layer)
 
     def info(self) -> dict:
         out = {"metrics": self.metrics.to_dict()}

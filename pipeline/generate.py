@@ -98,7 +98,7 @@ def models_of(args: argparse.Namespace, name: str) -> list:
     trained = read_trained(bridge_artifact(name, args.root, args.layer), what_bridge(args.layer))
     ridge = read_ridge(name, trained.layer, args.root) if args.ridge else None
     say(f"{what_bridge(args.layer)} of {name}: layer {trained.layer}, K = "
-        f"{trained.hparams['protocol']['sampler_steps']}")
+        f"{trained.hparams.protocol.sampler_steps}")
     backbone = load_named_backbone(name, args.root, device=args.device, progress=say)
     hybrid = DihalHybrid(backbone, trained, sampler_steps=args.sampler_steps, rule=args.rule)
     models = [hybrid.backbone_model(), hybrid]

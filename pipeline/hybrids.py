@@ -99,7 +99,7 @@ def from_artifacts(name: str = "smollm2", root: Path | str | None = None, *,
     trained = read_trained(bridge_artifact(name, root, layer), what_bridge(layer))
     if progress is not None:
         progress(f"{what_bridge(layer)} of {name}: layer {trained.layer}, K = "
-                 f"{trained.hparams['protocol']['sampler_steps']}")
+                 f"{trained.hparams.protocol.sampler_steps}")
     if backbone is None:
         backbone = load_named_backbone(name, root, device=device, progress=progress)
     return DihalHybrid(backbone, trained, sampler_steps=sampler_steps, rule=rule)

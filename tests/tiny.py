@@ -261,7 +261,7 @@ def trained_bridge(bb, layer: int, objective=None, steps=4):
     a random-weight denoiser, identity standardisers (no training)."""
     from dihal.bridge.denoiser import DenoiserConfig
     from dihal.config import BridgeProtocol
-    from dihal.results import TrainedBridge
+    from dihal.results import BridgeHparams, TrainedBridge
 
     cfg = DenoiserConfig(d_in=bb.hidden_size, d_model=32, n_layers=2, n_heads=4, max_len=32,
                          time_embed_dim=16)
@@ -270,11 +270,9 @@ def trained_bridge(bb, layer: int, objective=None, steps=4):
     tensors = {f"denoiser.{k}": v for k, v in den.state_dict().items()}
     tensors.update({"cond_std.mean": torch.zeros(d), "cond_std.std": torch.ones(d),
                     "target_std.mean": torch.zeros(d), "target_std.std": torch.ones(d)})
-    hp = {"layer": layer, "protocol": BridgeProtocol(sampler_steps=steps).to_dict(),
-          "denoiser_config": cfg.to_dict()}
-    if objective:
-        hp["objective"] = objective
-    return TrainedBridge(tensors, hp)
+    return TrainedBridge(tensors, BridgeHparams(layer, BridgeProtocol(sampler_steps=steps),
+                                                objective=objective,
+                                                denoiser_config=cfg.to_dict()))
 
 
 # -- hand-made report inputs ----------------------------------------------------------------

@@ -18,7 +18,6 @@ compute, no Dagster.
 
 from __future__ import annotations
 
-import math
 import numbers
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -202,17 +201,17 @@ class DihalHybrid(TextModel):
     def __init__(self, backbone: Backbone, trained: TrainedBridge, *,
                  sampler_steps: int | None = None, rule: str | None = None,
                  eta: float = 0.0) -> None:
-        objective = trained.hparams.get("objective")
+        objective = trained.hparams.objective
         if objective == "ridge":
             raise ValueError("this is a ridge control, not a bridge: load it with "
                              "dihal.api.control_model")
-        check_backbone(backbone, {"name": trained.hparams.get("backbone"),
-                                  "revision": trained.hparams.get("revision")},
+        check_backbone(backbone, {"name": trained.hparams.backbone,
+                                  "revision": trained.hparams.revision},
                        f"the bridge of layer {trained.layer}")
         self.backbone, self.trained, self.eta = backbone, trained, float(eta)
         self.regression = objective == "regression"
         self.sampler_steps = 1 if self.regression else int(
-            check_steps(sampler_steps) or trained.hparams["protocol"]["sampler_steps"])
+            check_steps(sampler_steps) or trained.hparams.protocol.sampler_steps)
         self.rule = check_rule(rule or DEFAULT_RULE, self.eta)
         self._built = BuiltBridge.of(backbone, trained)  # restored once, sampled at any K
         self._cores: dict[tuple[int, str], object] = {}
@@ -301,10 +300,10 @@ def control_model(backbone: Backbone, trained: TrainedBridge) -> TextModel:
     """The control hybrid of a saved control of layer l: the ridge map hs[0] -> h_l (objective
     "ridge", the pipeline's regression_sweep) or the regression network sampled in one step
     (objective "regression", the eval's full-budget regression control)."""
-    objective = trained.hparams.get("objective")
+    objective = trained.hparams.objective
     layer = trained.layer
-    check_backbone(backbone, {"name": trained.hparams.get("backbone"),
-                              "revision": trained.hparams.get("revision")},
+    check_backbone(backbone, {"name": trained.hparams.backbone,
+                              "revision": trained.hparams.revision},
                    f"the {objective} control of layer {layer}")
     if objective == "regression":
         return DihalHybrid(backbone, trained)
@@ -313,7 +312,7 @@ def control_model(backbone: Backbone, trained: TrainedBridge) -> TextModel:
                          "control's ('ridge' or 'regression'): a bridge is a DihalHybrid")
     t = trained.tensors
     ridge = RidgeMap(t["ridge.weight"].float(), t["ridge.bias"].float(),
-                     float(trained.hparams.get("ridge_lambda", math.nan)))
+                     float(trained.hparams.ridge_lambda))
     core = ridge_hybrid(backbone, layer, ridge, Standardizer(t["cond_std.mean"], t["cond_std.std"]),
                         Standardizer(t["target_std.mean"], t["target_std.std"]),
                         first_state_of(trained, backbone))

@@ -23,7 +23,7 @@ from typing import Any
 from dihal.api.identity import backbone_identity
 from dihal.atomic import atomic_dir, atomic_write_json, file_sha256
 from dihal.errors import SavedHybridError
-from dihal.results import TrainedBridge
+from dihal.results import BridgeHparams, TrainedBridge
 from dihal.rows import BridgeMetrics
 
 FORMAT = "dihal-hybrid/2"  # 2: the sampler records its K as `sampler_steps` (1: `steps`)
@@ -56,7 +56,7 @@ def save_hybrid(folder: Path | str, trained: TrainedBridge, backbone, *,
         tensors = {k: v.detach().contiguous().cpu() for k, v in trained.tensors.items()}
         save_file(tensors, str(tmp / WEIGHTS), metadata={"format": FORMAT})
         atomic_write_json(tmp / CONFIG, {
-            "format": FORMAT, "hparams": trained.hparams, "sampler": sampler,
+            "format": FORMAT, "hparams": trained.hparams.to_dict(), "sampler": sampler,
             "metrics": trained.metrics.to_dict() if trained.metrics is not None else None,
             "backbone": backbone_identity(backbone),
             "files": {WEIGHTS: {"sha256": file_sha256(tmp / WEIGHTS),
@@ -102,6 +102,6 @@ def read_saved(folder: Path | str) -> tuple[TrainedBridge, dict[str, Any]]:
             f"{want.get('bytes')} saved; its sha256 differs): it changed or was cut short in a "
             "copy. Copy the folder again, or save the hybrid again.")
     metrics = cfg.get("metrics")
-    trained = TrainedBridge(load_file(str(path)), cfg["hparams"],
+    trained = TrainedBridge(load_file(str(path)), BridgeHparams.from_dict(cfg["hparams"]),
                             BridgeMetrics(**metrics) if metrics else None)
     return trained, cfg

@@ -295,7 +295,7 @@ def full_training(roles: dict[str, int], bridge_at: Callable[[int], TrainedBridg
     reference = judge.features(reference_texts) if reference_texts else None
     for role, layer in roles.items():
         trained = bridge_at(layer)
-        k0 = int(trained.hparams["protocol"]["sampler_steps"])
+        k0 = int(trained.hparams.protocol.sampler_steps)
         sampler.update(protocol_sampler_steps=k0, chosen_is_protocol=chosen is not None and (
             chosen["sampler_steps"], chosen["rule"]) == (k0, DEFAULT_SAMPLER_RULE))
         at_chosen = bool(chosen) and not sampler["chosen_is_protocol"]

@@ -49,7 +49,7 @@ from dihal.replace.stage import (
     restore_bridge,
     standardise_pairs,
 )
-from dihal.results import TrainedBridge
+from dihal.results import BridgeHparams, TrainedBridge
 from dihal.rows import BridgeMetrics
 
 RIDGE_LAMBDAS: tuple[float, ...] = (1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0)
@@ -316,12 +316,12 @@ class BuiltBridge:
 
     @property
     def layer(self) -> int:
-        return int(self.trained.hparams["layer"])
+        return int(self.trained.hparams.layer)
 
     @property
     def protocol_sampler_steps(self) -> int:
         """The sampler's K of the bridge's protocol."""
-        return int(self.trained.hparams["protocol"]["sampler_steps"])
+        return int(self.trained.hparams.protocol.sampler_steps)
 
     def hybrid(self, *, sampler_steps: int | None = None, rule: str | None = None,
                eta: float = 0.0):
@@ -330,13 +330,11 @@ class BuiltBridge:
         objective "regression") gives the regression hybrid: its network was trained at t = 1
         only, so it is sampled in one step whatever `sampler_steps` says."""
         b, hp = self.modules, self.trained.hparams
-        regression = hp.get("objective") == "regression"
-        process = (EndpointRegression if regression else BrownianBridge)(
-            sigma=hp["protocol"]["sigma"])
+        regression = hp.objective == "regression"
+        process = (EndpointRegression if regression else BrownianBridge)(sigma=hp.protocol.sigma)
+        k = 1 if regression else (sampler_steps or self.protocol_sampler_steps)
         return Hybrid(self.backbone, b["denoiser"], process, b["cond_std"], b["target_std"],
-                      self.layer,
-                      sampler_steps=1 if regression else (sampler_steps or self.protocol_sampler_steps),
-                      eta=eta, first_state=b["first_state"], rule=rule or DEFAULT_RULE)
+                      self.layer, sampler_steps=k, eta=eta, first_state=b["first_state"], rule=rule or DEFAULT_RULE)
 
 
 def bridge_hybrid(backbone: Backbone, trained, *, sampler_steps: int | None = None,
@@ -348,9 +346,9 @@ def bridge_hybrid(backbone: Backbone, trained, *, sampler_steps: int | None = No
 
 def regression_hybrid(backbone: Backbone, trained):
     """The regression control's hybrid (one step from t = 1: h_l = f(c, 1, c))."""
-    if trained.hparams.get("objective") != "regression":
+    if trained.hparams.objective != "regression":
         raise ValueError("regression_hybrid needs a regression control (hparams objective "
-                         f"'regression'), got objective {trained.hparams.get('objective')!r}")
+                         f"'regression'), got objective {trained.hparams.objective!r}")
     return bridge_hybrid(backbone, trained)
 
 
@@ -377,7 +375,7 @@ def fit_layer_ridge(reader, bridge: BuiltBridge, *,
     builds them (dihal.replace.stage.train_layer)."""
 
     b = bridge.modules
-    protocol = BridgeProtocol(**bridge.trained.hparams["protocol"])
+    protocol = bridge.trained.hparams.protocol
     c, h = train_pairs()
     mask = loss_mask(c, protocol)
     zc, zh = standardise_pairs(c, h, b["cond_std"], b["target_std"], protocol)
@@ -425,8 +423,7 @@ def ridge_control(backbone, reader, layer: int, protocol: BridgeProtocol, *,
                "target_std.mean": data.target_std.mean, "target_std.std": data.target_std.std}
     if data.first_state is not None:
         tensors["first_state"] = data.first_state.detach().float().contiguous().cpu()
-    hparams = {"backbone": backbone.spec.name, "layer": layer, "objective": "ridge",
-               "protocol": protocol.to_dict(), "ridge_lambda": ridge.lam,
-               "lambdas": list(ridge.lambdas), "val_mses": list(ridge.val_mses),
-               "revision": backbone.weights.revision}
+    hparams = BridgeHparams(layer, protocol, backbone.spec.name, backbone.weights.revision,
+                            "ridge", ridge_lambda=ridge.lam, lambdas=list(ridge.lambdas),
+                            val_mses=list(ridge.val_mses))
     return TrainedBridge(tensors, hparams, metrics)

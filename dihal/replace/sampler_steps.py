@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from dihal.config import DEFAULT_SAMPLER_RULE as DEFAULT_RULE
-from dihal.config import BridgeProtocol, SamplerCurveConfig
+from dihal.config import SamplerCurveConfig
 from dihal.generation_inputs import CurvePoint
 from dihal.results import SamplerCurveResult, TrainedBridge
 
@@ -37,7 +37,7 @@ def sampler_steps_curve(backbone, trained: TrainedBridge, reader, cfg: SamplerCu
 
     built = BuiltBridge.of(backbone, trained)  # restored once: measured and sampled at each K
     bridge = built.modules
-    protocol = BridgeProtocol(**trained.hparams["protocol"])
+    protocol = trained.hparams.protocol
     layer = trained.layer
     check_candidate(reader, layer)
     val, val_ids = held_out(reader, layer, protocol, bridge["cond_std"], bridge["target_std"])

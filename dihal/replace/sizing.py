@@ -202,16 +202,16 @@ def _check_saved(saved: SavedLayer, backbone, reader) -> None:
     with this backbone's weights (by content)."""
     layer, control = saved.layer, saved.control
     check_candidate(reader, layer)
-    if control.layer != layer or control.hparams.get("objective") != "ridge":
+    if control.layer != layer or control.hparams.objective != "ridge":
         raise DihalError(
             f"the control given for layer {layer} is not its ridge map (layer "
-            f"{control.layer}, objective {control.hparams.get('objective')!r}): materialise "
+            f"{control.layer}, objective {control.hparams.objective!r}): materialise "
             "regression_sweep_<backbone> for the layer again")
     for what, trained in (("bridge", saved.bridge), ("ridge control", control)):
         if trained.metrics is None:
             raise DihalError(f"the sweep's {what} of layer {layer} carries no metrics: "
                              "materialise it again")
-        made = trained.hparams.get("revision")
+        made = trained.hparams.revision
         if made is not None and revision_content(made) != revision_content(backbone.weights.revision):
             raise DihalError(
                 f"the sweep's {what} of layer {layer} was made with backbone weights {made}, "
@@ -226,7 +226,7 @@ def _ridge_measure(backbone, reader, control: TrainedBridge, protocol: BridgePro
     held-out error its penalty was chosen by, is kept)."""
     t = control.tensors
     ridge = RidgeMap(t["ridge.weight"].float(), t["ridge.bias"].float(),
-                     float(control.hparams.get("ridge_lambda", math.nan)),
+                     float(control.hparams.ridge_lambda),
                      val_mse=control.metrics.val_loss)
     cond_std, target_std = _standardizers(t)
     first = t.get("first_state")
@@ -253,7 +253,7 @@ def remeasure_layer(backbone, reader, saved: SavedLayer,
     layer = saved.layer
     bridge = restore_bridge(saved.bridge, device=str(backbone.device))
     denoiser = bridge["denoiser"]
-    protocol = BridgeProtocol(**saved.bridge.hparams["protocol"])
+    protocol = saved.bridge.hparams.protocol
     process = BrownianBridge(sigma=protocol.sigma)
     first = bridge["first_state"]
     out: dict[Setting, LayerMeasure] = {}

@@ -38,7 +38,7 @@ from dihal.config import MIN_SWEPT_LAYERS, BridgeProtocol, ExtractConfig  # noqa
 from dihal.errors import LayerIndexError, TooFewError
 from dihal.locate.extract import layer_pairs
 from dihal.replace.hybrid import Hybrid, next_token_nll, top1_agreement
-from dihal.results import TrainedBridge
+from dihal.results import BridgeHparams, TrainedBridge
 from dihal.rows import BridgeMetrics
 from dihal.seeds import derive_seed
 
@@ -424,11 +424,9 @@ def train_layer(backbone, reader, layer: int, protocol: BridgeProtocol, ckpt_dir
                     "target_std.mean": data.target_std.mean, "target_std.std": data.target_std.std})
     if data.first_state is not None:
         tensors["first_state"] = data.first_state.detach().float().contiguous().cpu()
-    hparams = {"backbone": backbone.spec.name, "layer": layer, "protocol": protocol.to_dict(),
-               "denoiser_config": denoiser.cfg.to_dict(), "train_config": tcfg.to_dict(),
-               "revision": backbone.weights.revision}
-    if regression:
-        hparams["objective"] = "regression"
+    hparams = BridgeHparams(layer, protocol, backbone.spec.name, backbone.weights.revision,
+                            "regression" if regression else None,
+                            denoiser_config=denoiser.cfg.to_dict(), train_config=tcfg.to_dict())
     if keep_pairs and not regression:
         _KEPT[_pairs_key(backbone, reader, layer, protocol, train_ids, extract)] = data
     return TrainedBridge(tensors, hparams, metrics, result.curve, seed_metrics=replicates)
@@ -466,7 +464,7 @@ def restore_bridge(trained: TrainedBridge, device: str = "cpu") -> dict:
     "hparams"}."""
 
     t = trained.tensors
-    model = CausalDenoiser(DenoiserConfig.from_dict(trained.hparams["denoiser_config"]))
+    model = CausalDenoiser(DenoiserConfig.from_dict(trained.hparams.denoiser_config))
     model.load_state_dict({k[len("denoiser."):]: v for k, v in t.items() if k.startswith("denoiser.")})
     return {"denoiser": model.to(device).eval(),
             "cond_std": Standardizer(t["cond_std.mean"], t["cond_std.std"]),

@@ -16,6 +16,7 @@ from dihal.errors import CorruptArtifactError, MissingArtifactError
 from dihal.generation_rows import BudgetSample
 from dihal.results import (
     BridgeabilityResult,
+    BridgeHparams,
     BudgetGenerationResult,
     BudgetResult,
     TrainedBridge,
@@ -50,7 +51,7 @@ class BridgeRun(WorkArtifact):
 
         atomic_write_bytes(directory / "bridge.safetensors",
                            save({k: v.contiguous() for k, v in result.tensors.items()}))
-        atomic_write_json(directory / "hparams.json", result.hparams)
+        atomic_write_json(directory / "hparams.json", result.hparams.to_dict())
         write_table(directory / "curve.parquet",
                     [p.to_dict() for p in result.curve] or [{"step": 0, "loss": float("nan")}])
 
@@ -66,7 +67,7 @@ class BridgeRun(WorkArtifact):
 
         m = self.require()
         try:
-            hparams = json.loads(self.path("hparams.json").read_text())
+            hparams = BridgeHparams.from_dict(json.loads(self.path("hparams.json").read_text()))
             tensors = load_file(str(self.path("bridge.safetensors")))
         except FileNotFoundError as exc:
             raise MissingArtifactError(

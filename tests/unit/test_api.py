@@ -6,6 +6,7 @@ refused; the ridge control and the in-memory locate."""
 
 import math
 import re
+from dataclasses import replace
 
 import pytest
 import torch
@@ -23,9 +24,10 @@ from dihal.api import (
 )
 from dihal.api.sampling import nucleus
 from dihal.bridge.data import Standardizer
+from dihal.config import BridgeProtocol
 from dihal.replace.control_hybrids import RidgeMap, bridge_hybrid, ridge_hybrid
 from dihal.replace.hybrid import next_token_nll
-from dihal.results import TrainedBridge
+from dihal.results import BridgeHparams, TrainedBridge
 from tests.tiny import WORDS, build_model, trained_bridge
 
 LAYER = 2
@@ -199,8 +201,8 @@ def test_loading_on_another_backbone_is_refused_naming_both(hybrid, tiny_backbon
     assert tiny_backbone.weights.revision in message and other.weights.revision in message
     # a bridge whose hyper-parameters record its backbone is refused alike
     trained = trained_bridge(tiny_backbone, LAYER)
-    recorded = TrainedBridge(trained.tensors, {**trained.hparams, "backbone": "llama",
-                                               "revision": tiny_backbone.weights.revision})
+    recorded = TrainedBridge(trained.tensors, replace(trained.hparams, backbone="llama",
+                                                      revision=tiny_backbone.weights.revision))
     assert DihalHybrid(tiny_backbone, recorded).layer == LAYER
     with pytest.raises(BackboneMismatchError, match="the bridge of layer 2 was made on"):
         DihalHybrid(other, recorded)
@@ -237,7 +239,8 @@ def test_the_ridge_control_and_layer_drop_answer_the_same_calls(hybrid, tiny_bac
     std = {"cond_std.mean": torch.zeros(d), "cond_std.std": torch.ones(d),
            "target_std.mean": torch.randn(d, generator=g), "target_std.std": torch.ones(d)}
     saved = TrainedBridge({"ridge.weight": ridge.weight, "ridge.bias": ridge.bias, **std},
-                          {"layer": LAYER, "objective": "ridge", "ridge_lambda": 0.01})
+                          BridgeHparams(LAYER, BridgeProtocol(), objective="ridge",
+                                        ridge_lambda=0.01))
     model = control_model(tiny_backbone, saved)
     direct = ridge_hybrid(tiny_backbone, LAYER, ridge, Standardizer(std["cond_std.mean"],
                                                                     std["cond_std.std"]),

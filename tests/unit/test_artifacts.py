@@ -8,10 +8,12 @@ import numpy as np
 import pytest
 import torch
 
+from dihal.config import BridgeProtocol
 from dihal.errors import CorruptArtifactError, MissingArtifactError, StaleArtifactError
 from dihal.generation_rows import BASELINE_ROW, GenerationRow, JudgeInfo, Sample, generation_rows
 from dihal.inputs import GeometryRow
 from dihal.results import (
+    BridgeHparams,
     BridgeMetrics,
     EvalResult,
     GeometryResult,
@@ -121,7 +123,7 @@ def _trained(layer=3):
                             train_loss=0.6, train_steps=10, train_tokens=640, seconds=1.0,
                             resumed_from_step=0, denoiser_parameters=1234)
     tensors = {"denoiser.w": torch.arange(6.0).reshape(2, 3), "cond_std.mean": torch.zeros(3)}
-    return TrainedBridge(tensors, {"layer": layer, "protocol": {"sampler_steps": 4}}, metrics,
+    return TrainedBridge(tensors, BridgeHparams(layer, BridgeProtocol(sampler_steps=4)), metrics,
                          [TrainingPoint(5, 1.0, 1e-3, 0.5), TrainingPoint(10, 0.6, 5e-4, 0.25)])
 
 
@@ -133,9 +135,21 @@ def test_bridge_run_is_made_in_its_work_folder_and_reads_back_typed(tmp_path):
     art.write(_manifest(art, res, "b" * 64), res)
     assert not work.exists() and art.directory.name == "layer_003"
     back = art.read()
-    assert back.layer == 3 and back.metrics == res.metrics
+    assert back.layer == 3 and back.metrics == res.metrics and back.hparams == res.hparams
+    assert json.loads(art.path("hparams.json").read_text()) == {  # None fields are not stored
+        "layer": 3, "protocol": BridgeProtocol(sampler_steps=4).to_dict()}
     assert torch.equal(back.tensors["denoiser.w"], res.tensors["denoiser.w"])
     assert art.name == "bridge_sweep_llama[3]" and art.reuse("b" * 64) is not None
+
+
+def test_a_bridges_hyper_parameters_of_no_bridge_are_refused_by_name():
+    ridge = BridgeHparams(2, BridgeProtocol(), "llama", "r1", "ridge", ridge_lambda=0.1,
+                          lambdas=[0.1, 1.0], val_mses=[0.5, 0.6])
+    assert BridgeHparams.from_dict(ridge.to_dict()) == ridge
+    with pytest.raises(ValueError, match=r"fields \['steps'\]"):
+        BridgeHparams.from_dict({**ridge.to_dict(), "steps": 4})
+    with pytest.raises(ValueError, match="objective is one of"):
+        BridgeHparams(2, BridgeProtocol(), objective="diffusion")
 
 
 def test_missing_and_damaged_bridges_are_named_errors(tmp_path):

@@ -97,7 +97,8 @@ def _bridge(backbone, seed: int = 0):
 
     from dihal.bridge.data import Standardizer
     from dihal.bridge.denoiser import DenoiserConfig
-    from dihal.results import TrainedBridge
+    from dihal.config import BridgeProtocol
+    from dihal.results import BridgeHparams, TrainedBridge
     from tests.tiny import randomised_denoiser
 
     cfg = DenoiserConfig(d_in=backbone.hidden_size, d_model=32, n_layers=2, n_heads=4,
@@ -112,8 +113,8 @@ def _bridge(backbone, seed: int = 0):
     tensors.update({"cond_std.mean": cond.mean, "cond_std.std": cond.std,
                     "target_std.mean": target.mean, "target_std.std": target.std,
                     "first_state": hs[LAYER][0, 0].clone()})
-    hparams = {"layer": LAYER, "protocol": {"sigma": 1.0, "sampler_steps": 4},
-               "denoiser_config": cfg.to_dict()}
+    hparams = BridgeHparams(LAYER, BridgeProtocol(sigma=1.0, sampler_steps=4),
+                            denoiser_config=cfg.to_dict())
     return TrainedBridge(tensors, hparams)
 
 

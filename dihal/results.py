@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from dihal.config import BridgeProtocol
+from dihal.config import BridgeProtocol, DenoiserConfig, TrainConfig
 from dihal.generation_inputs import CostTable, CurvePoint, FullTrainingRow, SamplerChoice
 from dihal.generation_rows import BudgetSample, GenerationRow, JudgeInfo, RoleSample, Sample
 from dihal.inputs import (
@@ -292,18 +292,16 @@ class BridgeHparams:
     the protocol it was trained under, the backbone (and its revision) it was made on, and
     what it is (`objective`): None for DiHAL's diffusion bridge, "regression" for the
     regression control's network, "ridge" for the closed-form ridge map with the lambda it
-    chose, the lambdas it tried and their validation errors. A network's configs are kept as
-    saved (the denoiser's: dihal.bridge.denoiser.DenoiserConfig.to_dict; the training loop's:
-    dihal.training.TrainConfig), since their classes live beside torch. A field that is None
-    is not stored."""
+    chose, the lambdas it tried and their validation errors; a network's denoiser size and its
+    training loop's protocol. A field that is None is not stored."""
 
     layer: int
     protocol: BridgeProtocol
     backbone: str | None = None
     revision: str | None = None
     objective: str | None = None
-    denoiser_config: dict[str, Any] | None = None
-    train_config: dict[str, Any] | None = None
+    denoiser_config: DenoiserConfig | None = None
+    train_config: TrainConfig | None = None
     ridge_lambda: float | None = None
     lambdas: list[float] | None = None
     val_mses: list[float] | None = None
@@ -315,7 +313,7 @@ class BridgeHparams:
 
     def to_dict(self) -> dict[str, Any]:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__}
-        out["protocol"] = self.protocol.to_dict()
+        out = {k: v.to_dict() if hasattr(v, "to_dict") else v for k, v in out.items()}
         return {k: v for k, v in out.items() if v is not None}
 
     @classmethod
@@ -324,7 +322,11 @@ class BridgeHparams:
         unknown = set(d) - set(cls.__dataclass_fields__)
         if unknown:
             raise ValueError(f"no bridge's hyper-parameters have the fields {sorted(unknown)}")
-        return cls(**{**d, "protocol": BridgeProtocol(**d["protocol"])})
+        typed = {"protocol": BridgeProtocol(**d["protocol"])}
+        for name, kind in (("denoiser_config", DenoiserConfig), ("train_config", TrainConfig)):
+            if d.get(name) is not None:
+                typed[name] = kind.from_dict(d[name])
+        return cls(**{**d, **typed})
 
 
 @dataclass(frozen=True)

@@ -32,15 +32,19 @@ import json
 import math
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor, nn
 
 from dihal.checkpoint import latest_checkpoint, load_latest_good, runtime_warning, save_checkpoint
-from dihal.config import EPOCHS_WHY, MAX_TRAIN_STEPS, TRAIN_STEPS_WHY
+from dihal.config import (
+    MAX_TRAIN_STEPS,
+    TRAIN_STEPS_WHY,
+    TrainConfig,
+)
 from dihal.errors import CheckpointMismatchError, TrainingBudgetError, TrainingError
 from dihal.rows import TrainingPoint, ValidationPoint
 from dihal.seeds import derive_seed
@@ -50,80 +54,12 @@ if TYPE_CHECKING:
 
 LossTerms = Callable[[nn.Module, Tensor, torch.Generator, torch.device], tuple[Tensor, Tensor | float]]
 
-# The noise levels t at which the bridge's validation loss is averaged (docs/method.md §2): the
-# default of TrainConfig.val_t_grid and of dihal.bridge.measures.
-DEFAULT_T_GRID: tuple[float, ...] = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
-
 # Fields that only change how often things are written, not what is computed:
 # they may differ between the run that wrote a checkpoint and the run resuming it.
 _RESUMABLE_FIELDS = ("checkpoint_every", "keep_checkpoints")
 # Keys of a checkpoint's state that the loop writes itself; a `protocol` may not use them.
 _LOOP_KEYS = ("format", "step", "total_steps", "done", "train_config", "curve", "val_curve",
               "window")
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    """The training protocol. `step` counts optimiser updates, from 1.
-
-    The val_* fields configure the validation hook of the bridge (`validation_loss`)."""
-
-    lr: float = 1e-3
-    weight_decay: float = 0.01
-    betas: tuple[float, float] = (0.9, 0.95)
-    adam_eps: float = 1e-8
-    warmup_frac: float = 0.05
-    min_lr_frac: float = 0.1
-    batch_size: int = 32
-    epochs: float = 1.0
-    grad_clip: float = 1.0
-    seed: int = 0
-    mixed_precision: Literal["no", "bf16"] = "no"
-    checkpoint_every: int = 500
-    keep_checkpoints: int = 1
-    log_every: int = 10
-    eval_every: int = 0
-    val_t_grid: tuple[float, ...] = DEFAULT_T_GRID
-    val_seed: int = 0
-    val_batch_size: int = 32
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "betas", tuple(self.betas))
-        object.__setattr__(self, "val_t_grid", tuple(self.val_t_grid))
-        checks = {
-            "lr": self.lr > 0,
-            "weight_decay": self.weight_decay >= 0,
-            "betas": len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas),
-            "adam_eps": self.adam_eps > 0,
-            "warmup_frac": 0 <= self.warmup_frac < 1,
-            "min_lr_frac": 0 <= self.min_lr_frac <= 1,
-            "batch_size": self.batch_size >= 1,
-            "epochs": self.epochs > 0,
-            "grad_clip": self.grad_clip >= 0,
-            "mixed_precision": self.mixed_precision in ("no", "bf16"),
-            "checkpoint_every": self.checkpoint_every >= 1,
-            "keep_checkpoints": self.keep_checkpoints >= 1,
-            "log_every": self.log_every >= 1,
-            "eval_every": self.eval_every >= 0,
-            # t = 1 is the condition itself: the regression control validates there
-            "val_t_grid": len(self.val_t_grid) > 0 and all(0 < t <= 1 for t in self.val_t_grid),
-            "val_batch_size": self.val_batch_size >= 1,
-        }
-        bad = [name for name, ok in checks.items() if not ok]
-        if bad:
-            raise ValueError(
-                f"invalid TrainConfig fields: {', '.join(f'{b}={getattr(self, b)!r}' for b in bad)}"
-            )
-        if self.epochs > MAX_TRAIN_STEPS:
-            raise ValueError(f"TrainConfig.epochs must be at most {MAX_TRAIN_STEPS:,} "
-                             f"({EPOCHS_WHY}), got {self.epochs!r}")
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> TrainConfig:
-        return cls(**d)
 
 
 @dataclass(frozen=True)

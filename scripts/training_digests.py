@@ -19,12 +19,13 @@ from pathlib import Path
 import torch
 
 from dihal.bridge.data import BridgeData
-from dihal.bridge.denoiser import DenoiserConfig, build_denoiser
+from dihal.bridge.denoiser import build_denoiser
 from dihal.bridge.process import BrownianBridge
 from dihal.bridge.train import train_bridge
 from dihal.compare.baselines import build_baseline
 from dihal.compare.baselines.base import baseline_loss
-from dihal.training import TrainConfig, train_model
+from dihal.config import DenoiserConfig, TrainConfig
+from dihal.training import train_model
 
 V, D, T, BOS, EOS = 50, 16, 8, 0, 1
 

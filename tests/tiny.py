@@ -202,7 +202,7 @@ TOY_D, TOY_T = 4, 8  # the toy problem's width and sequence length
 
 def toy_denoiser_config():
     """A small denoiser for the toy problem."""
-    from dihal.bridge.denoiser import DenoiserConfig
+    from dihal.config import DenoiserConfig
 
     return DenoiserConfig(d_in=TOY_D, d_model=32, n_layers=2, n_heads=2, max_len=TOY_T,
                           time_embed_dim=16)
@@ -259,8 +259,7 @@ def dump_states(bb, seqs, path, batch=2):
 def trained_bridge(bb, layer: int, objective=None, steps=4):
     """A TrainedBridge at `layer` of the backbone as the bridge stage saves one, made by hand:
     a random-weight denoiser, identity standardisers (no training)."""
-    from dihal.bridge.denoiser import DenoiserConfig
-    from dihal.config import BridgeProtocol
+    from dihal.config import BridgeProtocol, DenoiserConfig
     from dihal.results import BridgeHparams, TrainedBridge
 
     cfg = DenoiserConfig(d_in=bb.hidden_size, d_model=32, n_layers=2, n_heads=4, max_len=32,
@@ -272,7 +271,7 @@ def trained_bridge(bb, layer: int, objective=None, steps=4):
                     "target_std.mean": torch.zeros(d), "target_std.std": torch.ones(d)})
     return TrainedBridge(tensors, BridgeHparams(layer, BridgeProtocol(sampler_steps=steps),
                                                 objective=objective,
-                                                denoiser_config=cfg.to_dict()))
+                                                denoiser_config=cfg))
 
 
 # -- hand-made report inputs ----------------------------------------------------------------

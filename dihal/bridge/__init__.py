@@ -7,13 +7,14 @@ the samplers (full and incremental), the training loop and the evaluation measur
 from __future__ import annotations
 
 from dihal.bridge.data import BridgeData, Standardizer
-from dihal.bridge.denoiser import CausalDenoiser, DenoiserConfig, KVCache, build_denoiser
+from dihal.bridge.denoiser import CausalDenoiser, KVCache, build_denoiser
 from dihal.bridge.loss import bridge_loss, bridge_loss_terms
 from dihal.bridge.measures import DEFAULT_T_GRID, reconstruction_error, validation_loss
 from dihal.bridge.process import REGRESSION_T_GRID, BrownianBridge, EndpointRegression
 from dihal.bridge.sampler import BridgeDecodeState, IncrementalSampler, sample, time_grid
 from dihal.bridge.train import BridgeTrainingError, TrainConfig, TrainResult, train_bridge
 from dihal.checkpoint import latest_checkpoint, load_into
+from dihal.config import DenoiserConfig
 
 __all__ = [
     "DEFAULT_T_GRID",

@@ -8,65 +8,16 @@ The network knows nothing about the bridge schedule: t is just a number in [0, 1
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from dihal.config import DenoiserConfig
+
 # t in [0, 1] is scaled before the sinusoidal embedding so that its frequencies span the
 # same range as DDPM's integer timesteps 0..1000.
 TIME_SCALE = 1000.0
-
-
-@dataclass(frozen=True)
-class DenoiserConfig:
-    """Size of the denoiser. `d_in` is the backbone's hidden size (of both x_t and c)."""
-
-    d_in: int
-    d_model: int = 256
-    n_layers: int = 4
-    n_heads: int = 4
-    mlp_ratio: float = 4.0
-    max_len: int = 1024
-    time_embed_dim: int = 128
-    rope_base: float = 10000.0
-    norm_eps: float = 1e-6
-    # False: bidirectional attention, for whole-sequence diffusion baselines (no KV cache).
-    causal: bool = True
-
-    def __post_init__(self) -> None:
-        for name in ("d_in", "d_model", "n_layers", "n_heads", "max_len", "time_embed_dim"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
-        if self.d_model % self.n_heads:
-            raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
-        if self.head_dim % 2:
-            raise ValueError(f"rotary positions need an even head size, got {self.head_dim}")
-        if self.time_embed_dim % 2:
-            raise ValueError(f"time_embed_dim must be even, got {self.time_embed_dim}")
-        if not self.mlp_ratio > 0:
-            raise ValueError(f"mlp_ratio must be > 0, got {self.mlp_ratio}")
-        if not self.rope_base > 1:
-            raise ValueError(f"rope_base must be > 1, got {self.rope_base}")
-        if not self.norm_eps > 0:
-            raise ValueError(f"norm_eps must be > 0, got {self.norm_eps}")
-
-    @property
-    def head_dim(self) -> int:
-        return self.d_model // self.n_heads
-
-    @property
-    def d_mlp(self) -> int:
-        return int(round(self.mlp_ratio * self.d_model))
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> DenoiserConfig:
-        return cls(**d)
 
 
 def denoiser_config_of(protocol, d_in: int, max_len: int) -> DenoiserConfig:

@@ -22,7 +22,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from dihal.bridge.denoiser import CausalDenoiser, DenoiserConfig, KVCache
+from dihal.bridge.denoiser import CausalDenoiser, KVCache
+from dihal.config import DenoiserConfig
 
 RIDGE_KEYS = ("ridge_weight", "ridge_bias")  # the buffers' names in the state dict
 

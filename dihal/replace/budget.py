@@ -37,7 +37,7 @@ import torch
 
 from dihal.bridge import BrownianBridge, train_bridge
 from dihal.bridge.data import BridgeData
-from dihal.bridge.denoiser import DenoiserConfig, denoiser_config_of
+from dihal.bridge.denoiser import denoiser_config_of
 from dihal.bridge.train import loop_config
 from dihal.config import (
     MAX_TRAIN_STEPS,
@@ -45,6 +45,7 @@ from dihal.config import (
     BridgeProtocol,
     BudgetConfig,
     BudgetGenerationConfig,
+    DenoiserConfig,
     ExtractConfig,
     SequenceConfig,
 )

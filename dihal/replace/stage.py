@@ -22,7 +22,6 @@ from dihal.bridge import (
     BridgeData,
     BrownianBridge,
     CausalDenoiser,
-    DenoiserConfig,
     EndpointRegression,
     Standardizer,
     build_denoiser,
@@ -426,7 +425,7 @@ def train_layer(backbone, reader, layer: int, protocol: BridgeProtocol, ckpt_dir
         tensors["first_state"] = data.first_state.detach().float().contiguous().cpu()
     hparams = BridgeHparams(layer, protocol, backbone.spec.name, backbone.weights.revision,
                             "regression" if regression else None,
-                            denoiser_config=denoiser.cfg.to_dict(), train_config=tcfg.to_dict())
+                            denoiser_config=denoiser.cfg, train_config=tcfg)
     if keep_pairs and not regression:
         _KEPT[_pairs_key(backbone, reader, layer, protocol, train_ids, extract)] = data
     return TrainedBridge(tensors, hparams, metrics, result.curve, seed_metrics=replicates)
@@ -464,7 +463,7 @@ def restore_bridge(trained: TrainedBridge, device: str = "cpu") -> dict:
     "hparams"}."""
 
     t = trained.tensors
-    model = CausalDenoiser(DenoiserConfig.from_dict(trained.hparams.denoiser_config))
+    model = CausalDenoiser(trained.hparams.denoiser_config)
     model.load_state_dict({k[len("denoiser."):]: v for k, v in t.items() if k.startswith("denoiser.")})
     return {"denoiser": model.to(device).eval(),
             "cond_std": Standardizer(t["cond_std.mean"], t["cond_std.std"]),

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from dihal.config import BridgeProtocol
+from dihal.config import BridgeProtocol, DenoiserConfig, TrainConfig
 from dihal.errors import CorruptArtifactError, MissingArtifactError, StaleArtifactError
 from dihal.generation_rows import BASELINE_ROW, GenerationRow, JudgeInfo, Sample, generation_rows
 from dihal.inputs import GeometryRow
@@ -146,6 +146,11 @@ def test_a_bridges_hyper_parameters_of_no_bridge_are_refused_by_name():
     ridge = BridgeHparams(2, BridgeProtocol(), "llama", "r1", "ridge", ridge_lambda=0.1,
                           lambdas=[0.1, 1.0], val_mses=[0.5, 0.6])
     assert BridgeHparams.from_dict(ridge.to_dict()) == ridge
+    net = BridgeHparams(2, BridgeProtocol(), "llama", "r1", "regression",
+                        denoiser_config=DenoiserConfig(d_in=8, d_model=16, n_heads=2),
+                        train_config=TrainConfig(batch_size=4))
+    stored = json.loads(json.dumps(net.to_dict()))  # as hparams.json holds it: lists, no tuples
+    assert BridgeHparams.from_dict(stored) == net and stored["denoiser_config"]["d_in"] == 8
     with pytest.raises(ValueError, match=r"fields \['steps'\]"):
         BridgeHparams.from_dict({**ridge.to_dict(), "steps": 4})
     with pytest.raises(ValueError, match="objective is one of"):

@@ -6,7 +6,7 @@ from functools import cache
 import pytest
 import torch
 
-from dihal.bridge.denoiser import DenoiserConfig, build_denoiser
+from dihal.bridge.denoiser import build_denoiser
 from dihal.checkpoint import latest_checkpoint, list_checkpoints, load_into
 from dihal.compare.baselines import build_baseline, common, sed
 from dihal.compare.baselines import diffusion_lm as dlm
@@ -20,9 +20,10 @@ from dihal.compare.baselines.schedules import (
     v_target,
     x0_from_v,
 )
+from dihal.config import DenoiserConfig, TrainConfig
 from dihal.errors import CheckpointMismatchError, TrainingError
 from dihal.generation_rows import Budget
-from dihal.training import TrainConfig, sample_budget, train_model
+from dihal.training import sample_budget, train_model
 
 V, D, T = 50, 16, 8
 SCHEDULES = [SqrtSchedule(), CosineSchedule()]

@@ -10,13 +10,14 @@ from dataclasses import replace
 import pytest
 import torch
 
-from dihal.bridge.denoiser import DenoiserConfig, build_denoiser
+from dihal.bridge.denoiser import build_denoiser
 from dihal.compare.baselines import build_baseline, codar, ld4lg
 from dihal.compare.baselines.base import baseline_loss
 from dihal.compare.baselines.codar import CoDARConfig
 from dihal.compare.baselines.decoder import DecoderConfig
 from dihal.compare.baselines.ld4lg import LD4LGConfig
-from dihal.training import TrainConfig, sample_budget, train_model
+from dihal.config import DenoiserConfig, TrainConfig
+from dihal.training import sample_budget, train_model
 
 V, D, T, BOS, EOS = 50, 16, 8, 0, 1
 SMALL_DECODER = DecoderConfig(d_model=32, n_layers=1, n_heads=2)

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from dihal.bridge.data import BridgeData, Standardizer
-from dihal.bridge.denoiser import CausalDenoiser, DenoiserConfig, build_denoiser
+from dihal.bridge.denoiser import CausalDenoiser, build_denoiser
 from dihal.bridge.loss import squared_error
 from dihal.bridge.measures import reconstruction_error, validation_loss
 from dihal.bridge.process import BrownianBridge
@@ -20,6 +20,7 @@ from dihal.bridge.train import (
     train_bridge,
 )
 from dihal.checkpoint import latest_checkpoint, list_checkpoints, load_into, read_state
+from dihal.config import DenoiserConfig
 from dihal.rows import ValidationPoint
 from tests.tiny import TOY_D, TOY_T, toy_data, toy_denoiser_config
 

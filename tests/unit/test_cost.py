@@ -9,8 +9,8 @@ import torch
 import torch.nn.functional as F
 
 from dihal.bridge.data import Standardizer
-from dihal.bridge.denoiser import DenoiserConfig
 from dihal.bridge.process import BrownianBridge
+from dihal.config import DenoiserConfig
 from dihal.evaluate.cost import (
     CostSubject,
     FlopModel,

@@ -12,8 +12,9 @@ import torch
 from dihal.backbones import REPLAY_TOLERANCE_NATS, load_backbone
 from dihal.backbones import check_replay as check_replay_at_load
 from dihal.bridge.data import Standardizer
-from dihal.bridge.denoiser import DenoiserConfig, build_denoiser
+from dihal.bridge.denoiser import build_denoiser
 from dihal.bridge.process import BrownianBridge
+from dihal.config import DenoiserConfig
 from dihal.errors import UnsupportedArchitectureError
 from dihal.registry import SUPPORTED_ARCHITECTURES, BackboneSpec, declare
 from dihal.replace.hybrid import Hybrid, decode_backbone

@@ -6,8 +6,9 @@ import torch
 from torch import nn
 
 from dihal.bridge.data import Standardizer
-from dihal.bridge.denoiser import DenoiserConfig, build_denoiser
+from dihal.bridge.denoiser import build_denoiser
 from dihal.bridge.process import BrownianBridge
+from dihal.config import DenoiserConfig
 from dihal.replace.hybrid import (
     Hybrid,
     decode_backbone,

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from dihal.bridge.data import BridgeData
-from dihal.bridge.denoiser import CausalDenoiser, DenoiserConfig, build_denoiser
+from dihal.bridge.denoiser import CausalDenoiser, build_denoiser
 from dihal.bridge.measures import validation_loss
 from dihal.bridge.process import BrownianBridge
 from dihal.bridge.residual import (
@@ -17,6 +17,7 @@ from dihal.bridge.residual import (
 )
 from dihal.bridge.sampler import IncrementalSampler, sample
 from dihal.bridge.train import TrainConfig, train_bridge
+from dihal.config import DenoiserConfig
 from dihal.replace.control_hybrids import fit_ridge
 
 D, T = 4, 8

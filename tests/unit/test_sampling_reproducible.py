@@ -96,8 +96,7 @@ def _bridge(backbone, seed: int = 0):
     import torch
 
     from dihal.bridge.data import Standardizer
-    from dihal.bridge.denoiser import DenoiserConfig
-    from dihal.config import BridgeProtocol
+    from dihal.config import BridgeProtocol, DenoiserConfig
     from dihal.results import BridgeHparams, TrainedBridge
     from tests.tiny import randomised_denoiser
 
@@ -114,7 +113,7 @@ def _bridge(backbone, seed: int = 0):
                     "target_std.mean": target.mean, "target_std.std": target.std,
                     "first_state": hs[LAYER][0, 0].clone()})
     hparams = BridgeHparams(LAYER, BridgeProtocol(sigma=1.0, sampler_steps=4),
-                            denoiser_config=cfg.to_dict())
+                            denoiser_config=cfg)
     return TrainedBridge(tensors, hparams)
 
 

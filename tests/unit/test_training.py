@@ -11,7 +11,7 @@ from dataclasses import asdict
 import pytest
 import torch
 
-from dihal.bridge.denoiser import DenoiserConfig, build_denoiser, denoiser_config_of
+from dihal.bridge.denoiser import build_denoiser, denoiser_config_of
 from dihal.bridge.measures import validation_loss
 from dihal.bridge.process import BrownianBridge
 from dihal.bridge.train import (
@@ -21,9 +21,9 @@ from dihal.bridge.train import (
     train_bridge,
 )
 from dihal.checkpoint import latest_checkpoint, list_checkpoints, save_checkpoint
-from dihal.config import BridgeProtocol
+from dihal.config import BridgeProtocol, DenoiserConfig, TrainConfig
 from dihal.errors import CheckpointMismatchError, DihalError, TrainingError
-from dihal.training import TrainConfig, train_model
+from dihal.training import train_model
 from tests.tiny import toy_data, toy_denoiser_config
 
 CFG = toy_denoiser_config()

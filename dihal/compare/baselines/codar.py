@@ -35,7 +35,7 @@ from functools import partial
 import torch
 from torch import Tensor, nn
 
-from dihal.bridge.denoiser import DenoiserConfig, build_denoiser
+from dihal.bridge.denoiser import build_denoiser
 from dihal.compare.baselines import common
 from dihal.compare.baselines.common import check_length, normalise_embeddings
 from dihal.compare.baselines.decoder import DecoderConfig, TokenDecoder
@@ -46,6 +46,7 @@ from dihal.compare.baselines.schedules import (
     sample_time,
     time_grid,
 )
+from dihal.config import DenoiserConfig
 from dihal.seeds import derive_seed
 
 

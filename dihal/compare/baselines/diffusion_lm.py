@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from dihal.bridge.denoiser import DenoiserConfig, build_denoiser
+from dihal.bridge.denoiser import build_denoiser
 from dihal.compare.baselines import common
 from dihal.compare.baselines.base import no_temperature
 from dihal.compare.baselines.common import check_length, round_to_vocab
@@ -34,6 +34,7 @@ from dihal.compare.baselines.schedules import (
     sample_time,
     time_grid,
 )
+from dihal.config import DenoiserConfig
 from dihal.seeds import derive_seed
 
 

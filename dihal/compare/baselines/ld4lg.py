@@ -47,7 +47,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from dihal.bridge.denoiser import DenoiserConfig, build_denoiser
+from dihal.bridge.denoiser import build_denoiser
 from dihal.compare.baselines import common
 from dihal.compare.baselines.common import check_length, normalise_embeddings
 from dihal.compare.baselines.decoder import (
@@ -67,6 +67,7 @@ from dihal.compare.baselines.schedules import (
     v_target,
     x0_from_v,
 )
+from dihal.config import DenoiserConfig
 from dihal.seeds import derive_seed
 
 # ---------------------------------------------------------------------------------------------

@@ -79,11 +79,20 @@ class BudgetEstimate:
             raise PreflightError("the budget study does not fit: " + "; ".join(map(str, found)))
 
 
+# What the study's process holds beside its pairs and the models' weights: the interpreter,
+# torch's and transformers' runtime, the backbone's forward for the targets and the held-out
+# measurement's buffers. Measured once: SmolLM2's layer-2 study peaked at 3.96 GiB of RSS
+# against 1.94 GiB of pairs and 0.50 of weights (benchmarks/RESULTS.md), so about 1.5 GiB.
+PROCESS_BYTES = int(1.5 * GIB)
+
+
 def _memory_parts(memory: int, weights: int) -> str:
     """What the host memory of an estimate is made of, in words."""
+    pairs, process = (memory - weights - PROCESS_BYTES) / GIB, PROCESS_BYTES / GIB
     if not weights:
-        return " (the pairs; the models' weights are counted once they are loaded)"
-    return f" ({(memory - weights) / GIB:.2f} of pairs, {weights / GIB:.2f} of weights)"
+        return (f" ({pairs:.2f} of pairs, {process:.2f} of the process; the models' weights "
+                "are counted once they are loaded)")
+    return f" ({pairs:.2f} of pairs, {weights / GIB:.2f} of weights, {process:.2f} of the process)"
 
 
 def _bytes(value: int) -> int:
@@ -133,6 +142,7 @@ def estimate_study(cfg: BudgetStudyConfig, protocol: BridgeProtocol, *, n_layers
       memory     = 2 * (N + protocol.eval_sequences) * T * d * 4       (float32 pairs)
                    + weights_bytes          (the backbone's weights in host memory; 0 where they
                                              are on a device, or not known yet)
+                   + PROCESS_BYTES          (the process itself, measured)
       disk       = |layers| * |B| * m * (4 P + k * 4 * 3 P)   (P denoiser parameters, k
                    kept checkpoints: dihal.run.capacity.training_disk_bytes)
     The defaults are CPU measurements (benchmarks/RESULTS.md); pass the device's own where it
@@ -159,7 +169,8 @@ def estimate_study(cfg: BudgetStudyConfig, protocol: BridgeProtocol, *, n_layers
     params = denoiser_parameters(hidden, protocol, seq_len)
     keep = loop_config(protocol, "cpu").keep_checkpoints
     disk = len(cfg.layers) * len(cfg.budgets) * m * training_disk_bytes(params, params, keep)
-    memory = pair_bytes((n + protocol.eval_sequences) * seq_len, hidden) + _bytes(weights_bytes)
+    memory = (pair_bytes((n + protocol.eval_sequences) * seq_len, hidden) + _bytes(weights_bytes)
+              + PROCESS_BYTES)
     notes = tuple(f"{p.train_steps} steps: {p.sequences:,} distinct sequences, each seen "
                   f"{p.repeats:.2f} times" for p in plans if p.repeats > 1)
     return BudgetEstimate(sum(by_layer.values()), disk, memory, plans, by_layer, notes,
@@ -278,7 +289,8 @@ def estimate_generation(cfg: BudgetGenerationConfig, protocol: BridgeProtocol, *
     codar = baseline_parameters(CODAR, vocab, hidden, params, seq_len, bos_id)
     disk = len(plans) * (training_disk_bytes(params, params, keep)
                          + training_disk_bytes(*codar, keep))
-    memory = pair_bytes((n + protocol.eval_sequences) * seq_len, hidden) + _bytes(weights_bytes)
+    memory = (pair_bytes((n + protocol.eval_sequences) * seq_len, hidden) + _bytes(weights_bytes)
+              + PROCESS_BYTES)
     notes = tuple(f"{p.train_steps} steps: {p.sequences:,} distinct sequences, each seen "
                   f"{p.repeats:.2f} times" for p in plans if p.repeats > 1)
     return GenerationEstimate(sum(parts.values()), disk, memory, plans, parts, notes,

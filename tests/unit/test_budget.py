@@ -105,7 +105,7 @@ def test_the_estimate_follows_its_formula_and_refuses_what_does_not_fit():
         assert math.isclose(est.seconds_by_layer[layer],
                             computed * 16 * layer * 0.001 + train + measure)
     assert math.isclose(est.seconds, sum(est.seconds_by_layer.values()))
-    assert est.memory_bytes == 2 * (150 + PROTOCOL.eval_sequences) * 16 * 32 * 4
+    assert est.memory_bytes == 2 * (150 + PROTOCOL.eval_sequences) * 16 * 32 * 4 + E.PROCESS_BYTES
     assert est.disk_bytes > 0 and est.notes == ("100 steps: 150 distinct sequences, each seen "
                                                 "1.33 times",)
     assert est.refusals(max_seconds=est.seconds, disk_free=2 * est.disk_bytes,
@@ -135,7 +135,8 @@ def test_the_estimates_memory_counts_the_loaded_weights_and_says_when_it_cannot(
     assert held.memory_bytes == pairs.memory_bytes + 3 * 2**30 and held.info().weights_bytes == 3 * 2**30
     assert list(held.info().to_dict()) == ["seconds", "disk_bytes", "memory_bytes",
                                            "weights_bytes", "notes"]  # as the manifest keeps it
-    assert "3.00 of weights" in held.summary() and "counted once" not in held.summary()
+    assert "3.00 of weights, 1.50 of the process" in held.summary()
+    assert "counted once" not in held.summary()
     assert held.refusals(host_available=pairs.memory_bytes + 2**30)[0].check == "host memory"
     gen = E.estimate_generation(BudgetGenerationConfig(budgets=(4, 16)), PROTOCOL, layer=2,
                                 hidden=32, vocab=64, seq_len=16, available=None,

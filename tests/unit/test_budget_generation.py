@@ -182,7 +182,7 @@ def test_the_estimate_follows_its_formula_and_refuses_what_does_not_fit():
     assert est.parts["sampling and scoring"] == pytest.approx(2 * tokens * (
         E.SECONDS_PER_HYBRID_TOKEN + 3 * E.SECONDS_PER_JUDGED_TOKEN))
     assert est.seconds == pytest.approx(sum(est.parts.values()))
-    assert est.memory_bytes == 2 * (n + PROTOCOL.eval_sequences) * 16 * 32 * 4
+    assert est.memory_bytes == 2 * (n + PROTOCOL.eval_sequences) * 16 * 32 * 4 + E.PROCESS_BYTES
     assert est.disk_bytes > 0 and "generation at 4, 16 steps needs about" in est.summary()
     assert est.info().parts.keys() == est.parts.keys()
     assert list(est.info().to_dict())[-1] == "parts"  # generation's record keeps its parts

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from dihal.config import BridgeProtocol, DenoiserConfig, TrainConfig
+from dihal.config import BridgeProtocol
 from dihal.generation_inputs import CostTable, CurvePoint, FullTrainingRow, SamplerChoice
 from dihal.generation_rows import BudgetSample, GenerationRow, JudgeInfo, RoleSample, Sample
 from dihal.inputs import (
@@ -24,6 +24,7 @@ from dihal.inputs import (
     ScoreRow,
     TokenResamples,
 )
+from dihal.net_configs import DenoiserConfig, TrainConfig
 from dihal.rows import TARGETS, BridgeMetrics, BudgetGenerationRow, BudgetPoint, TrainingPoint
 
 

@@ -40,12 +40,9 @@ import torch
 from torch import Tensor, nn
 
 from dihal.checkpoint import latest_checkpoint, load_latest_good, runtime_warning, save_checkpoint
-from dihal.config import (
-    MAX_TRAIN_STEPS,
-    TRAIN_STEPS_WHY,
-    TrainConfig,
-)
+from dihal.config import MAX_TRAIN_STEPS, TRAIN_STEPS_WHY
 from dihal.errors import CheckpointMismatchError, TrainingBudgetError, TrainingError
+from dihal.net_configs import TrainConfig
 from dihal.rows import TrainingPoint, ValidationPoint
 from dihal.seeds import derive_seed
 

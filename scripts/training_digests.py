@@ -24,7 +24,7 @@ from dihal.bridge.process import BrownianBridge
 from dihal.bridge.train import train_bridge
 from dihal.compare.baselines import build_baseline
 from dihal.compare.baselines.base import baseline_loss
-from dihal.config import DenoiserConfig, TrainConfig
+from dihal.net_configs import DenoiserConfig, TrainConfig
 from dihal.training import train_model
 
 V, D, T, BOS, EOS = 50, 16, 8, 0, 1

@@ -202,7 +202,7 @@ TOY_D, TOY_T = 4, 8  # the toy problem's width and sequence length
 
 def toy_denoiser_config():
     """A small denoiser for the toy problem."""
-    from dihal.config import DenoiserConfig
+    from dihal.net_configs import DenoiserConfig
 
     return DenoiserConfig(d_in=TOY_D, d_model=32, n_layers=2, n_heads=2, max_len=TOY_T,
                           time_embed_dim=16)
@@ -259,7 +259,8 @@ def dump_states(bb, seqs, path, batch=2):
 def trained_bridge(bb, layer: int, objective=None, steps=4):
     """A TrainedBridge at `layer` of the backbone as the bridge stage saves one, made by hand:
     a random-weight denoiser, identity standardisers (no training)."""
-    from dihal.config import BridgeProtocol, DenoiserConfig
+    from dihal.config import BridgeProtocol
+    from dihal.net_configs import DenoiserConfig
     from dihal.results import BridgeHparams, TrainedBridge
 
     cfg = DenoiserConfig(d_in=bb.hidden_size, d_model=32, n_layers=2, n_heads=4, max_len=32,

@@ -14,7 +14,7 @@ from dihal.bridge.process import REGRESSION_T_GRID, BrownianBridge, EndpointRegr
 from dihal.bridge.sampler import BridgeDecodeState, IncrementalSampler, sample, time_grid
 from dihal.bridge.train import BridgeTrainingError, TrainConfig, TrainResult, train_bridge
 from dihal.checkpoint import latest_checkpoint, load_into
-from dihal.config import DenoiserConfig
+from dihal.net_configs import DenoiserConfig
 
 __all__ = [
     "DEFAULT_T_GRID",

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from dihal.config import DenoiserConfig
+from dihal.net_configs import DenoiserConfig
 
 # t in [0, 1] is scaled before the sinusoidal embedding so that its frequencies span the
 # same range as DDPM's integer timesteps 0..1000.

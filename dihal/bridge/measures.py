@@ -11,7 +11,7 @@ from dihal.bridge.data import BridgeData
 from dihal.bridge.loss import bridge_loss_terms, squared_error
 from dihal.bridge.process import BrownianBridge
 from dihal.bridge.sampler import DEFAULT_RULE, sample
-from dihal.config import DEFAULT_T_GRID
+from dihal.net_configs import DEFAULT_T_GRID
 from dihal.seeds import derive_seed
 
 

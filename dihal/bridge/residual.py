@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from dihal.bridge.denoiser import CausalDenoiser, KVCache
-from dihal.config import DenoiserConfig
+from dihal.net_configs import DenoiserConfig
 
 RIDGE_KEYS = ("ridge_weight", "ridge_bias")  # the buffers' names in the state dict
 

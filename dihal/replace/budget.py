@@ -45,7 +45,6 @@ from dihal.config import (
     BridgeProtocol,
     BudgetConfig,
     BudgetGenerationConfig,
-    DenoiserConfig,
     ExtractConfig,
     SequenceConfig,
 )
@@ -53,6 +52,7 @@ from dihal.errors import CorpusError, LayerIndexError
 from dihal.locate.corpus import document_lengths, pack_sequences, sequence_capacity
 from dihal.locate.documents import Document
 from dihal.locate.extract import layer_pairs
+from dihal.net_configs import DenoiserConfig
 from dihal.replace.control_hybrids import RidgeMap, fit_ridge, held_out_nll, ridge_hybrid
 from dihal.replace.hybrid import next_token_nll
 from dihal.replace.stage import (

@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 import torch
 
-from dihal.config import BridgeProtocol, DenoiserConfig, TrainConfig
+from dihal.config import BridgeProtocol
 from dihal.errors import CorruptArtifactError, MissingArtifactError, StaleArtifactError
 from dihal.generation_rows import BASELINE_ROW, GenerationRow, JudgeInfo, Sample, generation_rows
 from dihal.inputs import GeometryRow
+from dihal.net_configs import DenoiserConfig, TrainConfig
 from dihal.results import (
     BridgeHparams,
     BridgeMetrics,

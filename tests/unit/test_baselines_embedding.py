@@ -20,9 +20,9 @@ from dihal.compare.baselines.schedules import (
     v_target,
     x0_from_v,
 )
-from dihal.config import DenoiserConfig, TrainConfig
 from dihal.errors import CheckpointMismatchError, TrainingError
 from dihal.generation_rows import Budget
+from dihal.net_configs import DenoiserConfig, TrainConfig
 from dihal.training import sample_budget, train_model
 
 V, D, T = 50, 16, 8

@@ -16,7 +16,7 @@ from dihal.compare.baselines.base import baseline_loss
 from dihal.compare.baselines.codar import CoDARConfig
 from dihal.compare.baselines.decoder import DecoderConfig
 from dihal.compare.baselines.ld4lg import LD4LGConfig
-from dihal.config import DenoiserConfig, TrainConfig
+from dihal.net_configs import DenoiserConfig, TrainConfig
 from dihal.training import sample_budget, train_model
 
 V, D, T, BOS, EOS = 50, 16, 8, 0, 1

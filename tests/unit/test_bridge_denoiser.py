@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from dihal.bridge.denoiser import CausalDenoiser, build_denoiser
-from dihal.config import DenoiserConfig
+from dihal.net_configs import DenoiserConfig
 from tests.tiny import randomised_denoiser
 
 CFG = DenoiserConfig(d_in=6, d_model=32, n_layers=2, n_heads=4, max_len=16, time_embed_dim=16)

@@ -7,7 +7,7 @@ from torch import nn
 from dihal.bridge.denoiser import CausalDenoiser
 from dihal.bridge.process import BrownianBridge
 from dihal.bridge.sampler import IncrementalSampler, sample, time_grid
-from dihal.config import DenoiserConfig
+from dihal.net_configs import DenoiserConfig
 from tests.tiny import randomised_denoiser
 
 CFG = DenoiserConfig(d_in=6, d_model=32, n_layers=2, n_heads=4, max_len=16, time_embed_dim=16)

@@ -20,7 +20,7 @@ from dihal.bridge.train import (
     train_bridge,
 )
 from dihal.checkpoint import latest_checkpoint, list_checkpoints, load_into, read_state
-from dihal.config import DenoiserConfig
+from dihal.net_configs import DenoiserConfig
 from dihal.rows import ValidationPoint
 from tests.tiny import TOY_D, TOY_T, toy_data, toy_denoiser_config
 

@@ -10,7 +10,6 @@ import torch.nn.functional as F
 
 from dihal.bridge.data import Standardizer
 from dihal.bridge.process import BrownianBridge
-from dihal.config import DenoiserConfig
 from dihal.evaluate.cost import (
     CostSubject,
     FlopModel,
@@ -21,6 +20,7 @@ from dihal.evaluate.cost import (
     ridge_map_flops,
     with_bridge,
 )
+from dihal.net_configs import DenoiserConfig
 from dihal.replace.control_hybrids import RidgeMap, layer_drop_hybrid, ridge_hybrid
 from dihal.replace.hybrid import Hybrid, decode_backbone
 from tests.tiny import randomised_denoiser

@@ -14,8 +14,8 @@ from dihal.backbones import check_replay as check_replay_at_load
 from dihal.bridge.data import Standardizer
 from dihal.bridge.denoiser import build_denoiser
 from dihal.bridge.process import BrownianBridge
-from dihal.config import DenoiserConfig
 from dihal.errors import UnsupportedArchitectureError
+from dihal.net_configs import DenoiserConfig
 from dihal.registry import SUPPORTED_ARCHITECTURES, BackboneSpec, declare
 from dihal.replace.hybrid import Hybrid, decode_backbone
 from tests.tiny import FAMILIES, REFUSED, build_model, check_replay

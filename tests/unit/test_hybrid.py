@@ -8,7 +8,7 @@ from torch import nn
 from dihal.bridge.data import Standardizer
 from dihal.bridge.denoiser import build_denoiser
 from dihal.bridge.process import BrownianBridge
-from dihal.config import DenoiserConfig
+from dihal.net_configs import DenoiserConfig
 from dihal.replace.hybrid import (
     Hybrid,
     decode_backbone,

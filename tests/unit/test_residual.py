@@ -17,7 +17,7 @@ from dihal.bridge.residual import (
 )
 from dihal.bridge.sampler import IncrementalSampler, sample
 from dihal.bridge.train import TrainConfig, train_bridge
-from dihal.config import DenoiserConfig
+from dihal.net_configs import DenoiserConfig
 from dihal.replace.control_hybrids import fit_ridge
 
 D, T = 4, 8

@@ -96,7 +96,8 @@ def _bridge(backbone, seed: int = 0):
     import torch
 
     from dihal.bridge.data import Standardizer
-    from dihal.config import BridgeProtocol, DenoiserConfig
+    from dihal.config import BridgeProtocol
+    from dihal.net_configs import DenoiserConfig
     from dihal.results import BridgeHparams, TrainedBridge
     from tests.tiny import randomised_denoiser
 

@@ -21,8 +21,9 @@ from dihal.bridge.train import (
     train_bridge,
 )
 from dihal.checkpoint import latest_checkpoint, list_checkpoints, save_checkpoint
-from dihal.config import BridgeProtocol, DenoiserConfig, TrainConfig
+from dihal.config import BridgeProtocol
 from dihal.errors import CheckpointMismatchError, DihalError, TrainingError
+from dihal.net_configs import DenoiserConfig, TrainConfig
 from dihal.training import train_model
 from tests.tiny import toy_data, toy_denoiser_config
 

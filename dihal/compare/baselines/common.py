@@ -18,7 +18,7 @@ import torch
 from torch import Tensor, nn
 
 from dihal.bridge.denoiser import CausalDenoiser
-from dihal.config import DenoiserConfig
+from dihal.net_configs import DenoiserConfig
 
 # Widths tried by fit_denoiser_config: head size 32 below 128, 64 from there (as DiHAL's 256/4).
 WIDTHS = (32, 64, 96, *range(128, 1025, 64))

@@ -67,7 +67,7 @@ from dihal.compare.baselines.schedules import (
     v_target,
     x0_from_v,
 )
-from dihal.config import DenoiserConfig
+from dihal.net_configs import DenoiserConfig
 from dihal.seeds import derive_seed
 
 # ---------------------------------------------------------------------------------------------

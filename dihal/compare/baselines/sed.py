@@ -38,7 +38,7 @@ from dihal.compare.baselines.schedules import (
     sample_time,
     time_grid,
 )
-from dihal.config import DenoiserConfig
+from dihal.net_configs import DenoiserConfig
 from dihal.seeds import derive_seed
 
 

@@ -25,7 +25,14 @@ from dihal.inputs import (
     TokenResamples,
 )
 from dihal.net_configs import DenoiserConfig, TrainConfig
-from dihal.rows import TARGETS, BridgeMetrics, BudgetGenerationRow, BudgetPoint, TrainingPoint
+from dihal.rows import (
+    TARGETS,
+    BridgeMetrics,
+    BudgetGenerationRow,
+    BudgetPoint,
+    Columns,
+    TrainingPoint,
+)
 
 
 def _round(v: Any) -> Any:
@@ -39,7 +46,7 @@ def _round(v: Any) -> Any:
 
 
 @dataclass(frozen=True)
-class LocalShard:
+class LocalShard(Columns):
     """A local shard file: its path, the sha256 of its bytes and their count."""
 
     path: str
@@ -50,12 +57,9 @@ class LocalShard:
         """Its content, not where it lies: a copied or moved checkout keeps its artifacts."""
         return self.sha256
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"path": self.path, "sha256": self.sha256, "bytes": self.bytes}
-
 
 @dataclass(frozen=True)
-class RemoteShard:
+class RemoteShard(Columns):
     """A remote shard, known by its URL."""
 
     url: str
@@ -63,12 +67,9 @@ class RemoteShard:
     def identity(self) -> str:
         return self.url
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"url": self.url}
-
 
 @dataclass(frozen=True)
-class HubShard:
+class HubShard(Columns):
     """A Hugging Face dataset (an id, or a local folder: `local`) read at `revision`, `config`,
     `split`, with its text and id fields, and the documents read: their count and the sha256 of
     their ids and texts, in order."""
@@ -91,9 +92,6 @@ class HubShard:
                 f"{self.split}/{self.text_field}/{self.id_field or 'index'}:"
                 f"{self.documents}:{self.sha256}")
 
-    def to_dict(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in self.__dataclass_fields__}
-
 
 Shard = LocalShard | RemoteShard | HubShard
 _SHARD_KINDS = {frozenset(c.__dataclass_fields__): c for c in (LocalShard, RemoteShard, HubShard)}
@@ -110,7 +108,7 @@ def shard_of(record: Any) -> Shard:
 
 
 @dataclass(frozen=True)
-class CorpusCounts:
+class CorpusCounts(Columns):
     """What the corpus stage counted while reading: usable documents, those skipped as empty,
     malformed lines (with up to 10 examples), documents by source, and their characters."""
 
@@ -120,9 +118,6 @@ class CorpusCounts:
     malformed_examples: list[str]
     by_source: dict[str, int]
     chars: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 
 @dataclass(frozen=True)

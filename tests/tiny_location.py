@@ -8,14 +8,18 @@ DIHAL_TINY_HOLD_S: each computing step of a partitioned run (a sweep layer) keep
 that many seconds after it computed. The tests of runs that overlap (a backfill's partitions at
 once, one per Dask worker) need steps that last, not steps that burn CPU: a tiny bridge trains
 in a fraction of a second, and the same training made long enough by more epochs cost most of
-those tests' CPU."""
+those tests' CPU. With DIHAL_TINY_HOLD_RUNS=n and DIHAL_TINY_HOLD_DIR=<folder>, a step marks
+its run in the folder once it has computed and keeps its device only until n runs have marked
+themselves there (at most DIHAL_TINY_HOLD_S): the runs are then all under way at once, however
+far apart the daemon started them, and none waits longer than that takes."""
 
 import contextlib
-import time
+from pathlib import Path
+from time import monotonic, sleep
 
 from pydantic import PrivateAttr
 
-from dihal.environment import env_float, env_text
+from dihal.environment import env_float, env_int, env_text
 from pipeline.definitions import build_definitions
 from resources import BackboneResource, ComputeResource, JudgeResource, StorageResource
 
@@ -25,21 +29,42 @@ class HeldCompute(ComputeResource):
     seconds longer (after computing: the artifacts are the same as without)."""
 
     hold_s: float = env_float("DIHAL_TINY_HOLD_S", 0.0, lo=0, hi=3600)
+    # 0: hold hold_s; n: until n runs have computed a step (each marks itself in hold_dir)
+    hold_runs: int = env_int("DIHAL_TINY_HOLD_RUNS", 0, lo=0, hi=64)
+    hold_dir: str | None = env_text("DIHAL_TINY_HOLD_DIR")
     _partitioned: bool = PrivateAttr(default=False)
+    _run_id: str = PrivateAttr(default="")
 
     def setup_for_execution(self, context) -> None:
         run = context.dagster_run
         self._partitioned = run is not None and "dagster/partition" in run.tags
+        self._run_id = run.run_id if run is not None else ""
+        if self.hold_runs and not self.hold_dir:
+            raise ValueError("DIHAL_TINY_HOLD_RUNS needs DIHAL_TINY_HOLD_DIR: the folder "
+                             "where the runs mark themselves")
 
     def lease(self, lock_dir, log=None):
-        return _held(super().lease(lock_dir, log), self.hold_s if self._partitioned else 0.0)
+        if not self._partitioned:
+            return super().lease(lock_dir, log)
+        meet = Path(self.hold_dir) / self._run_id if self.hold_runs else None
+        return _held(super().lease(lock_dir, log), self.hold_s, meet, self.hold_runs)
 
 
 @contextlib.contextmanager
-def _held(lease, hold_s: float):
+def _held(lease, hold_s: float, mark: Path | None = None, runs: int = 0):
+    """`lease`, kept `hold_s` seconds after its step computed; with `mark` (a run's file in
+    the folder where the runs meet), only until `runs` runs have marked themselves there."""
     with lease as slot:
         yield slot
-        time.sleep(hold_s)
+        deadline = monotonic() + hold_s
+        if mark is None:
+            sleep(hold_s)
+            return
+        mark.parent.mkdir(parents=True, exist_ok=True)
+        mark.touch()
+        while (len(list(mark.parent.iterdir())) < runs
+               and monotonic() < deadline):
+            sleep(0.2)
 
 
 if (_model := env_text("DIHAL_TINY_MODEL")) is not None:

@@ -74,10 +74,11 @@ def test_the_drivers_profile_and_workers_win_over_a_running_daemons(
 
     for layer in (1, 2, 3):  # the sweep runs again, under the driver's protocol
         shutil.rmtree(SweepBridge(world.root, "llama", layer).directory)
-    # each sweep step keeps its device 30 s (tests.tiny_location): the three partitions' runs
-    # overlap when they run at once, though a loaded daemon makes the backfills' runs 10-30 s
-    # apart
-    env = {**_env(tmp_path, tiny_llama_dir, world.root), "DIHAL_TINY_HOLD_S": "30"}
+    # each sweep step keeps its device until the three partitions' runs have each computed a
+    # step, at most 30 s (tests.tiny_location): the runs overlap when they run at once, though
+    # a loaded daemon makes the backfills' runs 10-30 s apart
+    env = {**_env(tmp_path, tiny_llama_dir, world.root), "DIHAL_TINY_HOLD_S": "30",
+           "DIHAL_TINY_HOLD_RUNS": "3", "DIHAL_TINY_HOLD_DIR": str(tmp_path / "held")}
     # the daemon: the tiny profile as the fault world made it, one run at a time
     daemon_profile = tiny_profile(tmp_path / "daemon.json", world.shard)
     foreign_daemon({**env, "DIHAL_PROFILE": str(daemon_profile), "DIHAL_WORKERS": "1"},
@@ -120,14 +121,15 @@ def test_the_drivers_profile_and_workers_win_over_a_running_daemons(
 
 
 def _long_driver(tmp_path, world, tiny_llama_dir, **popen) -> tuple[subprocess.Popen, dict]:
-    """A driver sweeping layer 1 for minutes, through a daemon it starts itself."""
+    """A driver sweeping layer 1 for minutes, through a daemon it starts itself: the layer's
+    run trains its tiny bridge, then its step keeps its device (tests.tiny_location) for 10
+    minutes before writing it, in flight without using a core (these stories end its processes;
+    the Ctrl-C story, tests/faults/test_interrupt.py, interrupts a training that lasts)."""
     from storage import SweepBridge
 
     shutil.rmtree(SweepBridge(world.root, "llama", 1).directory)
-    env = _env(tmp_path, tiny_llama_dir, world.root)
-    long_sweep = {**PROTOCOL, "epochs": 5000.0, "checkpoint_every": 1000}
-    env["DIHAL_PROFILE"] = str(tiny_profile(tmp_path / "long.json", world.shard,
-                                            bridge_sweep=long_sweep))
+    env = {**_env(tmp_path, tiny_llama_dir, world.root), "DIHAL_TINY_HOLD_S": "600"}
+    env["DIHAL_PROFILE"] = str(tiny_profile(tmp_path / "long.json", world.shard))
     child = subprocess.Popen(
         [sys.executable, "-m", "pipeline.main", "--backbone", "llama", "--module",
          "tests.tiny_location", "--layers", "1", "--stop-after", "sweep"], cwd=ROOT, env=env,

@@ -20,12 +20,12 @@ import pytest
 from tests.tiny import ROOT, tiny_profile
 
 LAYERS = ["1", "2", "3"]
-# Each step of a partition's run (the bridge, then its regression control) keeps its device this
-# long after computing (tests.tiny_location), without training for longer: runs launched a few
-# seconds apart overlap (3 s), and on the Dask cluster the three runs overlap (30 s: with 8
-# and 15 s, on a loaded machine, the daemon started the three runs 10-14 s apart and the first
-# ended before the last started)
-HOLD_S = {"backfill": "3", "dask": "30"}
+# Each step of a partition's run (the bridge, then its regression control) keeps its device
+# after computing until every partition's run has computed a step (tests.tiny_location), at
+# most this long, without training for longer: so the three runs are under way at once however
+# far apart the daemon starts them (on a loaded machine 10-14 s apart), and wait no longer than
+# that takes
+HOLD_S = "30"
 
 
 def _digest(path: Path) -> str:
@@ -40,14 +40,15 @@ def reference(swept_world):
                                                       "bridge.safetensors")) for ll in LAYERS}
 
 
-def _setup(tmp_path: Path, model: Path, shard: Path, hold_s: str) -> dict:
+def _setup(tmp_path: Path, model: Path, shard: Path) -> dict:
     home = tmp_path / "dagster_home"
     home.mkdir()
     shutil.copy(ROOT / "dagster.yaml", home / "dagster.yaml")  # the project's instance config
     return {**os.environ, "DAGSTER_HOME": str(home), "DIHAL_TINY_MODEL": str(model),
             "DIHAL_ARTIFACTS": str(tmp_path / "artifacts"), "PYTHONUNBUFFERED": "1",
             "DIHAL_PROFILE": str(tiny_profile(tmp_path / "tiny.json", shard)),
-            "DIHAL_TINY_HOLD_S": hold_s, "PYTHONPATH": str(ROOT)}
+            "DIHAL_TINY_HOLD_S": HOLD_S, "DIHAL_TINY_HOLD_RUNS": str(len(LAYERS)),
+            "DIHAL_TINY_HOLD_DIR": str(tmp_path / "held"), "PYTHONPATH": str(ROOT)}
 
 
 def _driver(env: dict, workers: int) -> subprocess.CompletedProcess:
@@ -111,7 +112,7 @@ def _step_pids(instance: dg.DagsterInstance, records) -> set[int]:
 def test_the_driver_runs_named_jobs_and_the_sweep_as_one_concurrent_backfill(
         tmp_path, tiny_llama_dir, reference, monkeypatch):
     world, want = reference
-    env = _setup(tmp_path, tiny_llama_dir, world.shard, HOLD_S["backfill"])
+    env = _setup(tmp_path, tiny_llama_dir, world.shard)
     out = _driver(env, workers=3)
     assert "started a Dagster daemon" in out.stdout
     assert re.search(r"sweep_llama: 3 partitions \(1, 2, 3\) as 3 backfill\(s\) of consecutive "
@@ -179,7 +180,7 @@ def dask_cluster(tmp_path):
 def test_the_sweep_runs_on_a_dask_cluster_concurrently_with_the_same_weights(
         tmp_path, tiny_llama_dir, reference, dask_cluster, monkeypatch):
     world, want = reference
-    env = _setup(tmp_path, tiny_llama_dir, world.shard, HOLD_S["dask"])
+    env = _setup(tmp_path, tiny_llama_dir, world.shard)
     address, worker_pids = dask_cluster(env)  # the workers load the same code location
     env["DIHAL_DASK_SCHEDULER"] = address
     _driver(env, workers=3)

@@ -4,6 +4,7 @@ value, what is allowed and the fix, never replaced by the default or clamped. Un
 spaces only: the default."""
 
 import ast
+import contextlib
 import importlib.util
 import pathlib
 import sys
@@ -279,6 +280,41 @@ def test_the_tiny_location_refuses_a_bad_hold(monkeypatch, raw):
     monkeypatch.setenv("DIHAL_TINY_HOLD_S", raw)
     refused(lambda: fresh(monkeypatch, "tests/tiny_location.py"), "DIHAL_TINY_HOLD_S", raw,
             "a finite number from 0 to 3600")
+
+
+@pytest.mark.parametrize("raw", ["-1", "65", "abc", "1.5"])
+def test_the_tiny_location_refuses_a_bad_count_of_runs_to_hold_for(monkeypatch, raw):
+    monkeypatch.delenv("DIHAL_TINY_MODEL", raising=False)
+    monkeypatch.setenv("DIHAL_TINY_HOLD_RUNS", raw)
+    refused(lambda: fresh(monkeypatch, "tests/tiny_location.py"), "DIHAL_TINY_HOLD_RUNS", raw,
+            "a whole number from 0 to 64")
+
+
+def test_a_held_step_keeps_its_device_until_every_run_has_marked_itself(monkeypatch, tmp_path):
+    """tests.tiny_location's hold: alone, the whole hold; once as many runs as asked have
+    computed a step (marked themselves in the folder), not a moment longer; never past the
+    hold where the other runs do not come."""
+    monkeypatch.delenv("DIHAL_TINY_MODEL", raising=False)
+    location = fresh(monkeypatch, "tests/tiny_location.py")
+    clock = [0.0]
+    monkeypatch.setattr(location, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(location, "sleep", lambda s: clock.__setitem__(0, clock[0] + s))
+    released = []
+
+    def hold(*args) -> float:
+        start = clock[0]
+        with location._held(contextlib.nullcontext("slot"), *args) as slot:
+            assert slot == "slot"
+        released.append(len(released))
+        return clock[0] - start
+
+    meet = tmp_path / "meet"
+    assert hold(30.0) == 30.0  # no folder: the whole hold
+    assert 30.0 <= hold(30.0, meet / "run-a", 2) < 30.3  # the other run never comes
+    assert hold(30.0, meet / "run-b", 2) == 0.0  # run-a is there: no wait
+    assert sorted(p.name for p in meet.iterdir()) == ["run-a", "run-b"]
+    assert hold(30.0, meet / "run-a", 2) == 0.0  # a later step of a run already there
+    assert released == [0, 1, 2, 3]  # every lease was left
 
 
 def test_the_driver_refuses_a_bad_default_from_the_environment(monkeypatch, capsys):

@@ -274,20 +274,19 @@ def test_the_dask_scheduler_is_refused_where_steps_are_placed(monkeypatch):
     assert distributed_engine() is False
 
 
-@pytest.mark.parametrize("raw", ["inf", "nan", "-1", "abc"])
-def test_the_tiny_location_refuses_a_bad_hold(monkeypatch, raw):
-    monkeypatch.delenv("DIHAL_TINY_MODEL", raising=False)
-    monkeypatch.setenv("DIHAL_TINY_HOLD_S", raw)
-    refused(lambda: fresh(monkeypatch, "tests/tiny_location.py"), "DIHAL_TINY_HOLD_S", raw,
-            "a finite number from 0 to 3600")
+HOLD_SETTINGS = [  # (variable, a refused value, allowed)
+    *[("DIHAL_TINY_HOLD_S", raw, "a finite number from 0 to 3600")
+      for raw in ("inf", "nan", "-1", "abc")],
+    *[("DIHAL_TINY_HOLD_RUNS", raw, "a whole number from 0 to 64")
+      for raw in ("-1", "65", "abc", "1.5")],
+]
 
 
-@pytest.mark.parametrize("raw", ["-1", "65", "abc", "1.5"])
-def test_the_tiny_location_refuses_a_bad_count_of_runs_to_hold_for(monkeypatch, raw):
+@pytest.mark.parametrize("name,raw,allowed", HOLD_SETTINGS)
+def test_the_tiny_location_refuses_a_bad_hold(monkeypatch, name, raw, allowed):
     monkeypatch.delenv("DIHAL_TINY_MODEL", raising=False)
-    monkeypatch.setenv("DIHAL_TINY_HOLD_RUNS", raw)
-    refused(lambda: fresh(monkeypatch, "tests/tiny_location.py"), "DIHAL_TINY_HOLD_RUNS", raw,
-            "a whole number from 0 to 64")
+    monkeypatch.setenv(name, raw)
+    refused(lambda: fresh(monkeypatch, "tests/tiny_location.py"), name, raw, allowed)
 
 
 def test_a_held_step_keeps_its_device_until_every_run_has_marked_itself(monkeypatch, tmp_path):

@@ -37,7 +37,10 @@ class HeldCompute(ComputeResource):
 
     def setup_for_execution(self, context) -> None:
         run = context.dagster_run
-        self._partitioned = run is not None and "dagster/partition" in run.tags
+        # a run of one partition, or of a range of them (the driver's backfills: Dagster tags
+        # those with the range's ends only)
+        self._partitioned = run is not None and bool(
+            {"dagster/partition", "dagster/asset_partition_range_start"} & set(run.tags))
         self._run_id = run.run_id if run is not None else ""
         if self.hold_runs and not self.hold_dir:
             raise ValueError("DIHAL_TINY_HOLD_RUNS needs DIHAL_TINY_HOLD_DIR: the folder "

@@ -289,6 +289,25 @@ def test_the_tiny_location_refuses_a_bad_hold(monkeypatch, name, raw, allowed):
     refused(lambda: fresh(monkeypatch, "tests/tiny_location.py"), name, raw, allowed)
 
 
+def test_the_tiny_location_holds_in_runs_of_a_partition_or_a_range_of_them(monkeypatch):
+    """The driver's backfill runs carry the ends of their partition range, not
+    dagster/partition: the hold applies to them as to a run of one partition, not to Locate's."""
+    from types import SimpleNamespace
+
+    monkeypatch.delenv("DIHAL_TINY_MODEL", raising=False)
+    location = fresh(monkeypatch, "tests/tiny_location.py")
+    held = {}
+    for name, tags in {"one": {"dagster/partition": "1"},
+                       "range": {"dagster/asset_partition_range_start": "1",
+                                 "dagster/asset_partition_range_end": "1"},
+                       "locate": {}}.items():
+        compute = location.HeldCompute(device="cpu", threads=1)
+        compute.setup_for_execution(SimpleNamespace(
+            dagster_run=SimpleNamespace(tags=tags, run_id=name)))
+        held[name] = compute._partitioned
+    assert held == {"one": True, "range": True, "locate": False}
+
+
 def test_a_held_step_keeps_its_device_until_every_run_has_marked_itself(monkeypatch, tmp_path):
     """tests.tiny_location's hold: alone, the whole hold; once as many runs as asked have
     computed a step (marked themselves in the folder), not a moment longer; never past the

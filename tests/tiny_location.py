@@ -17,6 +17,7 @@ import contextlib
 from pathlib import Path
 from time import monotonic, sleep
 
+from dagster._core.storage.tags import ASSET_PARTITION_RANGE_START_TAG, PARTITION_NAME_TAG
 from pydantic import PrivateAttr
 
 from dihal.environment import env_float, env_int, env_text
@@ -40,7 +41,7 @@ class HeldCompute(ComputeResource):
         # a run of one partition, or of a range of them (the driver's backfills: Dagster tags
         # those with the range's ends only)
         self._partitioned = run is not None and bool(
-            {"dagster/partition", "dagster/asset_partition_range_start"} & set(run.tags))
+            {PARTITION_NAME_TAG, ASSET_PARTITION_RANGE_START_TAG} & set(run.tags))
         self._run_id = run.run_id if run is not None else ""
         if self.hold_runs and not self.hold_dir:
             raise ValueError("DIHAL_TINY_HOLD_RUNS needs DIHAL_TINY_HOLD_DIR: the folder "

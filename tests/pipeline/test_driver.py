@@ -472,6 +472,30 @@ def test_the_launcher_names_a_code_location_that_failed_to_load_and_an_unknown_j
         lau._job("sweep_tiny")
 
 
+def test_the_drivers_graphql_answers_data_or_names_the_refusal_and_builds_its_schema_once(
+        tmp_path, monkeypatch):
+    """The driver's GraphQL requests (launchRun, launchPartitionBackfill) go to Dagster's own
+    schema in process, built once for every request: a query it answers gives its data, one
+    it refuses raises naming Dagster's message."""
+    import pipeline.launch as launch
+
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
+    monkeypatch.setenv("DIHAL_TINY_MODEL", str(tmp_path / "unused"))
+    launch._schema.cache_clear()
+    from pipeline.daemon import location_name
+
+    with dg.DagsterInstance.local_temp(str(tmp_path)) as instance, launch.launcher(
+            instance, "tests.tiny_location") as lau:
+        data = launch.graphql(lau.process, "{ repositoriesOrError { ... on RepositoryConnection "
+                              "{ nodes { location { name } } } } }", {})
+        assert [n["location"]["name"] for n in data["repositoriesOrError"]["nodes"]] == [
+            location_name("tests.tiny_location")]
+        with pytest.raises(RuntimeError, match="Dagster's GraphQL refused the request: Cannot "
+                                               "query field 'noSuchField'"):
+            launch.graphql(lau.process, "{ noSuchField }", {})
+    assert launch._schema.cache_info().misses == 1
+
+
 def test_the_drivers_daemon_looks_for_backfill_work_every_few_seconds(monkeypatch):
     """The daemon a driver starts is Dagster's, run by pipeline.dagster_daemon with the backfill
     daemon's interval set (Dagster's 30 s otherwise delays each backfill at both ends); a

@@ -48,7 +48,7 @@ def science_checks(backbone: str, n_layers: int) -> list:
         def run():
             hs = HiddenStates(layout(context), backbone).manifest()
             swept = swept_bridges(layout(context), backbone, n_layers, hs) if hs else []
-            found = {str(a.key): loss_fell(a.read().metrics) for a, _ in swept}
+            found = {str(a.key): loss_fell(a.metrics()) for a, _ in swept}
             bad = [k for k, (ok, _) in found.items() if not ok]
             return bool(found) and not bad, {"layers": len(found), "not_learned": ", ".join(bad) or "none"}
 
@@ -58,7 +58,7 @@ def science_checks(backbone: str, n_layers: int) -> list:
     def bridge_loss_fell(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
         from dihal.run.checks import loss_fell
 
-        return _result(lambda: loss_fell(Bridge(layout(context), backbone).read().metrics))
+        return _result(lambda: loss_fell(Bridge(layout(context), backbone).metrics()))
 
     @check("bridgeability", "enough_layers", "The Spearman figures rest on at least 5 swept layers.")
     def enough(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:

@@ -63,19 +63,19 @@ def locate_assets(backbone: str) -> list:
         overflow fp16), resumable: of every held-out sequence,
         and of the training sequences unless store_train is false (then each bridge computes
         its own pairs)."""
-        from dihal.locate.extract import dump_hidden_states, state_spec, stored
-
         run, cfg = StageRun(context, backbone), config.to_dihal()
         seqs, out = run.art(Sequences), run.art(HiddenStates)
         (up,) = run.require(seqs)
 
         def compute():
+            from dihal.locate.extract import dump_hidden_states, state_spec, stored
+
             ids, bb = stored(seqs.token_ids(), cfg), run.model()
             writer = out.writer(state_spec(bb, up.info["revision"], ids, cfg), tokens=ids,
                                 attrs=bb.info().to_dict())
             return dump_hidden_states(bb, ids, writer, cfg, progress=run.throttled())
 
-        return run.produce(out, cfg, [seqs], compute, dtype=str(run.resources.compute.torch_dtype()))
+        return run.produce(out, cfg, [seqs], compute, dtype=run.resources.compute.dtype_name())
 
     @dg.asset_check(asset=hidden_states, name="finite_states", blocking=True,
                     required_resource_keys={"storage"})
@@ -96,7 +96,7 @@ def locate_assets(backbone: str) -> list:
                     required_resource_keys={"storage"})
     def expected_shapes(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
         """Shapes match the backbone (layers, hidden size) and the sequences (count, length)."""
-        from dihal.locate.extract import shape_problems
+        from storage.states import shape_problems
 
         layout = context.resources.storage.layout()
         try:
@@ -111,13 +111,16 @@ def locate_assets(backbone: str) -> list:
         """Local curvature, global monotonicity and effective rank of every layer, under the
         none / rms / standardize / robust normalisations, on held-out tokens, with their
         token-bootstrap replicates; the rival predictors of every candidate layer."""
-        from dihal.locate.stage import compute_geometry
-
         run, cfg = StageRun(context, backbone), config.to_dihal()
         states = run.art(HiddenStates)
-        return run.produce(run.art(Geometry), cfg, [states], lambda: compute_geometry(
-            states.reader(), cfg, backbone=backbone, progress=run.throttled(2.0),
-            device=run.device()))
+
+        def compute():
+            from dihal.locate.stage import compute_geometry
+
+            return compute_geometry(states.reader(), cfg, backbone=backbone,
+                                    progress=run.throttled(2.0), device=run.device())
+
+        return run.produce(run.art(Geometry), cfg, [states], compute)
 
     @stage_asset(backbone, "layer_score", [geometry, hidden_states], kinds={"parquet"})
     def layer_score(context: dg.AssetExecutionContext, config: LayerScoreRunConfig) -> dg.MaterializeResult:
@@ -126,14 +129,18 @@ def locate_assets(backbone: str) -> list:
         stability over the geometry's token-bootstrap replicates, and over resamples of whole
         held-out sequences and split halves (the geometry recomputed from the dump)."""
         from dihal.config import GeometryConfig
-        from dihal.locate.stage import score_layers
 
         run, cfg = StageRun(context, backbone), config.to_dihal()
         geo, states = run.art(Geometry), run.art(HiddenStates)
         gm, _ = run.require(geo, states)
-        return run.produce(run.art(LayerScore), cfg, [geo, states], lambda: score_layers(
-            geo.rows(), cfg, backbone=backbone, resamples=geo.resamples(),
-            reader=states.reader(), geometry=GeometryConfig(**gm.config),
-            progress=run.throttled(2.0), device=run.device()))
+
+        def compute():
+            from dihal.locate.stage import score_layers
+
+            return score_layers(geo.rows(), cfg, backbone=backbone, resamples=geo.resamples(),
+                                reader=states.reader(), geometry=GeometryConfig(**gm.config),
+                                progress=run.throttled(2.0), device=run.device())
+
+        return run.produce(run.art(LayerScore), cfg, [geo, states], compute)
 
     return [sequences, hidden_states, finite_states, expected_shapes, geometry, layer_score]

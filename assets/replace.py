@@ -31,14 +31,14 @@ def trainer(run: StageRun, art: BridgeRun, layer: int, protocol, regression: boo
     """The compute of a bridge artifact: build the layer's training pairs, train (resuming its
     checkpoints) and measure; with `regression`, the regression control (on the pairs a sweep
     bridge kept in this process, `keep_pairs`, where there are)."""
-    from dihal.config import ExtractConfig
-    from dihal.replace.stage import train_layer
-
     def progress(e: dict) -> None:
         what = f"val loss {e['val_loss']:.4f}" if "val_loss" in e else f"loss {e['loss']:.4f}"
         run.log(f"layer {layer}: step {e['step']}/{e['total_steps']} {what} ({e['elapsed_s']:.0f} s)")
 
     def compute():
+        from dihal.config import ExtractConfig
+        from dihal.replace.stage import train_layer
+
         states = run.art(HiddenStates)
         (dump,) = run.require(states)
         return train_layer(run.model(), states.reader(), layer, protocol, art.checkpoints,
@@ -92,8 +92,7 @@ _MADE_BY_SWEEP: set[tuple[str, str]] = set()
 
 def control(run: StageRun, layer: int):
     """(artifact, manifest, cached) of the regression control of a swept layer."""
-    from dihal.config import BridgeProtocol
-    from dihal.replace.control_hybrids import RIDGE_LAMBDAS
+    from dihal.config import RIDGE_LAMBDAS, BridgeProtocol
 
     states, sweep = run.art(HiddenStates), run.art(SweepBridge, layer)
     _, sm = run.require(states, sweep)

@@ -12,6 +12,9 @@ NORMALIZATIONS = ("none", "rms", "standardize", "robust")
 MONO_STATS = ("median", "q05", "min_eig")
 DTYPE_MAX = {"float16": 65504.0, "float32": 3.4028234663852886e38}
 MIN_SWEPT_LAYERS = 3  # bridgeability needs at least this many swept layers
+RIDGE_LAMBDAS: tuple[float, ...] = (1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0)
+"""The ridge penalties tried (per token, standardised units: mean squared error + lam ||W||^2);
+the one with the lowest held-out error is kept."""
 # The bridge sampler's update rules (dihal.bridge.sampler; docs/method.md §2): the posterior
 # step ("ancestral", the default until measured otherwise) and the marginal-preserving one.
 SAMPLER_RULES = ("ancestral", "marginal")

@@ -12,8 +12,6 @@ import warnings
 from collections.abc import Callable
 from pathlib import Path
 
-import torch
-
 from dihal.atomic import file_sha256, one_at_a_time, replace_dir
 from dihal.errors import DihalError
 
@@ -116,6 +114,7 @@ def dequantise_gguf_to_cache(gguf: Path, target: Path, revision: str) -> Path:
     folder at `target`, written atomically with a `dihal_cache.json` marker holding `revision`
     and the size and sha256 of every file (cache_problem checks them before reuse). Reloading
     the folder takes seconds instead of the GGUF's tens of seconds."""
+    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     with one_parse_per_file():

@@ -42,6 +42,10 @@ class StorageResource(dg.ConfigurableResource):
         return ArtifactLayout(Path(self.root))
 
 
+# dtype names that are torch's own str() of their dtype ("half" is torch.float16's alias)
+CANONICAL_DTYPES = ("float32", "float16", "bfloat16", "float64")
+
+
 class ComputeResource(dg.ConfigurableResource):
     """The device for model work: "auto" takes a free GPU where there are any, else the CPU.
     Each step holds its device for as long as it computes (dihal.run.devices): parallel steps on
@@ -73,6 +77,16 @@ class ComputeResource(dg.ConfigurableResource):
         return deterministic_cuda(
             lease(lock_dir, slots(self.device, self.workers, self.threads), log=log), log=log)
 
+    def dtype_name(self) -> str:
+        """str() of torch_dtype() on this resource's device ("torch.float32"): without
+        importing torch where the device is named and the dtype is "auto" or a canonical name
+        (a step whose artifact is made needs no more of torch than this)."""
+        if self.device != "auto" and self.dtype == "auto":
+            return "torch.bfloat16" if self.device.startswith("cuda") else "torch.float32"
+        if self.device != "auto" and self.dtype in CANONICAL_DTYPES:
+            return f"torch.{self.dtype}"
+        return str(self.torch_dtype())
+
     def torch_dtype(self, device: str | None = None):
         import torch
 
@@ -95,7 +109,8 @@ class BackboneResource(dg.ConfigurableResource):
     device_map: str | None = env.device_map()
 
     def resolve(self, name: str, layout: ArtifactLayout):
-        from dihal.backbones import get_spec, resolve_weights
+        from dihal.registry import get_spec
+        from dihal.weights import resolve_weights
 
         return resolve_weights(
             get_spec(name), self.paths.get(name), cache_dir=layout.model_cache(),

@@ -378,3 +378,14 @@ class StateReader:
         if split not in self.splits:
             raise KeyError(f"no split {split!r} in {self.directory}: it has {self.splits}")
         return self._group["states"][split]
+
+
+def shape_problems(reader, sequences_config: dict) -> tuple[dict, dict, bool]:
+    """(expected, found, ok): the dump's shapes against the backbone it records (layers, hidden
+    size) and the sequences config (count, length), token ids included."""
+    bb, n = reader.attrs, sequences_config
+    got = {s: reader.shape(s) for s in reader.splits}
+    want = {s: (bb["n_layers"], n[f"n_{s}"], n["seq_len"], bb["hidden_size"])
+            for s in ("train", "val") if s == "val" or s in got}
+    ids_ok = all(reader.input_ids(s).shape == want[s][1:3] for s in want if s in got)
+    return want, got, got == want and ids_ok

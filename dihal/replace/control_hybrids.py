@@ -32,7 +32,7 @@ from dihal.backbones import Backbone
 from dihal.bridge import BrownianBridge, EndpointRegression
 from dihal.bridge.data import BridgeData, Standardizer
 from dihal.bridge.sampler import DEFAULT_RULE
-from dihal.config import BridgeProtocol, ExtractConfig
+from dihal.config import RIDGE_LAMBDAS, BridgeProtocol, ExtractConfig
 from dihal.replace.hybrid import (
     Generation,
     Hybrid,
@@ -51,10 +51,6 @@ from dihal.replace.stage import (
 )
 from dihal.results import BridgeHparams, TrainedBridge
 from dihal.rows import BridgeMetrics
-
-RIDGE_LAMBDAS: tuple[float, ...] = (1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0)
-"""The ridge penalties tried (per token, standardised units: mean squared error + lam ||W||^2);
-the one with the lowest held-out error is kept."""
 
 
 class ControlModel(Protocol):

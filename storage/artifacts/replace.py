@@ -61,6 +61,11 @@ class BridgeRun(WorkArtifact):
         only."""
         return True
 
+    def metrics(self) -> BridgeMetrics:
+        """The bridge's metrics, from its manifest (its files checked as every reuse checks
+        them), without reading its weights: no torch, no tensors."""
+        return BridgeMetrics(**self.require().info["metrics"])
+
     def read(self) -> TrainedBridge:
         """The saved bridge (tensors on the CPU), with its metrics from the manifest."""
         from safetensors.torch import load_file

@@ -11,7 +11,9 @@ from dihal.run.stages import CODE_VERSIONS
 from storage import read_manifest
 from tests.tiny import (
     LOCATE,
+    SWEEP_RUN,
     TINY_RUN,
+    copy_world,
     hub_folder,
     hub_rows,
     materialized_metadata,
@@ -107,6 +109,56 @@ def test_definitions_load_fast_without_heavy_imports():
             "assert not heavy, heavy; print(time.time() - t)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert float(out.stdout.strip()) < 10.0
+
+
+# A process where torch (and so transformers) cannot be imported materialises a world whose
+# artifacts are all made: every step finds its artifact and reports it cached.
+CACHED_WITHOUT_TORCH = """
+import json, sys
+sys.modules["torch"] = None  # `import torch` raises ImportError here
+import dagster as dg
+from pipeline.definitions import build_definitions
+from resources import BackboneResource, ComputeResource, JudgeResource, StorageResource
+
+root, model, run = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+defs = build_definitions(("llama",), n_layers={"llama": 4}, resources={
+    "storage": StorageResource(root=root, verify_every_hours=24.0),
+    "backbones": BackboneResource(paths={"llama": model}),
+    "compute": ComputeResource(device="cpu", threads=1), "judge": JudgeResource(name=model)})
+assets = list(defs.assets) + list(defs.asset_checks)
+cached = {}
+for keys, partition in json.loads(sys.argv[4]):
+    res = dg.materialize(assets, selection=keys, partition_key=partition, resources=defs.resources,
+                         instance=dg.DagsterInstance.ephemeral(), raise_on_error=False,
+                         run_config={"ops": {k: v for k, v in run.items() if k in keys}})
+    failures = [e.step_failure_data.error.to_string() for e in res.all_events
+                if e.event_type_value == "STEP_FAILURE"]
+    assert res.success, failures
+    for e in res.get_asset_materialization_events():
+        meta = e.step_materialization_data.materialization.metadata
+        cached[f"{e.asset_key.to_user_string()}[{partition}]"] = meta["cached"].value
+print("CACHED", json.dumps(cached))
+"""
+
+
+def test_a_step_that_finds_its_artifact_made_loads_no_torch(swept_world, tmp_path,
+                                                             tiny_llama_dir):
+    """Reuse is cheap: the steps of Locate and of a swept layer whose artifacts are made
+    resolve the backbone's weights (their revision is in the fingerprint) and read manifests,
+    without importing torch, transformers or a model (seconds of a process's start)."""
+    import json
+
+    world = copy_world(swept_world, tmp_path, tiny_llama_dir)
+    steps = [[LOCATE, None], [["bridge_sweep_llama"], "2"]]
+    run = {**SWEEP_RUN, "corpus": {"config": {"paths": [str(world.shard)]}}}
+    out = subprocess.run([sys.executable, "-c", CACHED_WITHOUT_TORCH, str(world.root),
+                          str(tiny_llama_dir), json.dumps(run), json.dumps(steps)],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    (line,) = [ln for ln in out.stdout.splitlines() if ln.startswith("CACHED ")]
+    cached = json.loads(line.removeprefix("CACHED "))
+    assert cached == {**{f"{k}[None]": True for k in LOCATE},
+                      "bridge_sweep_llama[2]": True}, cached
 
 
 def test_run_configs_mirror_the_dihal_dataclasses():

@@ -106,15 +106,15 @@ def test_a_process_needing_weights_being_cached_waits_and_reads_them(tmp_path, m
     made, instead of dequantising too and swapping a folder the first one is reading."""
     import threading
 
-    from dihal import backbones
+    from dihal import weights
     from dihal.atomic import one_at_a_time
     from dihal.gguf import cache_lock, write_marker
 
     monkeypatch.delenv("DIHAL_SMOLLM2_PATH", raising=False)
     made = []
-    monkeypatch.setattr(backbones, "dequantise_gguf_to_cache", lambda *a: made.append(a))
+    monkeypatch.setattr(weights, "dequantise_gguf_to_cache", lambda *a: made.append(a))
     spec = get_spec("smollm2")
-    target = tmp_path / f"smollm2-{backbones._gguf_location(spec).stat().st_size}"
+    target = tmp_path / f"smollm2-{weights._gguf_location(spec).stat().st_size}"
     found = {}
     with one_at_a_time(cache_lock(target), what="test lock"):  # another process converting
         waiter = threading.Thread(

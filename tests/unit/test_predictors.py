@@ -76,6 +76,23 @@ def test_one_conditions_folds_serve_every_target_with_the_same_numbers():
         folds.r2(randn(599, 5, 8))
 
 
+@pytest.mark.parametrize("n,folds", [(10, 5), (11, 5), (600, 5), (203, 4), (7, 2), (64, 8)])
+@pytest.mark.parametrize("seed", [0, 1, 2, 12345])
+def test_kfold_splits_are_scikit_learns_seeded_kfold(n, folds, seed):
+    """The ridge R^2's folds: scikit-learn's KFold(shuffle=True, random_state=seed), index for
+    index and dtype for dtype (so Locate's numbers are those it gave with KFold)."""
+    from sklearn.model_selection import KFold
+
+    from dihal.locate.predictors import kfold_splits
+
+    ours = kfold_splits(n, folds, seed)
+    theirs = list(KFold(folds, shuffle=True, random_state=seed).split(np.zeros((n, 1))))
+    assert len(ours) == len(theirs) == folds
+    for (train, test), (want_train, want_test) in zip(ours, theirs, strict=True):
+        assert train.dtype == want_train.dtype and test.dtype == want_test.dtype
+        assert np.array_equal(train, want_train) and np.array_equal(test, want_test)
+
+
 def test_ridge_fit_matches_scikit_learn_and_gcv_picks_a_sensible_alpha():
     from sklearn.linear_model import Ridge
 

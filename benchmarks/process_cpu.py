@@ -3,12 +3,15 @@ process of this environment started while the probe is installed writes its comm
 its CPU seconds (user + system, `getrusage`) to a folder when it ends (normally, or by SIGTERM
 where it keeps Python's default for it; a process ended by SIGKILL is not counted). Then a
 summary by kind: pytest-xdist processes, drivers, daemons, code servers, run workers (the
-code server's `multiprocessing` spawns), the CLIs, `dg dev` and the web server.
+code server's `multiprocessing` spawns), the CLIs, `dg dev` and the web server; or, with
+--by-file, by the test file whose test started the process (the processes other than pytest's
+own: what each file's stories cost beyond the in-process work).
 
     python benchmarks/process_cpu.py install /tmp/probe    # a .pth file in this venv
     CPU_PROBE_OUT=/tmp/probe make test                      # or any command
     python benchmarks/process_cpu.py remove
     python benchmarks/process_cpu.py summary /tmp/probe
+    python benchmarks/process_cpu.py summary --by-file /tmp/probe
 
 The probe acts only where $CPU_PROBE_OUT names a folder; `remove` takes it out of the venv
 again. It sets a SIGTERM handler only in processes that have none of their own, and that handler
@@ -29,6 +32,9 @@ PROBE = '''import os
 if os.environ.get("CPU_PROBE_OUT"):
     import atexit, json, resource, signal, sys, time
     _start = time.time()
+    # the test that started this process (pytest sets it in the test's process; children
+    # inherit it)
+    _test = os.environ.get("PYTEST_CURRENT_TEST", "")
 
     def _write():
         usage = resource.getrusage(resource.RUSAGE_SELF)
@@ -36,7 +42,7 @@ if os.environ.get("CPU_PROBE_OUT"):
         try:
             with open(path, "w") as f:
                 json.dump({"argv": list(getattr(sys, "orig_argv", sys.argv))[:8],
-                           "cpu": usage.ru_utime + usage.ru_stime,
+                           "test": _test, "cpu": usage.ru_utime + usage.ru_stime,
                            "wall": time.time() - _start}, f)
         except OSError:
             pass
@@ -85,12 +91,38 @@ def summary(folder: Path) -> str:
     return "\n".join(lines)
 
 
+def by_file(folder: Path) -> str:
+    """The processes started by each test file's tests (pytest's own processes left out), with
+    their CPU, largest first; and the largest kind in each."""
+    rows = [json.loads(p.read_text()) for p in folder.glob("*.json")]
+    by = collections.defaultdict(lambda: [0, 0.0, collections.Counter()])
+    for r in rows:
+        name = kind(r["argv"])
+        if name.startswith("pytest"):
+            continue
+        f = by[r.get("test", "").split("::")[0] or "(no test)"]
+        f[0] += 1
+        f[1] += r["cpu"]
+        f[2][name] += r["cpu"]
+    total = sum(c for _, c, _ in by.values())
+    lines = [f"{sum(n for n, _, _ in by.values())} processes started by tests, {total:.0f} s of "
+             "CPU", "", "| test file | processes | CPU (s) | largest kind (s) |",
+             "|---|---:|---:|---|"]
+    for name, (n, cpu, kinds) in sorted(by.items(), key=lambda kv: -kv[1][1]):
+        top, top_cpu = kinds.most_common(1)[0]
+        lines.append(f"| {name} | {n} | {cpu:.0f} | {top} {top_cpu:.0f} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="what", required=True)
     sub.add_parser("install").add_argument("folder", type=Path)
     sub.add_parser("remove")
-    sub.add_parser("summary").add_argument("folder", type=Path)
+    summ = sub.add_parser("summary")
+    summ.add_argument("folder", type=Path)
+    summ.add_argument("--by-file", action="store_true", help="by the test file that started "
+                      "each process, instead of by kind")
     args = ap.parse_args()
     packages = Path(site.getsitepackages()[0])
     if args.what == "install":
@@ -103,7 +135,7 @@ def main() -> None:
             (packages / name).unlink(missing_ok=True)
         print(f"removed from {packages}")
     else:
-        print(summary(args.folder))
+        print(by_file(args.folder) if args.by_file else summary(args.folder))
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from process_cpu import kind, summary  # noqa: E402
+from process_cpu import by_file, kind, summary  # noqa: E402
 
 PY = "/venv/bin/python"
 
@@ -36,3 +36,17 @@ def test_the_summary_adds_each_kinds_cpu_largest_first(tmp_path):
     lines = summary(tmp_path).splitlines()
     assert lines[0] == "3 processes, 8 s of CPU"
     assert lines[4:] == ["| driver (pipeline.main) | 2 | 6 | 3.0 |", "| code server | 1 | 2 | 1.5 |"]
+
+
+def test_by_file_adds_the_processes_each_test_file_started_leaving_pytests_own_out(tmp_path):
+    rows = [([PY, "-m", "pipeline.main"], 4.0, "tests/a.py::test_x (call)"),
+            ([PY, "-m", "dagster", "api", "grpc"], 1.5, "tests/a.py::test_y (setup)"),
+            ([PY, "-m", "pipeline.main"], 3.0, "tests/b.py::test_z (call)"),
+            ([PY, "-m", "pytest", "-n", "3"], 50.0, "tests/a.py::test_x (call)")]
+    for i, (argv, cpu, test) in enumerate(rows):
+        (tmp_path / f"{i}.json").write_text(json.dumps({"argv": argv, "cpu": cpu, "wall": 9.0,
+                                                        "test": test}))
+    lines = by_file(tmp_path).splitlines()
+    assert lines[0] == "3 processes started by tests, 8 s of CPU"
+    assert lines[4:] == ["| tests/a.py | 2 | 6 | driver (pipeline.main) 4 |",
+                         "| tests/b.py | 1 | 3 | driver (pipeline.main) 3 |"]

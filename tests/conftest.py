@@ -22,8 +22,8 @@ from tests.tiny import LOCATE, SWEPT, build_model, copy_world, make_world  # noq
 # keeps this order; its own puts the files with the most tests first, so these few-test files
 # came last and the suite ended on one of them alone)
 LONGEST_FIRST = ("tests/pipeline/test_scale_out.py", "tests/faults/test_run_faults.py",
-                 "tests/pipeline/test_doors.py", "tests/pipeline/test_doors_schedule.py",
-                 "tests/faults/test_interrupt.py", "tests/faults/test_daemon_lifetime.py")
+                 "tests/pipeline/test_doors.py", "tests/faults/test_interrupt.py",
+                 "tests/faults/test_daemon_lifetime.py")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -1,4 +1,4 @@
-"""What the door tests share (tests/pipeline/test_doors*.py): a project with tiny declared
+"""What the door tests share (tests/pipeline/test_doors.py): a project with tiny declared
 backbones under the tiny preset, chosen once for the project, and `dg dev` serving it; the
 driver, the CLI and the instance as a user reaches them. Not a test module."""
 

@@ -357,7 +357,10 @@ class Trainer:
     def finish(self) -> TrainResult:
         """Eval mode; the final validation and checkpoint of a run that made progress."""
         self.check_finite()
-        if self.own_accelerator:
+        if self.own_accelerator and self.acc.device.type != "cpu":
+            # the device's cache emptied for the final validation; on the CPU there is none,
+            # and accelerate's release is then only a full garbage collection (a third of a
+            # second in a process holding a large heap, for every model trained)
             self.acc.free_memory()
         self.model.eval()
         completed = self.step >= self.n_steps

@@ -4,6 +4,7 @@ bf16 autocast for the bridges and the baselines, an explicit device string, the 
 it must make the same artifacts as the CPU default."""
 
 import json
+import shutil
 from argparse import Namespace
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import dagster as dg
 from dihal.run.profiles import PROFILES
 from pipeline.definitions import build_definitions
 from resources import BackboneResource, ComputeResource, JudgeResource, StorageResource
-from tests.tiny import PROTOCOL, TINY, make_docs, write_shard
+from tests.tiny import PROTOCOL, TINY
 
 SWEPT = ["1", "2", "3"]
 BASELINE = "sed"
@@ -54,8 +55,13 @@ def _artifacts(root: Path) -> dict[str, list[str]]:
     return out
 
 
-def _run_chain(tmp: Path, model: Path, shard: Path, gpu: bool) -> tuple[Path, dict]:
+def _run_chain(tmp: Path, model: Path, shard: Path, gpu: bool,
+               made: Path | None = None) -> tuple[Path, dict]:
+    """The chain under the CPU defaults or the gpu profile's paths; from a copy of the
+    artifacts `made` (what it finds made there is reused)."""
     root = tmp / ("gpu" if gpu else "cpu")
+    if made is not None:
+        shutil.copytree(made, root)
     res = {"storage": StorageResource(root=str(root)),
            "backbones": BackboneResource(paths={"llama": str(model)}),
            # the explicit device string a GPU host's lease gives ("cuda:0" there), and the
@@ -88,10 +94,17 @@ def _run_chain(tmp: Path, model: Path, shard: Path, gpu: bool) -> tuple[Path, di
     return root, _artifacts(root)
 
 
-def test_the_gpu_profile_paths_make_the_cpu_defaults_artifacts(tmp_path, tiny_llama_dir):
-    shard = write_shard(tmp_path / "s0.json.gz", make_docs(120))
-    cpu_root, cpu = _run_chain(tmp_path, tiny_llama_dir, shard, gpu=False)
+def test_the_gpu_profile_paths_make_the_cpu_defaults_artifacts(tmp_path, tiny_llama_dir,
+                                                              swept_world):
+    # the CPU defaults' chain from the session's swept world (its Locate and sweep bridges
+    # were made under these configs, on this corpus); the gpu paths' chain from nothing
+    shard = swept_world.shard
+    cpu_root, cpu = _run_chain(tmp_path, tiny_llama_dir, shard, gpu=False,
+                               made=swept_world.root)
     gpu_root, gpu = _run_chain(tmp_path, tiny_llama_dir, shard, gpu=True)
+    for made in ("layer_score", *(f"bridge_sweep/layer_{int(ll):03d}" for ll in SWEPT)):
+        manifest = Path("llama", made, "manifest.json")  # found made, not made again
+        assert (cpu_root / manifest).read_bytes() == (swept_world.root / manifest).read_bytes()
     assert gpu == cpu and len(cpu) >= 14, sorted(cpu)
     from storage import read_manifest
 

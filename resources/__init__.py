@@ -60,9 +60,9 @@ class ComputeResource(dg.ConfigurableResource):
     workers: int = env.workers()
 
     def resolved_device(self) -> str:
-        import torch
-
         if self.device == "auto":
+            import torch
+
             return "cuda" if torch.cuda.is_available() else "cpu"
         return self.device
 
@@ -77,22 +77,22 @@ class ComputeResource(dg.ConfigurableResource):
         return deterministic_cuda(
             lease(lock_dir, slots(self.device, self.workers, self.threads), log=log), log=log)
 
-    def dtype_name(self) -> str:
-        """str() of torch_dtype() on this resource's device ("torch.float32"): without
-        importing torch where the device is named and the dtype is "auto" or a canonical name
-        (a step whose artifact is made needs no more of torch than this)."""
-        if self.device != "auto" and self.dtype == "auto":
-            return "torch.bfloat16" if self.device.startswith("cuda") else "torch.float32"
-        if self.device != "auto" and self.dtype in CANONICAL_DTYPES:
+    def dtype_name(self, device: str | None = None) -> str:
+        """str() of torch_dtype(device) ("torch.float32"), without importing torch where the
+        dtype is a canonical name, or "auto" on a named device (a step whose artifact is made
+        needs no more of torch than this): "auto" is bfloat16 on a GPU, float32 on the CPU."""
+        if self.dtype == "auto":
+            on_gpu = (device or self.resolved_device()).startswith("cuda")
+            return "torch.bfloat16" if on_gpu else "torch.float32"
+        if self.dtype in CANONICAL_DTYPES:
             return f"torch.{self.dtype}"
-        return str(self.torch_dtype())
+        return str(self.torch_dtype(device))  # an alias ("half"): torch names it
 
     def torch_dtype(self, device: str | None = None):
         import torch
 
-        if self.dtype == "auto":
-            on_gpu = (device or self.resolved_device()).startswith("cuda")
-            return torch.bfloat16 if on_gpu else torch.float32
+        if self.dtype == "auto" or self.dtype in CANONICAL_DTYPES:
+            return getattr(torch, self.dtype_name(device).removeprefix("torch."))
         return getattr(torch, self.dtype)
 
 

@@ -1,6 +1,7 @@
 """The Locate graph on a tiny model, through Dagster, in seconds (a corpus of shards, or a
 Hugging Face dataset in the Hub's layout)."""
 
+import os
 import subprocess
 import sys
 
@@ -11,6 +12,7 @@ from dihal.run.stages import CODE_VERSIONS
 from storage import read_manifest
 from tests.tiny import (
     LOCATE,
+    ROOT,
     SWEEP_RUN,
     TINY_RUN,
     copy_world,
@@ -117,17 +119,12 @@ CACHED_WITHOUT_TORCH = """
 import json, sys
 sys.modules["torch"] = None  # `import torch` raises ImportError here
 import dagster as dg
-from pipeline.definitions import build_definitions
-from resources import BackboneResource, ComputeResource, JudgeResource, StorageResource
+from tests.tiny_location import defs  # the tiny model and root from the environment
 
-root, model, run = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
-defs = build_definitions(("llama",), n_layers={"llama": 4}, resources={
-    "storage": StorageResource(root=root, verify_every_hours=24.0),
-    "backbones": BackboneResource(paths={"llama": model}),
-    "compute": ComputeResource(device="cpu", threads=1), "judge": JudgeResource(name=model)})
+run = json.loads(sys.argv[1])
 assets = list(defs.assets) + list(defs.asset_checks)
 cached = {}
-for keys, partition in json.loads(sys.argv[4]):
+for keys, partition in json.loads(sys.argv[2]):
     res = dg.materialize(assets, selection=keys, partition_key=partition, resources=defs.resources,
                          instance=dg.DagsterInstance.ephemeral(), raise_on_error=False,
                          run_config={"ops": {k: v for k, v in run.items() if k in keys}})
@@ -151,9 +148,11 @@ def test_a_step_that_finds_its_artifact_made_loads_no_torch(swept_world, tmp_pat
     world = copy_world(swept_world, tmp_path, tiny_llama_dir)
     steps = [[LOCATE, None], [["bridge_sweep_llama"], "2"]]
     run = {**SWEEP_RUN, "corpus": {"config": {"paths": [str(world.shard)]}}}
-    out = subprocess.run([sys.executable, "-c", CACHED_WITHOUT_TORCH, str(world.root),
-                          str(tiny_llama_dir), json.dumps(run), json.dumps(steps)],
-                         capture_output=True, text=True, timeout=300)
+    env = {**os.environ, "DIHAL_TINY_MODEL": str(tiny_llama_dir),
+           "DIHAL_ARTIFACTS": str(world.root), "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", CACHED_WITHOUT_TORCH, json.dumps(run),
+                          json.dumps(steps)], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=300)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     (line,) = [ln for ln in out.stdout.splitlines() if ln.startswith("CACHED ")]
     cached = json.loads(line.removeprefix("CACHED "))

@@ -405,3 +405,6 @@ def test_the_compute_resources_dtype_name_is_its_torch_dtypes(device, dtype):
 
     compute = ComputeResource(device=device, dtype=dtype)
     assert compute.dtype_name() == str(compute.torch_dtype())
+    if dtype == "auto" and device != "auto":  # bfloat16 on a GPU, float32 on the CPU
+        want = "torch.bfloat16" if device.startswith("cuda") else "torch.float32"
+        assert compute.dtype_name() == want

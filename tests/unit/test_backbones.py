@@ -156,3 +156,49 @@ def test_a_gguf_is_parsed_once_while_it_is_dequantised(tmp_path):
         assert first.tensors[0].data.tolist() == list(range(8))
     assert gguf.GGUFReader is original
     assert gguf.GGUFReader(path) is not first
+
+
+def test_the_plain_gguf_reader_reads_every_field_and_tensor_as_gguf_pys_own(tmp_path):
+    """one_parse_per_file's reader parses over a plain view of the memory map: every field
+    (strings, scalars, arrays of strings and of numbers, as a vocabulary has them) and every
+    tensor (plain and quantised) the same, part for part, dtype for dtype, as gguf-py's."""
+    import gguf
+    import numpy as np
+
+    from dihal.gguf import _plain_reader
+
+    path = tmp_path / "vocab.gguf"
+    rng = np.random.default_rng(0)
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_string("general.name", "tiny ünïcode")
+    writer.add_uint32("test.u32", 7)
+    writer.add_float32("test.f32", 0.25)
+    writer.add_bool("test.flag", True)
+    writer.add_int64("test.i64", -3)
+    writer.add_array("tokenizer.ggml.tokens", ["", "a", "▁the", "é", "<s>", *map(str, range(300))])
+    writer.add_array("tokenizer.ggml.scores", rng.normal(size=305).astype(np.float32).tolist())
+    writer.add_array("tokenizer.ggml.token_type", rng.integers(1, 6, 305).tolist())
+    writer.add_tensor("plain", rng.normal(size=(4, 32)).astype(np.float32))
+    q8 = gguf.quants.quantize(rng.normal(size=(2, 64)).astype(np.float32),
+                              gguf.GGMLQuantizationType.Q8_0)
+    writer.add_tensor("quantised", q8, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    own, plain = gguf.GGUFReader(path), _plain_reader(gguf.GGUFReader)(path)
+    assert type(plain.data) is np.ndarray and isinstance(own.data, np.memmap)
+    assert list(own.fields) == list(plain.fields) and len(own.fields) > 10
+    for name, a in own.fields.items():
+        b = plain.fields[name]
+        assert (a.offset, a.name, a.data, a.types) == (b.offset, b.name, b.data, b.types), name
+        assert len(a.parts) == len(b.parts), name
+        for x, y in zip(a.parts, b.parts, strict=True):
+            assert x.dtype == y.dtype and np.array_equal(x, y), name
+    assert [t.name for t in own.tensors] == ["plain", "quantised"]
+    for a, b in zip(own.tensors, plain.tensors, strict=True):
+        assert (a.name, a.tensor_type, a.n_elements, a.data_offset) == \
+            (b.name, b.tensor_type, b.n_elements, b.data_offset)
+        assert a.data.dtype == b.data.dtype and np.array_equal(a.data, b.data)
+        assert np.array_equal(gguf.quants.dequantize(a.data, a.tensor_type),
+                              gguf.quants.dequantize(b.data, b.tensor_type))

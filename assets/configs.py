@@ -28,7 +28,7 @@ class _RunConfig(dg.Config):
 
 
 # The preset of this code location's defaults: the one function every door resolves it with
-# (the driver's own code server runs under the driver's --profile)
+# (the driver sets its --profile in the environment before it imports this location)
 PRESET = resolve_preset()
 PROFILE_NAME, PROFILE = PRESET.name, PRESET.stages
 

@@ -72,14 +72,6 @@ def cli_env() -> dict[str, str]:
             GRPC_TIMEOUT_ENV: str(grpc_timeout_s())}
 
 
-def load_target(module: str):
-    """Dagster's load target of `module`, named as location_name says."""
-    from dagster._core.workspace.load_target import ModuleTarget
-
-    return ModuleTarget(module_name=module, attribute=None, working_directory=os.getcwd(),
-                        location_name=location_name(module))
-
-
 def daemon_command(workspace: Path) -> list[str]:
     """The command of the daemon a driver starts: Dagster's `dagster-daemon run` over
     `workspace`, with the backfill daemon's interval of pipeline.dagster_daemon."""

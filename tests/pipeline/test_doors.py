@@ -32,10 +32,11 @@ def test_the_driver_names_the_code_location_as_dg_dev_does():
     `make ui`) gives the project's module."""
     from dagster._core.workspace.load_target import PyProjectFileTarget
 
-    from pipeline.daemon import load_target, location_name
+    from pipeline.daemon import location_name
+    from pipeline.launch import location_target
 
     served = PyProjectFileTarget(str(ROOT / "pyproject.toml")).create_origins()[0]
-    assert load_target("pipeline.definitions").create_origins()[0].location_name == \
+    assert location_target("pipeline.definitions").create_origins()[0].location_name == \
         served.location_name == "dihal"
     assert location_name("tests.tiny_location") == "tests.tiny_location"
 

@@ -496,6 +496,40 @@ def test_the_drivers_graphql_answers_data_or_names_the_refusal_and_builds_its_sc
     assert launch._schema.cache_info().misses == 1
 
 
+def test_a_location_whose_defaults_were_read_under_another_environment_is_not_launched_from(
+        tmp_path, monkeypatch):
+    """The driver loads its code location in process: its config defaults (the resources', the
+    stages' preset), read when its modules were imported, are what its runs are submitted with.
+    Where the environment changed since (a profile, workers or device map set after the import),
+    the launcher refuses before it loads anything, naming each default and both values."""
+    import assets.configs
+    import pipeline.launch as launch
+    import resources
+    from dihal.run.profiles import resolve_preset
+
+    assert launch.stale_defaults() == []
+    workers = resources.IMPORTED_DEFAULTS["compute"]["workers"]
+    other = "tiny" if resources.IMPORTED_DEFAULTS["preset"]["name"] != "tiny" else "cpu"
+    monkeypatch.setenv("DIHAL_WORKERS", str(workers + 2))
+    monkeypatch.setenv("DIHAL_DEVICE_MAP", "auto")
+    monkeypatch.setenv("DIHAL_PROFILE", other)
+    stale = launch.stale_defaults()
+    assert stale[:3] == [
+        f"compute.workers: {workers} when it was imported, {workers + 2} now",
+        f"backbones.device_map: {resources.IMPORTED_DEFAULTS['backbones']['device_map']!r} "
+        "when it was imported, 'auto' now",
+        f"preset.name: {resources.IMPORTED_DEFAULTS['preset']['name']!r} when it was imported, "
+        f"{other!r} now"], stale
+    assert stale[3:] == [f"the stages' preset: {assets.configs.PRESET.label!r} "
+                         f"when it was imported, {resolve_preset(other).label!r} now"]
+    with pytest.raises(RuntimeError, match="read under another environment than this driver's"
+                                           ".*compute.workers.*pipeline.main.set_location_env"):
+        with launch.launcher(None, "tests.tiny_location"):
+            pass
+    monkeypatch.undo()
+    assert launch.stale_defaults() == []  # the environment as it was: nothing stale
+
+
 def test_the_drivers_daemon_looks_for_backfill_work_every_few_seconds(monkeypatch):
     """The daemon a driver starts is Dagster's, run by pipeline.dagster_daemon with the backfill
     daemon's interval set (Dagster's 30 s otherwise delays each backfill at both ends); a

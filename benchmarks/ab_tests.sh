@@ -15,6 +15,12 @@ if [ $# -lt 4 ]; then
   exit 2
 fi
 before=$(cd "$1" && pwd); after=$(cd "$2" && pwd); rounds=$3; shift 3
+# both trees compiled first: where PYTHONDONTWRITEBYTECODE is set, a tree without bytecode
+# compiles its modules again in every process it starts (what `make bytecode` does for one)
+for tree in "$before" "$after"; do
+  (cd "$tree" && python -m compileall -q dihal pipeline assets resources storage tests \
+     benchmarks scripts)
+done
 busy() { awk '/^cpu /{print $2+$3+$4+$7+$8+$9}' /proc/stat; }
 for round in $(seq "$rounds"); do
   for side in after before; do

@@ -322,7 +322,7 @@ def set_location_environment(args: argparse.Namespace) -> None:
     defaults are read when it is imported and become this profile's, and every run is
     submitted with them spelled out, so that a daemon or worker started under another profile
     runs what was asked here (the launcher refuses defaults read under another environment:
-    pipeline.launch.stale_defaults)."""
+    pipeline.location.stale_defaults)."""
     os.environ.update(DIHAL_PROFILE=args.profile, DIHAL_WORKERS=str(args.workers))
     if args.device_map:  # the backbone resource's default
         os.environ["DIHAL_DEVICE_MAP"] = args.device_map

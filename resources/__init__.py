@@ -24,7 +24,7 @@ def _chosen_preset() -> str:
 def environment_defaults() -> dict[str, dict]:
     """The resources' config defaults that come from the environment (and the chosen preset),
     read now. The classes below take them as read when this module was imported: what a code
-    location's runs are submitted with (pipeline.launch.stale_defaults compares the two)."""
+    location's runs are submitted with (pipeline.location.stale_defaults compares the two)."""
     return {
         "storage": {"root": env.env_text("DIHAL_ARTIFACTS", ".dihal/artifacts"),
                     "verify_every_hours": env.env_float("DIHAL_VERIFY_EVERY_HOURS", 24.0, lo=0,

@@ -33,7 +33,7 @@ def test_the_driver_names_the_code_location_as_dg_dev_does():
     from dagster._core.workspace.load_target import PyProjectFileTarget
 
     from pipeline.daemon import location_name
-    from pipeline.launch import location_target
+    from pipeline.location import location_target
 
     served = PyProjectFileTarget(str(ROOT / "pyproject.toml")).create_origins()[0]
     assert location_target("pipeline.definitions").create_origins()[0].location_name == \

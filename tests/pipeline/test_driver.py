@@ -458,12 +458,13 @@ def test_the_launcher_names_a_code_location_that_failed_to_load_and_an_unknown_j
     from types import SimpleNamespace
 
     import pipeline.launch as launch
+    import pipeline.location as location
 
     broken = SimpleNamespace(code_location_names=["dihal"],
                              has_code_location_error=lambda name: True,
                              get_code_location_error=lambda name: "ImportError: no module x")
     with pytest.raises(RuntimeError, match="code location dihal failed to load: ImportError"):
-        launch.only_location(broken)
+        location.only_location(broken)
     lau = launch.Launcher.__new__(launch.Launcher)
     lau.location = SimpleNamespace(name="dihal")
     lau.repo = SimpleNamespace(get_all_jobs=lambda: [SimpleNamespace(name="locate_tiny")])
@@ -504,16 +505,17 @@ def test_a_location_whose_defaults_were_read_under_another_environment_is_not_la
     the launcher refuses before it loads anything, naming each default and both values."""
     import assets.configs
     import pipeline.launch as launch
+    import pipeline.location as location
     import resources
     from dihal.run.profiles import resolve_preset
 
-    assert launch.stale_defaults() == []
+    assert location.stale_defaults() == []
     workers = resources.IMPORTED_DEFAULTS["compute"]["workers"]
     other = "tiny" if resources.IMPORTED_DEFAULTS["preset"]["name"] != "tiny" else "cpu"
     monkeypatch.setenv("DIHAL_WORKERS", str(workers + 2))
     monkeypatch.setenv("DIHAL_DEVICE_MAP", "auto")
     monkeypatch.setenv("DIHAL_PROFILE", other)
-    stale = launch.stale_defaults()
+    stale = location.stale_defaults()
     assert stale[:3] == [
         f"compute.workers: {workers} when it was imported, {workers + 2} now",
         f"backbones.device_map: {resources.IMPORTED_DEFAULTS['backbones']['device_map']!r} "
@@ -527,7 +529,7 @@ def test_a_location_whose_defaults_were_read_under_another_environment_is_not_la
         with launch.launcher(None, "tests.tiny_location"):
             pass
     monkeypatch.undo()
-    assert launch.stale_defaults() == []  # the environment as it was: nothing stale
+    assert location.stale_defaults() == []  # the environment as it was: nothing stale
 
 
 def test_the_drivers_daemon_looks_for_backfill_work_every_few_seconds(monkeypatch):

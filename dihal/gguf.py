@@ -88,7 +88,7 @@ def _plain_reader(reader_class: type) -> type:
     """gguf-py's reader over a plain numpy view of its memory map: the same bytes, fields and
     tensors, without numpy.memmap's Python-level __getitem__ and __array_finalize__ on each of
     the millions of small slices a vocabulary's fields are parsed into (and transformers reads
-    back one by one): about 3 times faster to parse (tests/unit/test_gguf_cache.py checks
+    back one by one): about 3 times faster to parse (tests/unit/test_backbones.py checks
     every field and tensor equal to the memmap reader's)."""
     import numpy as np
 

@@ -498,7 +498,7 @@ def test_the_drivers_graphql_answers_data_or_names_the_refusal_and_builds_its_sc
 
 
 def test_a_location_whose_defaults_were_read_under_another_environment_is_not_launched_from(
-        tmp_path, monkeypatch):
+        monkeypatch):
     """The driver loads its code location in process: its config defaults (the resources', the
     stages' preset), read when its modules were imported, are what its runs are submitted with.
     Where the environment changed since (a profile, workers or device map set after the import),

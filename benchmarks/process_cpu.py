@@ -5,13 +5,15 @@ where it keeps Python's default for it; a process ended by SIGKILL is not counte
 summary by kind: pytest-xdist processes, drivers, daemons, code servers, run workers (the
 code server's `multiprocessing` spawns), the CLIs, `dg dev` and the web server; or, with
 --by-file, by the test file whose test started the process (the processes other than pytest's
-own: what each file's stories cost beyond the in-process work).
+own: what each file's stories cost beyond the in-process work); or, with --by-import, by kind
+and by the heavy libraries (torch, transformers' model code, Dagster) the process had imported.
 
     python benchmarks/process_cpu.py install /tmp/probe    # a .pth file in this venv
     CPU_PROBE_OUT=/tmp/probe make test                      # or any command
     python benchmarks/process_cpu.py remove
     python benchmarks/process_cpu.py summary /tmp/probe
     python benchmarks/process_cpu.py summary --by-file /tmp/probe
+    python benchmarks/process_cpu.py summary --by-import /tmp/probe
 
 The probe acts only where $CPU_PROBE_OUT names a folder; `remove` takes it out of the venv
 again. It sets a SIGTERM handler only in processes that have none of their own, and that handler
@@ -35,6 +37,20 @@ if os.environ.get("CPU_PROBE_OUT"):
     # the test that started this process (pytest sets it in the test's process; children
     # inherit it)
     _test = os.environ.get("PYTEST_CURRENT_TEST", "")
+    # the heavy libraries a process had imported when it ended
+    _HEAVY = ("torch", "transformers.modeling_utils", "dagster", "zarr", "sklearn")
+    # the CPU seconds the process spent in the garbage collector's collections, by generation
+    _gc = [0.0, 0.0, 0.0]
+    _gc_start = [0.0]
+
+    def _on_gc(phase, info):
+        if phase == "start":
+            _gc_start[0] = time.thread_time()
+        else:
+            _gc[info["generation"]] += time.thread_time() - _gc_start[0]
+
+    import gc
+    gc.callbacks.append(_on_gc)
 
     def _write():
         usage = resource.getrusage(resource.RUSAGE_SELF)
@@ -43,7 +59,9 @@ if os.environ.get("CPU_PROBE_OUT"):
             with open(path, "w") as f:
                 json.dump({"argv": list(getattr(sys, "orig_argv", sys.argv))[:8],
                            "test": _test, "cpu": usage.ru_utime + usage.ru_stime,
-                           "wall": time.time() - _start}, f)
+                           "wall": time.time() - _start,
+                           "imported": [m for m in _HEAVY if m in sys.modules],
+                           "gc": _gc}, f)
         except OSError:
             pass
 
@@ -84,10 +102,15 @@ def summary(folder: Path) -> str:
         k[0] += 1
         k[1] += r["cpu"]
     total = sum(c for _, c in by.values())
-    lines = [f"{len(rows)} processes, {total:.0f} s of CPU", "",
-             "| kind | processes | CPU (s) | CPU a process (s) |", "|---|---:|---:|---:|"]
+    gc_time = collections.defaultdict(float)
+    for r in rows:
+        gc_time[kind(r["argv"])] += sum(r.get("gc", ()))
+    lines = [f"{len(rows)} processes, {total:.0f} s of CPU, {sum(gc_time.values()):.0f} s of it "
+             "in the garbage collector", "",
+             "| kind | processes | CPU (s) | CPU a process (s) | in the garbage collector (s) |",
+             "|---|---:|---:|---:|---:|"]
     for name, (n, cpu) in sorted(by.items(), key=lambda kv: -kv[1][1]):
-        lines.append(f"| {name} | {n} | {cpu:.0f} | {cpu / n:.1f} |")
+        lines.append(f"| {name} | {n} | {cpu:.0f} | {cpu / n:.1f} | {gc_time[name]:.1f} |")
     return "\n".join(lines)
 
 
@@ -114,6 +137,23 @@ def by_file(folder: Path) -> str:
     return "\n".join(lines)
 
 
+def by_import(folder: Path) -> str:
+    """Processes by kind and by which heavy libraries they had imported when they ended."""
+    rows = [json.loads(p.read_text()) for p in folder.glob("*.json")]
+    by = collections.defaultdict(lambda: [0, 0.0])
+    for r in rows:
+        heavy = "+".join(m.split(".")[0] for m in r.get("imported", [])
+                         if m in ("torch", "transformers.modeling_utils", "dagster")) or "none"
+        k = by[(kind(r["argv"]), heavy)]
+        k[0] += 1
+        k[1] += r["cpu"]
+    lines = ["| kind | imported | processes | CPU (s) | CPU a process (s) |",
+             "|---|---|---:|---:|---:|"]
+    for (name, heavy), (n, cpu) in sorted(by.items(), key=lambda kv: -kv[1][1]):
+        lines.append(f"| {name} | {heavy} | {n} | {cpu:.0f} | {cpu / n:.1f} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="what", required=True)
@@ -123,6 +163,8 @@ def main() -> None:
     summ.add_argument("folder", type=Path)
     summ.add_argument("--by-file", action="store_true", help="by the test file that started "
                       "each process, instead of by kind")
+    summ.add_argument("--by-import", action="store_true", help="by kind and by the heavy "
+                      "libraries each process had imported")
     args = ap.parse_args()
     packages = Path(site.getsitepackages()[0])
     if args.what == "install":
@@ -135,7 +177,8 @@ def main() -> None:
             (packages / name).unlink(missing_ok=True)
         print(f"removed from {packages}")
     else:
-        print(by_file(args.folder) if args.by_file else summary(args.folder))
+        print(by_file(args.folder) if args.by_file else
+              by_import(args.folder) if args.by_import else summary(args.folder))
 
 
 if __name__ == "__main__":

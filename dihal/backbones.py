@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from dihal import heap
 from dihal.environment import DEVICE_MAPS
 from dihal.errors import LayerIndexError, ModelLoadError
 from dihal.inputs import BackboneInfo, Placement
@@ -358,6 +359,7 @@ def load_backbone(
     large models over GPUs. A model of an unsupported family is refused from its config.json,
     before any weight is read; one whose folder lacks weights (check_complete), or whose upper
     layers replayed from its own states are not the model (check_replay), once loaded."""
+    heap.import_model_libraries()
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if device_map is not None and device_map not in DEVICE_MAPS:

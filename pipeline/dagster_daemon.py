@@ -21,7 +21,7 @@ Dagster refuses the retry it had decided on ("part of a backfill that is in a te
 Dagster's own open fix for it takes the same course: a backfill with a failed run whose retry
 is not yet decided is not complete.
 
-Used by pipeline.daemon; imports nothing of the project but dihal.environment.
+Used by pipeline.daemon; imports nothing of the project but dihal.environment and dihal.heap.
 """
 
 from __future__ import annotations
@@ -116,6 +116,9 @@ def wait_for_retry_decisions() -> bool:
 
 
 def main() -> None:
+    from dihal import heap
+
+    heap.use_in_this_process()
     set_backfill_interval(backfill_interval_s())
     wait_for_retry_decisions()
     from importlib.metadata import entry_points

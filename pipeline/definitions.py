@@ -25,6 +25,7 @@ from assets.evaluate import evaluate_assets
 from assets.locate import corpus, locate_assets
 from assets.replace import replace_assets
 from assets.report import report_assets
+from dihal import heap
 from dihal.environment import dask_scheduler
 from dihal.registry import all_backbones, declaration_problems, get_spec
 from dihal.run.stages import JOBS, STUDY_JOBS, job_keys, job_name
@@ -114,3 +115,8 @@ def executor():
 
 
 defs = build_definitions()
+# Every process that loads the code location (code servers, run workers, the dagster and dg
+# commands, the web server) uses dihal's garbage-collector settings; the definitions and the
+# modules imported so far live as long as the process (dihal.heap)
+heap.use_in_this_process()
+heap.settle()

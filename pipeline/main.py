@@ -270,6 +270,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> None:
+    from dihal import heap
+
+    heap.use_in_this_process()  # the garbage collector's settings of dihal's processes
     ap = build_parser()
     from pipeline.daemon import open_instance
     from pipeline.private_tmp import private_tmpdir

@@ -11,6 +11,13 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+from dihal import heap  # noqa: E402
+
+# the garbage collector as in dihal's own processes (dihal.heap): the test processes load torch,
+# transformers' model code and Dagster too
+heap.use_in_this_process()
+heap.import_model_libraries()
+
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
@@ -29,6 +36,10 @@ LONGEST_FIRST = ("tests/pipeline/test_scale_out.py", "tests/faults/test_run_faul
 def pytest_collection_modifyitems(config, items):
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
+
+
+def pytest_collection_finish(session):
+    heap.settle()  # the test modules and their imports live as long as the session
 
 
 def shared(tmp_path_factory, name: str, build) -> Path:

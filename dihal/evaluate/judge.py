@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from dihal import heap
 from dihal.backbones import (
     PROBE_TOKENS,
     REPLAY_TOLERANCE_NATS,
@@ -246,6 +247,7 @@ def load_judge(
     batch_size: int = 8,
 ) -> Judge:
     """Resolve and load a judge; its `name` and `revision` say exactly what was loaded."""
+    heap.import_model_libraries()
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     weights = resolve_judge(name_or_path, cache_dir=cache_dir, offline=offline)

@@ -31,6 +31,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from dihal import heap
 from dihal.compare.baselines import build_baseline
 from dihal.config import BridgeProtocol
 from dihal.errors import DihalError, UnknownBackboneError
@@ -149,6 +150,7 @@ def _check_on_meta(model: torch.nn.Module, what: str) -> None:
 
 @lru_cache(maxsize=8)
 def _meta_model(config_json: str) -> torch.nn.Module:
+    heap.import_model_libraries()
     import torch
     from accelerate import init_empty_weights
     from transformers import AutoModelForCausalLM

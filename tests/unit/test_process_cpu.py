@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from process_cpu import by_file, kind, summary  # noqa: E402
+from process_cpu import by_file, by_import, kind, summary  # noqa: E402
 
 PY = "/venv/bin/python"
 
@@ -28,14 +28,31 @@ def test_each_kind_of_process_is_told_apart_by_its_command_line():
     assert {name: kind(argv) for name, argv in cases.items()} == {n: n for n in cases}
 
 
-def test_the_summary_adds_each_kinds_cpu_largest_first(tmp_path):
-    rows = [([PY, "-m", "pipeline.main"], 4.0), ([PY, "-m", "pipeline.main"], 2.0),
-            ([PY, "-m", "dagster", "api", "grpc"], 1.5)]
-    for i, (argv, cpu) in enumerate(rows):
-        (tmp_path / f"{i}.json").write_text(json.dumps({"argv": argv, "cpu": cpu, "wall": 9.0}))
+def test_the_summary_adds_each_kinds_cpu_and_collector_time_largest_first(tmp_path):
+    rows = [([PY, "-m", "pipeline.main"], 4.0, [0.1, 0.2, 1.0]),
+            ([PY, "-m", "pipeline.main"], 2.0, [0.0, 0.0, 0.5]),
+            ([PY, "-m", "dagster", "api", "grpc"], 1.5, None)]  # a probe without the column
+    for i, (argv, cpu, gc) in enumerate(rows):
+        row = {"argv": argv, "cpu": cpu, "wall": 9.0} | ({"gc": gc} if gc else {})
+        (tmp_path / f"{i}.json").write_text(json.dumps(row))
     lines = summary(tmp_path).splitlines()
-    assert lines[0] == "3 processes, 8 s of CPU"
-    assert lines[4:] == ["| driver (pipeline.main) | 2 | 6 | 3.0 |", "| code server | 1 | 2 | 1.5 |"]
+    assert lines[0] == "3 processes, 8 s of CPU, 2 s of it in the garbage collector"
+    assert lines[4:] == ["| driver (pipeline.main) | 2 | 6 | 3.0 | 1.8 |",
+                         "| code server | 1 | 2 | 1.5 | 0.0 |"]
+
+
+def test_by_import_tells_processes_apart_by_the_heavy_libraries_they_had_imported(tmp_path):
+    rows = [([PY, "-m", "pipeline.main"], 4.0, ["torch", "transformers.modeling_utils",
+                                                "dagster", "zarr"]),
+            ([PY, "-m", "pipeline.main"], 1.0, ["dagster"]),
+            ([PY, "script.py"], 0.5, [])]
+    for i, (argv, cpu, imported) in enumerate(rows):
+        (tmp_path / f"{i}.json").write_text(json.dumps({"argv": argv, "cpu": cpu, "wall": 9.0,
+                                                        "imported": imported}))
+    assert by_import(tmp_path).splitlines()[2:] == [
+        "| driver (pipeline.main) | torch+transformers+dagster | 1 | 4 | 4.0 |",
+        "| driver (pipeline.main) | dagster | 1 | 1 | 1.0 |",
+        "| other | none | 1 | 0 | 0.5 |"]
 
 
 def test_by_file_adds_the_processes_each_test_file_started_leaving_pytests_own_out(tmp_path):

@@ -4,6 +4,7 @@ Gemma 3 270M (the default judge and the `gemma3` backbone) joined from its PyPI 
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.metadata
 import json
 import shutil
@@ -111,11 +112,17 @@ def one_parse_per_file():
     every field, the vocabulary's strings one by one (262,144 of them for Gemma 3: about two
     thirds of the conversion's CPU time). The reader is read-only (a memory map), so the
     later reads are given the first one's, and it parses over a plain view of the map
-    (_plain_reader)."""
+    (_plain_reader).
+
+    Likewise gguf-py's tensor-name map of an architecture and block count: transformers
+    builds it again for every module of the model while it matches the GGUF's tensor names to
+    the model's (397 times for SmolLM2, each formatting every name pattern of every block: a
+    third of that model's conversion), and only looks names up in it; within the block the
+    first one built is given again."""
     import gguf as gguf_package
 
-    original = gguf_package.GGUFReader
-    plain = _plain_reader(original)
+    original = gguf_package.GGUFReader, gguf_package.get_tensor_name_map
+    plain = _plain_reader(original[0])
     readers: dict[tuple, object] = {}
 
     def reader(path, *args, **kwargs):
@@ -125,10 +132,11 @@ def one_parse_per_file():
         return readers[key]
 
     gguf_package.GGUFReader = reader
+    gguf_package.get_tensor_name_map = functools.lru_cache(maxsize=None)(original[1])
     try:
         yield
     finally:
-        gguf_package.GGUFReader = original
+        gguf_package.GGUFReader, gguf_package.get_tensor_name_map = original
 
 
 def dequantise_gguf_to_cache(gguf: Path, target: Path, revision: str) -> Path:

@@ -158,6 +158,28 @@ def test_a_gguf_is_parsed_once_while_it_is_dequantised(tmp_path):
     assert gguf.GGUFReader(path) is not first
 
 
+def test_a_tensor_name_map_is_built_once_while_a_gguf_is_dequantised():
+    """transformers builds gguf-py's tensor-name map again for each module of the model, each
+    time through `from gguf import get_tensor_name_map`: within one_parse_per_file an
+    architecture and block count get the first map built (the same names, found the same way),
+    and outside it a fresh one again."""
+    import gguf
+
+    from dihal.gguf import one_parse_per_file
+
+    arch = gguf.MODEL_ARCH.LLAMA
+    fresh = gguf.get_tensor_name_map(arch, 4)
+    with one_parse_per_file():
+        from gguf import get_tensor_name_map  # as transformers imports it, in its loader
+
+        first = get_tensor_name_map(arch, 4)
+        assert get_tensor_name_map(arch, 4) is first
+        assert get_tensor_name_map(arch, 2) is not first
+        assert first.mapping == fresh.mapping
+        assert first.get_name("model.layers.3.self_attn.q_proj") == "blk.3.attn_q"
+    assert gguf.get_tensor_name_map(arch, 4) is not first
+
+
 def test_the_plain_gguf_reader_reads_every_field_and_tensor_as_gguf_pys_own(tmp_path):
     """one_parse_per_file's reader parses over a plain view of the memory map: every field
     (strings, scalars, arrays of strings and of numbers, as a vocabulary has them) and every

@@ -211,8 +211,9 @@ def looks_like_path(model: str) -> bool:
     return model.startswith(("/", "./", "../", "~")) or model in (".", "..")
 
 
-def _check_config_json(folder: Path, what: str) -> None:
-    """A local folder's config.json: present and a JSON object, else an error naming the file."""
+def _check_config_json(folder: Path, what: str) -> dict:
+    """A local folder's config.json (as JSON): present and a JSON object, else an error naming
+    the file."""
     path = folder / "config.json"
     if not path.is_file():
         raise BackboneNotFoundError(
@@ -228,6 +229,7 @@ def _check_config_json(folder: Path, what: str) -> None:
                                        "JSON object: save the model again with save_pretrained")
     if "num_hidden_layers" in data:  # before transformers, whose own check names no file
         _check_layers(data["num_hidden_layers"], what)
+    return data
 
 
 def declare(name: str, entry: dict, where: str) -> BackboneSpec:
@@ -276,10 +278,23 @@ def declare(name: str, entry: dict, where: str) -> BackboneSpec:
                 f"{what}: {model} is a local folder; a revision applies to a Hugging Face id")
     else:
         source = "hub"
-    cfg = read_model_config(model, entry.get("revision"), what=what)
-    return BackboneSpec(name=name, hf_id=model, n_layers=int(cfg.num_hidden_layers),
+    return BackboneSpec(name=name, hf_id=model, n_layers=_layer_count(model, source, entry, what),
                         revision=entry.get("revision"), source=source, judge=judge,
                         state_dtype=dtype)
+
+
+def _layer_count(model: str, source: str, entry: dict, what: str) -> int:
+    """A declared model's layer count. A folder's config.json naming a supported family and its
+    num_hidden_layers is read as JSON, with read_model_config's refusals and messages: the code
+    location declares each model again whenever it loads (every code server, run and command),
+    and transformers' config classes import torch (about 4 s of CPU each time). Otherwise (a
+    Hugging Face id, or a config.json leaving the count to its family's default) through
+    transformers (read_model_config); the backbone's loading reads the whole config anyway."""
+    if source == "folder":
+        data = _check_config_json(Path(model), what)
+        if data.get("model_type") in SUPPORTED_ARCHITECTURES and "num_hidden_layers" in data:
+            return data["num_hidden_layers"]
+    return int(read_model_config(model, entry.get("revision"), what=what).num_hidden_layers)
 
 
 def name_for(model: str) -> str:

@@ -38,6 +38,28 @@ def test_a_declared_folder_gets_its_layer_count_from_config_json(config, mistral
     assert set(registry.all_backbones()) == {*registry.BACKBONES, "mine"}
 
 
+def test_a_code_location_declaring_a_folder_loads_without_torch(config, mistral_dir):
+    """Every code server, run and command loads the code location, declaring each model again:
+    a folder's layer count is read from its config.json as JSON, not through transformers'
+    config classes, which import torch (about 4 s of CPU)."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.tiny import ROOT
+
+    path = config(f'[backbones.mine]\nmodel = "{mistral_dir}"\n')
+    script = ("import sys, pipeline.definitions as d; from dihal import registry; "
+              "print(registry.get_spec('mine').n_layers, sorted(d.defs.resolve_job_def("
+              "'sweep_mine').partitions_def.get_partition_keys(), key=int)[-1], "
+              "'torch' in sys.modules, 'transformers' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
+                         text=True, timeout=300,
+                         env={**os.environ, registry.CONFIG_ENV: str(path)})
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split() == ["6", "5", "False", "False"]
+
+
 def test_a_relative_folder_is_read_from_the_files_folder(config, mistral_dir, monkeypatch):
     path = config(f'[backbones.rel]\nmodel = "{mistral_dir.name}"\n')
     path.rename(mistral_dir.parent / "dihal.toml")

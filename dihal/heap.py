@@ -1,13 +1,14 @@
-"""Python's garbage collector in dihal's own processes: the driver, its daemon, and every process
-that loads the code location (code servers, run workers, the dagster and dg commands, the web
-server), and the test processes.
+"""Python's garbage collector in dihal's own processes: the driver, its daemon, every process
+that loads the code location (code servers, run workers, the dagster and dg commands), and the
+test processes.
 
-torch, transformers' model code and Dagster leave a few million objects that live as long as the
-process. At its default settings the collector examines all of them again at each full
-collection, and it makes one at every quarter of growth of that long-lived heap, while they are
-imported and after: about a fifth of the CPU of the test suite's processes, and 1.7 s of a run
-worker's 8.7 s (`python benchmarks/process_cpu.py summary`, benchmarks/RESULTS.md). So, in a
-process that asks for it (`use_in_this_process`, called by the entry points):
+torch, transformers' model code and Dagster leave about 450,000 objects the collector tracks,
+alive as long as the process. At its default settings the collector examines all of them again
+at each full collection, and it makes one at every quarter of growth of that long-lived heap,
+while they are imported and after: 12 s of the 66 s of CPU of one driver story's processes,
+1.7 s of each run worker's 8.7 s (`python benchmarks/process_cpu.py summary`,
+benchmarks/RESULTS.md). So, in a process that asks for it (`use_in_this_process`, called by the
+entry points):
 - a young collection every 10,000 allocations instead of 700 (so a full one far less often);
 - the model libraries are imported with the collector paused (`import_model_libraries`), and
   what is alive once they are, or once the code location is loaded (`settle`), is left out of

@@ -116,7 +116,7 @@ def executor():
 
 defs = build_definitions()
 # Every process that loads the code location (code servers, run workers, the dagster and dg
-# commands, the web server) uses dihal's garbage-collector settings; the definitions and the
+# commands) uses dihal's garbage-collector settings; the definitions and the
 # modules imported so far live as long as the process (dihal.heap)
 heap.use_in_this_process()
 heap.settle()
